@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every host package forkd needs, from Debian (QEMU from bookworm-backports).
+# Idempotent: a second run on a ready host does nothing but check.
+set -euo pipefail
+
+need_root() { [ "$(id -u)" = 0 ] || { echo "setup-host: run as root (apt-get install)" >&2; exit 1; }; }
+
+PKGS=(debootstrap qemu-utils e2fsprogs cpio zstd kmod busybox-static gcc libc6-dev make
+      iproute2 util-linux ca-certificates)
+QEMU_PKG=qemu-system-x86
+
+missing=()
+for p in "${PKGS[@]}" "$QEMU_PKG"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+qemu_major() { qemu-system-x86_64 --version 2>/dev/null | sed -n 's/.*version \([0-9]*\)\..*/\1/p'; }
+if [ ${#missing[@]} -eq 0 ] && [ "$(qemu_major || echo 0)" -ge 8 ] 2>/dev/null; then
+  echo "setup-host: all host packages present (QEMU $(qemu_major))"
+  exit 0
+fi
+need_root
+export DEBIAN_FRONTEND=noninteractive
+
+# bookworm-backports from the same archive apt already uses for bookworm.
+if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  uri=$(grep -rhs '^URIs:.*debian$\|^URIs:.*debian/$' /etc/apt/sources.list.d/*.sources | head -n1 | awk '{print $2}')
+  [ -n "$uri" ] || uri=$(grep -rhs '^deb .*bookworm main' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | head -n1 | awk '{print $2}')
+  [ -n "$uri" ] || uri=http://deb.debian.org/debian
+  echo "deb $uri bookworm-backports main" > /etc/apt/sources.list.d/forkd-backports.list
+  echo "setup-host: added bookworm-backports from $uri"
+fi
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
+apt-get install -y -qq --no-install-recommends -t bookworm-backports "$QEMU_PKG" >/dev/null
+echo "setup-host: installed; QEMU $(qemu-system-x86_64 --version | head -n1)"

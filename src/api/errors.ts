@@ -1,0 +1,41 @@
+/** The one wire error envelope: {"error": {"code", "message", "details"}} with a stable code. */
+import type { Context } from "hono";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { ForkdError } from "../util/errors.js";
+import type { ErrorCode } from "../util/errors.js";
+
+const STATUS: Record<ErrorCode, ContentfulStatusCode> = {
+  invalid_argument: 400,
+  not_found: 404,
+  conflict: 409,
+  timeout: 504,
+  unavailable: 503,
+  guest_error: 502,
+  agent_protocol: 502,
+  vmm_error: 500,
+  image_error: 500,
+  snapshot_corrupt: 500,
+  resource_exhausted: 429,
+  internal: 500,
+};
+
+export const statusOf = (code: ErrorCode): ContentfulStatusCode => STATUS[code];
+
+export interface ErrorEnvelope {
+  error: { code: string; message: string; details: Record<string, unknown> };
+}
+
+export function toEnvelope(e: unknown): { status: ContentfulStatusCode; body: ErrorEnvelope } {
+  if (e instanceof ForkdError) {
+    return {
+      status: statusOf(e.code),
+      body: { error: { code: e.code, message: e.message, details: e.details } },
+    };
+  }
+  return { status: 500, body: { error: { code: "internal", message: "internal error", details: {} } } };
+}
+
+export function errorResponse(c: Context, e: unknown): Response {
+  const { status, body } = toEnvelope(e);
+  return c.json(body, status);
+}

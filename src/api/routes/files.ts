@@ -1,0 +1,80 @@
+/** Files in a sandbox: binary-safe download and upload (streamed), list, stat, mkdir, remove, rename. */
+import { Hono } from "hono";
+import type { Services } from "../services.js";
+import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../schemas.js";
+import { parseBody, parseQuery } from "../parse.js";
+import { ForkdError } from "../../util/errors.js";
+
+export function fileRoutes(s: Services): Hono {
+  const app = new Hono();
+
+  app.get("/:id/files", async (c) => {
+    const { path } = parseQuery(c, PathQuery);
+    const agent = s.sandboxes.agent(c.req.param("id"));
+    const st = await agent.stat(path);
+    if (st.type !== "file")
+      throw new ForkdError("invalid_argument", `${path} is not a regular file`, { path });
+    let failed = false;
+    const stream = new ReadableStream<Uint8Array>({
+      start(controller) {
+        agent
+          .readFileStream(path, (chunk) => {
+            if (!failed) controller.enqueue(new Uint8Array(chunk));
+          })
+          .then(
+            () => controller.close(),
+            (e: unknown) => {
+              failed = true;
+              controller.error(e);
+            },
+          );
+      },
+    });
+    return new Response(stream, {
+      status: 200,
+      headers: { "content-type": "application/octet-stream", "x-forkd-file-size": String(st.size) },
+    });
+  });
+
+  app.put("/:id/files", async (c) => {
+    const q = parseQuery(c, WriteQuery);
+    const agent = s.sandboxes.agent(c.req.param("id"));
+    const body = c.req.raw.body;
+    const size = await agent.writeFile(
+      q.path,
+      body ? (body) : new Uint8Array(0),
+      { mode: q.mode, makeParents: truthy(q.parents) },
+    );
+    return c.json({ path: q.path, size }, 201);
+  });
+
+  app.delete("/:id/files", async (c) => {
+    const q = parseQuery(c, RemoveQuery);
+    await s.sandboxes.agent(c.req.param("id")).remove(q.path, { recursive: truthy(q.recursive) });
+    return c.json({ deleted: q.path });
+  });
+
+  app.get("/:id/files/stat", async (c) => {
+    const { path } = parseQuery(c, PathQuery);
+    return c.json({ path, ...(await s.sandboxes.agent(c.req.param("id")).stat(path)) });
+  });
+
+  app.get("/:id/files/list", async (c) => {
+    const { path } = parseQuery(c, PathQuery);
+    return c.json({ path, entries: await s.sandboxes.agent(c.req.param("id")).list(path) });
+  });
+
+  app.post("/:id/files/mkdir", async (c) => {
+    const b = await parseBody(c, Mkdir);
+    await s.sandboxes.agent(c.req.param("id")).mkdir(b.path, { parents: b.parents });
+    return c.json({ path: b.path }, 201);
+  });
+
+  app.post("/:id/files/rename", async (c) => {
+    const b = await parseBody(c, Rename);
+    await s.sandboxes.agent(c.req.param("id")).rename(b.from, b.to);
+    return c.json({ from: b.from, to: b.to });
+  });
+
+  return app;
+}

@@ -1,0 +1,36 @@
+import { Hono } from "hono";
+import { ForkdError } from "../../util/errors.js";
+import type { Services } from "../services.js";
+import { CreateSandboxes } from "../schemas.js";
+import { parseBody } from "../parse.js";
+import { viewOf } from "../../sandbox/sandbox.js";
+
+export function sandboxRoutes(s: Services): Hono {
+  const app = new Hono();
+
+  app.get("/", (c) => c.json({ sandboxes: s.sandboxes.list() }));
+
+  app.post("/", async (c) => {
+    const body = await parseBody(c, CreateSandboxes);
+    const r = await s.sandboxes.fork(body.snapshot_tag, body.n);
+    if (r.sandboxes.length === 0) {
+      const first = r.failures[0];
+      throw new ForkdError(
+        first?.code === "timeout" ? "timeout" : "vmm_error",
+        `every child failed: ${first?.message ?? "unknown"}`,
+        { failures: r.failures },
+      );
+    }
+    return c.json(r, 201);
+  });
+
+  app.get("/:id", (c) => c.json(viewOf(s.sandboxes.get(c.req.param("id")))));
+
+  app.delete("/:id", async (c) => {
+    const id = c.req.param("id");
+    await s.sandboxes.kill(id);
+    return c.json({ deleted: id });
+  });
+
+  return app;
+}

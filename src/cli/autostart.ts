@@ -1,0 +1,43 @@
+/** The CLI starts a local daemon when none answers, so one command works on a fresh machine. */
+import { spawn } from "node:child_process";
+import { mkdir, open } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { apiRequest } from "../client/http.js";
+import type { Endpoint } from "../client/http.js";
+import type { Paths } from "../host/paths.js";
+import { sleep } from "../util/time.js";
+
+async function answers(ep: Endpoint): Promise<boolean> {
+  try {
+    await apiRequest(ep, "GET", "/v1/health", undefined, 2_000);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function ensureDaemon(paths: Paths, ep: Endpoint, say: (s: string) => void): Promise<void> {
+  if (ep.url || (await answers(ep))) return;
+  await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
+  const logPath = join(paths.dataDir, "daemon.log");
+  say(`forkd: starting a local daemon (log: ${logPath})`);
+  const log = await open(logPath, "a", 0o600);
+  const main = join(dirname(fileURLToPath(import.meta.url)), "main.js");
+  const child = spawn(process.execPath, [main, "daemon"], {
+    detached: true,
+    stdio: ["ignore", log.fd, log.fd],
+    env: process.env,
+  });
+  await log.close();
+  child.unref();
+  const state: { exited: number | null } = { exited: null };
+  child.once("exit", (code) => (state.exited = code ?? 1));
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (await answers(ep)) return;
+    if (state.exited !== null) throw new Error(`the daemon exited (code ${state.exited}); see ${logPath}`);
+    await sleep(100);
+  }
+  throw new Error(`the daemon did not answer within 60 s; see ${logPath}`);
+}

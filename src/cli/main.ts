@@ -1,0 +1,309 @@
+#!/usr/bin/env node
+/**
+ * forkd CLI: a thin client of the daemon's REST API (and `forkd daemon` runs the daemon).
+ * Exit codes: 0 ok; 1 error; 2 usage / invalid argument; exec exits with the guest command's code.
+ */
+import { createReadStream, createWriteStream } from "node:fs";
+import { pipeline } from "node:stream/promises";
+import { Command, Option } from "commander";
+import { ApiError, apiRequest, checkResponse, rawRequest } from "../client/http.js";
+import type { Endpoint } from "../client/http.js";
+import { defaultPaths } from "../host/paths.js";
+import { VERSION } from "../version.js";
+import { ensureDaemon } from "./autostart.js";
+import { printTable } from "./table.js";
+import { runDoctor } from "./doctor.js";
+
+const paths = defaultPaths();
+const endpoint: Endpoint = process.env.FORKD_URL
+  ? { url: process.env.FORKD_URL, token: process.env.FORKD_TOKEN }
+  : { socket: paths.socket };
+const say = (s: string) => process.stderr.write(s + "\n");
+
+async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  await ensureDaemon(paths, endpoint, say);
+  return apiRequest<T>(endpoint, method, path, body);
+}
+
+interface SandboxView {
+  id: string;
+  tag: string;
+  pid: number;
+  state: string;
+  created: string;
+  timings: { totalMs: number; readyMs: number };
+}
+
+const program = new Command("forkd")
+  .description("Hardware-isolated sandboxes forked copy-on-write from warm microVM snapshots")
+  .version(VERSION);
+
+program
+  .command("daemon")
+  .description("run the daemon in the foreground")
+  .action(async () => {
+    const { runDaemon } = await import("../daemon/main.js");
+    await runDaemon();
+  });
+
+program
+  .command("doctor")
+  .description("check every host prerequisite; exits non-zero if one fails")
+  .option("--json", "machine-readable output")
+  .action(async (o: { json?: boolean }) => {
+    process.exitCode = await runDoctor(paths, o.json ?? false);
+  });
+
+program
+  .command("snapshot")
+  .description("boot a parent VM, warm it, and freeze it into a snapshot")
+  .requiredOption("--tag <tag>", "snapshot tag")
+  .option("--template <name>", "guest template", "python")
+  .option("--warm <cmd>", "shell command to run in the parent before freezing")
+  .option("--memory <MiB>", "guest RAM in MiB", (v) => parseInt(v, 10), 512)
+  .option("--vcpus <n>", "vCPUs", (v) => parseInt(v, 10), 1)
+  .option("--json", "print the snapshot metadata as JSON")
+  .action(
+    async (o: {
+      tag: string;
+      template: string;
+      warm?: string;
+      memory: number;
+      vcpus: number;
+      json?: boolean;
+    }) => {
+      say(`forkd: creating snapshot ${o.tag} (template ${o.template}); the first run builds the guest image`);
+      const t0 = Date.now();
+      const tick = setInterval(() => say(`  ... ${Math.round((Date.now() - t0) / 1000)} s`), 15_000);
+      try {
+        const meta = await api<{ tag: string; timings: { bootMs: number; freezeMs: number } }>(
+          "POST",
+          "/v1/snapshots",
+          {
+            tag: o.tag,
+            template: o.template,
+            warm: o.warm,
+            memory_mib: o.memory,
+            vcpus: o.vcpus,
+          },
+        );
+        if (o.json) console.log(JSON.stringify(meta, null, 2));
+        else
+          console.log(
+            `snapshot ${meta.tag} ready: boot ${Math.round(meta.timings.bootMs)} ms, freeze ${Math.round(meta.timings.freezeMs)} ms, total ${Date.now() - t0} ms`,
+          );
+      } finally {
+        clearInterval(tick);
+      }
+    },
+  );
+
+program
+  .command("fork")
+  .description("fork N sandboxes from a snapshot")
+  .requiredOption("--tag <tag>", "snapshot tag")
+  .option("-n <n>", "number of children (1..1000)", (v) => parseInt(v, 10), 1)
+  .option("--json", "JSON output")
+  .action(async (o: { tag: string; n: number; json?: boolean }) => {
+    const t0 = Date.now();
+    const r = await api<{ sandboxes: SandboxView[]; failures: { index: number; message: string }[] }>(
+      "POST",
+      "/v1/sandboxes",
+      { snapshot_tag: o.tag, n: o.n },
+    );
+    if (o.json) {
+      console.log(JSON.stringify(r, null, 2));
+    } else {
+      printTable(
+        ["ID", "PID", "TAG", "READY_MS", "TOTAL_MS"],
+        r.sandboxes.map((s) => [
+          s.id,
+          String(s.pid),
+          s.tag,
+          String(Math.round(s.timings.readyMs)),
+          String(Math.round(s.timings.totalMs)),
+        ]),
+      );
+      say(`${r.sandboxes.length} of ${o.n} children ready in ${Date.now() - t0} ms`);
+      for (const f of r.failures) say(`child ${f.index} failed: ${f.message}`);
+    }
+    if (r.failures.length > 0) process.exitCode = 1;
+  });
+
+program
+  .command("ls")
+  .description("list sandboxes")
+  .option("--json", "JSON output")
+  .action(async (o: { json?: boolean }) => {
+    const r = await api<{ sandboxes: SandboxView[] }>("GET", "/v1/sandboxes");
+    if (o.json) console.log(JSON.stringify(r.sandboxes, null, 2));
+    else
+      printTable(
+        ["ID", "PID", "TAG", "STATE", "CREATED"],
+        r.sandboxes.map((s) => [s.id, String(s.pid), s.tag, s.state, s.created]),
+      );
+  });
+
+program
+  .command("kill")
+  .description("kill sandboxes")
+  .argument("<ids...>")
+  .action(async (ids: string[]) => {
+    for (const id of ids) await api("DELETE", `/v1/sandboxes/${encodeURIComponent(id)}`);
+  });
+
+program
+  .command("exec")
+  .description("run a command in a sandbox, streaming its output; exits with its exit code")
+  .argument("<id>")
+  .argument("<cmd...>")
+  .option("--timeout <ms>", "kill the command after this many ms", (v) => parseInt(v, 10))
+  .option("--cwd <dir>", "working directory")
+  .option("-e, --env <KEY=VALUE...>", "environment variables")
+  .action(async (id: string, cmd: string[], o: { timeout?: number; cwd?: string; env?: string[] }) => {
+    await ensureDaemon(paths, endpoint, say);
+    const env = Object.fromEntries(
+      (o.env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
+    );
+    const body = JSON.stringify({ cmd, env: o.env ? env : undefined, cwd: o.cwd, timeout_ms: o.timeout });
+    const res = await checkResponse(
+      await rawRequest(endpoint, "POST", `/v1/sandboxes/${encodeURIComponent(id)}/exec/stream`, body, 0, {
+        "content-type": "application/json",
+      }),
+    );
+    let buf = "";
+    let code = 1;
+    for await (const chunk of res) {
+      buf += (chunk as Buffer).toString("utf8");
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const ev = JSON.parse(buf.slice(0, nl)) as {
+          type: string;
+          data?: string;
+          exit_code?: number | null;
+          signal?: number | null;
+          timed_out?: boolean;
+          error?: { message: string };
+        };
+        buf = buf.slice(nl + 1);
+        if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
+        else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
+        else if (ev.type === "exit") {
+          if (ev.timed_out) say("forkd: command timed out");
+          code = ev.exit_code ?? 128 + (ev.signal ?? 0);
+        } else if (ev.type === "error") {
+          say(`forkd: ${ev.error?.message ?? "exec failed"}`);
+          code = 1;
+        }
+      }
+    }
+    process.exitCode = code;
+  });
+
+program
+  .command("eval")
+  .description("run Python code in the sandbox's warm interpreter")
+  .argument("<id>")
+  .argument("<code>")
+  .option("--json", "JSON output")
+  .action(async (id: string, code: string, o: { json?: boolean }) => {
+    const r = await api<{
+      ok: boolean;
+      value: string | null;
+      stdout: string;
+      stderr: string;
+      error: { traceback: string } | null;
+    }>("POST", `/v1/sandboxes/${encodeURIComponent(id)}/eval`, { code });
+    if (o.json) return console.log(JSON.stringify(r, null, 2));
+    process.stdout.write(r.stdout);
+    process.stderr.write(r.stderr);
+    if (r.value !== null) console.log(r.value);
+    if (r.error) {
+      process.stderr.write(r.error.traceback);
+      process.exitCode = 1;
+    }
+  });
+
+program
+  .command("cp")
+  .description("copy a file into (LOCAL ID:PATH) or out of (ID:PATH LOCAL) a sandbox")
+  .argument("<src>")
+  .argument("<dst>")
+  .action(async (src: string, dst: string) => {
+    await ensureDaemon(paths, endpoint, say);
+    const remote = (s: string) => /^(sb-[a-z2-7]{16}):(\/.*)$/.exec(s);
+    const from = remote(src);
+    const to = remote(dst);
+    if (from && !to) {
+      const res = await checkResponse(
+        await rawRequest(
+          endpoint,
+          "GET",
+          `/v1/sandboxes/${from[1]}/files?path=${encodeURIComponent(from[2]!)}`,
+        ),
+      );
+      await pipeline(res, dst === "-" ? process.stdout : createWriteStream(dst));
+    } else if (to && !from) {
+      const res = await rawRequest(
+        endpoint,
+        "PUT",
+        `/v1/sandboxes/${to[1]}/files?path=${encodeURIComponent(to[2]!)}&parents=1`,
+        src === "-" ? process.stdin : createReadStream(src),
+        0,
+        { "content-type": "application/octet-stream" },
+      );
+      await checkResponse(res);
+    } else {
+      throw new ApiError(0, "invalid_argument", "exactly one of SRC and DST must be ID:/absolute/path");
+    }
+  });
+
+program
+  .command("images")
+  .description("list snapshots")
+  .option("--json", "JSON output")
+  .action(async (o: { json?: boolean }) => {
+    const r = await api<{
+      snapshots: {
+        tag: string;
+        template: string;
+        created: string;
+        machine: { memoryMiB: number; vcpus: number; accel: string };
+        files: { memory: { size: number } };
+      }[];
+    }>("GET", "/v1/snapshots");
+    if (o.json) console.log(JSON.stringify(r.snapshots, null, 2));
+    else
+      printTable(
+        ["TAG", "TEMPLATE", "MEMORY", "VCPUS", "ACCEL", "CREATED"],
+        r.snapshots.map((s) => [
+          s.tag,
+          s.template,
+          `${s.machine.memoryMiB}M`,
+          String(s.machine.vcpus),
+          s.machine.accel,
+          s.created,
+        ]),
+      );
+  });
+
+program
+  .command("rmi")
+  .description("delete snapshots")
+  .argument("<tags...>")
+  .action(async (tags: string[]) => {
+    for (const t of tags) await api("DELETE", `/v1/snapshots/${encodeURIComponent(t)}`);
+  });
+
+program.addOption(new Option("--quiet", "less output").hideHelp());
+
+program.parseAsync(process.argv).catch((e: unknown) => {
+  if (e instanceof ApiError) {
+    say(`forkd: ${e.message}${e.code ? ` [${e.code}]` : ""}`);
+    const tail = e.details.console_tail;
+    if (typeof tail === "string") say(`guest console:\n${tail}`);
+    process.exit(e.code === "invalid_argument" ? 2 : e.code === "not_found" ? 3 : 1);
+  }
+  say(`forkd: ${e instanceof Error ? e.message : String(e)}`);
+  process.exit(1);
+});

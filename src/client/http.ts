@@ -1,0 +1,100 @@
+/**
+ * A small client for the daemon's REST API, over its unix socket or a URL with a bearer token.
+ * The CLI uses only this. (The SDKs have their own copies: they import nothing from here.)
+ */
+import { request as httpRequest } from "node:http";
+import type { IncomingMessage } from "node:http";
+
+export interface Endpoint {
+  socket?: string;
+  url?: string;
+  token?: string;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+export function rawRequest(
+  ep: Endpoint,
+  method: string,
+  path: string,
+  body?: Buffer | string | NodeJS.ReadableStream,
+  timeoutMs = 0,
+  headers: Record<string, string> = {},
+): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const h: Record<string, string> = { ...headers };
+    if (ep.token) h.authorization = `Bearer ${ep.token}`;
+    const base = ep.url ? new URL(ep.url) : null;
+    const req = httpRequest(
+      base
+        ? { host: base.hostname, port: base.port, path, method, headers: h }
+        : { socketPath: ep.socket, path, method, headers: h },
+      resolve,
+    );
+    req.on("error", reject);
+    if (timeoutMs > 0) {
+      req.setTimeout(timeoutMs, () =>
+        req.destroy(new ApiError(0, "timeout", `request timed out after ${timeoutMs} ms`)),
+      );
+    }
+    if (body === undefined) req.end();
+    else if (typeof body === "string" || Buffer.isBuffer(body)) req.end(body);
+    else body.pipe(req);
+  });
+}
+
+export async function readAll(res: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of res) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** Throws ApiError for a non-2xx response, from the error envelope. */
+export async function checkResponse(res: IncomingMessage): Promise<IncomingMessage> {
+  const status = res.statusCode ?? 0;
+  if (status >= 200 && status < 300) return res;
+  const text = (await readAll(res)).toString("utf8");
+  try {
+    const env = JSON.parse(text) as {
+      error?: { code?: string; message?: string; details?: Record<string, unknown> };
+    };
+    throw new ApiError(
+      status,
+      env.error?.code ?? "internal",
+      env.error?.message ?? text,
+      env.error?.details ?? {},
+    );
+  } catch (e) {
+    if (e instanceof ApiError) throw e;
+    throw new ApiError(status, "internal", text || `HTTP ${status}`);
+  }
+}
+
+export async function apiRequest<T = unknown>(
+  ep: Endpoint,
+  method: string,
+  path: string,
+  body?: unknown,
+  timeoutMs = 0,
+): Promise<T> {
+  const res = await rawRequest(
+    ep,
+    method,
+    path,
+    body === undefined ? undefined : JSON.stringify(body),
+    timeoutMs,
+    body === undefined ? {} : { "content-type": "application/json" },
+  );
+  await checkResponse(res);
+  return JSON.parse((await readAll(res)).toString("utf8")) as T;
+}

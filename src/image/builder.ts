@@ -1,0 +1,89 @@
+/**
+ * Guest images: guest/image/build.sh builds kernel, initramfs and root filesystem for a template,
+ * each stage cached by content hash under the cache dir. This wrapper runs it, relays its
+ * progress and reads the resulting manifest.
+ */
+import { spawn } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { ForkdError } from "../util/errors.js";
+import { assertTemplate } from "../util/ids.js";
+
+export interface GuestImage {
+  hash: string;
+  dir: string;
+  template: string;
+  kernel: string;
+  initrd: string;
+  rootfs: string;
+  kernelVersion: string;
+}
+
+export type ProgressFn = (line: string) => void;
+
+export class ImageBuilder {
+  constructor(
+    private readonly repoDir: string,
+    private readonly cacheDir: string,
+  ) {}
+
+  /** Returns the image for `template`, building what is missing. Fast when cached. */
+  async ensure(
+    template: string,
+    progress: ProgressFn = () => undefined,
+    timeoutMs = 30 * 60_000,
+  ): Promise<GuestImage> {
+    assertTemplate(template);
+    const script = join(this.repoDir, "guest/image/build.sh");
+    const out = await new Promise<string>((resolve, reject) => {
+      const child = spawn("bash", [script, "--template", template, "--cache", this.cacheDir], {
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let errTail = "";
+      let partial = "";
+      const timer = setTimeout(() => child.kill("SIGTERM"), timeoutMs);
+      child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+      child.stderr.on("data", (d: Buffer) => {
+        partial += d.toString();
+        const lines = partial.split("\n");
+        partial = lines.pop() ?? "";
+        for (const line of lines) {
+          errTail = (errTail + line + "\n").slice(-4000);
+          if (/^(STEP|DONE|\.\.\.)/.test(line)) progress(line);
+        }
+      });
+      child.on("error", reject);
+      child.on("close", (code) => {
+        clearTimeout(timer);
+        if (code === 0) resolve(stdout.trim().split("\n").pop() ?? "");
+        else
+          reject(
+            new ForkdError(
+              "image_error",
+              `guest image build failed (exit ${code}): ${errTail.trim().split("\n").slice(-8).join(" | ")}`,
+            ),
+          );
+      });
+    });
+    return this.load(out);
+  }
+
+  async load(dir: string): Promise<GuestImage> {
+    let manifest: { image_hash: string; template: string; kernel_version: string };
+    try {
+      manifest = JSON.parse(await readFile(join(dir, "manifest.json"), "utf8")) as typeof manifest;
+    } catch (e) {
+      throw new ForkdError("image_error", `no valid guest image at ${dir}`, {}, e);
+    }
+    return {
+      hash: manifest.image_hash,
+      dir,
+      template: manifest.template,
+      kernel: join(dir, "vmlinuz"),
+      initrd: join(dir, "initrd.img"),
+      rootfs: join(dir, "rootfs.ext4"),
+      kernelVersion: manifest.kernel_version,
+    };
+  }
+}

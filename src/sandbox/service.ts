@@ -1,0 +1,222 @@
+/**
+ * The sandbox service: forks children from snapshots, keeps the live registry, kills them, and
+ * re-adopts running children after a daemon restart. It is the one owner of sandbox state; the
+ * API layer only calls it.
+ */
+import { mkdir, readdir, readFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { AgentClient } from "../agent/client.js";
+import { cloneOverlay } from "../disk/overlay.js";
+import type { SnapshotStore } from "../snapshot/store.js";
+import { writeJsonAtomic } from "../util/atomic.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
+import { assertSandboxId, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
+import { nowMs, since } from "../util/time.js";
+import { vmFiles } from "../vmm/config.js";
+import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
+import { viewOf } from "./sandbox.js";
+import type { Sandbox, SandboxRecord, SandboxView } from "./sandbox.js";
+
+export const MAX_FORK = 1000;
+
+export interface ForkFailure {
+  index: number;
+  code: string;
+  message: string;
+}
+
+export interface ForkResult {
+  sandboxes: SandboxView[];
+  failures: ForkFailure[];
+}
+
+export interface Logger {
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+}
+
+export interface SandboxServiceOptions {
+  root: string;
+  store: SnapshotStore;
+  driver: QemuDriver;
+  log: Logger;
+  /** TCG translation buffer per child (MiB). */
+  tbSizeMiB?: number;
+  readyTimeoutMs?: number;
+}
+
+export class SandboxService {
+  private readonly live = new Map<string, Sandbox>();
+
+  constructor(private readonly o: SandboxServiceOptions) {}
+
+  list(): SandboxView[] {
+    return [...this.live.values()].map(viewOf).sort((a, b) => a.created.localeCompare(b.created));
+  }
+
+  get(id: string): Sandbox {
+    assertSandboxId(id);
+    const s = this.live.get(id);
+    if (!s) throw new ForkdError("not_found", `no sandbox ${id}`, { id });
+    return s;
+  }
+
+  /** The sandbox's agent, if it is running. */
+  agent(id: string): AgentClient {
+    const s = this.get(id);
+    if (s.state !== "running") {
+      throw new ForkdError("conflict", `sandbox ${id} is not running (${s.exitReason ?? s.state})`, { id });
+    }
+    return s.agent;
+  }
+
+  countByTag(tag: string): number {
+    let n = 0;
+    for (const s of this.live.values()) if (s.record.tag === tag && s.state === "running") n++;
+    return n;
+  }
+
+  /**
+   * Forks `n` children of snapshot `tag` in parallel. Returns when every child has answered its
+   * agent or failed; a failed child is cleaned up and reported without failing its siblings.
+   */
+  async fork(tag: string, n: number): Promise<ForkResult> {
+    if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
+      throw new ForkdError("invalid_argument", `n must be an integer in 1..${MAX_FORK}`, { field: "n" });
+    }
+    const snap = await this.o.store.get(tag);
+    const results = await Promise.allSettled(Array.from({ length: n }, () => this.forkOne(snap.meta.tag)));
+    const out: ForkResult = { sandboxes: [], failures: [] };
+    results.forEach((r, index) => {
+      if (r.status === "fulfilled") out.sandboxes.push(viewOf(r.value));
+      else {
+        const e = r.reason as unknown;
+        out.failures.push({
+          index,
+          code: e instanceof ForkdError ? e.code : "internal",
+          message: errorMessage(e),
+        });
+      }
+    });
+    if (out.failures.length > 0)
+      this.o.log.warn("fork: some children failed", { tag, failed: out.failures.length, n });
+    return out;
+  }
+
+  private async forkOne(tag: string): Promise<Sandbox> {
+    const snap = await this.o.store.get(tag);
+    const id = newSandboxId();
+    const dir = join(this.o.root, id);
+    const t0 = nowMs();
+    let vm: QemuVm | null = null;
+    let agent: AgentClient | null = null;
+    try {
+      await mkdir(dir, { mode: 0o700 });
+      const disk = join(dir, "disk.qcow2");
+      await cloneOverlay(snap.files.childDisk, disk);
+      vm = await this.o.driver.launch({
+        dir,
+        machine: snap.meta.machine,
+        memory: { path: snap.files.memory, mode: "child" },
+        disk,
+        incoming: snap.files.vmstate,
+        tbSizeMiB: this.o.tbSizeMiB,
+      });
+      const launchMs = since(t0);
+      // Connect to the agent before the guest runs, so it never sees its host end closed.
+      agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
+      const t1 = nowMs();
+      await vm.resume();
+      const restoreMs = since(t1);
+      await agent.identity({ hostname: id, sandboxId: id }, this.o.readyTimeoutMs ?? 60_000);
+      const readyMs = since(t1);
+      const record: SandboxRecord = {
+        format: 1,
+        id,
+        tag,
+        pid: vm.pid,
+        pidStartTime: vm.id.startTime,
+        created: new Date().toISOString(),
+        timings: { launchMs, restoreMs, readyMs, totalMs: since(t0) },
+      };
+      await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
+      return this.register(record, dir, vm, agent);
+    } catch (e) {
+      agent?.close();
+      await vm?.kill().catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  private register(record: SandboxRecord, dir: string, vm: QemuVm, agent: AgentClient): Sandbox {
+    const s: Sandbox = { record, dir, vm, agent, state: "running", exitReason: null };
+    this.live.set(record.id, s);
+    void vm.waitExit(2 ** 31 - 1).then(
+      () => this.onExit(s),
+      () => undefined,
+    );
+    return s;
+  }
+
+  /** A VM that exited without being asked: keep the record (with why), free its files. */
+  private async onExit(s: Sandbox): Promise<void> {
+    if (s.state !== "running") return;
+    s.state = "exited";
+    s.exitReason = "vmm process exited";
+    s.agent.close();
+    this.o.log.warn("sandbox exited", { id: s.record.id, pid: s.record.pid });
+    await rm(s.dir, { recursive: true, force: true });
+  }
+
+  async kill(id: string): Promise<void> {
+    const s = this.get(id);
+    this.live.delete(id);
+    s.state = "exited";
+    s.exitReason = "killed";
+    s.agent.close();
+    await s.vm.kill().catch(() => undefined);
+    await rm(s.dir, { recursive: true, force: true });
+  }
+
+  /**
+   * After a daemon restart: re-adopt every child whose VMM is still the process we started,
+   * reconnect its agent; clean up the rest.
+   */
+  async recover(): Promise<{ adopted: string[]; removed: string[] }> {
+    const adopted: string[] = [];
+    const removed: string[] = [];
+    await mkdir(this.o.root, { recursive: true, mode: 0o700 });
+    for (const name of await readdir(this.o.root)) {
+      const dir = join(this.o.root, name);
+      if (!SANDBOX_ID_RE.test(name)) continue;
+      try {
+        const record = JSON.parse(await readFile(join(dir, "sandbox.json"), "utf8")) as SandboxRecord;
+        if (record.id !== name) throw new Error("record id mismatch");
+        const vm = await this.o.driver.adopt({ pid: record.pid, startTime: record.pidStartTime }, dir);
+        if (!vm) throw new Error("VMM process is gone");
+        const agent = await AgentClient.connect(vmFiles(dir).agent, 5_000);
+        await agent.ping(10_000);
+        this.register(record, dir, vm, agent);
+        adopted.push(name);
+      } catch (e) {
+        this.o.log.warn("recover: removing sandbox", { id: name, reason: errorMessage(e) });
+        await rm(dir, { recursive: true, force: true });
+        removed.push(name);
+      }
+    }
+    return { adopted, removed };
+  }
+
+  /** Daemon shutdown: drop connections, leave the VMs running for the next daemon. */
+  detachAll(): void {
+    for (const s of this.live.values()) {
+      s.agent.close();
+      s.vm.qmp.close();
+    }
+  }
+
+  async killAll(): Promise<void> {
+    await Promise.all([...this.live.keys()].map((id) => this.kill(id).catch(() => undefined)));
+  }
+}

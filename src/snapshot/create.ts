@@ -1,0 +1,179 @@
+/**
+ * Creating a snapshot: boot a parent VM cold on its own disk layer, wait for its agent and warm
+ * interpreter, run the warm-up, flush the guest's disk cache, and freeze it: device state to a
+ * file, RAM already in the memory file. The parent never runs again on that image.
+ */
+import { randomBytes } from "node:crypto";
+import { chmod, mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { AgentClient } from "../agent/client.js";
+import { createOverlay, virtualSize } from "../disk/overlay.js";
+import type { AccelChoice } from "../host/accel.js";
+import type { ImageBuilder, ProgressFn } from "../image/builder.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
+import { nowMs, since, sleep } from "../util/time.js";
+import { kernelCmdline, vmFiles } from "../vmm/config.js";
+import type { MachineConfig } from "../vmm/config.js";
+import { readTail } from "../vmm/qemu.js";
+import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
+import { SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
+import type { SnapshotMeta } from "./meta.js";
+import { snapshotFiles } from "./store.js";
+import type { SnapshotStore } from "./store.js";
+
+export interface CreateSnapshotRequest {
+  tag: string;
+  template: string;
+  warm?: string | null;
+  memoryMiB: number;
+  vcpus: number;
+  /** Deadline for boot, and separately for the warm-up command. */
+  bootTimeoutMs?: number;
+  warmTimeoutMs?: number;
+}
+
+export interface SnapshotDeps {
+  store: SnapshotStore;
+  driver: QemuDriver;
+  images: ImageBuilder;
+  accel: AccelChoice;
+  qemuVersion: string;
+  runDir: string;
+}
+
+export async function createSnapshot(
+  deps: SnapshotDeps,
+  req: CreateSnapshotRequest,
+  progress: ProgressFn = () => undefined,
+): Promise<SnapshotMeta> {
+  const release = await deps.store.claim(req.tag);
+  const suffix = randomBytes(6).toString("hex");
+  const staging = deps.store.stagingDir(suffix);
+  const runtime = join(deps.runDir, `p-${suffix}`);
+  let vm: QemuVm | null = null;
+  let agent: AgentClient | null = null;
+  try {
+    progress(`image: ensuring template ${req.template}`);
+    const image = await deps.images.ensure(req.template, progress);
+    await mkdir(staging, { recursive: true, mode: 0o700 });
+    await mkdir(runtime, { recursive: true, mode: 0o700 });
+    const files = snapshotFiles(staging);
+    await createOverlay(files.disk, { backing: image.rootfs, backingFormat: "raw" });
+    const machine: MachineConfig = { memoryMiB: req.memoryMiB, vcpus: req.vcpus, accel: deps.accel.accel };
+
+    progress(`boot: starting parent VM (${machine.accel}, ${req.memoryMiB} MiB, ${req.vcpus} vCPU)`);
+    const t0 = nowMs();
+    vm = await deps.driver.launch({
+      dir: runtime,
+      machine,
+      memory: { path: files.memory, mode: "parent" },
+      disk: files.disk,
+      boot: {
+        kernel: image.kernel,
+        initrd: image.initrd,
+        append: kernelCmdline(machine.accel, deps.accel.tscKhz),
+      },
+    });
+    agent = await AgentClient.connect(vmFiles(runtime).agent, 10_000);
+    await waitReady(vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
+    const bootMs = since(t0);
+    progress(`boot: agent ready after ${Math.round(bootMs)} ms`);
+
+    const t1 = nowMs();
+    if (req.warm) {
+      progress(`warm: ${req.warm}`);
+      const out: Buffer[] = [];
+      const r = await agent.exec(
+        { shell: req.warm, timeoutMs: req.warmTimeoutMs ?? 600_000 },
+        { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },
+      ).result;
+      if (r.exitCode !== 0) {
+        const tail = Buffer.concat(out).toString("utf8").slice(-2000);
+        throw new ForkdError(
+          "guest_error",
+          `warm-up command failed (${r.timedOut ? "timed out" : `exit ${r.exitCode ?? `signal ${r.signal}`}`}): ${tail}`,
+        );
+      }
+    }
+    const warmMs = since(t1);
+
+    progress("freeze: syncing guest disks and saving device state");
+    const t2 = nowMs();
+    await agent.sync();
+    agent.close();
+    agent = null;
+    await vm.saveState(files.vmstate);
+    await vm.stop();
+    vm = null;
+    const freezeMs = since(t2);
+
+    progress("freeze: checksumming memory, device state and disk");
+    const [memory, vmstate, disk] = await Promise.all([
+      sha256File(files.memory),
+      sha256File(files.vmstate),
+      sha256File(files.disk),
+    ]);
+    const diskSize = await virtualSize(files.disk);
+    // Children copy this empty layer; it names the published path of the frozen layer.
+    await createOverlay(files.childDisk, {
+      backing: snapshotFiles(deps.store.filesFor(req.tag).dir).disk,
+      backingFormat: "qcow2",
+      sizeBytes: diskSize,
+      unsafe: true,
+    });
+    await Promise.all([chmod(files.memory, 0o444), chmod(files.disk, 0o444), chmod(files.vmstate, 0o444)]);
+    const meta = await writeMeta(files.meta, {
+      format: SNAPSHOT_FORMAT,
+      tag: req.tag,
+      template: req.template,
+      created: new Date().toISOString(),
+      status: "ready",
+      machine,
+      image: { hash: image.hash, dir: image.dir, kernelVersion: image.kernelVersion },
+      qemu: { binary: deps.driver.binary, version: deps.qemuVersion },
+      warm: req.warm ?? null,
+      diskSize,
+      files: { memory, vmstate, disk },
+      timings: { bootMs, warmMs, freezeMs },
+    });
+    await deps.store.publish(staging, req.tag);
+    progress(`snapshot ${req.tag} ready`);
+    return meta;
+  } catch (e) {
+    const tail = await readTail(vmFiles(runtime).console, 1500);
+    if (e instanceof ForkdError && tail && e.code !== "conflict") {
+      e.details.console_tail = tail;
+    }
+    throw e;
+  } finally {
+    agent?.close();
+    if (vm) await vm.kill().catch(() => undefined);
+    await rm(staging, { recursive: true, force: true });
+    await rm(runtime, { recursive: true, force: true });
+    release();
+  }
+}
+
+/** Pings until the agent and its warm interpreter answer, or the VM dies, or time runs out. */
+async function waitReady(vm: QemuVm, agent: AgentClient, timeoutMs: number, runtime: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError = "no answer";
+  while (Date.now() < deadline) {
+    if (vm.exited) {
+      throw new ForkdError(
+        "vmm_error",
+        `parent VM exited during boot: ${await readTail(vmFiles(runtime).console, 800)}`,
+      );
+    }
+    try {
+      const p = await agent.ping(3_000);
+      if (p.evalReady) return;
+      lastError = "warm interpreter not ready";
+      await sleep(100);
+    } catch (e) {
+      lastError = errorMessage(e);
+      if (agent.closed) throw new ForkdError("vmm_error", `agent connection lost during boot: ${lastError}`);
+    }
+  }
+  throw new ForkdError("timeout", `parent VM not ready after ${timeoutMs} ms (${lastError})`);
+}

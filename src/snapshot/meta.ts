@@ -1,0 +1,87 @@
+/**
+ * Snapshot metadata: versioned, self-checksummed, written atomically. See docs/snapshot-format.md.
+ */
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { z } from "zod";
+import { ForkdError } from "../util/errors.js";
+import { writeJsonAtomic } from "../util/atomic.js";
+
+export const SNAPSHOT_FORMAT = 1;
+
+const FileSum = z.object({
+  size: z.number().int().nonnegative(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
+
+export const SnapshotMetaSchema = z.object({
+  format: z.literal(SNAPSHOT_FORMAT),
+  tag: z.string(),
+  template: z.string(),
+  created: z.string(),
+  status: z.literal("ready"),
+  machine: z.object({
+    memoryMiB: z.number().int(),
+    vcpus: z.number().int(),
+    accel: z.enum(["kvm", "tcg"]),
+  }),
+  image: z.object({ hash: z.string(), dir: z.string(), kernelVersion: z.string() }),
+  qemu: z.object({ binary: z.string(), version: z.string() }),
+  warm: z.string().nullable(),
+  /** Virtual size of the root disk in bytes. */
+  diskSize: z.number().int().positive(),
+  files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
+  timings: z.object({ bootMs: z.number(), warmMs: z.number(), freezeMs: z.number() }),
+  checksum: z.string(),
+});
+
+export type SnapshotMeta = z.infer<typeof SnapshotMetaSchema>;
+
+function checksumOf(meta: Omit<SnapshotMeta, "checksum">): string {
+  return createHash("sha256")
+    .update(JSON.stringify({ ...meta, checksum: undefined }))
+    .digest("hex");
+}
+
+export async function writeMeta(path: string, meta: Omit<SnapshotMeta, "checksum">): Promise<SnapshotMeta> {
+  const full: SnapshotMeta = { ...meta, checksum: checksumOf(meta) };
+  await writeJsonAtomic(path, full, 0o644);
+  return full;
+}
+
+const MAX_META = 64 * 1024;
+
+export async function readMeta(path: string): Promise<SnapshotMeta> {
+  let raw: string;
+  try {
+    raw = await readFile(path, "utf8");
+  } catch (e) {
+    throw new ForkdError("not_found", `no snapshot metadata at ${path}`, {}, e);
+  }
+  if (raw.length > MAX_META) throw new ForkdError("snapshot_corrupt", `${path} is too large`);
+  let parsed: SnapshotMeta;
+  try {
+    parsed = SnapshotMetaSchema.parse(JSON.parse(raw));
+  } catch (e) {
+    throw new ForkdError("snapshot_corrupt", `${path} is not valid snapshot metadata`, {}, e);
+  }
+  const { checksum, ...rest } = parsed;
+  if (checksumOf(rest) !== checksum) throw new ForkdError("snapshot_corrupt", `${path}: checksum mismatch`);
+  return parsed;
+}
+
+export function sha256File(path: string): Promise<{ size: number; sha256: string }> {
+  return new Promise((resolve, reject) => {
+    const h = createHash("sha256");
+    let size = 0;
+    createReadStream(path, { highWaterMark: 1 << 20 })
+      .on("data", (d) => {
+        const b = d as Buffer;
+        size += b.length;
+        h.update(b);
+      })
+      .on("error", reject)
+      .on("end", () => resolve({ size, sha256: h.digest("hex") }));
+  });
+}

@@ -1,0 +1,50 @@
+/** Identifiers and names that reach the filesystem: validated here, before any path is built. */
+import { randomBytes } from "node:crypto";
+import { ForkdError } from "./errors.js";
+
+export const TAG_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+/** Sandbox ids: "sb-" + 16 lowercase base32 characters (80 random bits). */
+export const SANDBOX_ID_RE = /^sb-[a-z2-7]{16}$/;
+export const TEMPLATE_RE = /^[a-z][a-z0-9-]{0,31}$/;
+
+const B32 = "abcdefghijklmnopqrstuvwxyz234567";
+
+export function newSandboxId(): string {
+  const bytes = randomBytes(16);
+  let out = "sb-";
+  for (let i = 0; i < 16; i++) out += B32[bytes[i]! & 31];
+  return out;
+}
+
+export function isValidTag(tag: unknown): tag is string {
+  return typeof tag === "string" && TAG_RE.test(tag) && tag !== "." && tag !== "..";
+}
+
+export function assertTag(tag: unknown): string {
+  if (!isValidTag(tag)) {
+    throw new ForkdError(
+      "invalid_argument",
+      `invalid tag ${JSON.stringify(tag)}: must match ${TAG_RE.source}`,
+      {
+        field: "tag",
+      },
+    );
+  }
+  return tag;
+}
+
+export function assertSandboxId(id: unknown): string {
+  if (typeof id !== "string" || !SANDBOX_ID_RE.test(id)) {
+    throw new ForkdError("invalid_argument", `invalid sandbox id ${JSON.stringify(id)}`, { field: "id" });
+  }
+  return id;
+}
+
+export function assertTemplate(name: unknown): string {
+  if (typeof name !== "string" || !TEMPLATE_RE.test(name)) {
+    throw new ForkdError("invalid_argument", `invalid template ${JSON.stringify(name)}`, {
+      field: "template",
+    });
+  }
+  return name;
+}

@@ -1,0 +1,76 @@
+/** Host processes: running tools with a deadline, and identifying processes we did not spawn. */
+import { execFile } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { ForkdError } from "./errors.js";
+
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a program (no shell) and returns its output; a non-zero exit or timeout is an error. */
+export function run(
+  file: string,
+  args: string[],
+  opts: { timeoutMs?: number; cwd?: string } = {},
+): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      file,
+      args,
+      { timeout: opts.timeoutMs ?? 60_000, maxBuffer: 16 << 20, cwd: opts.cwd, killSignal: "SIGKILL" },
+      (err, stdout, stderr) => {
+        if (err) {
+          reject(
+            new ForkdError(
+              "internal",
+              `${file} ${args.join(" ")} failed: ${stderr.trim() || err.message}`,
+              {
+                file,
+              },
+              err,
+            ),
+          );
+          return;
+        }
+        resolve({ stdout, stderr });
+      },
+    );
+  });
+}
+
+/**
+ * The start time of a process (field 22 of /proc/PID/stat, clock ticks since boot), or null if
+ * it does not exist. A pid plus its start time names a process unambiguously: pids are reused.
+ */
+export async function processStartTime(pid: number): Promise<number | null> {
+  let stat: string;
+  try {
+    stat = await readFile(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return null;
+  }
+  // comm (field 2) may contain spaces and parentheses: split after the last ')'.
+  const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const state = rest[0];
+  if (state === "Z" || state === "X") return null;
+  const start = Number(rest[19]);
+  return Number.isFinite(start) ? start : null;
+}
+
+export async function processCmdline(pid: number): Promise<string[]> {
+  try {
+    return (await readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0").filter((s) => s.length > 0);
+  } catch {
+    return [];
+  }
+}
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}

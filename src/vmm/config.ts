@@ -1,0 +1,97 @@
+/**
+ * The QEMU command line, in one place: parents and children must present the same machine and
+ * devices or the device state will not load. Only memory mapping, boot and incoming differ.
+ */
+import { join } from "node:path";
+import type { Accel } from "../host/accel.js";
+
+export interface MachineConfig {
+  memoryMiB: number;
+  vcpus: number;
+  accel: Accel;
+}
+
+export interface VmLaunch {
+  /** Directory for this VM's sockets and logs. */
+  dir: string;
+  machine: MachineConfig;
+  /** Guest RAM file. `parent`: shared, writable (it becomes the image). `child`: private, read-only. */
+  memory: { path: string; mode: "parent" | "child" };
+  /** The VM's own writable qcow2 layer. */
+  disk: string;
+  /** Cold boot (parents only). */
+  boot?: { kernel: string; initrd: string; append: string };
+  /** Device-state file to restore from (children only). The VM stays paused until resumed. */
+  incoming?: string;
+  /** TCG translation-buffer size; the largest part of a TCG child's private memory. */
+  tbSizeMiB?: number;
+}
+
+export const vmFiles = (dir: string) => ({
+  qmp: join(dir, "qmp.sock"),
+  agent: join(dir, "agent.sock"),
+  console: join(dir, "console.log"),
+  log: join(dir, "qemu.log"),
+});
+
+/** QEMU options are comma-separated; a comma in a value is written twice. */
+const esc = (v: string): string => v.replaceAll(",", ",,");
+
+export function qemuArgs(l: VmLaunch): string[] {
+  const f = vmFiles(l.dir);
+  const { memoryMiB, vcpus, accel } = l.machine;
+  const mem =
+    l.memory.mode === "parent"
+      ? `memory-backend-file,id=mem,size=${memoryMiB}M,mem-path=${esc(l.memory.path)},share=on`
+      : `memory-backend-file,id=mem,size=${memoryMiB}M,mem-path=${esc(l.memory.path)},share=off,readonly=on,rom=off`;
+  const args = [
+    "-name",
+    `forkd,process=forkd-vm`,
+    "-M",
+    "microvm,memory-backend=mem",
+    "-accel",
+    accel === "tcg" ? `tcg,tb-size=${l.tbSizeMiB ?? 64}` : "kvm",
+    "-cpu",
+    accel === "tcg" ? "max" : "host",
+    "-m",
+    `${memoryMiB}M`,
+    "-smp",
+    String(vcpus),
+    "-object",
+    mem,
+    "-nodefaults",
+    "-no-user-config",
+    "-display",
+    "none",
+    "-no-reboot",
+    "-chardev",
+    `file,id=con,path=${esc(f.console)}`,
+    "-serial",
+    "chardev:con",
+    "-device",
+    "virtio-serial-device",
+    "-chardev",
+    `socket,id=agent,path=${esc(f.agent)},server=on,wait=off`,
+    "-device",
+    "virtserialport,chardev=agent,name=forkd.agent",
+    "-drive",
+    `file=${esc(l.disk)},if=none,id=d0,format=qcow2,cache=writeback`,
+    "-device",
+    "virtio-blk-device,drive=d0",
+    "-qmp",
+    `unix:${esc(f.qmp)},server=on,wait=off`,
+  ];
+  if (l.boot) args.push("-kernel", l.boot.kernel, "-initrd", l.boot.initrd, "-append", l.boot.append);
+  if (l.incoming) {
+    args.push("-S", "-global", "migration.x-ignore-shared=on", "-incoming", `file:${l.incoming}`);
+  }
+  return args;
+}
+
+/** The guest kernel command line. */
+export function kernelCmdline(accel: Accel, tscKhz: number): string {
+  const parts = ["console=ttyS0", "root=/dev/vda", "rw", "quiet", "panic=-1", "random.trust_cpu=on"];
+  // Under TCG the microvm guest hangs at "Marking TSC unstable" without an early TSC frequency.
+  if (accel === "tcg") parts.push(`tsc_early_khz=${tscKhz}`);
+  return parts.join(" ");
+}

@@ -1,0 +1,205 @@
+/**
+ * QEMU processes: launch (cold boot or restore), adopt after a daemon restart, pause, resume,
+ * save device state, stop. A VM process outlives the daemon (its own session, stdio to a file),
+ * so a daemon restart re-adopts it instead of killing it.
+ */
+import { spawn } from "node:child_process";
+import { open } from "node:fs/promises";
+import { ForkdError, errorMessage } from "../util/errors.js";
+import { isAlive, processCmdline, processStartTime } from "../util/proc.js";
+import { sleep } from "../util/time.js";
+import { qemuArgs, vmFiles } from "./config.js";
+import type { VmLaunch } from "./config.js";
+import { QmpClient } from "./qmp.js";
+
+export interface VmIdentity {
+  pid: number;
+  /** /proc start time of `pid`; guards against pid reuse when adopting. */
+  startTime: number;
+}
+
+export class QemuVm {
+  private exitWaiters: Array<() => void> = [];
+  private hasExited = false;
+
+  constructor(
+    readonly id: VmIdentity,
+    readonly dir: string,
+    readonly qmp: QmpClient,
+    private readonly owned: boolean,
+  ) {
+    if (!owned) void this.watchForeignExit();
+  }
+
+  get pid(): number {
+    return this.id.pid;
+  }
+
+  get exited(): boolean {
+    return this.hasExited;
+  }
+
+  /** Called by the driver when an owned child exits. */
+  markExited(): void {
+    if (this.hasExited) return;
+    this.hasExited = true;
+    this.qmp.close();
+    for (const w of this.exitWaiters.splice(0)) w();
+  }
+
+  private async watchForeignExit(): Promise<void> {
+    while (!this.hasExited) {
+      if ((await processStartTime(this.id.pid)) !== this.id.startTime) {
+        this.markExited();
+        return;
+      }
+      await sleep(this.qmp.closed ? 50 : 500);
+    }
+  }
+
+  /** Resolves when the process has exited, or rejects after `timeoutMs`. */
+  waitExit(timeoutMs: number): Promise<void> {
+    if (this.hasExited) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(
+        () => reject(new ForkdError("timeout", `VM ${this.pid} did not exit in ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      this.exitWaiters.push(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+
+  async resume(): Promise<void> {
+    await this.qmp.execute("cont");
+  }
+
+  async pause(): Promise<void> {
+    await this.qmp.execute("stop");
+  }
+
+  async status(): Promise<string> {
+    return (await this.qmp.execute<{ status: string }>("query-status")).status;
+  }
+
+  /**
+   * Stops the VM and writes its device state (not its RAM: the RAM is the shared memory file)
+   * to `file`. The VM must never run again on that memory file afterwards.
+   */
+  async saveState(file: string, timeoutMs = 60_000): Promise<void> {
+    await this.qmp.execute("stop");
+    await this.qmp.execute("migrate-set-capabilities", {
+      capabilities: [{ capability: "x-ignore-shared", state: true }],
+    });
+    await this.qmp.execute("migrate", { uri: `file:${file}` });
+    const deadline = Date.now() + timeoutMs;
+    for (let delay = 1; ; delay = Math.min(delay * 2, 50)) {
+      const m = await this.qmp.execute<{ status?: string; "error-desc"?: string }>("query-migrate");
+      if (m.status === "completed") return;
+      if (m.status === "failed" || m.status === "cancelled") {
+        throw new ForkdError("vmm_error", `saving device state failed: ${m["error-desc"] ?? m.status}`);
+      }
+      if (Date.now() > deadline) throw new ForkdError("timeout", "saving device state timed out");
+      await sleep(delay);
+    }
+  }
+
+  /** Asks QEMU to quit; SIGKILL if it does not within `graceMs`. */
+  async stop(graceMs = 3_000): Promise<void> {
+    if (this.hasExited) return;
+    try {
+      await this.qmp.execute("quit", undefined, graceMs);
+    } catch {
+      /* the connection closes as it quits, or it is already gone */
+    }
+    try {
+      await this.waitExit(graceMs);
+    } catch {
+      await this.kill();
+    }
+  }
+
+  async kill(): Promise<void> {
+    if (this.hasExited) return;
+    try {
+      process.kill(this.pid, "SIGKILL");
+    } catch {
+      /* already gone */
+    }
+    await this.waitExit(10_000);
+  }
+}
+
+export class QemuDriver {
+  constructor(readonly binary: string) {}
+
+  /**
+   * Starts QEMU and connects QMP. With `incoming`, the VM is left paused after its state loads:
+   * the caller connects the agent, then resumes.
+   */
+  async launch(l: VmLaunch, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<QemuVm> {
+    const files = vmFiles(l.dir);
+    const log = await open(files.log, "a", 0o600);
+    const child = spawn(this.binary, qemuArgs(l), {
+      detached: true,
+      stdio: ["ignore", log.fd, log.fd],
+      env: { ...process.env, MALLOC_ARENA_MAX: "2" },
+    });
+    await log.close();
+    child.unref();
+    const pid = child.pid;
+    if (pid === undefined) {
+      throw new ForkdError("vmm_error", `cannot start ${this.binary}`);
+    }
+    let exited = false;
+    let vm: QemuVm | null = null;
+    child.once("exit", () => {
+      exited = true;
+      vm?.markExited();
+    });
+    try {
+      const startTime = await processStartTime(pid);
+      const qmp = await QmpClient.connect(files.qmp, opts.timeoutMs ?? 10_000, opts.signal);
+      vm = new QemuVm({ pid, startTime: startTime ?? 0 }, l.dir, qmp, true);
+      if (exited) vm.markExited();
+      return vm;
+    } catch (e) {
+      child.kill("SIGKILL");
+      const tail = await readTail(files.log);
+      throw new ForkdError(
+        "vmm_error",
+        `QEMU did not come up: ${errorMessage(e)}${tail ? `: ${tail}` : ""}`,
+        {},
+        e,
+      );
+    }
+  }
+
+  /** Re-adopts a VM started by an earlier daemon, if it is still the same process. */
+  async adopt(id: VmIdentity, dir: string): Promise<QemuVm | null> {
+    if (!isAlive(id.pid) || (await processStartTime(id.pid)) !== id.startTime) return null;
+    const cmd = await processCmdline(id.pid);
+    if (!cmd.some((a) => a.includes(vmFiles(dir).qmp))) return null;
+    const qmp = await QmpClient.connect(vmFiles(dir).qmp, 5_000);
+    return new QemuVm(id, dir, qmp, false);
+  }
+}
+
+export async function readTail(path: string, bytes = 2048): Promise<string> {
+  try {
+    const fh = await open(path, "r");
+    try {
+      const { size } = await fh.stat();
+      const start = Math.max(0, size - bytes);
+      const buf = Buffer.alloc(size - start);
+      await fh.read(buf, 0, buf.length, start);
+      return buf.toString("utf8").trim();
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return "";
+  }
+}
