@@ -105,6 +105,14 @@ export class AgentClient extends EventEmitter {
     return client;
   }
 
+  /** Wraps an already connected stream (tests: one end of a socketpair to an agent process). */
+  static fromSocket(socket: Socket, label = "socket"): AgentClient {
+    const client = new AgentClient(label);
+    client.socket = socket;
+    client.attach();
+    return client;
+  }
+
   get closed(): boolean {
     return this.closedError !== null;
   }

@@ -50,9 +50,9 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   await rm(runDir, { recursive: true, force: true });
   await mkdir(runDir, { recursive: true, mode: 0o700 });
 
-  const qemu = await findQemu(env);
+  const accel = await chooseAccel(await findQemu(env), env);
+  const qemu = await findQemu(env, accel.accel);
   const qemuVer = await qemuVersion(qemu);
-  const accel = await chooseAccel(qemu, env);
   if (accel.accel === "tcg" && !accel.forced) {
     log.warn(`no usable KVM: running guests under TCG software emulation (slow). Reason: ${accel.reason}`);
   }

@@ -1,19 +1,29 @@
 /** Which QEMU binary runs VMs, and its version. */
 import { access, constants } from "node:fs/promises";
+import type { Accel } from "./accel.js";
 import { run } from "../util/proc.js";
 
-/** FORKD_QEMU, else the microvm-only build (starts ~3x faster), else the full x86_64 build. */
-export async function findQemu(env: NodeJS.ProcessEnv = process.env): Promise<string> {
-  if (env.FORKD_QEMU) return env.FORKD_QEMU;
-  for (const p of ["/usr/bin/qemu-system-x86_64-microvm", "/usr/bin/qemu-system-x86_64"]) {
-    try {
-      await access(p, constants.X_OK);
-      return p;
-    } catch {
-      /* next */
-    }
+async function executable(p: string): Promise<boolean> {
+  try {
+    await access(p, constants.X_OK);
+    return true;
+  } catch {
+    return false;
   }
-  return "qemu-system-x86_64";
+}
+
+/**
+ * FORKD_QEMU if set. Otherwise, for KVM, Debian's microvm-only build (starts ~3x faster); it has
+ * no TCG, so TCG (and the accelerator probe, accel undefined) use the full x86_64 build.
+ */
+export async function findQemu(env: NodeJS.ProcessEnv = process.env, accel?: Accel): Promise<string> {
+  if (env.FORKD_QEMU) return env.FORKD_QEMU;
+  if (accel === "kvm" && (await executable("/usr/bin/qemu-system-x86_64-microvm"))) {
+    return "/usr/bin/qemu-system-x86_64-microvm";
+  }
+  return (await executable("/usr/bin/qemu-system-x86_64"))
+    ? "/usr/bin/qemu-system-x86_64"
+    : "qemu-system-x86_64";
 }
 
 export async function qemuVersion(binary: string): Promise<string> {

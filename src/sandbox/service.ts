@@ -119,13 +119,14 @@ export class SandboxService {
         machine: snap.meta.machine,
         memory: { path: snap.files.memory, mode: "child" },
         disk,
-        incoming: snap.files.vmstate,
+        incoming: true,
         tbSizeMiB: this.o.tbSizeMiB,
       });
       const launchMs = since(t0);
       // Connect to the agent before the guest runs, so it never sees its host end closed.
       agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
       const t1 = nowMs();
+      await vm.restoreState(snap.files.vmstate);
       await vm.resume();
       const restoreMs = since(t1);
       await agent.identity({ hostname: id, sandboxId: id }, this.o.readyTimeoutMs ?? 60_000);

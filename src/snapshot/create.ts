@@ -100,9 +100,11 @@ export async function createSnapshot(
     progress("freeze: syncing guest disks and saving device state");
     const t2 = nowMs();
     await agent.sync();
+    // Keep the agent connected through the save: children restore with the host end connected
+    // (they connect before they resume), so the guest never sees its port close and reopen.
+    await vm.saveState(files.vmstate);
     agent.close();
     agent = null;
-    await vm.saveState(files.vmstate);
     await vm.stop();
     vm = null;
     const freezeMs = since(t2);

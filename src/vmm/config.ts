@@ -21,8 +21,8 @@ export interface VmLaunch {
   disk: string;
   /** Cold boot (parents only). */
   boot?: { kernel: string; initrd: string; append: string };
-  /** Device-state file to restore from (children only). The VM stays paused until resumed. */
-  incoming?: string;
+  /** Start waiting for device state (children only; see QemuVm.restoreState). Stays paused until resumed. */
+  incoming?: boolean;
   /** TCG translation-buffer size; the largest part of a TCG child's private memory. */
   tbSizeMiB?: number;
 }
@@ -83,7 +83,8 @@ export function qemuArgs(l: VmLaunch): string[] {
   ];
   if (l.boot) args.push("-kernel", l.boot.kernel, "-initrd", l.boot.initrd, "-append", l.boot.append);
   if (l.incoming) {
-    args.push("-S", "-global", "migration.x-ignore-shared=on", "-incoming", `file:${l.incoming}`);
+    // The stream is loaded over QMP (restoreState): x-ignore-shared must be set first.
+    args.push("-S", "-incoming", "defer");
   }
   return args;
 }

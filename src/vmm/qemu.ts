@@ -11,6 +11,7 @@ import { sleep } from "../util/time.js";
 import { qemuArgs, vmFiles } from "./config.js";
 import type { VmLaunch } from "./config.js";
 import { QmpClient } from "./qmp.js";
+import type { QmpEvent } from "./qmp.js";
 
 export interface VmIdentity {
   pid: number;
@@ -78,6 +79,51 @@ export class QemuVm {
 
   async pause(): Promise<void> {
     await this.qmp.execute("stop");
+  }
+
+  /**
+   * Loads device state saved by saveState() into a VM started with `incoming`, and returns once
+   * it is loaded (the VM still paused). Nothing may be sent to the guest's devices before that:
+   * data that reaches a half-loaded virtio queue is lost.
+   */
+  async restoreState(file: string, timeoutMs = 30_000): Promise<void> {
+    await this.qmp.execute("migrate-set-capabilities", {
+      capabilities: [
+        { capability: "x-ignore-shared", state: true },
+        { capability: "events", state: true },
+      ],
+    });
+    const done = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new ForkdError("timeout", `device state did not load within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const onEvent = (e: QmpEvent) => {
+        if (e.event !== "MIGRATION") return;
+        const status = e.data?.status;
+        if (status === "completed") {
+          cleanup();
+          resolve();
+        } else if (status === "failed" || status === "cancelled") {
+          cleanup();
+          reject(new ForkdError("vmm_error", `loading device state ${String(status)}`));
+        }
+      };
+      const onClose = (err: Error) => {
+        cleanup();
+        reject(err);
+      };
+      const cleanup = () => {
+        clearTimeout(timer);
+        this.qmp.off("event", onEvent);
+        this.qmp.off("close", onClose);
+      };
+      this.qmp.on("event", onEvent);
+      this.qmp.on("close", onClose);
+    });
+    done.catch(() => undefined);
+    await this.qmp.execute("migrate-incoming", { uri: `file:${file}` });
+    await done;
   }
 
   async status(): Promise<string> {
@@ -159,9 +205,12 @@ export class QemuDriver {
       exited = true;
       vm?.markExited();
     });
+    const abort = new AbortController();
+    child.once("exit", () => abort.abort(new ForkdError("vmm_error", "QEMU exited during start")));
+    opts.signal?.addEventListener("abort", () => abort.abort(opts.signal?.reason), { once: true });
     try {
       const startTime = await processStartTime(pid);
-      const qmp = await QmpClient.connect(files.qmp, opts.timeoutMs ?? 10_000, opts.signal);
+      const qmp = await QmpClient.connect(files.qmp, opts.timeoutMs ?? 10_000, abort.signal);
       vm = new QemuVm({ pid, startTime: startTime ?? 0 }, l.dir, qmp, true);
       if (exited) vm.markExited();
       return vm;

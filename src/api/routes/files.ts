@@ -40,11 +40,10 @@ export function fileRoutes(s: Services): Hono {
     const q = parseQuery(c, WriteQuery);
     const agent = s.sandboxes.agent(c.req.param("id"));
     const body = c.req.raw.body;
-    const size = await agent.writeFile(
-      q.path,
-      body ? (body) : new Uint8Array(0),
-      { mode: q.mode, makeParents: truthy(q.parents) },
-    );
+    const size = await agent.writeFile(q.path, body ? body : new Uint8Array(0), {
+      mode: q.mode,
+      makeParents: truthy(q.parents),
+    });
     return c.json({ path: q.path, size }, 201);
   });
 

@@ -1,0 +1,153 @@
+/* forkd guest agent: shared definitions. Protocol: docs/agent-protocol.md */
+#ifndef FORKD_AGENT_H
+#define FORKD_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <poll.h>
+#include <sys/types.h>
+
+#define PROTO_VERSION 1
+#define MAX_FRAME (1024 * 1024 + 64) /* bytes after the length word */
+#define MAX_STREAMS 256              /* long-lived requests in flight */
+#define CHUNK (64 * 1024)            /* DATA/STDOUT/STDERR payload size */
+#define OUTQ_MAX (8 * 1024 * 1024)   /* output queue bound for bulk producers */
+#define STDIN_MAX (8 * 1024 * 1024)  /* pending stdin bytes before port reads pause */
+
+/* Request types (host to guest). */
+enum {
+	T_PING = 0x01, T_IDENTITY = 0x02, T_SYNC = 0x03,
+	T_EXEC = 0x10, T_STDIN = 0x11, T_SIGNAL = 0x12,
+	T_READ = 0x20, T_WRITE_OPEN = 0x21, T_WRITE_DATA = 0x22, T_WRITE_END = 0x23,
+	T_LIST = 0x24, T_STAT = 0x25, T_MKDIR = 0x26, T_REMOVE = 0x27, T_RENAME = 0x28,
+	T_EVAL = 0x30,
+};
+
+/* Reply types (guest to host). */
+enum {
+	RP_OK = 0x81, RP_DATA = 0x82, RP_END = 0x83, RP_ERROR = 0x8F,
+	RP_STARTED = 0x90, RP_STDOUT = 0x91, RP_STDERR = 0x92, RP_EXIT = 0x93,
+};
+
+/* Field tags. */
+enum {
+	F_ARG = 1, F_ENV = 2, F_CWD = 3, F_SHELL = 4, F_TIMEOUT_MS = 5, F_STDIN = 6,
+	F_PATH = 7, F_PATH2 = 8, F_MODE = 9, F_FLAGS = 10, F_DATA = 11, F_CODE = 12,
+	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17,
+	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
+	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
+	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
+};
+
+/* ---- proto.c: fields of a received frame ---- */
+struct msg {
+	uint8_t type;
+	uint32_t stream;
+	const uint8_t *p; /* payload (field list), already validated */
+	size_t n;
+};
+
+int fields_valid(const uint8_t *p, size_t n);
+/* First occurrence of tag: 1 found, 0 absent. */
+int field_get(const struct msg *m, uint8_t tag, const uint8_t **val, uint32_t *len);
+/* Iterate occurrences of tag; *off starts at 0. 1 found, 0 done. */
+int field_next(const struct msg *m, uint8_t tag, size_t *off, const uint8_t **val, uint32_t *len);
+/* i64 field: 1 found, 0 absent (v = dflt), -1 wrong size. */
+int field_i64(const struct msg *m, uint8_t tag, int64_t dflt, int64_t *v);
+/* Copy a string value to a malloc'd NUL-terminated string; NULL if it contains NUL
+ * (errno EINVAL) or on ENOMEM. */
+char *dup_cstr(const uint8_t *v, uint32_t len);
+/* String field as C string: 1 found (*out malloc'd), 0 absent, -1 error (reply sent). */
+int field_cstr(const struct msg *m, uint8_t tag, const char *name, char **out);
+
+/* ---- proto.c: output queue and frame builder ---- */
+void fb_begin(uint8_t type, uint32_t stream);
+void fb_bytes(uint8_t tag, const void *v, size_t n);
+void fb_i64(uint8_t tag, int64_t v);
+/* Reserve room for a field value of at most max bytes; NULL on ENOMEM. Finish the field
+ * with fb_commit(actual). The pointer is valid until the next fb_* call. */
+uint8_t *fb_reserve(uint8_t tag, size_t max);
+void fb_commit(size_t n);
+size_t fb_size(void); /* bytes after the length word of the frame being built */
+void fb_end(void);
+void fb_abort(void);
+
+void send_simple(uint8_t type, uint32_t stream);
+void send_error(uint32_t stream, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+size_t outq_len(void);
+size_t outq_room(void);     /* room left for bulk producers (0 when over OUTQ_MAX) */
+int outq_has_room(void);    /* room for one more CHUNK-sized frame */
+int outq_flush(int fd);     /* 0 ok/EAGAIN, -1 error (errno) */
+void outq_clear(void);
+extern int g_connected;     /* host attached; frames are discarded while 0 */
+
+/* ---- main.c: stream table, poll set, helpers ---- */
+enum { K_EXEC = 1, K_READ, K_WRITE, K_EVAL };
+struct stream {
+	uint32_t id;
+	uint8_t kind;
+};
+extern struct stream *g_streams[MAX_STREAMS];
+/* Claim a stream id: 0, or -1 with an ERROR (EBUSY) already sent. */
+int stream_add(struct stream *s);
+void stream_del(struct stream *s);
+struct stream *stream_find(uint32_t id, uint8_t kind);
+
+typedef void (*poll_cb)(void *ctx, int fd, short revents);
+void poll_add(int fd, short events, poll_cb cb, void *ctx);
+void want_timeout(int64_t deadline_ms); /* wake the loop at this monotonic time */
+
+int64_t now_ms(void);
+void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+extern const char *g_python, *g_evalsrv;
+void dispatch(const struct msg *m);
+
+/* ---- port.c ---- */
+void port_setup(const char *path, int fd);
+void port_poll(int64_t now);
+int port_can_read(void); /* hook from main: pause reads under backpressure */
+
+/* ---- exec.c ---- */
+/* Fork+exec argv in a new session with the given stdio fds (the child's ends).
+ * Returns pid or -1 with errno from the child's failed chdir/exec. */
+pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3]);
+char **default_env(void); /* malloc'd NULL-terminated copy of the default environment */
+void free_strv(char **v);
+void exec_start(const struct msg *m);
+void exec_stdin(const struct msg *m);
+void exec_signal(const struct msg *m);
+int exec_reaped(pid_t pid, int status);
+void exec_poll(int64_t now);
+size_t exec_stdin_backlog(void);
+
+/* ---- files.c ---- */
+void file_read(const struct msg *m);
+void file_write_open(const struct msg *m);
+void file_write_data(const struct msg *m);
+void file_write_end(const struct msg *m);
+void file_list(const struct msg *m);
+void file_stat(const struct msg *m);
+void file_mkdir(const struct msg *m);
+void file_remove(const struct msg *m);
+void file_rename(const struct msg *m);
+void files_poll(int64_t now);
+int mkdir_p(const char *path, mode_t mode);
+
+/* ---- eval.c ---- */
+void eval_init(void);
+void eval_request(const struct msg *m);
+/* Ask the interpreter to reseed; reply OK on stream once done (stream may be 0: no reply).
+ * Returns 0 if queued, or 1 if no interpreter is running (caller replies). */
+int eval_reseed(uint32_t stream);
+int eval_ready(void);
+int eval_reaped(pid_t pid, int status);
+void eval_poll(int64_t now);
+
+/* ---- identity.c / init.c ---- */
+void identity(const struct msg *m);
+void init_system(void);
+void lo_up(void);
+
+#endif

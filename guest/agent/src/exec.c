@@ -1,0 +1,449 @@
+/* EXEC, STDIN, SIGNAL: child processes with streamed output. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+#define DRAIN_BUDGET (1024 * 1024) /* per pipe, after the main process exited */
+
+struct exec {
+	struct stream s;
+	pid_t pid;
+	int out_fd, err_fd, in_fd; /* our pipe ends, -1 once closed */
+	uint8_t *in_buf;           /* stdin bytes not yet written */
+	size_t in_len, in_off;
+	int in_eof;                /* host closed stdin: close in_fd once drained */
+	int64_t deadline;          /* 0: no timeout */
+	int timed_out, exited, status;
+	size_t budget[2];          /* drain budget for out/err after exit */
+};
+
+static const char *const env_defaults[] = {
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/root",
+	"LANG=C.UTF-8",
+	NULL,
+};
+
+void free_strv(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+char **default_env(void)
+{
+	size_t n = sizeof env_defaults / sizeof *env_defaults;
+	char **v = calloc(n, sizeof *v);
+	for (size_t i = 0; v && env_defaults[i]; i++)
+		if (!(v[i] = strdup(env_defaults[i]))) {
+			free_strv(v);
+			return NULL;
+		}
+	return v;
+}
+
+/* Set K=V in a malloc'd env vector, replacing an existing K. Takes ownership of kv. */
+static char **env_set(char **env, char *kv)
+{
+	size_t klen = strchr(kv, '=') - kv + 1, n = 0;
+	for (; env[n]; n++)
+		if (!strncmp(env[n], kv, klen)) {
+			free(env[n]);
+			env[n] = kv;
+			return env;
+		}
+	char **e = realloc(env, (n + 2) * sizeof *e);
+	if (!e) {
+		free(kv);
+		return NULL;
+	}
+	e[n] = kv;
+	e[n + 1] = NULL;
+	return e;
+}
+
+static struct rlimit orig_nofile;
+
+pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3])
+{
+	int ep[2];
+	if (pipe2(ep, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(ep[0]);
+		close(ep[1]);
+		errno = e;
+		return -1;
+	}
+	if (pid == 0) {
+		/* child: undo the agent's signal setup, then report any failure via ep */
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		setsid();
+		umask(022);
+		for (int i = 0; i < 3; i++)
+			if (dup2(fds[i], i) < 0)
+				goto fail;
+		if (orig_nofile.rlim_cur)
+			setrlimit(RLIMIT_NOFILE, &orig_nofile);
+		if (chdir(cwd) < 0)
+			goto fail;
+		environ = (char **)envp;
+		execvp(argv[0], argv);
+fail:;
+		int e = errno;
+		if (write(ep[1], &e, sizeof e) < 0)
+			_exit(126);
+		_exit(127);
+	}
+	close(ep[1]);
+	int e = 0;
+	ssize_t n;
+	while ((n = read(ep[0], &e, sizeof e)) < 0 && errno == EINTR)
+		;
+	close(ep[0]);
+	if (n == sizeof e) {
+		/* the child is reaped by the SIGCHLD handler like any orphan */
+		errno = e;
+		return -1;
+	}
+	return pid;
+}
+
+/* Raise the fd limit: up to 3 pipes per stream. Children get the original limit back. */
+__attribute__((constructor)) static void raise_nofile(void)
+{
+	struct rlimit r;
+	if (getrlimit(RLIMIT_NOFILE, &orig_nofile) == 0 && orig_nofile.rlim_cur < 4096) {
+		r = orig_nofile;
+		r.rlim_cur = r.rlim_max < 4096 ? r.rlim_max : 4096;
+		setrlimit(RLIMIT_NOFILE, &r);
+	}
+}
+
+static void closefd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* Make the pipe end we keep nonblocking; p[0] read, p[1] write. */
+static int mkpipe(int p[2], int ours)
+{
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	fcntl(p[ours], F_SETFL, O_NONBLOCK);
+	return 0;
+}
+
+void exec_start(const struct msg *m)
+{
+	char **argv = NULL, **env = NULL, *cwd = NULL, *s = NULL;
+	int64_t timeout, use_stdin;
+	int p_in[2] = { -1, -1 }, p_out[2] = { -1, -1 }, p_err[2] = { -1, -1 };
+	struct exec *e = NULL;
+	const uint8_t *v;
+	uint32_t len;
+	size_t off, n;
+
+	if (field_i64(m, F_TIMEOUT_MS, 0, &timeout) < 0 || field_i64(m, F_STDIN, 0, &use_stdin) < 0) {
+		send_error(m->stream, EINVAL, "TIMEOUT_MS and STDIN must be i64");
+		return;
+	}
+	if (!(e = calloc(1, sizeof *e)))
+		goto nomem;
+	e->s = (struct stream){ .id = m->stream, .kind = K_EXEC };
+	e->out_fd = e->err_fd = e->in_fd = -1;
+	if (stream_add(&e->s) < 0) {
+		free(e);
+		return;
+	}
+
+	/* argv: SHELL wins over ARG */
+	int r = field_cstr(m, F_SHELL, "SHELL", &s);
+	if (r < 0)
+		goto out;
+	if (r > 0) {
+		if (!(argv = calloc(4, sizeof *argv)) || !(argv[0] = strdup("/bin/sh")) ||
+		    !(argv[1] = strdup("-c")))
+			goto nomem;
+		argv[2] = s;
+		s = NULL;
+	} else {
+		for (off = 0, n = 0; field_next(m, F_ARG, &off, &v, &len); n++)
+			;
+		if (!n) {
+			send_error(m->stream, EINVAL, "EXEC needs ARG or SHELL");
+			goto out;
+		}
+		if (!(argv = calloc(n + 1, sizeof *argv)))
+			goto nomem;
+		for (off = 0, n = 0; field_next(m, F_ARG, &off, &v, &len); n++)
+			if (!(argv[n] = dup_cstr(v, len))) {
+				send_error(m->stream, errno, "bad ARG");
+				goto out;
+			}
+	}
+
+	if (!(env = default_env()))
+		goto nomem;
+	for (off = 0; field_next(m, F_ENV, &off, &v, &len);) {
+		char *kv = dup_cstr(v, len);
+		if (!kv || !strchr(kv, '=') || kv[0] == '=') {
+			free(kv);
+			send_error(m->stream, EINVAL, "ENV must be K=V");
+			goto out;
+		}
+		if (!(env = env_set(env, kv)))
+			goto nomem;
+	}
+	if ((r = field_cstr(m, F_CWD, "CWD", &cwd)) < 0)
+		goto out;
+
+	if ((use_stdin == 1 ? mkpipe(p_in, 1) : (p_in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
+	    mkpipe(p_out, 0) < 0 || mkpipe(p_err, 0) < 0) {
+		send_error(m->stream, errno, "pipe: %s", strerror(errno));
+		goto out;
+	}
+	int fds[3] = { p_in[0], p_out[1], p_err[1] };
+	e->pid = spawn(argv, env, cwd ? cwd : "/root", fds);
+	if (e->pid < 0) {
+		send_error(m->stream, errno, "cannot start %s: %s", argv[0], strerror(errno));
+		goto out;
+	}
+	closefd(&p_in[0]);
+	closefd(&p_out[1]);
+	closefd(&p_err[1]);
+	e->in_fd = p_in[1];
+	e->out_fd = p_out[0];
+	e->err_fd = p_err[0];
+	e->budget[0] = e->budget[1] = DRAIN_BUDGET;
+	if (timeout > 0)
+		e->deadline = now_ms() + (timeout < INT32_MAX * 1000LL ? timeout : INT32_MAX * 1000LL);
+	fb_begin(RP_STARTED, m->stream);
+	fb_i64(F_PID, e->pid);
+	fb_end();
+	free_strv(argv);
+	free_strv(env);
+	free(cwd);
+	return;
+
+nomem:
+	send_error(m->stream, ENOMEM, "out of memory");
+out:
+	for (int i = 0; i < 2; i++) {
+		closefd(&p_in[i]);
+		closefd(&p_out[i]);
+		closefd(&p_err[i]);
+	}
+	free_strv(argv);
+	free_strv(env);
+	free(cwd);
+	free(s);
+	if (e) {
+		stream_del(&e->s);
+		free(e);
+	}
+}
+
+static void stdin_drop(struct exec *e)
+{
+	free(e->in_buf);
+	e->in_buf = NULL;
+	e->in_len = e->in_off = 0;
+	closefd(&e->in_fd);
+}
+
+/* Write pending stdin; close it when the host asked and everything is written. */
+static void stdin_flush(struct exec *e)
+{
+	while (e->in_fd >= 0 && e->in_off < e->in_len) {
+		ssize_t n = write(e->in_fd, e->in_buf + e->in_off, e->in_len - e->in_off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				stdin_drop(e); /* EPIPE: the reader is gone */
+			return;
+		}
+		e->in_off += (size_t)n;
+	}
+	free(e->in_buf);
+	e->in_buf = NULL;
+	e->in_len = e->in_off = 0;
+	if (e->in_eof)
+		closefd(&e->in_fd);
+}
+
+void exec_stdin(const struct msg *m)
+{
+	struct exec *e = (struct exec *)stream_find(m->stream, K_EXEC);
+	const uint8_t *v;
+	uint32_t len = 0;
+	if (!e || e->in_fd < 0 || e->in_eof)
+		return; /* no such exec, or stdin not streamed: discard */
+	if (!field_get(m, F_DATA, &v, &len) || len == 0) {
+		e->in_eof = 1;
+	} else {
+		uint8_t *b = realloc(e->in_buf, e->in_len + len);
+		if (!b) {
+			logmsg("stdin: out of memory, dropping %u bytes", len);
+			return;
+		}
+		memcpy(b + e->in_len, v, len);
+		e->in_buf = b;
+		e->in_len += len;
+	}
+	stdin_flush(e);
+}
+
+void exec_signal(const struct msg *m)
+{
+	struct exec *e = (struct exec *)stream_find(m->stream, K_EXEC);
+	int64_t sig;
+	if (field_i64(m, F_SIGNAL, 0, &sig) <= 0 || sig <= 0 || sig >= NSIG) {
+		/* SIGNAL has no reply; an ERROR would end the EXEC's stream */
+		logmsg("stream %u: ignoring SIGNAL without a valid signal number", m->stream);
+		return;
+	}
+	if (e && !e->exited)
+		killpg(e->pid, (int)sig);
+}
+
+int exec_reaped(pid_t pid, int status)
+{
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct exec *e = (struct exec *)g_streams[i];
+		if (e && e->s.kind == K_EXEC && e->pid == pid && !e->exited) {
+			e->exited = 1;
+			e->status = status;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+size_t exec_stdin_backlog(void)
+{
+	size_t n = 0;
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct exec *e = (struct exec *)g_streams[i];
+		if (e && e->s.kind == K_EXEC)
+			n += e->in_len - e->in_off;
+	}
+	return n;
+}
+
+/* Forward one chunk from an output pipe. Returns 1 if data moved, 0 on EAGAIN/EOF. */
+static int pump(struct exec *e, int which)
+{
+	int *fd = which ? &e->err_fd : &e->out_fd;
+	if (*fd < 0)
+		return 0;
+	fb_begin(which ? RP_STDERR : RP_STDOUT, e->s.id);
+	uint8_t *p = fb_reserve(F_DATA, CHUNK);
+	if (!p) {
+		fb_abort();
+		return 0;
+	}
+	ssize_t n = read(*fd, p, CHUNK);
+	if (n > 0) {
+		fb_commit((size_t)n);
+		fb_end();
+		e->budget[which] -= e->budget[which] < (size_t)n ? e->budget[which] : (size_t)n;
+		return 1;
+	}
+	fb_abort();
+	if (n == 0 || (errno != EAGAIN && errno != EINTR))
+		closefd(fd);
+	return 0;
+}
+
+static void on_out(void *ctx, int fd, short rev)
+{
+	(void)rev;
+	struct exec *e = ctx;
+	if (fd == e->out_fd || fd == e->err_fd)
+		pump(e, fd == e->err_fd);
+}
+
+static void on_in(void *ctx, int fd, short rev)
+{
+	(void)rev;
+	struct exec *e = ctx;
+	if (fd == e->in_fd)
+		stdin_flush(e);
+}
+
+/* After the main process exited: forward what is readable now, then EXIT. Returns 1 when
+ * the exec is finished. */
+static int drain(struct exec *e)
+{
+	for (int w = 0; w < 2; w++)
+		while ((w ? e->err_fd : e->out_fd) >= 0) {
+			if (!outq_has_room())
+				return 0; /* wait for the host to take output */
+			if (!e->budget[w] || !pump(e, w))
+				break;
+		}
+	fb_begin(RP_EXIT, e->s.id);
+	if (WIFSIGNALED(e->status))
+		fb_i64(F_EXIT_SIGNAL, WTERMSIG(e->status));
+	else
+		fb_i64(F_EXIT_CODE, WEXITSTATUS(e->status));
+	fb_i64(F_TIMED_OUT, e->timed_out);
+	fb_end();
+	closefd(&e->out_fd);
+	closefd(&e->err_fd);
+	stdin_drop(e);
+	return 1;
+}
+
+void exec_poll(int64_t now)
+{
+	int room = outq_has_room();
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct exec *e = (struct exec *)g_streams[i];
+		if (!e || e->s.kind != K_EXEC)
+			continue;
+		if (e->exited) {
+			if (drain(e)) {
+				stream_del(&e->s);
+				free(e);
+			} /* else: outq full, retried after the next POLLOUT */
+			continue;
+		}
+		if (e->deadline && !e->timed_out) {
+			if (now >= e->deadline) {
+				killpg(e->pid, SIGKILL);
+				e->timed_out = 1;
+			} else {
+				want_timeout(e->deadline);
+			}
+		}
+		/* backpressure: stop reading output while the port queue is full */
+		if (room && e->out_fd >= 0)
+			poll_add(e->out_fd, POLLIN, on_out, e);
+		if (room && e->err_fd >= 0)
+			poll_add(e->err_fd, POLLIN, on_out, e);
+		if (e->in_fd >= 0 && e->in_off < e->in_len)
+			poll_add(e->in_fd, POLLOUT, on_in, e);
+	}
+}

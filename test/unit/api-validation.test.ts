@@ -1,0 +1,159 @@
+/**
+ * Bad input at the API edge gets a 4xx with the error envelope and touches nothing on disk.
+ * No VM is needed: every request here must be refused before one would start.
+ */
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, readdir, rm, mkdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Hono } from "hono";
+import { createApp } from "../../src/api/app.js";
+import { SnapshotStore } from "../../src/snapshot/store.js";
+import { SandboxService } from "../../src/sandbox/service.js";
+import { QemuDriver } from "../../src/vmm/qemu.js";
+import { ImageBuilder } from "../../src/image/builder.js";
+
+let dir: string;
+let app: Hono;
+const quiet = { info: () => undefined, warn: () => undefined };
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), "forkd-api-"));
+  await mkdir(join(dir, "snapshots"));
+  await mkdir(join(dir, "sandboxes"));
+  const store = new SnapshotStore(join(dir, "snapshots"));
+  const driver = new QemuDriver("/bin/false");
+  const accel = { accel: "tcg" as const, forced: true, reason: "test", tscKhz: 1 };
+  app = createApp({
+    store,
+    sandboxes: new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet }),
+    log: quiet,
+    snapshotDeps: {
+      store,
+      driver,
+      images: new ImageBuilder(dir, dir),
+      accel,
+      qemuVersion: "0",
+      runDir: join(dir, "run"),
+    },
+    info: { version: "test", accel, qemu: { binary: "/bin/false", version: "0" }, startedAt: "" },
+  });
+});
+
+after(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function call(method: string, path: string, body?: unknown, raw?: string) {
+  const res = await app.request(path, {
+    method,
+    headers: body !== undefined || raw !== undefined ? { "content-type": "application/json" } : {},
+    body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
+  });
+  const json = (await res.json()) as { error?: { code: string; message: string } };
+  return { status: res.status, json };
+}
+
+const cases: Array<[string, string, string, unknown, number, string, string?]> = [
+  ["unknown snapshot tag", "POST", "/v1/sandboxes", { snapshot_tag: "nope", n: 1 }, 404, "not_found"],
+  ["path-traversal tag", "POST", "/v1/sandboxes", { snapshot_tag: "../etc", n: 1 }, 400, "invalid_argument"],
+  ["n = 0", "POST", "/v1/sandboxes", { snapshot_tag: "py", n: 0 }, 400, "invalid_argument"],
+  ["n = 1001", "POST", "/v1/sandboxes", { snapshot_tag: "py", n: 1001 }, 400, "invalid_argument"],
+  ["n not an integer", "POST", "/v1/sandboxes", { snapshot_tag: "py", n: 1.5 }, 400, "invalid_argument"],
+  [
+    "unknown field",
+    "POST",
+    "/v1/sandboxes",
+    { snapshot_tag: "py", n: 1, evil: true },
+    400,
+    "invalid_argument",
+  ],
+  ["body not JSON", "POST", "/v1/sandboxes", undefined, 400, "invalid_argument", "{not json"],
+  ["body an array", "POST", "/v1/snapshots", [], 400, "invalid_argument"],
+  ["snapshot bad tag", "POST", "/v1/snapshots", { tag: "a/b" }, 400, "invalid_argument"],
+  [
+    "snapshot memory too small",
+    "POST",
+    "/v1/snapshots",
+    { tag: "ok", memory_mib: 1 },
+    400,
+    "invalid_argument",
+  ],
+  [
+    "snapshot bad template",
+    "POST",
+    "/v1/snapshots",
+    { tag: "ok", template: "../x" },
+    400,
+    "invalid_argument",
+  ],
+  ["get bad tag", "GET", "/v1/snapshots/..%2Fetc", undefined, 400, "invalid_argument"],
+  ["get unknown tag", "GET", "/v1/snapshots/missing", undefined, 404, "not_found"],
+  ["delete unknown tag", "DELETE", "/v1/snapshots/missing", undefined, 404, "not_found"],
+  ["bad sandbox id", "GET", "/v1/sandboxes/sb-NOT_AN_ID", undefined, 400, "invalid_argument"],
+  ["unknown sandbox id", "GET", "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa", undefined, 404, "not_found"],
+  [
+    "exec in unknown sandbox",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/exec",
+    { cmd: ["true"] },
+    404,
+    "not_found",
+  ],
+  ["exec empty argv", "POST", "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/exec", { cmd: [] }, 400, "invalid_argument"],
+  [
+    "exec bad env name",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/exec",
+    { cmd: ["true"], env: { "A=B": "x" } },
+    400,
+    "invalid_argument",
+  ],
+  [
+    "exec negative timeout",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/exec",
+    { cmd: ["true"], timeout_ms: -1 },
+    400,
+    "invalid_argument",
+  ],
+  [
+    "relative file path",
+    "GET",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/files?path=etc/passwd",
+    undefined,
+    400,
+    "invalid_argument",
+  ],
+  [
+    "missing file path",
+    "GET",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/files/stat",
+    undefined,
+    400,
+    "invalid_argument",
+  ],
+  ["eval without code", "POST", "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/eval", {}, 400, "invalid_argument"],
+  ["unknown route", "GET", "/v1/nothing", undefined, 404, "not_found"],
+];
+
+for (const [name, method, path, body, status, code, raw] of cases) {
+  test(`bad input: ${name} -> ${status} ${code}`, async () => {
+    const r = await call(method, path, body, raw);
+    assert.equal(r.status, status, JSON.stringify(r.json));
+    assert.equal(r.json.error?.code, code);
+    assert.ok((r.json.error?.message ?? "").length > 0);
+  });
+}
+
+test("refused requests leave nothing on disk", async () => {
+  assert.deepEqual(await readdir(join(dir, "snapshots")), []);
+  assert.deepEqual(await readdir(join(dir, "sandboxes")), []);
+});
+
+test("a valid body with an unknown tag reaches the store (not the VMM)", async () => {
+  const r = await call("POST", "/v1/sandboxes", { snapshot_tag: "valid-but-missing" });
+  assert.equal(r.status, 404);
+  assert.match(r.json.error?.message ?? "", /valid-but-missing/);
+});
