@@ -21,6 +21,10 @@ export const CreateSnapshot = z.strictObject({
     .string()
     .max(64 * 1024)
     .nullish(),
+  warm_eval: z
+    .string()
+    .max(1 << 20)
+    .nullish(),
   memory_mib: z.number().int().min(128).max(65536).default(512),
   vcpus: z.number().int().min(1).max(32).default(1),
 });

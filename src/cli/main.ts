@@ -60,6 +60,7 @@ program
   .requiredOption("--tag <tag>", "snapshot tag")
   .option("--template <name>", "guest template", "python")
   .option("--warm <cmd>", "shell command to run in the parent before freezing")
+  .option("--warm-eval <code>", "Python to run in the parent's warm interpreter before freezing")
   .option("--memory <MiB>", "guest RAM in MiB", (v) => parseInt(v, 10), 512)
   .option("--vcpus <n>", "vCPUs", (v) => parseInt(v, 10), 1)
   .option("--json", "print the snapshot metadata as JSON")
@@ -68,6 +69,7 @@ program
       tag: string;
       template: string;
       warm?: string;
+      warmEval?: string;
       memory: number;
       vcpus: number;
       json?: boolean;
@@ -83,6 +85,7 @@ program
             tag: o.tag,
             template: o.template,
             warm: o.warm,
+            warm_eval: o.warmEval,
             memory_mib: o.memory,
             vcpus: o.vcpus,
           },

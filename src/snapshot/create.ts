@@ -25,6 +25,8 @@ export interface CreateSnapshotRequest {
   tag: string;
   template: string;
   warm?: string | null;
+  /** Python run in the warm interpreter before freezing (imports, loaded models, globals). */
+  warmEval?: string | null;
   memoryMiB: number;
   vcpus: number;
   /** Deadline for boot, and separately for the warm-up command. */
@@ -95,6 +97,19 @@ export async function createSnapshot(
         );
       }
     }
+    if (req.warmEval) {
+      progress("warm: evaluating code in the warm interpreter");
+      const r = await agent.eval(req.warmEval, req.warmTimeoutMs ?? 600_000);
+      if (!r.ok) {
+        throw new ForkdError(
+          "guest_error",
+          `warm-up code failed: ${r.error?.name ?? "error"}: ${r.error?.value ?? ""}`,
+          {
+            traceback: r.error?.traceback ?? "",
+          },
+        );
+      }
+    }
     const warmMs = since(t1);
 
     progress("freeze: syncing guest disks and saving device state");
@@ -134,6 +149,7 @@ export async function createSnapshot(
       image: { hash: image.hash, dir: image.dir, kernelVersion: image.kernelVersion },
       qemu: { binary: deps.driver.binary, version: deps.qemuVersion },
       warm: req.warm ?? null,
+      warmEval: req.warmEval ?? null,
       diskSize,
       files: { memory, vmstate, disk },
       timings: { bootMs, warmMs, freezeMs },

@@ -29,6 +29,7 @@ export const SnapshotMetaSchema = z.object({
   image: z.object({ hash: z.string(), dir: z.string(), kernelVersion: z.string() }),
   qemu: z.object({ binary: z.string(), version: z.string() }),
   warm: z.string().nullable(),
+  warmEval: z.string().nullable(),
   /** Virtual size of the root disk in bytes. */
   diskSize: z.number().int().positive(),
   files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),

@@ -19,6 +19,7 @@ export function snapshotRoutes(s: Services): Hono {
         tag: body.tag,
         template: body.template,
         warm: body.warm ?? null,
+        warmEval: body.warm_eval ?? null,
         memoryMiB: body.memory_mib,
         vcpus: body.vcpus,
       },
