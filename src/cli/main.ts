@@ -13,6 +13,7 @@ import { VERSION } from "../version.js";
 import { ensureDaemon } from "./autostart.js";
 import { printTable } from "./table.js";
 import { runDoctor } from "./doctor.js";
+import { quickstart } from "./quickstart.js";
 
 const paths = defaultPaths();
 const endpoint: Endpoint = process.env.FORKD_URL
@@ -44,6 +45,17 @@ program
   .action(async () => {
     const { runDaemon } = await import("../daemon/main.js");
     await runDaemon();
+  });
+
+program
+  .command("quickstart")
+  .description("snapshot a warm Python parent (once), fork N children, run code in each, show timings")
+  .option("-n <n>", "number of children", (v) => parseInt(v, 10), 10)
+  .option("--tag <tag>", "snapshot tag to use or create", "quickstart")
+  .option("--keep", "leave the children running")
+  .action(async (o: { n: number; tag: string; keep?: boolean }) => {
+    await ensureDaemon(paths, endpoint, say);
+    process.exitCode = await quickstart(endpoint, { n: o.n, tag: o.tag, keep: o.keep ?? false }, say);
   });
 
 program
