@@ -1,0 +1,229 @@
+/**
+ * Fork benchmark: every figure measured in this one run, against a real daemon (its own
+ * process, a throwaway data dir) over the REST API. Prints a table and JSON.
+ *
+ *   node dist/bench/fork.js [--samples 20] [--fanout 10,50,100] [--cold 3] [--json-out FILE]
+ */
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { apiRequest } from "../src/client/http.js";
+import type { Endpoint } from "../src/client/http.js";
+import { REPO_DIR } from "../src/host/paths.js";
+
+const { values: args } = parseArgs({
+  options: {
+    samples: { type: "string", default: "20" },
+    fanout: { type: "string", default: "10,50,100" },
+    cold: { type: "string", default: "3" },
+    "json-out": { type: "string" },
+    "memory-mib": { type: "string", default: "512" },
+  },
+});
+const SAMPLES = Number(args.samples);
+const FANOUT = args.fanout
+  .split(",")
+  .map(Number)
+  .filter((n) => n > 0);
+const COLD = Number(args.cold);
+
+const pct = (xs: number[], p: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]! : NaN;
+};
+const median = (xs: number[]) => pct(xs, 50);
+const r1 = (x: number) => Math.round(x * 10) / 10;
+const log = (s: string) => process.stderr.write(s + "\n");
+
+interface View {
+  id: string;
+  pid: number;
+}
+
+async function memAvailableKiB(): Promise<number> {
+  const m = /MemAvailable:\s+(\d+)/.exec(await readFile("/proc/meminfo", "utf8"));
+  return Number(m?.[1] ?? 0);
+}
+
+async function pssKiB(pid: number): Promise<number> {
+  const m = /^Pss:\s+(\d+)/m.exec(await readFile(`/proc/${pid}/smaps_rollup`, "utf8"));
+  return Number(m?.[1] ?? 0);
+}
+
+async function main(): Promise<void> {
+  const dataDir = await mkdtemp(join(tmpdir(), "forkd-bench-"));
+  const ep: Endpoint = { socket: join(dataDir, "forkd.sock") };
+  const env = { ...process.env, FORKD_DATA_DIR: dataDir };
+  const logFile = await open(join(dataDir, "daemon.log"), "a");
+  const daemon: ChildProcess = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
+    env,
+    stdio: ["ignore", logFile.fd, logFile.fd],
+  });
+  await logFile.close();
+  const api = <T>(m: string, p: string, b?: unknown) => apiRequest<T>(ep, m, p, b, 900_000);
+  try {
+    for (let i = 0; ; i++) {
+      try {
+        await api("GET", "/v1/health");
+        break;
+      } catch (e) {
+        if (i > 300) throw e;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    const health = await api<{ accel: string; accel_reason: string }>("GET", "/v1/health");
+    log(`accelerator: ${health.accel} (${health.accel_reason})`);
+    const memoryMiB = Number(args["memory-mib"]);
+    const snapBody = (tag: string) => ({
+      tag,
+      memory_mib: memoryMiB,
+      warm_eval: "import numpy as np\nwarm = np.arange(10)",
+    });
+
+    // Cold boot of the same VM to first agent reply (with the warm interpreter up): the parent boot.
+    const coldMs: number[] = [];
+    for (let i = 0; i < Math.max(1, COLD); i++) {
+      const tag = i === 0 ? "bench" : `bench-cold-${i}`;
+      log(`cold boot ${i + 1}/${Math.max(1, COLD)} (snapshot ${tag})`);
+      const meta = await api<{ timings: { bootMs: number } }>("POST", "/v1/snapshots", snapBody(tag));
+      coldMs.push(meta.timings.bootMs);
+      if (i > 0) await api("DELETE", `/v1/snapshots/${tag}`);
+    }
+
+    // Single fork to first exec reply.
+    log(`single fork -> first exec reply, ${SAMPLES} samples`);
+    const forkReady: number[] = [];
+    const forkToExec: number[] = [];
+    const firstExec: number[] = [];
+    for (let i = 0; i < SAMPLES; i++) {
+      const t0 = performance.now();
+      const r = await api<{ sandboxes: (View & { timings: { totalMs: number } })[] }>(
+        "POST",
+        "/v1/sandboxes",
+        { snapshot_tag: "bench", n: 1 },
+      );
+      const t1 = performance.now();
+      const sb = r.sandboxes[0]!;
+      await api("POST", `/v1/sandboxes/${sb.id}/exec`, { cmd: ["true"] });
+      const t2 = performance.now();
+      forkReady.push(t1 - t0);
+      forkToExec.push(t2 - t0);
+      firstExec.push(t2 - t1);
+      await api("DELETE", `/v1/sandboxes/${sb.id}`);
+    }
+
+    // Round trips on a warm child.
+    log("exec / eval round trips");
+    const one = (await api<{ sandboxes: View[] }>("POST", "/v1/sandboxes", { snapshot_tag: "bench", n: 1 }))
+      .sandboxes[0]!;
+    const execRtt: number[] = [];
+    const evalRtt: number[] = [];
+    const freshPy: number[] = [];
+    for (let i = 0; i < 3; i++) await api("POST", `/v1/sandboxes/${one.id}/exec`, { cmd: ["true"] });
+    for (let i = 0; i < SAMPLES; i++) {
+      let t = performance.now();
+      await api("POST", `/v1/sandboxes/${one.id}/exec`, { cmd: ["true"] });
+      execRtt.push(performance.now() - t);
+      t = performance.now();
+      await api("POST", `/v1/sandboxes/${one.id}/eval`, { code: "int(warm.sum())" });
+      evalRtt.push(performance.now() - t);
+    }
+    for (let i = 0; i < Math.min(5, SAMPLES); i++) {
+      const t = performance.now();
+      await api("POST", `/v1/sandboxes/${one.id}/exec`, { cmd: ["python3", "-c", "import numpy"] });
+      freshPy.push(performance.now() - t);
+    }
+    await api("DELETE", `/v1/sandboxes/${one.id}`);
+
+    // Fan-out and memory per idle child.
+    const fan: Record<
+      string,
+      { wallMs: number; ok: number; pssMiBPerChild: number; memAvailMiBPerChild: number }
+    > = {};
+    for (const n of FANOUT) {
+      log(`fan-out n=${n}`);
+      const before = await memAvailableKiB();
+      const t0 = performance.now();
+      const r = await api<{ sandboxes: View[]; failures: unknown[] }>("POST", "/v1/sandboxes", {
+        snapshot_tag: "bench",
+        n,
+      });
+      const wallMs = performance.now() - t0;
+      await new Promise((res) => setTimeout(res, 3000)); // idle
+      const pss = (await Promise.all(r.sandboxes.map((s) => pssKiB(s.pid)))).reduce((a, b) => a + b, 0);
+      const after = await memAvailableKiB();
+      const ok = r.sandboxes.length;
+      fan[n] = {
+        wallMs: r1(wallMs),
+        ok,
+        pssMiBPerChild: r1(pss / 1024 / Math.max(1, ok)),
+        memAvailMiBPerChild: r1((before - after) / 1024 / Math.max(1, ok)),
+      };
+      await Promise.all(r.sandboxes.map((s) => api("DELETE", `/v1/sandboxes/${s.id}`)));
+    }
+
+    const cold = median(coldMs);
+    const fork = median(forkReady);
+    const result = {
+      date: new Date().toISOString(),
+      accel: health.accel,
+      memoryMiB,
+      coldBootMs: { p50: r1(cold), samples: coldMs.map(r1) },
+      forkToReadyMs: { p50: r1(fork), p90: r1(pct(forkReady, 90)) },
+      forkToFirstExecReplyMs: { p50: r1(median(forkToExec)), p90: r1(pct(forkToExec, 90)) },
+      firstExecInChildMs: { p50: r1(median(firstExec)) },
+      coldOverFork: r1(cold / fork),
+      coldOverForkToFirstExec: r1(cold / median(forkToExec)),
+      execRttMs: { p50: r1(median(execRtt)), p90: r1(pct(execRtt, 90)) },
+      evalRttMs: { p50: r1(median(evalRtt)), p90: r1(pct(evalRtt, 90)) },
+      freshPythonImportNumpyMs: { p50: r1(median(freshPy)) },
+      evalSpeedup: r1(median(freshPy) / median(evalRtt)),
+      fanout: fan,
+    };
+    const rows: [string, string][] = [
+      ["cold boot to first reply (p50)", `${result.coldBootMs.p50} ms`],
+      ["fork to agent ready (p50 / p90)", `${result.forkToReadyMs.p50} / ${result.forkToReadyMs.p90} ms`],
+      [
+        "fork to first exec reply (p50 / p90)",
+        `${result.forkToFirstExecReplyMs.p50} / ${result.forkToFirstExecReplyMs.p90} ms`,
+      ],
+      ["cold / fork-to-ready", `${result.coldOverFork}x`],
+      ["cold / fork-to-first-exec", `${result.coldOverForkToFirstExec}x`],
+      ["exec round trip, warm child (p50 / p90)", `${result.execRttMs.p50} / ${result.execRttMs.p90} ms`],
+      ["eval round trip (p50 / p90)", `${result.evalRttMs.p50} / ${result.evalRttMs.p90} ms`],
+      [
+        "fresh python3 -c 'import numpy' in guest (p50)",
+        `${result.freshPythonImportNumpyMs.p50} ms (${result.evalSpeedup}x eval)`,
+      ],
+      ...Object.entries(fan).flatMap(([n, f]): [string, string][] => [
+        [`fan-out n=${n}: wall until all reply`, `${f.wallMs} ms (${f.ok}/${n} ok)`],
+        [
+          `fan-out n=${n}: per idle child PSS / MemAvailable delta`,
+          `${f.pssMiBPerChild} / ${f.memAvailMiBPerChild} MiB`,
+        ],
+      ]),
+    ];
+    const w = Math.max(...rows.map(([k]) => k.length));
+    console.log(`forkd fork benchmark (${result.accel}, ${memoryMiB} MiB guest, ${result.date})`);
+    for (const [k, v] of rows) console.log(`${k.padEnd(w)}  ${v}`);
+    console.log(JSON.stringify(result));
+    if (args["json-out"]) await writeFile(args["json-out"], JSON.stringify(result, null, 2) + "\n");
+  } finally {
+    try {
+      const { sandboxes } = await api<{ sandboxes: View[] }>("GET", "/v1/sandboxes");
+      await Promise.all(sandboxes.map((s) => api("DELETE", `/v1/sandboxes/${s.id}`).catch(() => undefined)));
+    } catch {
+      /* daemon gone */
+    }
+    daemon.kill("SIGKILL");
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});
