@@ -107,6 +107,7 @@ void dispatch(const struct msg *m);
 /* ---- port.c ---- */
 void port_setup(const char *path, int fd);
 void port_poll(int64_t now);
+void port_flush(void);
 int port_can_read(void); /* hook from main: pause reads under backpressure */
 
 /* ---- exec.c ---- */

@@ -98,9 +98,10 @@ void identity(const struct msg *m)
 	}
 	/* The interpreter's reseed is queued ahead of any later cell (cells run in FIFO order), so
 	 * no cell can see the shared pre-fork state; the reply need not wait for it. */
-	eval_reseed(0);
 	if (err)
 		send_error(m->stream, err, "%s: %s", step, strerror(err));
 	else
 		send_simple(RP_OK, m->stream);
+	port_flush(); /* reply before the interpreter wakes up to reseed and takes the vCPU */
+	eval_reseed(0);
 }

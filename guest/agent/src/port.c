@@ -247,6 +247,14 @@ static void on_port(void *ctx, int pfd, short rev)
 		disconnected();
 }
 
+/* Write queued output now (replies on the fork path should not wait for the next loop turn,
+ * by which time another process may hold the vCPU). */
+void port_flush(void)
+{
+	if (g_connected && fd >= 0 && outq_len())
+		outq_flush(fd);
+}
+
 void port_poll(int64_t now)
 {
 	if (!g_connected && backoff && now < retry_at) {
