@@ -28,6 +28,7 @@ export function createApp(s: Services): Hono {
       accel: s.info.accel.accel,
       accel_reason: s.info.accel.reason,
       sandboxes: s.sandboxes.list().length,
+      pool: s.sandboxes.poolStatus(),
     }),
   );
 

@@ -64,6 +64,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     driver,
     log,
     tbSizeMiB: Number(env.FORKD_TB_SIZE_MIB ?? 32),
+    poolSize: Number(env.FORKD_POOL_SIZE ?? 2),
   });
   const cleaned = await store.recover();
   const { adopted, removed } = await sandboxes.recover();
@@ -133,7 +134,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       closed = true;
       await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
       if (o.killSandboxes) await sandboxes.killAll();
-      else sandboxes.detachAll();
+      else await sandboxes.detachAll();
       await rm(paths.socket, { force: true });
     },
   };

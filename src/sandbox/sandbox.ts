@@ -14,6 +14,8 @@ export interface SandboxRecord {
   pidStartTime: number;
   created: string;
   timings: { launchMs: number; restoreMs: number; readyMs: number; totalMs: number };
+  /** Its VMM was pre-started by the pool (launchMs is then only the hand-over). */
+  fromPool: boolean;
 }
 
 export interface Sandbox {
@@ -34,6 +36,7 @@ export interface SandboxView {
   created: string;
   exit_reason: string | null;
   timings: SandboxRecord["timings"];
+  from_pool: boolean;
 }
 
 export const viewOf = (s: Sandbox): SandboxView => ({
@@ -44,4 +47,5 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   created: s.record.created,
   exit_reason: s.exitReason,
   timings: s.record.timings,
+  from_pool: s.record.fromPool ?? false,
 });

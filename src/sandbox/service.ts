@@ -12,9 +12,12 @@ import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertSandboxId, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
 import { nowMs, since } from "../util/time.js";
+import { pidsReferencing } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
 import { viewOf } from "./sandbox.js";
+import { WarmPool } from "./pool.js";
+import type { Prepared } from "./pool.js";
 import type { Sandbox, SandboxRecord, SandboxView } from "./sandbox.js";
 
 export const MAX_FORK = 1000;
@@ -42,13 +45,23 @@ export interface SandboxServiceOptions {
   log: Logger;
   /** TCG translation buffer per child (MiB). */
   tbSizeMiB?: number;
+  /** Pre-started VMMs kept per recently forked snapshot (0: none). */
+  poolSize?: number;
   readyTimeoutMs?: number;
 }
 
 export class SandboxService {
   private readonly live = new Map<string, Sandbox>();
+  private readonly pool: WarmPool;
 
-  constructor(private readonly o: SandboxServiceOptions) {}
+  constructor(private readonly o: SandboxServiceOptions) {
+    this.pool = new WarmPool(o.poolSize ?? 0, (tag) => this.prepare(tag), o.log);
+  }
+
+  /** Stops pre-starting VMMs for `tag` and kills those waiting (before its snapshot is deleted). */
+  async forgetSnapshot(tag: string): Promise<void> {
+    await this.pool.drain(tag);
+  }
 
   list(): SandboxView[] {
     return [...this.live.values()].map(viewOf).sort((a, b) => a.created.localeCompare(b.created));
@@ -68,6 +81,11 @@ export class SandboxService {
       throw new ForkdError("conflict", `sandbox ${id} is not running (${s.exitReason ?? s.state})`, { id });
     }
     return s.agent;
+  }
+
+  /** Pre-started VMMs waiting, by snapshot tag. */
+  poolStatus(): Record<string, number> {
+    return this.pool.status();
   }
 
   countByTag(tag: string): number {
@@ -103,13 +121,13 @@ export class SandboxService {
     return out;
   }
 
-  private async forkOne(tag: string): Promise<Sandbox> {
+  /** Starts a VMM for a child of `tag`, waiting for device state (also used by the pool). */
+  private async prepare(tag: string): Promise<Prepared> {
     const snap = await this.o.store.get(tag);
     const id = newSandboxId();
     const dir = join(this.o.root, id);
     const t0 = nowMs();
     let vm: QemuVm | null = null;
-    let agent: AgentClient | null = null;
     try {
       await mkdir(dir, { mode: 0o700 });
       const disk = join(dir, "disk.qcow2");
@@ -122,30 +140,45 @@ export class SandboxService {
         incoming: true,
         tbSizeMiB: this.o.tbSizeMiB,
       });
-      const launchMs = since(t0);
       // Connect to the agent before the guest runs, so it never sees its host end closed.
-      agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
+      const agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
+      return { id, dir, vm, agent, launchMs: since(t0) };
+    } catch (e) {
+      await vm?.kill().catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  private async forkOne(tag: string): Promise<Sandbox> {
+    const snap = await this.o.store.get(tag);
+    const t0 = nowMs();
+    const pooled = this.pool.take(tag);
+    const p = pooled ?? (await this.prepare(tag));
+    const launchMs = since(t0);
+    try {
       const t1 = nowMs();
-      await vm.restoreState(snap.files.vmstate);
-      await vm.resume();
+      await p.vm.restoreState(snap.files.vmstate);
+      await p.vm.resume();
       const restoreMs = since(t1);
-      await agent.identity({ hostname: id, sandboxId: id }, this.o.readyTimeoutMs ?? 60_000);
+      await p.agent.identity({ hostname: p.id, sandboxId: p.id }, this.o.readyTimeoutMs ?? 60_000);
       const readyMs = since(t1);
       const record: SandboxRecord = {
         format: 1,
-        id,
+        id: p.id,
         tag,
-        pid: vm.pid,
-        pidStartTime: vm.id.startTime,
+        pid: p.vm.pid,
+        pidStartTime: p.vm.id.startTime,
         created: new Date().toISOString(),
         timings: { launchMs, restoreMs, readyMs, totalMs: since(t0) },
+        fromPool: pooled !== null,
       };
-      await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
-      return this.register(record, dir, vm, agent);
+      await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
+      return this.register(record, p.dir, p.vm, p.agent);
     } catch (e) {
-      agent?.close();
-      await vm?.kill().catch(() => undefined);
-      await rm(dir, { recursive: true, force: true });
+      p.agent.close();
+      await p.vm.kill().catch(() => undefined);
+      await rm(p.dir, { recursive: true, force: true });
       throw e;
     }
   }
@@ -202,6 +235,14 @@ export class SandboxService {
         adopted.push(name);
       } catch (e) {
         this.o.log.warn("recover: removing sandbox", { id: name, reason: errorMessage(e) });
+        // A VMM may still run without a usable record (the daemon died before writing it).
+        for (const pid of await pidsReferencing(dir + "/")) {
+          try {
+            process.kill(pid, "SIGKILL");
+          } catch {
+            /* gone */
+          }
+        }
         await rm(dir, { recursive: true, force: true });
         removed.push(name);
       }
@@ -210,7 +251,8 @@ export class SandboxService {
   }
 
   /** Daemon shutdown: drop connections, leave the VMs running for the next daemon. */
-  detachAll(): void {
+  async detachAll(): Promise<void> {
+    await this.pool.close();
     for (const s of this.live.values()) {
       s.agent.close();
       s.vm.qmp.close();
@@ -218,6 +260,7 @@ export class SandboxService {
   }
 
   async killAll(): Promise<void> {
+    await this.pool.close();
     await Promise.all([...this.live.keys()].map((id) => this.kill(id).catch(() => undefined)));
   }
 }

@@ -74,3 +74,20 @@ export function isAlive(pid: number): boolean {
     return (e as NodeJS.ErrnoException).code === "EPERM";
   }
 }
+
+/**
+ * Pids of processes whose command line mentions `needle` (a VM's directory): finds VMMs left
+ * without a record by a daemon that died between starting them and writing their record.
+ */
+export async function pidsReferencing(needle: string): Promise<number[]> {
+  const { readdir } = await import("node:fs/promises");
+  const pids: number[] = [];
+  for (const name of await readdir("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    if (pid === process.pid) continue;
+    const cmd = await processCmdline(pid);
+    if (cmd.some((a) => a.includes(needle))) pids.push(pid);
+  }
+  return pids;
+}

@@ -6,10 +6,11 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { readdir } from "node:fs/promises";
+import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { apiRequest, checkResponse, rawRequest, readAll, ApiError } from "../../src/client/http.js";
 import { sha256File } from "../../src/snapshot/meta.js";
+import { pidsReferencing } from "../../src/util/proc.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
@@ -261,6 +262,32 @@ step("SIGKILL of one child's VMM leaves its siblings working", async () => {
   ids = ids.filter((_, i) => i !== 5);
 });
 
+step("a pre-started VMM from the pool serves the next fork; the CLI copies files both ways", async () => {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    const h = await api<{ pool: Record<string, number> }>("GET", "/v1/health");
+    if ((h.pool[TAG] ?? 0) >= 1) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const r = await api<{ sandboxes: { id: string; from_pool: boolean }[] }>("POST", "/v1/sandboxes", {
+    snapshot_tag: TAG,
+    n: 1,
+  });
+  const sb = r.sandboxes[0]!;
+  assert.equal(sb.from_pool, true);
+  assert.equal((await py(sb.id, "warm_var")).value, "42");
+  ids.push(sb.id);
+  const local = join(d.dataDir, "cp-src.bin");
+  const back = join(d.dataDir, "cp-back.bin");
+  const bytes = randomBytes(200_000);
+  await writeFile(local, bytes);
+  assert.equal((await cli(d, ["cp", local, `${sb.id}:/root/in/cp.bin`])).code, 0);
+  assert.equal((await cli(d, ["cp", `${sb.id}:/root/in/cp.bin`, back])).code, 0);
+  assert.ok((await readFile(back)).equals(bytes));
+  await rm(local);
+  await rm(back);
+});
+
 step("a daemon killed with SIGKILL re-adopts its running children on restart", async () => {
   const before = (await api<{ sandboxes: { id: string; pid: number }[] }>("GET", "/v1/sandboxes")).sandboxes;
   await d.kill9();
@@ -275,6 +302,9 @@ step("a daemon killed with SIGKILL re-adopts its running children on restart", a
   );
   assert.equal((await py(id(0), "warm_var")).value, "'changed'");
   for (const sb of ids) assert.equal((await sh(sb, "cat /run/forkd/sandbox-id")).stdout, sb);
+  // The old daemon's pre-started VMMs were not sandboxes: the new daemon killed them.
+  const vmms = (await pidsReferencing(join(d.dataDir, "sandboxes") + "/")).length;
+  assert.equal(vmms, ids.length);
 });
 
 step("bad input against the live daemon gets clear errors and leaves nothing behind", async () => {

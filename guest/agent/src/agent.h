@@ -142,6 +142,7 @@ void eval_request(const struct msg *m);
 /* Ask the interpreter to reseed; reply OK on stream once done (stream may be 0: no reply).
  * Returns 0 if queued, or 1 if no interpreter is running (caller replies). */
 int eval_reseed(uint32_t stream);
+void eval_reseed_later(void); /* reseed before the next cell */
 int eval_ready(void);
 int eval_reaped(pid_t pid, int status);
 void eval_poll(int64_t now);

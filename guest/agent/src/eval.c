@@ -342,6 +342,11 @@ int eval_reaped(pid_t pid, int status)
 	return 1;
 }
 
+/* Set by IDENTITY: waking the interpreter on the fork path would cost every child a burst of
+ * CPU (under TCG, translating the interpreter's code anew), so the reseed waits for the first
+ * cell, which it precedes. */
+static int reseed_pending;
+
 void eval_request(const struct msg *m)
 {
 	const uint8_t *code;
@@ -370,7 +375,16 @@ void eval_request(const struct msg *m)
 		free(r);
 		return;
 	}
+	if (reseed_pending) { /* after a fork: the interpreter reseeds before its first cell */
+		reseed_pending = 0;
+		eval_reseed(0);
+	}
 	enqueue(r, 0);
+}
+
+void eval_reseed_later(void)
+{
+	reseed_pending = 1;
 }
 
 int eval_reseed(uint32_t stream)

@@ -102,6 +102,6 @@ void identity(const struct msg *m)
 		send_error(m->stream, err, "%s: %s", step, strerror(err));
 	else
 		send_simple(RP_OK, m->stream);
-	port_flush(); /* reply before the interpreter wakes up to reseed and takes the vCPU */
-	eval_reseed(0);
+	port_flush();
+	eval_reseed_later();
 }

@@ -40,6 +40,7 @@ export function snapshotRoutes(s: Services): Hono {
         sandboxes: users,
       });
     }
+    await s.sandboxes.forgetSnapshot(tag);
     await s.store.delete(tag);
     return c.json({ deleted: tag });
   });
