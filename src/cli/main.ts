@@ -6,7 +6,7 @@
 import { createReadStream, createWriteStream } from "node:fs";
 import { pipeline } from "node:stream/promises";
 import { Command, Option } from "commander";
-import { ApiError, apiRequest, checkResponse, rawRequest } from "../client/http.js";
+import { ApiError, apiRequest, checkResponse, rawRequest, readNdjson } from "../client/http.js";
 import type { Endpoint } from "../client/http.js";
 import { defaultPaths } from "../host/paths.js";
 import { VERSION } from "../version.js";
@@ -88,28 +88,48 @@ program
     }) => {
       say(`forkd: creating snapshot ${o.tag} (template ${o.template}); the first run builds the guest image`);
       const t0 = Date.now();
-      const tick = setInterval(() => say(`  ... ${Math.round((Date.now() - t0) / 1000)} s`), 15_000);
-      try {
-        const meta = await api<{ tag: string; timings: { bootMs: number; freezeMs: number } }>(
-          "POST",
-          "/v1/snapshots",
-          {
-            tag: o.tag,
-            template: o.template,
-            warm: o.warm,
-            warm_eval: o.warmEval,
-            memory_mib: o.memory,
-            vcpus: o.vcpus,
-          },
+      await ensureDaemon(paths, endpoint, say);
+      const body = JSON.stringify({
+        tag: o.tag,
+        template: o.template,
+        warm: o.warm,
+        warm_eval: o.warmEval,
+        memory_mib: o.memory,
+        vcpus: o.vcpus,
+      });
+      const res = await checkResponse(
+        await rawRequest(endpoint, "POST", "/v1/snapshots?stream=1", body, 0, {
+          "content-type": "application/json",
+        }),
+      );
+      let meta: { tag: string; timings: { bootMs: number; freezeMs: number } } | null = null;
+      await readNdjson(
+        res,
+        (ev: {
+          type: string;
+          message?: string;
+          snapshot?: typeof meta;
+          error?: { code: string; message: string; details: Record<string, unknown> };
+        }) => {
+          if (ev.type === "progress")
+            say(`  [${((Date.now() - t0) / 1000).toFixed(1)}s] ${ev.message ?? ""}`);
+          else if (ev.type === "done") meta = ev.snapshot ?? null;
+          else if (ev.type === "error")
+            throw new ApiError(
+              500,
+              ev.error?.code ?? "internal",
+              ev.error?.message ?? "snapshot failed",
+              ev.error?.details ?? {},
+            );
+        },
+      );
+      const m = meta as { tag: string; timings: { bootMs: number; freezeMs: number } } | null;
+      if (!m) throw new ApiError(500, "internal", "the daemon ended the snapshot stream without a result");
+      if (o.json) console.log(JSON.stringify(m, null, 2));
+      else
+        console.log(
+          `snapshot ${m.tag} ready: boot ${Math.round(m.timings.bootMs)} ms, freeze ${Math.round(m.timings.freezeMs)} ms, total ${Date.now() - t0} ms`,
         );
-        if (o.json) console.log(JSON.stringify(meta, null, 2));
-        else
-          console.log(
-            `snapshot ${meta.tag} ready: boot ${Math.round(meta.timings.bootMs)} ms, freeze ${Math.round(meta.timings.freezeMs)} ms, total ${Date.now() - t0} ms`,
-          );
-      } finally {
-        clearInterval(tick);
-      }
     },
   );
 
@@ -186,32 +206,26 @@ program
         "content-type": "application/json",
       }),
     );
-    let buf = "";
     let code = 1;
-    for await (const chunk of res) {
-      buf += (chunk as Buffer).toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const ev = JSON.parse(buf.slice(0, nl)) as {
-          type: string;
-          data?: string;
-          exit_code?: number | null;
-          signal?: number | null;
-          timed_out?: boolean;
-          error?: { message: string };
-        };
-        buf = buf.slice(nl + 1);
-        if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
-        else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
-        else if (ev.type === "exit") {
-          if (ev.timed_out) say("forkd: command timed out");
-          code = ev.exit_code ?? 128 + (ev.signal ?? 0);
-        } else if (ev.type === "error") {
-          say(`forkd: ${ev.error?.message ?? "exec failed"}`);
-          code = 1;
-        }
-      }
+    interface ExecEvent {
+      type: string;
+      data?: string;
+      exit_code?: number | null;
+      signal?: number | null;
+      timed_out?: boolean;
+      error?: { message: string };
     }
+    await readNdjson(res, (ev: ExecEvent) => {
+      if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
+      else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
+      else if (ev.type === "exit") {
+        if (ev.timed_out) say("forkd: command timed out");
+        code = ev.exit_code ?? 128 + (ev.signal ?? 0);
+      } else if (ev.type === "error") {
+        say(`forkd: ${ev.error?.message ?? "exec failed"}`);
+        code = 1;
+      }
+    });
     process.exitCode = code;
   });
 

@@ -65,6 +65,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     log,
     tbSizeMiB: Number(env.FORKD_TB_SIZE_MIB ?? 32),
     poolSize: Number(env.FORKD_POOL_SIZE ?? 2),
+    forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
   });
   const cleaned = await store.recover();
   const { adopted, removed } = await sandboxes.recover();

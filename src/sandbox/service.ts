@@ -47,6 +47,8 @@ export interface SandboxServiceOptions {
   tbSizeMiB?: number;
   /** Pre-started VMMs kept per recently forked snapshot (0: none). */
   poolSize?: number;
+  /** Children started at once during a fan-out (default: all). */
+  forkParallelism?: number;
   readyTimeoutMs?: number;
 }
 
@@ -103,7 +105,11 @@ export class SandboxService {
       throw new ForkdError("invalid_argument", `n must be an integer in 1..${MAX_FORK}`, { field: "n" });
     }
     const snap = await this.o.store.get(tag);
-    const results = await Promise.allSettled(Array.from({ length: n }, () => this.forkOne(snap.meta.tag)));
+    // Bounded parallelism: starting every VMM at once makes them all contend and none finish
+    // early; a few in flight per core keeps the CPU busy with less thrashing.
+    const results = await settleWithLimit(n, this.o.forkParallelism ?? Infinity, () =>
+      this.forkOne(snap.meta.tag),
+    );
     const out: ForkResult = { sandboxes: [], failures: [] };
     results.forEach((r, index) => {
       if (r.status === "fulfilled") out.sandboxes.push(viewOf(r.value));
@@ -263,4 +269,26 @@ export class SandboxService {
     await this.pool.close();
     await Promise.all([...this.live.keys()].map((id) => this.kill(id).catch(() => undefined)));
   }
+}
+
+/** Runs `n` tasks with at most `limit` in flight; results in task order, like allSettled. */
+async function settleWithLimit<T>(
+  n: number,
+  limit: number,
+  task: () => Promise<T>,
+): Promise<PromiseSettledResult<T>[]> {
+  const out: PromiseSettledResult<T>[] = new Array<PromiseSettledResult<T>>(n);
+  let next = 0;
+  const worker = async () => {
+    while (next < n) {
+      const i = next++;
+      try {
+        out[i] = { status: "fulfilled", value: await task() };
+      } catch (reason) {
+        out[i] = { status: "rejected", reason };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(n, Math.max(1, limit)) }, worker));
+  return out;
 }

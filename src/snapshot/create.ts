@@ -12,7 +12,7 @@ import type { AccelChoice } from "../host/accel.js";
 import type { ImageBuilder, ProgressFn } from "../image/builder.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
-import { kernelCmdline, vmFiles } from "../vmm/config.js";
+import { defaultCpu, kernelCmdline, vmFiles } from "../vmm/config.js";
 import type { MachineConfig } from "../vmm/config.js";
 import { readTail } from "../vmm/qemu.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
@@ -61,7 +61,12 @@ export async function createSnapshot(
     await mkdir(runtime, { recursive: true, mode: 0o700 });
     const files = snapshotFiles(staging);
     await createOverlay(files.disk, { backing: image.rootfs, backingFormat: "raw" });
-    const machine: MachineConfig = { memoryMiB: req.memoryMiB, vcpus: req.vcpus, accel: deps.accel.accel };
+    const machine: MachineConfig = {
+      memoryMiB: req.memoryMiB,
+      vcpus: req.vcpus,
+      accel: deps.accel.accel,
+      cpu: defaultCpu(deps.accel.accel),
+    };
 
     progress(`boot: starting parent VM (${machine.accel}, ${req.memoryMiB} MiB, ${req.vcpus} vCPU)`);
     const t0 = nowMs();

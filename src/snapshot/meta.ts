@@ -25,6 +25,7 @@ export const SnapshotMetaSchema = z.object({
     memoryMiB: z.number().int(),
     vcpus: z.number().int(),
     accel: z.enum(["kvm", "tcg"]),
+    cpu: z.string().max(256),
   }),
   image: z.object({ hash: z.string(), dir: z.string(), kernelVersion: z.string() }),
   qemu: z.object({ binary: z.string(), version: z.string() }),

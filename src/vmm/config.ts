@@ -9,6 +9,18 @@ export interface MachineConfig {
   memoryMiB: number;
   vcpus: number;
   accel: Accel;
+  /** QEMU CPU model; parents and children must match. */
+  cpu: string;
+}
+
+/**
+ * The default CPU model. Under TCG, `max` makes every guest context switch save and restore a
+ * large emulated vector state and steers the guest's crypto and libraries to wide-vector code
+ * that TCG emulates slowly; x86-64-v2 features are enough for Debian's userland and numpy.
+ */
+export function defaultCpu(accel: Accel, env: NodeJS.ProcessEnv = process.env): string {
+  if (env.FORKD_CPU) return env.FORKD_CPU;
+  return accel === "kvm" ? "host" : "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16";
 }
 
 export interface VmLaunch {
@@ -52,7 +64,7 @@ export function qemuArgs(l: VmLaunch): string[] {
     "-accel",
     accel === "tcg" ? `tcg,tb-size=${l.tbSizeMiB ?? 64}` : "kvm",
     "-cpu",
-    accel === "tcg" ? "max" : "host",
+    l.machine.cpu,
     "-m",
     `${memoryMiB}M`,
     "-smp",

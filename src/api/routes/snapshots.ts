@@ -5,28 +5,54 @@ import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
 import { CreateSnapshot } from "../schemas.js";
 import { parseBody } from "../parse.js";
+import { toEnvelope } from "../errors.js";
 
 export function snapshotRoutes(s: Services): Hono {
   const app = new Hono();
 
   app.get("/", async (c) => c.json({ snapshots: await s.store.list() }));
 
+  // ?stream=1: NDJSON progress lines ({"type":"progress","message"}), then {"type":"done",
+  // "snapshot"} or {"type":"error","error"}; otherwise one JSON reply when ready.
   app.post("/", async (c) => {
     const body = await parseBody(c, CreateSnapshot);
-    const meta = await createSnapshot(
-      s.snapshotDeps,
-      {
-        tag: body.tag,
-        template: body.template,
-        warm: body.warm ?? null,
-        warmEval: body.warm_eval ?? null,
-        memoryMiB: body.memory_mib,
-        vcpus: body.vcpus,
+    const req = {
+      tag: body.tag,
+      template: body.template,
+      warm: body.warm ?? null,
+      warmEval: body.warm_eval ?? null,
+      memoryMiB: body.memory_mib,
+      vcpus: body.vcpus,
+    };
+    const logLine = (line: string) => s.log.info(`snapshot ${body.tag}: ${line}`);
+    if (c.req.query("stream") !== "1") {
+      const meta = await createSnapshot(s.snapshotDeps, req, logLine);
+      return c.json(meta, 201);
+    }
+    // Refuse a taken tag with a status code, before the stream starts.
+    if ((await s.store.list()).some((m) => m.tag === body.tag)) {
+      throw new ForkdError("conflict", `snapshot ${body.tag} already exists`, { tag: body.tag });
+    }
+    const enc = new TextEncoder();
+    const stream = new ReadableStream<Uint8Array>({
+      start(controller) {
+        const send = (o: unknown) => controller.enqueue(enc.encode(JSON.stringify(o) + "\n"));
+        createSnapshot(s.snapshotDeps, req, (line) => {
+          logLine(line);
+          send({ type: "progress", message: line });
+        }).then(
+          (meta) => {
+            send({ type: "done", snapshot: meta });
+            controller.close();
+          },
+          (e: unknown) => {
+            send({ type: "error", ...toEnvelope(e).body });
+            controller.close();
+          },
+        );
       },
-      (line) => s.log.info(`snapshot ${body.tag}: ${line}`),
-    );
-    s.log.info("snapshot created", { tag: meta.tag });
-    return c.json(meta, 201);
+    });
+    return new Response(stream, { status: 201, headers: { "content-type": "application/x-ndjson" } });
   });
 
   app.get("/:tag", async (c) => c.json((await s.store.get(assertTag(c.req.param("tag")))).meta));
