@@ -7,6 +7,7 @@ import { apiRequest } from "../client/http.js";
 import type { Endpoint } from "../client/http.js";
 import type { Paths } from "../host/paths.js";
 import { sleep } from "../util/time.js";
+import { VERSION } from "../version.js";
 
 async function answers(ep: Endpoint): Promise<boolean> {
   try {
@@ -18,7 +19,14 @@ async function answers(ep: Endpoint): Promise<boolean> {
 }
 
 export async function ensureDaemon(paths: Paths, ep: Endpoint, say: (s: string) => void): Promise<void> {
-  if (ep.url || (await answers(ep))) return;
+  if (ep.url) return;
+  if (await answers(ep)) {
+    const v = await apiRequest<{ version: string }>(ep, "GET", "/v1/version", undefined, 2_000).catch(() => null);
+    if (v && v.version !== VERSION) {
+      say(`forkd: warning: the running daemon is version ${v.version}, this CLI is ${VERSION}; restart the daemon to upgrade it`);
+    }
+    return;
+  }
   await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
   const logPath = join(paths.dataDir, "daemon.log");
   say(`forkd: starting a local daemon (log: ${logPath})`);
