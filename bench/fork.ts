@@ -13,6 +13,7 @@ import { parseArgs } from "node:util";
 import { apiRequest } from "../src/client/http.js";
 import type { Endpoint } from "../src/client/http.js";
 import { REPO_DIR } from "../src/host/paths.js";
+import { pidsReferencing } from "../src/util/proc.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -58,6 +59,7 @@ async function main(): Promise<void> {
   const ep: Endpoint = { socket: join(dataDir, "forkd.sock") };
   const env = { ...process.env, FORKD_DATA_DIR: dataDir };
   const logFile = await open(join(dataDir, "daemon.log"), "a");
+  process.on("unhandledRejection", (e) => log(`unhandled rejection: ${String(e)}`));
   const daemon: ChildProcess = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
     env,
     stdio: ["ignore", logFile.fd, logFile.fd],
@@ -219,11 +221,14 @@ async function main(): Promise<void> {
       /* daemon gone */
     }
     daemon.kill("SIGKILL");
-    await rm(dataDir, { recursive: true, force: true });
+    // VMs outlive their daemon by design; a benchmark leaves none behind.
+    for (const pid of await pidsReferencing(dataDir)) process.kill(pid, "SIGKILL");
+    if (process.exitCode) log(`benchmark failed; daemon log kept in ${dataDir}/daemon.log`);
+    else await rm(dataDir, { recursive: true, force: true });
   }
 }
 
 main().catch((e: unknown) => {
   console.error(e);
-  process.exit(1);
+  process.exitCode = 1;
 });

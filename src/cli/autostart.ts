@@ -8,6 +8,7 @@ import type { Endpoint } from "../client/http.js";
 import type { Paths } from "../host/paths.js";
 import { sleep } from "../util/time.js";
 import { VERSION } from "../version.js";
+import { daemonHoldsLock } from "../daemon/lock.js";
 
 async function answers(ep: Endpoint): Promise<boolean> {
   try {
@@ -18,17 +19,35 @@ async function answers(ep: Endpoint): Promise<boolean> {
   }
 }
 
+let ensured = false;
+
+/** Makes sure a daemon answers on `ep`, starting one if none holds the data directory. Once per process. */
 export async function ensureDaemon(paths: Paths, ep: Endpoint, say: (s: string) => void): Promise<void> {
-  if (ep.url) return;
+  if (ep.url || ensured) return;
+  ensured = true;
   if (await answers(ep)) {
-    const v = await apiRequest<{ version: string }>(ep, "GET", "/v1/version", undefined, 2_000).catch(() => null);
+    const v = await apiRequest<{ version: string }>(ep, "GET", "/v1/version", undefined, 2_000).catch(
+      () => null,
+    );
     if (v && v.version !== VERSION) {
-      say(`forkd: warning: the running daemon is version ${v.version}, this CLI is ${VERSION}; restart the daemon to upgrade it`);
+      say(
+        `forkd: warning: the running daemon is version ${v.version}, this CLI is ${VERSION}; restart the daemon to upgrade it`,
+      );
     }
     return;
   }
-  await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
   const logPath = join(paths.dataDir, "daemon.log");
+  if (await daemonHoldsLock(paths.dataDir)) {
+    // A daemon is running but busy or still starting: wait for it, never start a second one.
+    say("forkd: the daemon is busy or starting; waiting for it");
+    const deadline = Date.now() + 120_000;
+    while (Date.now() < deadline) {
+      if (await answers(ep)) return;
+      await sleep(250);
+    }
+    throw new Error(`the daemon holding ${paths.dataDir} does not answer; see ${logPath}`);
+  }
+  await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
   say(`forkd: starting a local daemon (log: ${logPath})`);
   const log = await open(logPath, "a", 0o600);
   const main = join(dirname(fileURLToPath(import.meta.url)), "main.js");

@@ -182,9 +182,13 @@ program
 program
   .command("kill")
   .description("kill sandboxes")
-  .argument("<ids...>")
-  .action(async (ids: string[]) => {
-    for (const id of ids) await api("DELETE", `/v1/sandboxes/${encodeURIComponent(id)}`);
+  .argument("[ids...]")
+  .option("--all", "kill every sandbox")
+  .action(async (ids: string[], o: { all?: boolean }) => {
+    if (o.all)
+      ids = (await api<{ sandboxes: SandboxView[] }>("GET", "/v1/sandboxes")).sandboxes.map((s) => s.id);
+    else if (ids.length === 0) throw new ApiError(0, "invalid_argument", "name sandboxes to kill, or --all");
+    await Promise.all(ids.map((id) => api("DELETE", `/v1/sandboxes/${encodeURIComponent(id)}`)));
   });
 
 program

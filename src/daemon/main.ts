@@ -3,7 +3,7 @@
  * left by an earlier daemon (re-adopting running children), and serves the API on a unix socket
  * (mode 0600) and, only with a bearer token, on TCP.
  */
-import { chmod, mkdir, rm, stat } from "node:fs/promises";
+import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
@@ -20,7 +20,7 @@ import { ForkdError } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
 import { VERSION } from "../version.js";
-import { apiRequest } from "../client/http.js";
+import { acquireDaemonLock } from "./lock.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -43,9 +43,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   for (const d of [snapshotsDir(paths), sandboxesDir(paths), runDir])
     await mkdir(d, { recursive: true, mode: 0o700 });
 
-  if (await socketAnswers(paths.socket)) {
-    throw new ForkdError("conflict", `a forkd daemon is already serving ${paths.socket}`);
-  }
+  const releaseLock = await acquireDaemonLock(paths.dataDir);
+  // We own the data directory now: a socket file left here belongs to a dead daemon.
   await rm(paths.socket, { force: true });
   await rm(runDir, { recursive: true, force: true });
   await mkdir(runDir, { recursive: true, mode: 0o700 });
@@ -66,6 +65,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     tbSizeMiB: Number(env.FORKD_TB_SIZE_MIB ?? 32),
     poolSize: Number(env.FORKD_POOL_SIZE ?? 2),
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
+    maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
   });
   const cleaned = await store.recover();
   const { adopted, removed } = await sandboxes.recover();
@@ -137,6 +137,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
       await rm(paths.socket, { force: true });
+      await releaseLock();
     },
   };
 }
@@ -146,16 +147,6 @@ function listen(server: Server, path: string): Promise<void> {
     server.once("error", reject);
     server.listen(path, () => resolve());
   });
-}
-
-async function socketAnswers(path: string): Promise<boolean> {
-  if (!(await stat(path).catch(() => null))) return false;
-  try {
-    await apiRequest({ socket: path }, "GET", "/v1/health", undefined, 2_000);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** `forkd daemon`: run until SIGTERM/SIGINT; running sandboxes are left for the next daemon. */

@@ -49,12 +49,16 @@ export interface SandboxServiceOptions {
   poolSize?: number;
   /** Children started at once during a fan-out (default: all). */
   forkParallelism?: number;
+  /** Sandboxes (running, exited-but-listed and starting) the daemon will hold at once. */
+  maxSandboxes?: number;
   readyTimeoutMs?: number;
 }
 
 export class SandboxService {
   private readonly live = new Map<string, Sandbox>();
   private readonly pool: WarmPool;
+  /** Children being forked right now (counted against maxSandboxes). */
+  private starting = 0;
 
   constructor(private readonly o: SandboxServiceOptions) {
     this.pool = new WarmPool(o.poolSize ?? 0, (tag) => this.prepare(tag), o.log);
@@ -105,11 +109,24 @@ export class SandboxService {
       throw new ForkdError("invalid_argument", `n must be an integer in 1..${MAX_FORK}`, { field: "n" });
     }
     const snap = await this.o.store.get(tag);
+    const max = this.o.maxSandboxes ?? 1000;
+    const running = this.live.size + this.starting;
+    if (running + n > max) {
+      throw new ForkdError(
+        "resource_exhausted",
+        `forking ${n} would exceed the limit of ${max} sandboxes (${running} exist)`,
+        {
+          limit: max,
+          existing: running,
+        },
+      );
+    }
+    this.starting += n;
     // Bounded parallelism: starting every VMM at once makes them all contend and none finish
     // early; a few in flight per core keeps the CPU busy with less thrashing.
     const results = await settleWithLimit(n, this.o.forkParallelism ?? Infinity, () =>
       this.forkOne(snap.meta.tag),
-    );
+    ).finally(() => (this.starting -= n));
     const out: ForkResult = { sandboxes: [], failures: [] };
     results.forEach((r, index) => {
       if (r.status === "fulfilled") out.sandboxes.push(viewOf(r.value));
@@ -235,8 +252,8 @@ export class SandboxService {
         if (record.id !== name) throw new Error("record id mismatch");
         const vm = await this.o.driver.adopt({ pid: record.pid, startTime: record.pidStartTime }, dir);
         if (!vm) throw new Error("VMM process is gone");
-        const agent = await AgentClient.connect(vmFiles(dir).agent, 5_000);
-        await agent.ping(10_000);
+        const agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
+        await agent.ping(15_000);
         this.register(record, dir, vm, agent);
         adopted.push(name);
       } catch (e) {

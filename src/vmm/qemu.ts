@@ -231,7 +231,7 @@ export class QemuDriver {
     if (!isAlive(id.pid) || (await processStartTime(id.pid)) !== id.startTime) return null;
     const cmd = await processCmdline(id.pid);
     if (!cmd.some((a) => a.includes(vmFiles(dir).qmp))) return null;
-    const qmp = await QmpClient.connect(vmFiles(dir).qmp, 5_000);
+    const qmp = await QmpClient.connect(vmFiles(dir).qmp, 15_000);
     return new QemuVm(id, dir, qmp, false);
   }
 }

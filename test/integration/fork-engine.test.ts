@@ -325,8 +325,15 @@ step("bad input against the live daemon gets clear errors and leaves nothing beh
   assert.deepEqual((await readdir(join(d.dataDir, "snapshots"))).sort(), [TAG]);
 });
 
-step("kill and rmi clean up every file", async () => {
-  const r = await cli(d, ["kill", ...ids]);
+step("a second daemon on the same data directory refuses to start", async () => {
+  const r = await cli(d, ["daemon"], 30_000);
+  assert.notEqual(r.code, 0);
+  assert.match(r.stderr, /another forkd daemon already owns/);
+  assert.equal((await api<{ ok: boolean }>("GET", "/v1/health")).ok, true);
+});
+
+step("kill --all and rmi clean up every file", async () => {
+  const r = await cli(d, ["kill", "--all"]);
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(await readdir(join(d.dataDir, "sandboxes")), []);
   assert.equal((await cli(d, ["rmi", TAG])).code, 0);
