@@ -98,7 +98,13 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const servers: Server[] = [];
   const unix = createAdaptorServer({ fetch: createApp(services).fetch }) as Server;
   unix.requestTimeout = 0;
-  await listen(unix, paths.socket);
+  // The socket must never exist with looser permissions, not even between bind and chmod.
+  const oldUmask = process.umask(0o077);
+  try {
+    await listen(unix, paths.socket);
+  } finally {
+    process.umask(oldUmask);
+  }
   await chmod(paths.socket, 0o600);
   servers.push(unix);
 
@@ -133,7 +139,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     async close(o = {}) {
       if (closed) return;
       closed = true;
-      await Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+      // Stop accepting; give in-flight requests a moment, then cut streams that would hold us.
+      const closing = Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+      const cut = setTimeout(() => servers.forEach((s) => s.closeAllConnections()), 2_000);
+      await closing;
+      clearTimeout(cut);
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
       await rm(paths.socket, { force: true });

@@ -64,6 +64,11 @@ export class SandboxService {
     this.pool = new WarmPool(o.poolSize ?? 0, (tag) => this.prepare(tag), o.log);
   }
 
+  /** Pre-starts VMMs for `tag` now, so its first fork is as fast as later ones. */
+  prewarm(tag: string): void {
+    this.pool.refill(tag);
+  }
+
   /** Stops pre-starting VMMs for `tag` and kills those waiting (before its snapshot is deleted). */
   async forgetSnapshot(tag: string): Promise<void> {
     await this.pool.drain(tag);

@@ -27,6 +27,7 @@ export function snapshotRoutes(s: Services): Hono {
     const logLine = (line: string) => s.log.info(`snapshot ${body.tag}: ${line}`);
     if (c.req.query("stream") !== "1") {
       const meta = await createSnapshot(s.snapshotDeps, req, logLine);
+      s.sandboxes.prewarm(meta.tag);
       return c.json(meta, 201);
     }
     // Refuse a taken tag with a status code, before the stream starts.
@@ -42,6 +43,7 @@ export function snapshotRoutes(s: Services): Hono {
           send({ type: "progress", message: line });
         }).then(
           (meta) => {
+            s.sandboxes.prewarm(meta.tag);
             send({ type: "done", snapshot: meta });
             controller.close();
           },
