@@ -45,6 +45,27 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
+/** A child of the parent saved by the second test: own disk layer, state loaded, still paused. */
+async function startChild(name: string): Promise<{ vm: QemuVm; agent: AgentClient }> {
+  const childDir = join(dir, name);
+  await mkdir(childDir, { recursive: true });
+  await createOverlay(join(childDir, "disk.qcow2"), {
+    backing: join(dir, "parent", "disk.qcow2"),
+    backingFormat: "qcow2",
+  });
+  const vm = await driver.launch({
+    dir: childDir,
+    machine,
+    memory: { path: join(dir, "memory"), mode: "child" },
+    disk: join(childDir, "disk.qcow2"),
+    incoming: true,
+  });
+  vms.push(vm);
+  const agent = await AgentClient.connect(vmFiles(childDir).agent, 5_000);
+  await vm.restoreState(join(dir, "vmstate"));
+  return { vm, agent };
+}
+
 async function waitPing(agent: AgentClient, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
@@ -104,20 +125,7 @@ test("boot, save device state, restore in a new process, pause/resume, adopt, ki
   assert.equal(isAlive(parent.pid), false);
   assert.equal((await stat(memory)).size, machine.memoryMiB << 20);
 
-  await createOverlay(join(childDir, "disk.qcow2"), {
-    backing: join(parentDir, "disk.qcow2"),
-    backingFormat: "qcow2",
-  });
-  const child = await driver.launch({
-    dir: childDir,
-    machine,
-    memory: { path: memory, mode: "child" },
-    disk: join(childDir, "disk.qcow2"),
-    incoming: true,
-  });
-  vms.push(child);
-  const ca = await AgentClient.connect(vmFiles(childDir).agent, 5_000);
-  await child.restoreState(vmstate);
+  const { vm: child, agent: ca } = await startChild("child");
   assert.equal(await child.status(), "paused");
   await child.resume();
   assert.equal((await ca.readFile("/root/marker")).toString(), "parent-state");
@@ -146,22 +154,7 @@ test("boot, save device state, restore in a new process, pause/resume, adopt, ki
 test("a child maps the memory image privately: the file is unchanged by the child's writes", async () => {
   const memory = join(dir, "memory");
   const before = await sha256File(memory);
-  const childDir = join(dir, "child2");
-  await mkdir(childDir);
-  await createOverlay(join(childDir, "disk.qcow2"), {
-    backing: join(dir, "parent", "disk.qcow2"),
-    backingFormat: "qcow2",
-  });
-  const vm = await driver.launch({
-    dir: childDir,
-    machine,
-    memory: { path: memory, mode: "child" },
-    disk: join(childDir, "disk.qcow2"),
-    incoming: true,
-  });
-  vms.push(vm);
-  const agent = await AgentClient.connect(vmFiles(childDir).agent, 5_000);
-  await vm.restoreState(join(dir, "vmstate"));
+  const { vm, agent } = await startChild("child2");
   await vm.resume();
   // Dirty ~50 MB of guest RAM (tmpfs), then check the image.
   const r = await agent.exec({ shell: "head -c 50000000 /dev/zero | tr '\\0' x > /dev/shm/fill && echo ok" })
