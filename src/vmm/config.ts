@@ -20,7 +20,7 @@ export interface MachineConfig {
  */
 export function defaultCpu(accel: Accel, env: NodeJS.ProcessEnv = process.env): string {
   if (env.FORKD_CPU) return env.FORKD_CPU;
-  return accel === "kvm" ? "host" : "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16";
+  return accel === "kvm" ? "host" : "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16,+arat";
 }
 
 export interface VmLaunch {
@@ -105,6 +105,9 @@ export function qemuArgs(l: VmLaunch): string[] {
 export function kernelCmdline(accel: Accel, tscKhz: number): string {
   const parts = ["console=ttyS0", "root=/dev/vda", "rw", "quiet", "panic=-1", "random.trust_cpu=on"];
   // Under TCG the microvm guest hangs at "Marking TSC unstable" without an early TSC frequency.
-  if (accel === "tcg") parts.push(`tsc_early_khz=${tscKhz}`);
+  // Under TCG the guest's clocksource watchdog sees the emulated TSC skew against jiffies while
+  // the VM is slow (booting, or 100 children starting at once), marks it unstable, and falls
+  // back to jiffies, which needs a 250 Hz tick forever: ~9% of a host core per idle child.
+  if (accel === "tcg") parts.push(`tsc_early_khz=${tscKhz}`, "tsc=reliable");
   return parts.join(" ");
 }
