@@ -84,6 +84,8 @@ export async function createSnapshot(
     agent = await AgentClient.connect(vmFiles(runtime).agent, 10_000);
     await waitReady(vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
     const bootMs = since(t0);
+    // There is no RTC: the agent sets the parent's clock (and names it) before the warm-up runs.
+    await agent.identity({ hostname: "forkd-parent", sandboxId: `snapshot-${req.tag}` });
     progress(`boot: agent ready after ${Math.round(bootMs)} ms`);
 
     const t1 = nowMs();

@@ -60,7 +60,10 @@ export function qemuArgs(l: VmLaunch): string[] {
     "-name",
     `forkd,process=forkd-vm`,
     "-M",
-    "microvm,memory-backend=mem",
+    // No legacy PIT, PIC or RTC: the guest uses the LAPIC timer and the IOAPIC, and gets its
+    // wall clock from the agent. Besides a faster start, an idle TCG child then costs ~0.5% of a
+    // host core instead of ~1.4% (QEMU's timers for those devices).
+    "microvm,memory-backend=mem,pit=off,pic=off,rtc=off",
     "-accel",
     accel === "tcg" ? `tcg,tb-size=${l.tbSizeMiB ?? 64}` : "kvm",
     "-cpu",
@@ -109,5 +112,7 @@ export function kernelCmdline(accel: Accel, tscKhz: number): string {
   // the VM is slow (booting, or 100 children starting at once), marks it unstable, and falls
   // back to jiffies, which needs a 250 Hz tick forever: ~9% of a host core per idle child.
   if (accel === "tcg") parts.push(`tsc_early_khz=${tscKhz}`, "tsc=reliable");
+  // The soft-lockup watchdog's periodic timer wakes every idle child; a VM has a host to watch it.
+  parts.push("nowatchdog");
   return parts.join(" ");
 }
