@@ -92,16 +92,17 @@ void identity(const struct msg *m)
 		err = errno;
 		step = "sethostname";
 	}
-	if (field_get(m, F_SANDBOX_ID, &id, &ilen) && write_id(id, ilen) < 0 && !err) {
-		err = errno;
-		step = "write " ID_FILE;
-	}
-	/* The interpreter's reseed is queued ahead of any later cell (cells run in FIFO order), so
-	 * no cell can see the shared pre-fork state; the reply need not wait for it. */
 	if (err)
 		send_error(m->stream, err, "%s: %s", step, strerror(err));
 	else
 		send_simple(RP_OK, m->stream);
 	port_flush();
+	/* After the reply, off the fork's critical path (under TCG the first file creation in a
+	 * child costs ~50 ms of code translation): the agent handles nothing else until this is
+	 * done, so no later request can miss the file; a failure is logged. */
+	if (field_get(m, F_SANDBOX_ID, &id, &ilen) && write_id(id, ilen) < 0)
+		logmsg("identity: write %s: %s", ID_FILE, strerror(errno));
+	/* The interpreter reseeds before its next cell (cells run in FIFO order), so no cell can see
+	 * the shared pre-fork state; waking it here would cost every child CPU on the fork path. */
 	eval_reseed_later();
 }
