@@ -29,13 +29,15 @@ export class WarmPool {
     private readonly log: Logger,
   ) {}
 
-  /** A pre-started VMM for `tag`, or null; starts refilling either way. */
+  /**
+   * A pre-started VMM for `tag`, or null. Does not refill: the caller refills once its fork is
+   * done, so starting replacements does not compete for the CPU with the fork itself.
+   */
   take(tag: string): Prepared | null {
     if (this.size <= 0 || this.closed) return null;
     const list = this.ready.get(tag) ?? [];
     let p: Prepared | undefined;
     while ((p = list.shift()) && (p.vm.exited || p.agent.closed)) void discard(p);
-    this.refill(tag);
     return p ?? null;
   }
 

@@ -131,7 +131,10 @@ export class SandboxService {
     // early; a few in flight per core keeps the CPU busy with less thrashing.
     const results = await settleWithLimit(n, this.o.forkParallelism ?? Infinity, () =>
       this.forkOne(snap.meta.tag),
-    ).finally(() => (this.starting -= n));
+    ).finally(() => {
+      this.starting -= n;
+      this.pool.refill(snap.meta.tag);
+    });
     const out: ForkResult = { sandboxes: [], failures: [] };
     results.forEach((r, index) => {
       if (r.status === "fulfilled") out.sandboxes.push(viewOf(r.value));
