@@ -2,7 +2,7 @@
  * A pool of pre-started VMMs per snapshot: QEMU already running with the snapshot's memory
  * mapped, its disk layer in place, QMP and the agent socket connected, waiting for device state
  * (`-incoming defer`). A fork that takes one skips process start-up and pays only restore,
- * resume and the first agent reply. Refilled in the background after every take.
+ * resume and the first agent reply. Refilled in the background once a fork has finished.
  */
 import { rm } from "node:fs/promises";
 import type { AgentClient } from "../agent/client.js";
