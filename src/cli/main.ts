@@ -5,7 +5,7 @@
  */
 import { createReadStream, createWriteStream } from "node:fs";
 import { pipeline } from "node:stream/promises";
-import { Command, Option } from "commander";
+import { Command } from "commander";
 import { ApiError, apiRequest, checkResponse, rawRequest, readNdjson } from "../client/http.js";
 import type { Endpoint } from "../client/http.js";
 import { defaultPaths } from "../host/paths.js";
@@ -327,8 +327,6 @@ program
   .action(async (tags: string[]) => {
     for (const t of tags) await api("DELETE", `/v1/snapshots/${encodeURIComponent(t)}`);
   });
-
-program.addOption(new Option("--quiet", "less output").hideHelp());
 
 program.parseAsync(process.argv).catch((e: unknown) => {
   if (e instanceof ApiError) {

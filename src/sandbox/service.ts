@@ -57,8 +57,9 @@ export interface SandboxServiceOptions {
 export class SandboxService {
   private readonly live = new Map<string, Sandbox>();
   private readonly pool: WarmPool;
-  /** Children being forked right now (counted against maxSandboxes). */
+  /** Children being forked right now (counted against maxSandboxes), in all and by tag. */
   private starting = 0;
+  private readonly startingByTag = new Map<string, number>();
 
   constructor(private readonly o: SandboxServiceOptions) {
     this.pool = new WarmPool(o.poolSize ?? 0, (tag) => this.prepare(tag), o.log);
@@ -99,8 +100,9 @@ export class SandboxService {
     return this.pool.status();
   }
 
+  /** Running sandboxes of `tag` plus children of it being forked right now. */
   countByTag(tag: string): number {
-    let n = 0;
+    let n = this.startingByTag.get(tag) ?? 0;
     for (const s of this.live.values()) if (s.record.tag === tag && s.state === "running") n++;
     return n;
   }
@@ -127,12 +129,16 @@ export class SandboxService {
       );
     }
     this.starting += n;
+    this.startingByTag.set(tag, (this.startingByTag.get(tag) ?? 0) + n);
     // Bounded parallelism: starting every VMM at once makes them all contend and none finish
     // early; a few in flight per core keeps the CPU busy with less thrashing.
     const results = await settleWithLimit(n, this.o.forkParallelism ?? Infinity, () =>
       this.forkOne(snap.meta.tag),
     ).finally(() => {
       this.starting -= n;
+      const left = (this.startingByTag.get(tag) ?? n) - n;
+      if (left > 0) this.startingByTag.set(tag, left);
+      else this.startingByTag.delete(tag);
       this.pool.refill(snap.meta.tag);
     });
     const out: ForkResult = { sandboxes: [], failures: [] };

@@ -63,10 +63,14 @@ export function snapshotRoutes(s: Services): Hono {
     const tag = assertTag(c.req.param("tag"));
     const users = s.sandboxes.countByTag(tag);
     if (users > 0) {
-      throw new ForkdError("conflict", `snapshot ${tag} has ${users} running sandboxes; kill them first`, {
-        tag,
-        sandboxes: users,
-      });
+      throw new ForkdError(
+        "conflict",
+        `snapshot ${tag} has ${users} running or starting sandboxes; kill them first`,
+        {
+          tag,
+          sandboxes: users,
+        },
+      );
     }
     await s.sandboxes.forgetSnapshot(tag);
     await s.store.delete(tag);
