@@ -199,39 +199,58 @@ program
   .option("--timeout <ms>", "kill the command after this many ms", (v) => parseInt(v, 10))
   .option("--cwd <dir>", "working directory")
   .option("-e, --env <KEY=VALUE...>", "environment variables")
-  .action(async (id: string, cmd: string[], o: { timeout?: number; cwd?: string; env?: string[] }) => {
-    await ensureDaemon(paths, endpoint, say);
-    const env = Object.fromEntries(
-      (o.env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
-    );
-    const body = JSON.stringify({ cmd, env: o.env ? env : undefined, cwd: o.cwd, timeout_ms: o.timeout });
-    const res = await checkResponse(
-      await rawRequest(endpoint, "POST", `/v1/sandboxes/${encodeURIComponent(id)}/exec/stream`, body, 0, {
-        "content-type": "application/json",
-      }),
-    );
-    let code = 1;
-    interface ExecEvent {
-      type: string;
-      data?: string;
-      exit_code?: number | null;
-      signal?: number | null;
-      timed_out?: boolean;
-      error?: { message: string };
-    }
-    await readNdjson(res, (ev: ExecEvent) => {
-      if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
-      else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
-      else if (ev.type === "exit") {
-        if (ev.timed_out) say("forkd: command timed out");
-        code = ev.exit_code ?? 128 + (ev.signal ?? 0);
-      } else if (ev.type === "error") {
-        say(`forkd: ${ev.error?.message ?? "exec failed"}`);
-        code = 1;
+  .option("-i, --stdin", "send this command's standard input (read to its end, UTF-8) to the command")
+  .action(
+    async (
+      id: string,
+      cmd: string[],
+      o: { timeout?: number; cwd?: string; env?: string[]; stdin?: boolean },
+    ) => {
+      await ensureDaemon(paths, endpoint, say);
+      const env = Object.fromEntries(
+        (o.env ?? []).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]),
+      );
+      let stdin: string | undefined;
+      if (o.stdin) {
+        const chunks: Buffer[] = [];
+        for await (const c of process.stdin) chunks.push(c as Buffer);
+        stdin = Buffer.concat(chunks).toString("utf8");
       }
-    });
-    process.exitCode = code;
-  });
+      const body = JSON.stringify({
+        cmd,
+        env: o.env ? env : undefined,
+        cwd: o.cwd,
+        timeout_ms: o.timeout,
+        stdin,
+      });
+      const res = await checkResponse(
+        await rawRequest(endpoint, "POST", `/v1/sandboxes/${encodeURIComponent(id)}/exec/stream`, body, 0, {
+          "content-type": "application/json",
+        }),
+      );
+      let code = 1;
+      interface ExecEvent {
+        type: string;
+        data?: string;
+        exit_code?: number | null;
+        signal?: number | null;
+        timed_out?: boolean;
+        error?: { message: string };
+      }
+      await readNdjson(res, (ev: ExecEvent) => {
+        if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
+        else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
+        else if (ev.type === "exit") {
+          if (ev.timed_out) say("forkd: command timed out");
+          code = ev.exit_code ?? 128 + (ev.signal ?? 0);
+        } else if (ev.type === "error") {
+          say(`forkd: ${ev.error?.message ?? "exec failed"}`);
+          code = 1;
+        }
+      });
+      process.exitCode = code;
+    },
+  );
 
 program
   .command("eval")

@@ -89,9 +89,10 @@ export function cli(
   d: TestDaemon,
   args: string[],
   timeoutMs = 600_000,
+  input?: string,
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(
+    const child = execFile(
       process.execPath,
       [CLI, ...args],
       { env: d.env, timeout: timeoutMs, maxBuffer: 64 << 20 },
@@ -100,5 +101,6 @@ export function cli(
         resolve({ code, stdout, stderr });
       },
     );
+    child.stdin?.end(input ?? "");
   });
 }

@@ -241,6 +241,19 @@ step("the CLI's exec exits with the guest command's code and streams its output"
   assert.equal(r.code, 7);
   assert.equal(r.stdout, "out\n");
   assert.equal(r.stderr, "err\n");
+  const piped = await cli(
+    d,
+    ["exec", "-i", id(4), "--", "python3", "-"],
+    60_000,
+    "import sys\nprint(sum(range(10)), file=sys.stderr)\n",
+  );
+  assert.equal(piped.code, 0);
+  assert.equal(piped.stderr, "45\n");
+  const doctor = await cli(d, ["doctor", "--json"]);
+  assert.equal(doctor.code, 0, doctor.stdout);
+  const checks = JSON.parse(doctor.stdout) as { name: string; status: string; detail: string }[];
+  assert.ok(checks.some((c) => c.name === "accelerator" && /tcg|kvm/.test(c.detail)));
+  assert.ok(checks.every((c) => c.status !== "fail"));
   const ls = await cli(d, ["ls", "--json"]);
   assert.equal((JSON.parse(ls.stdout) as unknown[]).length, N);
 });
