@@ -111,7 +111,7 @@ export async function quickstart(
       ``,
       `${r.sandboxes.length}/${o.n} children forked and answering in ${forkWall.toFixed(0)} ms (wall)`,
       `median fork to first agent reply: ${ready.toFixed(0)} ms; parent cold boot: ${Math.round(meta.timings.bootMs)} ms (${(meta.timings.bootMs / ready).toFixed(0)}x)`,
-      `median exec round trip: ${median(rows.map((x) => x.execMs)).toFixed(0)} ms; median eval round trip: ${median(rows.map((x) => x.evalMs)).toFixed(0)} ms`,
+      `median first exec in a child: ${median(rows.map((x) => x.execMs)).toFixed(0)} ms; first eval: ${median(rows.map((x) => x.evalMs)).toFixed(0)} ms (all children at once; a child's first run of any code is slower under TCG, which translates it anew)`,
       `each child inherited numpy and a 1M-element array from the parent, and wrote its own state.`,
     ].join("\n"),
   );
