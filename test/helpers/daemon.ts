@@ -26,9 +26,14 @@ export interface TestDaemon {
   destroy(keep: boolean): Promise<void>;
 }
 
-export async function makeDaemon(): Promise<TestDaemon> {
+export async function makeDaemon(extraEnv: Record<string, string> = {}): Promise<TestDaemon> {
   const dataDir = await mkdtemp(join(tmpdir(), "forkd-it-"));
-  const env = { ...process.env, FORKD_DATA_DIR: dataDir, FORKD_ACCEL: process.env.FORKD_ACCEL ?? "tcg" };
+  const env = {
+    ...process.env,
+    FORKD_DATA_DIR: dataDir,
+    FORKD_ACCEL: process.env.FORKD_ACCEL ?? "tcg",
+    ...extraEnv,
+  };
   const ep = { socket: join(dataDir, "forkd.sock") };
   const d: TestDaemon = {
     dataDir,
