@@ -387,9 +387,13 @@ elif [ -z "$AGENT" ] && [ -f "$REPO_DIR/guest/agent/Makefile" ]; then
 	AGENT="$REPO_DIR/guest/agent/forkd-agent"
 	[ -f "$AGENT" ] || die "make -C guest/agent did not produce $AGENT"
 fi
+# abs_input FLAG PATH: the absolute path of an input file given with FLAG, or die.
+abs_input() {
+	[ -f "$2" ] || die "$1 $2: no such file"
+	echo "$(cd "$(dirname "$2")" && pwd -P)/$(basename "$2")"
+}
 if [ -n "$AGENT" ]; then
-	[ -f "$AGENT" ] || die "--agent $AGENT: no such file"
-	AGENT=$(cd "$(dirname "$AGENT")" && pwd -P)/$(basename "$AGENT")
+	AGENT=$(abs_input --agent "$AGENT")
 	AGENT_SHA=$(sha_file "$AGENT")
 else
 	info "no agent (--no-agent, or no --agent and no guest/agent/Makefile): the image boots into /sbin/init or /bin/sh"
@@ -399,8 +403,7 @@ if [ -z "$EVALSRV" ] && [ -f "$REPO_DIR/guest/evalsrv/forkd_eval.py" ]; then
 	EVALSRV="$REPO_DIR/guest/evalsrv/forkd_eval.py"
 fi
 if [ -n "$EVALSRV" ]; then
-	[ -f "$EVALSRV" ] || die "--evalsrv $EVALSRV: no such file"
-	EVALSRV=$(cd "$(dirname "$EVALSRV")" && pwd -P)/$(basename "$EVALSRV")
+	EVALSRV=$(abs_input --evalsrv "$EVALSRV")
 	EVALSRV_SHA=$(sha_file "$EVALSRV")
 else
 	info "no eval server (no --evalsrv, no guest/evalsrv/forkd_eval.py)"

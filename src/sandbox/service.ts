@@ -7,7 +7,7 @@ import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import { cloneOverlay } from "../disk/overlay.js";
-import type { SnapshotStore } from "../snapshot/store.js";
+import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertSandboxId, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
@@ -62,7 +62,7 @@ export class SandboxService {
   private readonly startingByTag = new Map<string, number>();
 
   constructor(private readonly o: SandboxServiceOptions) {
-    this.pool = new WarmPool(o.poolSize ?? 0, (tag) => this.prepare(tag), o.log);
+    this.pool = new WarmPool(o.poolSize ?? 0, async (tag) => this.prepare(await o.store.get(tag)), o.log);
   }
 
   /** Pre-starts VMMs for `tag` now, so its first fork is as fast as later ones. */
@@ -133,7 +133,7 @@ export class SandboxService {
     // Bounded parallelism: starting every VMM at once makes them all contend and none finish
     // early; a few in flight per core keeps the CPU busy with less thrashing.
     const results = await settleWithLimit(n, this.o.forkParallelism ?? Infinity, () =>
-      this.forkOne(snap.meta.tag),
+      this.forkOne(snap),
     ).finally(() => {
       this.starting -= n;
       const left = (this.startingByTag.get(tag) ?? n) - n;
@@ -158,9 +158,8 @@ export class SandboxService {
     return out;
   }
 
-  /** Starts a VMM for a child of `tag`, waiting for device state (also used by the pool). */
-  private async prepare(tag: string): Promise<Prepared> {
-    const snap = await this.o.store.get(tag);
+  /** Starts a VMM for a child of `snap`, waiting for device state (also used by the pool). */
+  private async prepare(snap: Snapshot): Promise<Prepared> {
     const id = newSandboxId();
     const dir = join(this.o.root, id);
     const t0 = nowMs();
@@ -187,11 +186,11 @@ export class SandboxService {
     }
   }
 
-  private async forkOne(tag: string): Promise<Sandbox> {
-    const snap = await this.o.store.get(tag);
+  private async forkOne(snap: Snapshot): Promise<Sandbox> {
+    const tag = snap.meta.tag;
     const t0 = nowMs();
     const pooled = this.pool.take(tag);
-    const p = pooled ?? (await this.prepare(tag));
+    const p = pooled ?? (await this.prepare(snap));
     const launchMs = since(t0);
     try {
       const t1 = nowMs();
@@ -223,10 +222,7 @@ export class SandboxService {
   private register(record: SandboxRecord, dir: string, vm: QemuVm, agent: AgentClient): Sandbox {
     const s: Sandbox = { record, dir, vm, agent, state: "running", exitReason: null };
     this.live.set(record.id, s);
-    void vm.waitExit(2 ** 31 - 1).then(
-      () => this.onExit(s),
-      () => undefined,
-    );
+    vm.onExit(() => void this.onExit(s));
     return s;
   }
 

@@ -140,7 +140,7 @@ export async function createSnapshot(
     const diskSize = await virtualSize(files.disk);
     // Children copy this empty layer; it names the published path of the frozen layer.
     await createOverlay(files.childDisk, {
-      backing: snapshotFiles(deps.store.filesFor(req.tag).dir).disk,
+      backing: deps.store.filesFor(req.tag).disk,
       backingFormat: "qcow2",
       sizeBytes: diskSize,
       unsafe: true,

@@ -51,6 +51,11 @@ export class SnapshotStore {
     return snapshotFiles(join(this.root, assertTag(tag)));
   }
 
+  /** Whether a snapshot is published under `tag` (no verification). */
+  async has(tag: string): Promise<boolean> {
+    return exists(join(this.root, assertTag(tag)));
+  }
+
   /** Removes leftovers of builds interrupted by a crash. */
   async recover(): Promise<string[]> {
     const removed: string[] = [];
@@ -72,8 +77,7 @@ export class SnapshotStore {
     assertTag(tag);
     if (this.busy.has(tag))
       throw new ForkdError("conflict", `snapshot ${tag} is being created or deleted`, { tag });
-    if (await exists(join(this.root, tag)))
-      throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
+    if (await this.has(tag)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
     this.busy.add(tag);
     return () => this.busy.delete(tag);
   }

@@ -1,6 +1,6 @@
 /** Host processes: running tools with a deadline, and identifying processes we did not spawn. */
 import { execFile } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { ForkdError } from "./errors.js";
 
 export interface RunResult {
@@ -80,7 +80,6 @@ export function isAlive(pid: number): boolean {
  * without a record by a daemon that died between starting them and writing their record.
  */
 export async function pidsReferencing(needle: string): Promise<number[]> {
-  const { readdir } = await import("node:fs/promises");
   const pids: number[] = [];
   for (const name of await readdir("/proc")) {
     if (!/^\d+$/.test(name)) continue;

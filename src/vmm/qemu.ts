@@ -58,6 +58,12 @@ export class QemuVm {
     }
   }
 
+  /** Calls `fn` once when the process exits (at once if it already has). */
+  onExit(fn: () => void): void {
+    if (this.hasExited) fn();
+    else this.exitWaiters.push(fn);
+  }
+
   /** Resolves when the process has exited, or rejects after `timeoutMs`. */
   waitExit(timeoutMs: number): Promise<void> {
     if (this.hasExited) return Promise.resolve();

