@@ -17,6 +17,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-echo "install: building TypeScript and the guest agent"
+echo "install: building TypeScript, the VMM launcher and the guest agent"
 npx tsc -p tsconfig.json
+make -s -C jailer
 make -s -C guest/agent

@@ -19,6 +19,7 @@ import { SnapshotStore } from "../snapshot/store.js";
 import { ForkdError } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
+import { findJailer } from "../host/jailer.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
 
@@ -55,7 +56,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   if (accel.accel === "tcg" && !accel.forced) {
     log.warn(`no usable KVM: running guests under TCG software emulation (slow). Reason: ${accel.reason}`);
   }
-  const driver = new QemuDriver(qemu);
+  const driver = new QemuDriver(qemu, { jailer: await findJailer(env) });
   const store = new SnapshotStore(snapshotsDir(paths));
   const sandboxes = new SandboxService({
     root: sandboxesDir(paths),

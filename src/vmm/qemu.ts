@@ -184,8 +184,19 @@ export class QemuVm {
   }
 }
 
+export interface DriverOptions {
+  /**
+   * The launcher QEMU starts through (jailer/forkd-jailer): it sets the process policy (no
+   * transparent huge pages) and execs QEMU in the same process. Without it QEMU starts directly.
+   */
+  jailer?: string;
+}
+
 export class QemuDriver {
-  constructor(readonly binary: string) {}
+  constructor(
+    readonly binary: string,
+    readonly opts: DriverOptions = {},
+  ) {}
 
   /**
    * Starts QEMU and connects QMP. With `incoming`, the VM is left paused after its state loads:
@@ -194,7 +205,11 @@ export class QemuDriver {
   async launch(l: VmLaunch, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<QemuVm> {
     const files = vmFiles(l.dir);
     const log = await open(files.log, "a", 0o600);
-    const child = spawn(this.binary, qemuArgs(l), {
+    const jailer = this.opts.jailer;
+    const [cmd, args] = jailer
+      ? [jailer, ["--no-thp", "--", this.binary, ...qemuArgs(l)]]
+      : [this.binary, qemuArgs(l)];
+    const child = spawn(cmd, args, {
       detached: true,
       stdio: ["ignore", log.fd, log.fd],
       env: { ...process.env, MALLOC_ARENA_MAX: "2" },

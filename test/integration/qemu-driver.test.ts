@@ -6,13 +6,14 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AgentClient } from "../../src/agent/client.js";
 import { createOverlay } from "../../src/disk/overlay.js";
 import { chooseAccel } from "../../src/host/accel.js";
 import { REPO_DIR, defaultPaths } from "../../src/host/paths.js";
+import { findJailer } from "../../src/host/jailer.js";
 import { findQemu } from "../../src/host/qemu-binary.js";
 import { ImageBuilder } from "../../src/image/builder.js";
 import type { GuestImage } from "../../src/image/builder.js";
@@ -35,7 +36,7 @@ before(async () => {
   dir = await mkdtemp(join(tmpdir(), "forkd-driver-"));
   const accel = await chooseAccel(await findQemu());
   tscKhz = accel.tscKhz;
-  driver = new QemuDriver(await findQemu(process.env, accel.accel));
+  driver = new QemuDriver(await findQemu(process.env, accel.accel), { jailer: await findJailer() });
   machine = { memoryMiB: 256, vcpus: 1, accel: accel.accel, cpu: defaultCpu(accel.accel) };
   image = await new ImageBuilder(REPO_DIR, defaultPaths().cacheDir).ensure("python");
 });
@@ -115,6 +116,10 @@ test("boot, save device state, restore in a new process, pause/resume, adopt, ki
   });
   vms.push(parent);
   assert.equal(await parent.status(), "running");
+  // Started through the jailer: the same pid is QEMU itself, with huge pages off.
+  const status = await readFile(`/proc/${parent.pid}/status`, "utf8");
+  assert.match(status, /^THP_enabled:\s+0$/m);
+  assert.match(await readFile(`/proc/${parent.pid}/comm`, "utf8"), /^(qemu-system|forkd-vm)/);
   const pa = await AgentClient.connect(vmFiles(parentDir).agent, 5_000);
   await waitPing(pa, 180_000);
   await pa.writeFile("/root/marker", Buffer.from("parent-state"));
