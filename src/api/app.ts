@@ -8,6 +8,7 @@ import { snapshotRoutes } from "./routes/snapshots.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
 import { execRoutes } from "./routes/exec.js";
 import { fileRoutes } from "./routes/files.js";
+import { buildOpenApi } from "./contract/openapi.js";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
@@ -31,6 +32,10 @@ export function createApp(s: Services): Hono {
       pool: s.sandboxes.poolStatus(),
     }),
   );
+
+  // Generated once: the document depends only on the code.
+  let openapi: Record<string, unknown> | null = null;
+  app.get("/v1/openapi.json", (c) => c.json((openapi ??= buildOpenApi(s.info.version))));
 
   if (s.token) {
     const want = digest(s.token);

@@ -42,3 +42,25 @@ export function parseQuery<S extends z.ZodType>(c: Context, schema: S): z.infer<
   if (!r.success) throw invalid(r.error, "query");
   return r.data;
 }
+
+export function parseParams<S extends z.ZodType>(c: Context, schema: S): z.infer<S> {
+  const r = schema.safeParse(c.req.param());
+  if (!r.success) throw invalid(r.error, "path");
+  return r.data;
+}
+
+/** A raw request body of at most `max` bytes. */
+export async function readBytes(c: Context, max: number): Promise<Uint8Array> {
+  const len = Number(c.req.header("content-length") ?? "0");
+  if (len > max) throw new ForkdError("invalid_argument", `request body larger than ${max} bytes`);
+  const body = c.req.raw.body;
+  if (!body) return new Uint8Array(0);
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body as AsyncIterable<Uint8Array>) {
+    size += chunk.length;
+    if (size > max) throw new ForkdError("invalid_argument", `request body larger than ${max} bytes`);
+    parts.push(chunk);
+  }
+  return Buffer.concat(parts);
+}

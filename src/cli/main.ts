@@ -14,6 +14,7 @@ import { ensureDaemon } from "./autostart.js";
 import { printTable } from "./table.js";
 import { runDoctor } from "./doctor.js";
 import { quickstart } from "./quickstart.js";
+import { buildOpenApi } from "../api/contract/openapi.js";
 
 const paths = defaultPaths();
 const endpoint: Endpoint = process.env.FORKD_URL
@@ -64,6 +65,13 @@ program
   .option("--json", "machine-readable output")
   .action(async (o: { json?: boolean }) => {
     process.exitCode = await runDoctor(paths, o.json ?? false);
+  });
+
+program
+  .command("openapi")
+  .description("print the REST API's OpenAPI document (no daemon needed)")
+  .action(() => {
+    process.stdout.write(JSON.stringify(buildOpenApi(VERSION), null, 2) + "\n");
   });
 
 program

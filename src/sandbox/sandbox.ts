@@ -1,6 +1,7 @@
 /** A live sandbox: its persisted record, its VMM process and its agent connection. */
 import type { AgentClient } from "../agent/client.js";
 import type { QemuVm } from "../vmm/qemu.js";
+import type { CommandTable } from "./commands.js";
 
 export type SandboxState = "running" | "exited";
 
@@ -16,6 +17,9 @@ export interface SandboxRecord {
   timings: { launchMs: number; restoreMs: number; readyMs: number; totalMs: number };
   /** Its VMM was pre-started by the pool (launchMs is then only the hand-over). */
   fromPool: boolean;
+  /** Idle timeout (absent in records written before it existed). */
+  timeoutMs?: number | null;
+  metadata?: Record<string, string>;
 }
 
 export interface Sandbox {
@@ -26,6 +30,13 @@ export interface Sandbox {
   state: SandboxState;
   /** Why it stopped running, when it did without being asked. */
   exitReason: string | null;
+  /** When it stopped running (ms since the epoch); exited sandboxes are listed for a while. */
+  exitedAt: number | null;
+  /** Last API use (ms since the epoch): the idle timeout counts from here. */
+  lastUsed: number;
+  /** API operations in flight: a sandbox in use is never idle. */
+  busy: number;
+  commands: CommandTable;
 }
 
 export interface SandboxView {
@@ -37,6 +48,16 @@ export interface SandboxView {
   exit_reason: string | null;
   timings: SandboxRecord["timings"];
   from_pool: boolean;
+  timeout_ms: number | null;
+  expires_at: string | null;
+  metadata: Record<string, string>;
+}
+
+/** When the idle timeout kills `s` if nothing uses it first (null: never, or in use now). */
+export function expiresAt(s: Sandbox): number | null {
+  const t = s.record.timeoutMs ?? null;
+  if (t === null || s.state !== "running") return null;
+  return s.lastUsed + t;
 }
 
 export const viewOf = (s: Sandbox): SandboxView => ({
@@ -48,4 +69,7 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   exit_reason: s.exitReason,
   timings: s.record.timings,
   from_pool: s.record.fromPool ?? false,
+  timeout_ms: s.record.timeoutMs ?? null,
+  expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),
+  metadata: s.record.metadata ?? {},
 });

@@ -15,12 +15,14 @@ import { nowMs, since } from "../util/time.js";
 import { pidsReferencing } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
-import { viewOf } from "./sandbox.js";
+import { expiresAt, viewOf } from "./sandbox.js";
+import { CommandTable } from "./commands.js";
 import { WarmPool } from "./pool.js";
 import type { Prepared } from "./pool.js";
 import type { Sandbox, SandboxRecord, SandboxView } from "./sandbox.js";
 
-export const MAX_FORK = 1000;
+import { MAX_FORK } from "./limits.js";
+export { MAX_FORK };
 
 export interface ForkFailure {
   index: number;
@@ -32,6 +34,16 @@ export interface ForkResult {
   sandboxes: SandboxView[];
   failures: ForkFailure[];
 }
+
+export interface ForkOptions {
+  /** Idle timeout in ms (null or absent: none). */
+  timeoutMs?: number | null;
+  metadata?: Record<string, string>;
+}
+
+/** Exited sandboxes stay listed (with why they exited) this long. */
+const EXITED_RETENTION_MS = 10 * 60_000;
+const SWEEP_MS = 1_000;
 
 export interface Logger {
   info(msg: string, fields?: Record<string, unknown>): void;
@@ -61,8 +73,31 @@ export class SandboxService {
   private starting = 0;
   private readonly startingByTag = new Map<string, number>();
 
+  private sweeper: NodeJS.Timeout | null = null;
+
   constructor(private readonly o: SandboxServiceOptions) {
     this.pool = new WarmPool(o.poolSize ?? 0, async (tag) => this.prepare(await o.store.get(tag)), o.log);
+    this.sweeper = setInterval(() => void this.sweep(), SWEEP_MS);
+    this.sweeper.unref();
+  }
+
+  private stopSweeper(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = null;
+  }
+
+  /** Kills sandboxes idle past their timeout; forgets exited ones after a while. */
+  private async sweep(): Promise<void> {
+    const now = Date.now();
+    for (const s of [...this.live.values()]) {
+      const at = expiresAt(s);
+      if (at !== null && s.busy === 0 && now >= at) {
+        this.o.log.info("sandbox idle timeout", { id: s.record.id, timeout_ms: s.record.timeoutMs });
+        await this.retire(s, "idle timeout", true);
+      } else if (s.state === "exited" && s.exitedAt !== null && now - s.exitedAt > EXITED_RETENTION_MS) {
+        this.live.delete(s.record.id);
+      }
+    }
   }
 
   /** Pre-starts VMMs for `tag` now, so its first fork is as fast as later ones. */
@@ -86,13 +121,52 @@ export class SandboxService {
     return s;
   }
 
-  /** The sandbox's agent, if it is running. */
-  agent(id: string): AgentClient {
+  private running(id: string): Sandbox {
     const s = this.get(id);
     if (s.state !== "running") {
       throw new ForkdError("conflict", `sandbox ${id} is not running (${s.exitReason ?? s.state})`, { id });
     }
-    return s.agent;
+    return s;
+  }
+
+  /**
+   * The sandbox's agent for one API operation: the sandbox counts as in use (never idle) until
+   * release() is called, and its idle timeout restarts then.
+   */
+  lease(id: string): { agent: AgentClient; commands: CommandTable; release: () => void } {
+    const s = this.running(id);
+    s.busy++;
+    s.lastUsed = Date.now();
+    let released = false;
+    return {
+      agent: s.agent,
+      commands: s.commands,
+      release: () => {
+        if (released) return;
+        released = true;
+        s.busy--;
+        s.lastUsed = Date.now();
+      },
+    };
+  }
+
+  /** Runs `fn` with the sandbox's agent, leased for its duration. */
+  async use<T>(id: string, fn: (agent: AgentClient, commands: CommandTable) => Promise<T>): Promise<T> {
+    const l = this.lease(id);
+    try {
+      return await fn(l.agent, l.commands);
+    } finally {
+      l.release();
+    }
+  }
+
+  /** Sets (or with null clears) the idle timeout, counted from now; persisted with the record. */
+  async setIdleTimeout(id: string, timeoutMs: number | null): Promise<SandboxView> {
+    const s = this.running(id);
+    s.record = { ...s.record, timeoutMs };
+    s.lastUsed = Date.now();
+    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+    return viewOf(s);
   }
 
   /** Pre-started VMMs waiting, by snapshot tag. */
@@ -111,7 +185,7 @@ export class SandboxService {
    * Forks `n` children of snapshot `tag` in parallel. Returns when every child has answered its
    * agent or failed; a failed child is cleaned up and reported without failing its siblings.
    */
-  async fork(tag: string, n: number): Promise<ForkResult> {
+  async fork(tag: string, n: number, opts: ForkOptions = {}): Promise<ForkResult> {
     if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
       throw new ForkdError("invalid_argument", `n must be an integer in 1..${MAX_FORK}`, { field: "n" });
     }
@@ -133,7 +207,7 @@ export class SandboxService {
     // Bounded parallelism: starting every VMM at once makes them all contend and none finish
     // early; a few in flight per core keeps the CPU busy with less thrashing.
     const results = await settleWithLimit(n, this.o.forkParallelism ?? Infinity, () =>
-      this.forkOne(snap),
+      this.forkOne(snap, opts),
     ).finally(() => {
       this.starting -= n;
       const left = (this.startingByTag.get(tag) ?? n) - n;
@@ -186,7 +260,7 @@ export class SandboxService {
     }
   }
 
-  private async forkOne(snap: Snapshot): Promise<Sandbox> {
+  private async forkOne(snap: Snapshot, opts: ForkOptions): Promise<Sandbox> {
     const tag = snap.meta.tag;
     const t0 = nowMs();
     const pooled = this.pool.take(tag);
@@ -208,6 +282,8 @@ export class SandboxService {
         created: new Date().toISOString(),
         timings: { launchMs, restoreMs, readyMs, totalMs: since(t0) },
         fromPool: pooled !== null,
+        timeoutMs: opts.timeoutMs ?? null,
+        metadata: opts.metadata ?? {},
       };
       await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
       return this.register(record, p.dir, p.vm, p.agent);
@@ -220,7 +296,18 @@ export class SandboxService {
   }
 
   private register(record: SandboxRecord, dir: string, vm: QemuVm, agent: AgentClient): Sandbox {
-    const s: Sandbox = { record, dir, vm, agent, state: "running", exitReason: null };
+    const s: Sandbox = {
+      record,
+      dir,
+      vm,
+      agent,
+      state: "running",
+      exitReason: null,
+      exitedAt: null,
+      lastUsed: Date.now(),
+      busy: 0,
+      commands: new CommandTable(),
+    };
     this.live.set(record.id, s);
     vm.onExit(() => void this.onExit(s));
     return s;
@@ -229,21 +316,27 @@ export class SandboxService {
   /** A VM that exited without being asked: keep the record (with why), free its files. */
   private async onExit(s: Sandbox): Promise<void> {
     if (s.state !== "running") return;
-    s.state = "exited";
-    s.exitReason = "vmm process exited";
-    s.agent.close();
     this.o.log.warn("sandbox exited", { id: s.record.id, pid: s.record.pid });
+    await this.retire(s, "vmm process exited", false);
+  }
+
+  /** Stops `s` for `reason`, frees its VMM and files; it stays listed as exited for a while. */
+  private async retire(s: Sandbox, reason: string, kill: boolean): Promise<void> {
+    if (s.state !== "running") return;
+    s.state = "exited";
+    s.exitReason = reason;
+    s.exitedAt = Date.now();
+    s.commands.clear();
+    s.agent.close();
+    if (kill) await s.vm.kill().catch(() => undefined);
     await rm(s.dir, { recursive: true, force: true });
   }
 
+  /** Kills a sandbox asked to die (running or already exited) and forgets it. */
   async kill(id: string): Promise<void> {
     const s = this.get(id);
     this.live.delete(id);
-    s.state = "exited";
-    s.exitReason = "killed";
-    s.agent.close();
-    await s.vm.kill().catch(() => undefined);
-    await rm(s.dir, { recursive: true, force: true });
+    await this.retire(s, "killed", true);
   }
 
   /**
@@ -285,6 +378,7 @@ export class SandboxService {
 
   /** Daemon shutdown: drop connections, leave the VMs running for the next daemon. */
   async detachAll(): Promise<void> {
+    this.stopSweeper();
     await this.pool.close();
     for (const s of this.live.values()) {
       s.agent.close();
@@ -293,6 +387,7 @@ export class SandboxService {
   }
 
   async killAll(): Promise<void> {
+    this.stopSweeper();
     await this.pool.close();
     await Promise.all([...this.live.keys()].map((id) => this.kill(id).catch(() => undefined)));
   }

@@ -4,45 +4,25 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, rm, mkdir } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Hono } from "hono";
 import { createApp } from "../../src/api/app.js";
-import { SnapshotStore } from "../../src/snapshot/store.js";
-import { SandboxService } from "../../src/sandbox/service.js";
-import { QemuDriver } from "../../src/vmm/qemu.js";
-import { ImageBuilder } from "../../src/image/builder.js";
+import { testServices } from "../helpers/services.js";
+import { readdir } from "node:fs/promises";
 
 let dir: string;
 let app: Hono;
-const quiet = { info: () => undefined, warn: () => undefined };
+let cleanup: () => Promise<void>;
 
 before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "forkd-api-"));
-  await mkdir(join(dir, "snapshots"));
-  await mkdir(join(dir, "sandboxes"));
-  const store = new SnapshotStore(join(dir, "snapshots"));
-  const driver = new QemuDriver("/bin/false");
-  const accel = { accel: "tcg" as const, forced: true, reason: "test", tscKhz: 1 };
-  app = createApp({
-    store,
-    sandboxes: new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet }),
-    log: quiet,
-    snapshotDeps: {
-      store,
-      driver,
-      images: new ImageBuilder(dir, dir),
-      accel,
-      qemuVersion: "0",
-      runDir: join(dir, "run"),
-    },
-    info: { version: "test", accel, qemu: { binary: "/bin/false", version: "0" }, startedAt: "" },
-  });
+  const t = await testServices();
+  dir = t.dir;
+  cleanup = t.cleanup;
+  app = createApp(t.services);
 });
 
 after(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await cleanup();
 });
 
 async function call(method: string, path: string, body?: unknown, raw?: string) {
@@ -68,6 +48,90 @@ const cases: Array<[string, string, string, unknown, number, string, string?]> =
     { snapshot_tag: "py", n: 1, evil: true },
     400,
     "invalid_argument",
+  ],
+  [
+    "idle timeout below 1 s",
+    "POST",
+    "/v1/sandboxes",
+    { snapshot_tag: "py", timeout_ms: 10 },
+    400,
+    "invalid_argument",
+  ],
+  [
+    "metadata value not a string",
+    "POST",
+    "/v1/sandboxes",
+    { snapshot_tag: "py", metadata: { a: 1 } },
+    400,
+    "invalid_argument",
+  ],
+  [
+    "metadata with 33 keys",
+    "POST",
+    "/v1/sandboxes",
+    {
+      snapshot_tag: "py",
+      metadata: Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`k${i}`, "v"])),
+    },
+    400,
+    "invalid_argument",
+  ],
+  [
+    "set timeout, unknown sandbox",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/timeout",
+    { timeout_ms: null },
+    404,
+    "not_found",
+  ],
+  [
+    "set timeout, missing field",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/timeout",
+    {},
+    400,
+    "invalid_argument",
+  ],
+  [
+    "signal, pid not a number",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/commands/abc/signal",
+    {},
+    400,
+    "invalid_argument",
+  ],
+  [
+    "signal, pid 0",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/commands/0/signal",
+    {},
+    400,
+    "invalid_argument",
+  ],
+  [
+    "signal, unknown name",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/commands/5/signal",
+    { signal: "SIGBOGUS" },
+    400,
+    "invalid_argument",
+  ],
+  [
+    "signal, unknown sandbox",
+    "POST",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/commands/5/signal",
+    {},
+    404,
+    "not_found",
+  ],
+  ["stdin, bad sandbox id", "POST", "/v1/sandboxes/nope/commands/5/stdin", {}, 400, "invalid_argument"],
+  [
+    "commands, unknown sandbox",
+    "GET",
+    "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/commands",
+    undefined,
+    404,
+    "not_found",
   ],
   ["body not JSON", "POST", "/v1/sandboxes", undefined, 400, "invalid_argument", "{not json"],
   ["body an array", "POST", "/v1/snapshots", [], 400, "invalid_argument"],

@@ -1,10 +1,15 @@
-/** exec (buffered and NDJSON-streaming) and eval in a sandbox's warm interpreter. */
+/**
+ * exec (buffered and NDJSON-streaming), control of running commands (signal, stdin), and eval in
+ * a sandbox's warm interpreter.
+ */
 import { Hono } from "hono";
 import type { z } from "zod";
-import type { ExecRequest } from "../../agent/client.js";
+import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
+import type { CommandTable } from "../../sandbox/commands.js";
 import type { Services } from "../services.js";
-import { Eval, Exec } from "../schemas.js";
-import { parseBody } from "../parse.js";
+import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from "../contract/schemas.js";
+import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
+import { viewOfCommand } from "../../sandbox/commands.js";
 import { toEnvelope } from "../errors.js";
 
 /** Buffered exec keeps at most this much of each output stream. */
@@ -16,9 +21,26 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
     env: b.env,
     cwd: b.cwd,
     timeoutMs: b.timeout_ms,
-    stdin: b.stdin !== undefined,
+    stdin: b.stdin !== undefined || b.keep_stdin_open,
   };
 }
+
+/** Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. */
+function start(
+  agent: AgentClient,
+  commands: CommandTable,
+  body: z.infer<typeof Exec>,
+  handlers: ExecHandlers,
+): ExecHandle {
+  const h = agent.exec(toRequest(body), handlers);
+  commands.track(body.cmd, body.keep_stdin_open, h);
+  if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
+  if (body.stdin !== undefined && !body.keep_stdin_open) h.closeStdin();
+  return h;
+}
+
+/** Commands may produce at most this much stdin per request. */
+const MAX_STDIN = 16 << 20;
 
 class Capped {
   private chunks: Buffer[] = [];
@@ -44,16 +66,16 @@ export function execRoutes(s: Services): Hono {
 
   app.post("/:id/exec", async (c) => {
     const body = await parseBody(c, Exec);
-    const agent = s.sandboxes.agent(c.req.param("id"));
     const out = new Capped();
     const err = new Capped();
     const t0 = performance.now();
-    const h = agent.exec(toRequest(body), { onStdout: (d) => out.push(d), onStderr: (d) => err.push(d) });
-    if (body.stdin !== undefined) {
-      h.writeStdin(Buffer.from(body.stdin, "utf8"));
-      h.closeStdin();
-    }
-    const r = await h.result;
+    const r = await s.sandboxes.use(c.req.param("id"), (agent, commands) => {
+      const h = start(agent, commands, body, {
+        onStdout: (d) => out.push(d),
+        onStderr: (d) => err.push(d),
+      });
+      return h.result;
+    });
     return c.json({
       exit_code: r.exitCode,
       signal: r.signal,
@@ -69,9 +91,9 @@ export function execRoutes(s: Services): Hono {
   // One JSON object per line: started, stdout/stderr (base64: output is bytes), exit or error.
   app.post("/:id/exec/stream", async (c) => {
     const body = await parseBody(c, Exec);
-    const agent = s.sandboxes.agent(c.req.param("id"));
+    const lease = s.sandboxes.lease(c.req.param("id"));
     const enc = new TextEncoder();
-    let handle: ReturnType<typeof agent.exec> | null = null;
+    let handle: ExecHandle | null = null;
     let finished = false;
     const stream = new ReadableStream<Uint8Array>({
       start(controller) {
@@ -79,7 +101,7 @@ export function execRoutes(s: Services): Hono {
           if (!finished) controller.enqueue(enc.encode(JSON.stringify(o) + "\n"));
         };
         const t0 = performance.now();
-        handle = agent.exec(toRequest(body), {
+        handle = start(lease.agent, lease.commands, body, {
           onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }),
           onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }),
         });
@@ -87,10 +109,7 @@ export function execRoutes(s: Services): Hono {
           (p) => send({ type: "started", pid: p.pid }),
           () => undefined,
         );
-        if (body.stdin !== undefined) {
-          handle.writeStdin(Buffer.from(body.stdin, "utf8"));
-          handle.closeStdin();
-        }
+        handle.result.finally(lease.release).catch(() => undefined);
         handle.result.then(
           (r) => {
             send({
@@ -115,15 +134,40 @@ export function execRoutes(s: Services): Hono {
         // The client went away: do not leave its command running.
         if (!finished) handle?.signal(9);
         finished = true;
+        lease.release();
       },
     });
     return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson" } });
   });
 
+  app.get("/:id/commands", (c) => c.json({ commands: s.sandboxes.get(c.req.param("id")).commands.list() }));
+
+  app.post("/:id/commands/:pid/signal", async (c) => {
+    const { id, pid } = parseParams(c, PidParam);
+    const { signal } = await parseBody(c, SendSignal);
+    const cmd = await s.sandboxes.use(id, async (_agent, commands) => {
+      const r = commands.get(pid);
+      r.handle.signal(typeof signal === "number" ? signal : SIGNALS[signal]);
+      return r;
+    });
+    return c.json(viewOfCommand(cmd));
+  });
+
+  app.post("/:id/commands/:pid/stdin", async (c) => {
+    const { id, pid } = parseParams(c, PidParam);
+    const q = parseQuery(c, StdinQuery);
+    const data = await readBytes(c, MAX_STDIN);
+    const cmd = await s.sandboxes.use(id, async (_agent, commands) =>
+      commands.writeStdin(pid, data, truthy(q.eof)),
+    );
+    return c.json(viewOfCommand(cmd));
+  });
+
   app.post("/:id/eval", async (c) => {
     const body = await parseBody(c, Eval);
-    const agent = s.sandboxes.agent(c.req.param("id"));
-    return c.json(await agent.eval(body.code, body.timeout_ms));
+    return c.json(
+      await s.sandboxes.use(c.req.param("id"), (agent) => agent.eval(body.code, body.timeout_ms)),
+    );
   });
 
   return app;

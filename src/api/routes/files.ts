@@ -1,7 +1,7 @@
 /** Files in a sandbox: binary-safe download and upload (streamed), list, stat, mkdir, remove, rename. */
 import { Hono } from "hono";
 import type { Services } from "../services.js";
-import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../schemas.js";
+import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
 import { parseBody, parseQuery } from "../parse.js";
 import { ForkdError } from "../../util/errors.js";
 
@@ -10,10 +10,17 @@ export function fileRoutes(s: Services): Hono {
 
   app.get("/:id/files", async (c) => {
     const { path } = parseQuery(c, PathQuery);
-    const agent = s.sandboxes.agent(c.req.param("id"));
-    const st = await agent.stat(path);
-    if (st.type !== "file")
-      throw new ForkdError("invalid_argument", `${path} is not a regular file`, { path });
+    const lease = s.sandboxes.lease(c.req.param("id"));
+    const agent = lease.agent;
+    let st;
+    try {
+      st = await agent.stat(path);
+      if (st.type !== "file")
+        throw new ForkdError("invalid_argument", `${path} is not a regular file`, { path });
+    } catch (e) {
+      lease.release();
+      throw e;
+    }
     let failed = false;
     const stream = new ReadableStream<Uint8Array>({
       start(controller) {
@@ -27,7 +34,8 @@ export function fileRoutes(s: Services): Hono {
               failed = true;
               controller.error(e);
             },
-          );
+          )
+          .finally(lease.release);
       },
     });
     return new Response(stream, {
@@ -38,40 +46,41 @@ export function fileRoutes(s: Services): Hono {
 
   app.put("/:id/files", async (c) => {
     const q = parseQuery(c, WriteQuery);
-    const agent = s.sandboxes.agent(c.req.param("id"));
     const body = c.req.raw.body;
-    const size = await agent.writeFile(q.path, body ? body : new Uint8Array(0), {
-      mode: q.mode,
-      makeParents: truthy(q.parents),
-    });
+    const size = await s.sandboxes.use(c.req.param("id"), (agent) =>
+      agent.writeFile(q.path, body ? body : new Uint8Array(0), {
+        mode: q.mode,
+        makeParents: truthy(q.parents),
+      }),
+    );
     return c.json({ path: q.path, size }, 201);
   });
 
   app.delete("/:id/files", async (c) => {
     const q = parseQuery(c, RemoveQuery);
-    await s.sandboxes.agent(c.req.param("id")).remove(q.path, { recursive: truthy(q.recursive) });
+    await s.sandboxes.use(c.req.param("id"), (a) => a.remove(q.path, { recursive: truthy(q.recursive) }));
     return c.json({ deleted: q.path });
   });
 
   app.get("/:id/files/stat", async (c) => {
     const { path } = parseQuery(c, PathQuery);
-    return c.json({ path, ...(await s.sandboxes.agent(c.req.param("id")).stat(path)) });
+    return c.json({ path, ...(await s.sandboxes.use(c.req.param("id"), (a) => a.stat(path))) });
   });
 
   app.get("/:id/files/list", async (c) => {
     const { path } = parseQuery(c, PathQuery);
-    return c.json({ path, entries: await s.sandboxes.agent(c.req.param("id")).list(path) });
+    return c.json({ path, entries: await s.sandboxes.use(c.req.param("id"), (a) => a.list(path)) });
   });
 
   app.post("/:id/files/mkdir", async (c) => {
     const b = await parseBody(c, Mkdir);
-    await s.sandboxes.agent(c.req.param("id")).mkdir(b.path, { parents: b.parents });
+    await s.sandboxes.use(c.req.param("id"), (a) => a.mkdir(b.path, { parents: b.parents }));
     return c.json({ path: b.path }, 201);
   });
 
   app.post("/:id/files/rename", async (c) => {
     const b = await parseBody(c, Rename);
-    await s.sandboxes.agent(c.req.param("id")).rename(b.from, b.to);
+    await s.sandboxes.use(c.req.param("id"), (a) => a.rename(b.from, b.to));
     return c.json({ from: b.from, to: b.to });
   });
 

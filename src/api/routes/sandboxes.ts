@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
-import { CreateSandboxes } from "../schemas.js";
+import { CreateSandboxes, SetTimeout } from "../contract/schemas.js";
 import { parseBody } from "../parse.js";
 import { viewOf } from "../../sandbox/sandbox.js";
 
@@ -12,7 +12,10 @@ export function sandboxRoutes(s: Services): Hono {
 
   app.post("/", async (c) => {
     const body = await parseBody(c, CreateSandboxes);
-    const r = await s.sandboxes.fork(body.snapshot_tag, body.n);
+    const r = await s.sandboxes.fork(body.snapshot_tag, body.n, {
+      timeoutMs: body.timeout_ms ?? null,
+      metadata: body.metadata,
+    });
     if (r.sandboxes.length === 0) {
       const first = r.failures[0];
       throw new ForkdError(
@@ -25,6 +28,11 @@ export function sandboxRoutes(s: Services): Hono {
   });
 
   app.get("/:id", (c) => c.json(viewOf(s.sandboxes.get(c.req.param("id")))));
+
+  app.post("/:id/timeout", async (c) => {
+    const body = await parseBody(c, SetTimeout);
+    return c.json(await s.sandboxes.setIdleTimeout(c.req.param("id"), body.timeout_ms));
+  });
 
   app.delete("/:id", async (c) => {
     const id = c.req.param("id");

@@ -3,7 +3,7 @@ import { ForkdError } from "../../util/errors.js";
 import { assertTag } from "../../util/ids.js";
 import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
-import { CreateSnapshot } from "../schemas.js";
+import { CreateSnapshot } from "../contract/schemas.js";
 import { parseBody } from "../parse.js";
 import { toEnvelope } from "../errors.js";
 

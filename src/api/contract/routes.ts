@@ -1,0 +1,266 @@
+/**
+ * Every route of the REST API, described once: method, path, parameters, body and responses.
+ * The OpenAPI document is generated from this table, and a unit test checks that the Hono app
+ * serves exactly these routes, so neither can drift from the other.
+ */
+import { z } from "zod";
+import * as S from "./schemas.js";
+
+export type Method = "get" | "post" | "put" | "delete";
+
+/** A response or request body: JSON, newline-delimited JSON events, or raw bytes. */
+export type Body =
+  | { kind: "json"; schema: z.ZodType }
+  | { kind: "ndjson"; event: z.ZodType }
+  | { kind: "bytes"; headers?: Record<string, string> };
+
+export interface RouteSpec {
+  operationId: string;
+  method: Method;
+  /** OpenAPI style: /v1/sandboxes/{id} */
+  path: string;
+  summary: string;
+  tag: "daemon" | "snapshots" | "sandboxes" | "commands" | "code" | "files";
+  /** No bearer token needed (TCP listeners). */
+  public?: boolean;
+  query?: z.ZodObject;
+  body?: Body;
+  responses: Partial<Record<200 | 201 | 202, Body>>;
+}
+
+const json = (schema: z.ZodType): Body => ({ kind: "json", schema });
+const ndjson = (event: z.ZodType): Body => ({ kind: "ndjson", event });
+const bytes: Body = { kind: "bytes" };
+
+const SB = "/v1/sandboxes/{id}";
+
+export const ROUTES: RouteSpec[] = [
+  {
+    operationId: "health",
+    method: "get",
+    path: "/v1/health",
+    summary: "Liveness, accelerator and pool state",
+    tag: "daemon",
+    public: true,
+    responses: { 200: json(S.Health) },
+  },
+  {
+    operationId: "version",
+    method: "get",
+    path: "/v1/version",
+    summary: "Daemon, API and QEMU versions",
+    tag: "daemon",
+    responses: { 200: json(S.Version) },
+  },
+  {
+    operationId: "openapi",
+    method: "get",
+    path: "/v1/openapi.json",
+    summary: "This document",
+    tag: "daemon",
+    public: true,
+    responses: { 200: json(z.record(z.string(), z.unknown())) },
+  },
+  {
+    operationId: "listSnapshots",
+    method: "get",
+    path: "/v1/snapshots",
+    summary: "List snapshots",
+    tag: "snapshots",
+    responses: { 200: json(S.SnapshotList) },
+  },
+  {
+    operationId: "createSnapshot",
+    method: "post",
+    path: "/v1/snapshots",
+    summary:
+      "Boot a parent VM, warm it and freeze it into a snapshot. With ?stream=1 the reply is NDJSON progress.",
+    tag: "snapshots",
+    query: z.object({ stream: z.enum(["0", "1"]).optional() }),
+    body: json(S.CreateSnapshot),
+    responses: { 201: json(S.Snapshot) },
+  },
+  {
+    operationId: "getSnapshot",
+    method: "get",
+    path: "/v1/snapshots/{tag}",
+    summary: "One snapshot's metadata",
+    tag: "snapshots",
+    responses: { 200: json(S.Snapshot) },
+  },
+  {
+    operationId: "deleteSnapshot",
+    method: "delete",
+    path: "/v1/snapshots/{tag}",
+    summary: "Delete a snapshot (409 while sandboxes run from it)",
+    tag: "snapshots",
+    responses: { 200: json(S.Deleted) },
+  },
+  {
+    operationId: "listSandboxes",
+    method: "get",
+    path: "/v1/sandboxes",
+    summary: "List sandboxes",
+    tag: "sandboxes",
+    responses: { 200: json(S.SandboxList) },
+  },
+  {
+    operationId: "createSandboxes",
+    method: "post",
+    path: "/v1/sandboxes",
+    summary: "Fork n children of a snapshot; returns when every child answers (or failed)",
+    tag: "sandboxes",
+    body: json(S.CreateSandboxes),
+    responses: { 201: json(S.ForkResult) },
+  },
+  {
+    operationId: "getSandbox",
+    method: "get",
+    path: SB,
+    summary: "One sandbox",
+    tag: "sandboxes",
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
+    operationId: "deleteSandbox",
+    method: "delete",
+    path: SB,
+    summary: "Kill a sandbox and delete its files",
+    tag: "sandboxes",
+    responses: { 200: json(S.Deleted) },
+  },
+  {
+    operationId: "setSandboxTimeout",
+    method: "post",
+    path: `${SB}/timeout`,
+    summary: "Set (or clear) the idle timeout, counted from now",
+    tag: "sandboxes",
+    body: json(S.SetTimeout),
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
+    operationId: "exec",
+    method: "post",
+    path: `${SB}/exec`,
+    summary: "Run a command and return its buffered output (16 MiB per stream at most)",
+    tag: "commands",
+    body: json(S.Exec),
+    responses: { 200: json(S.ExecResult) },
+  },
+  {
+    operationId: "execStream",
+    method: "post",
+    path: `${SB}/exec/stream`,
+    summary: "Run a command, streaming its output as NDJSON events as it comes",
+    tag: "commands",
+    body: json(S.Exec),
+    responses: { 200: ndjson(S.ExecEvent) },
+  },
+  {
+    operationId: "listCommands",
+    method: "get",
+    path: `${SB}/commands`,
+    summary: "Commands started through the API that are still running",
+    tag: "commands",
+    responses: { 200: json(S.CommandList) },
+  },
+  {
+    operationId: "signalCommand",
+    method: "post",
+    path: `${SB}/commands/{pid}/signal`,
+    summary: "Send a signal to a running command's process group",
+    tag: "commands",
+    body: json(S.SendSignal),
+    responses: { 200: json(S.Command) },
+  },
+  {
+    operationId: "writeCommandStdin",
+    method: "post",
+    path: `${SB}/commands/{pid}/stdin`,
+    summary: "Write the body to a running command's standard input; ?eof=1 closes it afterwards",
+    tag: "commands",
+    query: S.StdinQuery,
+    body: bytes,
+    responses: { 200: json(S.Command) },
+  },
+  {
+    operationId: "eval",
+    method: "post",
+    path: `${SB}/eval`,
+    summary: "Run a cell in the sandbox's warm Python interpreter",
+    tag: "code",
+    body: json(S.Eval),
+    responses: { 200: json(S.EvalResult) },
+  },
+  {
+    operationId: "readFile",
+    method: "get",
+    path: `${SB}/files`,
+    summary: "Download a file (streamed bytes)",
+    tag: "files",
+    query: S.PathQuery,
+    responses: { 200: { kind: "bytes", headers: { "x-forkd-file-size": "The file's size in bytes" } } },
+  },
+  {
+    operationId: "writeFile",
+    method: "put",
+    path: `${SB}/files`,
+    summary: "Upload a file (streamed bytes, replaced atomically)",
+    tag: "files",
+    query: S.WriteQuery,
+    body: bytes,
+    responses: { 201: json(S.FileWritten) },
+  },
+  {
+    operationId: "removeFile",
+    method: "delete",
+    path: `${SB}/files`,
+    summary: "Remove a file or directory",
+    tag: "files",
+    query: S.RemoveQuery,
+    responses: { 200: json(S.Deleted) },
+  },
+  {
+    operationId: "statFile",
+    method: "get",
+    path: `${SB}/files/stat`,
+    summary: "Stat a path",
+    tag: "files",
+    query: S.PathQuery,
+    responses: { 200: json(S.FileStat) },
+  },
+  {
+    operationId: "listDir",
+    method: "get",
+    path: `${SB}/files/list`,
+    summary: "List a directory",
+    tag: "files",
+    query: S.PathQuery,
+    responses: { 200: json(S.DirList) },
+  },
+  {
+    operationId: "makeDir",
+    method: "post",
+    path: `${SB}/files/mkdir`,
+    summary: "Create a directory",
+    tag: "files",
+    body: json(S.Mkdir),
+    responses: { 201: json(S.PathResult) },
+  },
+  {
+    operationId: "renameFile",
+    method: "post",
+    path: `${SB}/files/rename`,
+    summary: "Rename a file or directory",
+    tag: "files",
+    body: json(S.Rename),
+    responses: { 200: json(S.Renamed) },
+  },
+];
+
+/** Path parameters, described once for every route that has them. */
+export const PATH_PARAMS: Record<string, { schema: z.ZodType; description: string }> = {
+  id: { schema: S.SandboxId, description: "Sandbox id" },
+  tag: { schema: S.Tag, description: "Snapshot tag" },
+  pid: { schema: z.number().int().min(1), description: "Guest pid of a command started through the API" },
+};

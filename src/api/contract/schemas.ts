@@ -1,0 +1,381 @@
+/**
+ * The REST API's schemas: the one place requests and responses are described. Handlers parse
+ * every body and query with the request schemas before touching anything; the OpenAPI document
+ * (./openapi.ts, committed as docs/openapi.json) is generated from all of them, and the SDKs'
+ * types are generated from that document.
+ *
+ * Every schema that appears in the document under a name is registered in `contract` with its
+ * id; unnamed ones are inlined where they are used.
+ */
+import { z } from "zod";
+import { SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
+import { MAX_FORK } from "../../sandbox/limits.js";
+
+export const contract = z.registry<{ id: string; description?: string }>();
+
+function named<S extends z.ZodType>(schema: S, id: string, description?: string): S {
+  contract.add(schema, description ? { id, description } : { id });
+  return schema;
+}
+
+// ---------------------------------------------------------------- shared pieces
+
+export const Tag = z
+  .string()
+  .regex(TAG_RE, "tag must match " + TAG_RE.source)
+  .describe("Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol.");
+export const SandboxId = z.string().regex(SANDBOX_ID_RE, "sandbox id must match " + SANDBOX_ID_RE.source);
+export const GuestPath = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((p) => p.startsWith("/"), "path must be absolute")
+  .refine((p) => !p.includes("\0"), "path must not contain NUL")
+  .describe("Absolute path inside the guest.");
+
+const MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000;
+const Metadata = z
+  .record(z.string().min(1).max(64), z.string().max(512))
+  .refine((m) => Object.keys(m).length <= 32, "at most 32 metadata keys")
+  .describe("Free-form string labels kept with the sandbox (at most 32 keys).");
+
+export const ErrorEnvelope = named(
+  z.object({
+    error: z.object({
+      code: z
+        .string()
+        .describe(
+          "Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, " +
+            "guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, " +
+            "unauthenticated, internal.",
+        ),
+      message: z.string(),
+      details: z.record(z.string(), z.unknown()),
+    }),
+  }),
+  "Error",
+  "Every error response has this body.",
+);
+
+// ---------------------------------------------------------------- daemon
+
+export const Health = named(
+  z.object({
+    ok: z.boolean(),
+    accel: z.enum(["kvm", "tcg"]),
+    accel_reason: z.string(),
+    sandboxes: z.number().int(),
+    pool: z.record(z.string(), z.number().int()).describe("Pre-started VMMs waiting, by snapshot tag."),
+  }),
+  "Health",
+);
+
+export const Version = named(
+  z.object({
+    version: z.string(),
+    api: z.literal("v1"),
+    qemu: z.object({ binary: z.string(), version: z.string() }),
+    accel: z.object({
+      accel: z.enum(["kvm", "tcg"]),
+      reason: z.string(),
+      forced: z.boolean(),
+      tscKhz: z.number(),
+    }),
+    started_at: z.string(),
+  }),
+  "Version",
+);
+
+// ---------------------------------------------------------------- snapshots
+
+export const CreateSnapshot = named(
+  z.strictObject({
+    tag: Tag,
+    template: z.string().regex(TEMPLATE_RE).default("python"),
+    warm: z
+      .string()
+      .max(64 * 1024)
+      .nullish()
+      .describe("Shell command run in the parent before it is frozen."),
+    warm_eval: z
+      .string()
+      .max(1 << 20)
+      .nullish()
+      .describe("Python cell run in the parent's warm interpreter before it is frozen."),
+    memory_mib: z.number().int().min(128).max(65536).default(512),
+    vcpus: z.number().int().min(1).max(32).default(1),
+  }),
+  "CreateSnapshot",
+);
+
+const FileSum = z.object({ size: z.number().int(), sha256: z.string() });
+
+export const Snapshot = named(
+  z.object({
+    format: z.number().int(),
+    tag: z.string(),
+    template: z.string(),
+    created: z.string(),
+    status: z.enum(["ready"]),
+    machine: z.object({
+      memoryMiB: z.number().int(),
+      vcpus: z.number().int(),
+      accel: z.enum(["kvm", "tcg"]),
+      cpu: z.string(),
+    }),
+    image: z.object({ hash: z.string(), dir: z.string(), kernelVersion: z.string() }),
+    qemu: z.object({ binary: z.string(), version: z.string() }),
+    warm: z.string().nullable(),
+    warmEval: z.string().nullable(),
+    diskSize: z.number().int(),
+    files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
+    timings: z.object({ bootMs: z.number(), warmMs: z.number(), freezeMs: z.number() }),
+    checksum: z.string(),
+  }),
+  "Snapshot",
+);
+
+export const SnapshotList = named(z.object({ snapshots: z.array(Snapshot) }), "SnapshotList");
+
+export const SnapshotProgressEvent = named(
+  z.discriminatedUnion("type", [
+    z.object({ type: z.literal("progress"), message: z.string() }),
+    z.object({ type: z.literal("done"), snapshot: Snapshot }),
+    ErrorEnvelope.extend({ type: z.literal("error") }),
+  ]),
+  "SnapshotProgressEvent",
+  "One line of POST /v1/snapshots?stream=1.",
+);
+
+export const Deleted = named(z.object({ deleted: z.string() }), "Deleted");
+
+// ---------------------------------------------------------------- sandboxes
+
+export const CreateSandboxes = named(
+  z.strictObject({
+    snapshot_tag: Tag,
+    n: z.number().int().min(1).max(MAX_FORK).default(1),
+    timeout_ms: z
+      .number()
+      .int()
+      .min(1000)
+      .max(MAX_TIMEOUT_MS)
+      .nullish()
+      .describe("Idle timeout: the daemon kills a child no API call has used for this long."),
+    metadata: Metadata.optional(),
+  }),
+  "CreateSandboxes",
+);
+
+export const Sandbox = named(
+  z.object({
+    id: z.string(),
+    tag: z.string(),
+    pid: z.number().int(),
+    state: z.enum(["running", "exited"]),
+    created: z.string(),
+    exit_reason: z.string().nullable(),
+    timings: z.object({
+      launchMs: z.number(),
+      restoreMs: z.number(),
+      readyMs: z.number(),
+      totalMs: z.number(),
+    }),
+    from_pool: z.boolean(),
+    timeout_ms: z.number().int().nullable(),
+    expires_at: z.string().nullable().describe("When the idle timeout kills it, unless it is used before."),
+    metadata: z.record(z.string(), z.string()),
+  }),
+  "Sandbox",
+);
+
+export const SandboxList = named(z.object({ sandboxes: z.array(Sandbox) }), "SandboxList");
+
+export const ForkResult = named(
+  z.object({
+    sandboxes: z.array(Sandbox),
+    failures: z.array(z.object({ index: z.number().int(), code: z.string(), message: z.string() })),
+  }),
+  "ForkResult",
+  "Children that answered, and those that failed (cleaned up) without failing their siblings.",
+);
+
+export const SetTimeout = named(
+  z.strictObject({
+    timeout_ms: z.number().int().min(1000).max(MAX_TIMEOUT_MS).nullable(),
+  }),
+  "SetTimeout",
+  "A new idle timeout counted from now; null removes it.",
+);
+
+// ---------------------------------------------------------------- commands
+
+const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
+
+export const Exec = named(
+  z.strictObject({
+    cmd: z
+      .union([
+        z
+          .array(z.string().max(1 << 16))
+          .min(1)
+          .max(4096),
+        z
+          .string()
+          .min(1)
+          .max(1 << 20),
+      ])
+      .describe("argv (run directly) or a string (run by /bin/sh -c)."),
+    env: z.record(EnvName, z.string().max(1 << 16)).optional(),
+    cwd: GuestPath.optional(),
+    timeout_ms: z
+      .number()
+      .int()
+      .min(1)
+      .max(24 * 3600 * 1000)
+      .optional()
+      .describe("Kills the command's whole process group after this long."),
+    stdin: z
+      .string()
+      .max(16 << 20)
+      .optional()
+      .describe("Written to the command's standard input, which is then closed (unless keep_stdin_open)."),
+    keep_stdin_open: z
+      .boolean()
+      .default(false)
+      .describe("Leave standard input open for POST .../commands/{pid}/stdin."),
+  }),
+  "Exec",
+);
+
+export const ExecResult = named(
+  z.object({
+    exit_code: z.number().int().nullable(),
+    signal: z.number().int().nullable(),
+    timed_out: z.boolean(),
+    stdout: z.string(),
+    stderr: z.string(),
+    stdout_truncated: z.boolean(),
+    stderr_truncated: z.boolean(),
+    duration_ms: z.number(),
+  }),
+  "ExecResult",
+);
+
+export const ExecEvent = named(
+  z.discriminatedUnion("type", [
+    z.object({ type: z.literal("started"), pid: z.number().int() }),
+    z.object({ type: z.literal("stdout"), data: z.string().describe("base64") }),
+    z.object({ type: z.literal("stderr"), data: z.string().describe("base64") }),
+    z.object({
+      type: z.literal("exit"),
+      exit_code: z.number().int().nullable(),
+      signal: z.number().int().nullable(),
+      timed_out: z.boolean(),
+      duration_ms: z.number(),
+    }),
+    ErrorEnvelope.extend({ type: z.literal("error") }),
+  ]),
+  "ExecEvent",
+  "One line of POST /v1/sandboxes/{id}/exec/stream.",
+);
+
+export const Command = named(
+  z.object({
+    pid: z.number().int(),
+    cmd: z.union([z.array(z.string()), z.string()]),
+    started: z.string(),
+    stdin_open: z.boolean(),
+  }),
+  "Command",
+  "A command started through the API that has not exited yet.",
+);
+
+export const CommandList = named(z.object({ commands: z.array(Command) }), "CommandList");
+
+export const SIGNALS = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGKILL: 9,
+  SIGUSR1: 10,
+  SIGUSR2: 12,
+  SIGTERM: 15,
+};
+
+export const SendSignal = named(
+  z.strictObject({
+    signal: z
+      .union([z.enum(Object.keys(SIGNALS) as [keyof typeof SIGNALS]), z.number().int().min(1).max(64)])
+      .default("SIGKILL"),
+  }),
+  "SendSignal",
+);
+
+export const PidParam = z.object({
+  id: SandboxId,
+  pid: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(2 ** 31 - 1),
+});
+export const StdinQuery = z.object({ eof: z.enum(["0", "1", "true", "false"]).optional() });
+
+// ---------------------------------------------------------------- code cells
+
+export const Eval = named(
+  z.strictObject({
+    code: z.string().max(1 << 20),
+    timeout_ms: z
+      .number()
+      .int()
+      .min(1)
+      .max(3600 * 1000)
+      .default(30_000),
+  }),
+  "Eval",
+);
+
+export const EvalResult = named(
+  z.object({
+    ok: z.boolean(),
+    value: z.string().nullable().describe("repr() of the cell's final expression, if it has one."),
+    stdout: z.string(),
+    stderr: z.string(),
+    error: z.object({ name: z.string(), value: z.string(), traceback: z.string() }).nullable(),
+  }),
+  "EvalResult",
+);
+
+// ---------------------------------------------------------------- files
+
+export const PathQuery = z.object({ path: GuestPath });
+export const WriteQuery = z.object({
+  path: GuestPath,
+  mode: z.coerce.number().int().min(0).max(0o7777).optional(),
+  parents: z.enum(["0", "1", "true", "false"]).optional(),
+});
+export const RemoveQuery = z.object({
+  path: GuestPath,
+  recursive: z.enum(["0", "1", "true", "false"]).optional(),
+});
+export const Mkdir = named(z.strictObject({ path: GuestPath, parents: z.boolean().default(false) }), "Mkdir");
+export const Rename = named(z.strictObject({ from: GuestPath, to: GuestPath }), "Rename");
+
+const StatFields = {
+  type: z.enum(["file", "dir", "symlink", "other"]),
+  size: z.number().int(),
+  mode: z.number().int(),
+  mtimeMs: z.number(),
+};
+export const FileStat = named(z.object({ path: z.string(), ...StatFields }), "FileStat");
+export const DirList = named(
+  z.object({ path: z.string(), entries: z.array(z.object({ name: z.string(), ...StatFields })) }),
+  "DirList",
+);
+export const FileWritten = named(z.object({ path: z.string(), size: z.number().int() }), "FileWritten");
+export const PathResult = named(z.object({ path: z.string() }), "PathResult");
+export const Renamed = named(z.object({ from: z.string(), to: z.string() }), "Renamed");
+
+export const truthy = (v: string | undefined): boolean => v === "1" || v === "true";

@@ -1,0 +1,78 @@
+/**
+ * Commands started through the API that are still running, per sandbox, by guest pid: what
+ * lets a client that started a command in the background signal it or feed its stdin later.
+ */
+import type { ExecHandle } from "../agent/client.js";
+import { ForkdError } from "../util/errors.js";
+
+export interface RunningCommand {
+  pid: number;
+  cmd: string[] | string;
+  started: string;
+  stdinOpen: boolean;
+  handle: ExecHandle;
+}
+
+export interface CommandView {
+  pid: number;
+  cmd: string[] | string;
+  started: string;
+  stdin_open: boolean;
+}
+
+/** At most this many tracked commands per sandbox; more still run, untracked ones cannot be signalled. */
+export const MAX_TRACKED = 4096;
+
+export class CommandTable {
+  private readonly byPid = new Map<number, RunningCommand>();
+
+  /** Tracks `handle` from its start until it exits. */
+  track(cmd: string[] | string, stdinOpen: boolean, handle: ExecHandle): void {
+    handle.started.then(
+      ({ pid }) => {
+        if (this.byPid.size >= MAX_TRACKED) return;
+        const c: RunningCommand = { pid, cmd, started: new Date().toISOString(), stdinOpen, handle };
+        this.byPid.set(pid, c);
+        const forget = () => {
+          if (this.byPid.get(pid) === c) this.byPid.delete(pid);
+        };
+        handle.result.then(forget, forget);
+      },
+      () => undefined,
+    );
+  }
+
+  get(pid: number): RunningCommand {
+    const c = this.byPid.get(pid);
+    if (!c) throw new ForkdError("not_found", `no running command with pid ${pid}`, { pid });
+    return c;
+  }
+
+  writeStdin(pid: number, data: Uint8Array, eof: boolean): RunningCommand {
+    const c = this.get(pid);
+    if (!c.stdinOpen) {
+      throw new ForkdError("conflict", `standard input of pid ${pid} is closed`, { pid });
+    }
+    if (data.length > 0) c.handle.writeStdin(data);
+    if (eof) {
+      c.handle.closeStdin();
+      c.stdinOpen = false;
+    }
+    return c;
+  }
+
+  list(): CommandView[] {
+    return [...this.byPid.values()].map(viewOfCommand);
+  }
+
+  clear(): void {
+    this.byPid.clear();
+  }
+}
+
+export const viewOfCommand = (c: RunningCommand): CommandView => ({
+  pid: c.pid,
+  cmd: c.cmd,
+  started: c.started,
+  stdin_open: c.stdinOpen,
+});
