@@ -7,6 +7,8 @@ import { join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import type { ValidateFunction } from "ajv/dist/2020.js";
 import { REPO_DIR } from "../../src/host/paths.js";
+import { ApiError, rawRequest, readAll } from "../../src/client/http.js";
+import type { Endpoint } from "../../src/client/http.js";
 
 type Json = Record<string, unknown>;
 
@@ -87,4 +89,42 @@ async function load(): Promise<ContractValidator> {
       }
     },
   };
+}
+
+/**
+ * apiRequest that also validates the reply (success or error envelope) against the contract.
+ * NDJSON replies are returned as the array of their events.
+ */
+export async function checkedRequest<T = unknown>(
+  ep: Endpoint,
+  method: string,
+  path: string,
+  body?: unknown,
+  timeoutMs = 300_000,
+): Promise<T> {
+  const v = await contractValidator();
+  const res = await rawRequest(
+    ep,
+    method,
+    path,
+    body === undefined ? undefined : JSON.stringify(body),
+    timeoutMs,
+    body === undefined ? {} : { "content-type": "application/json" },
+  );
+  const status = res.statusCode ?? 0;
+  const text = (await readAll(res)).toString("utf8");
+  const ndjson = (res.headers["content-type"] ?? "").startsWith("application/x-ndjson");
+  const parsed: unknown = ndjson
+    ? text
+        .split("\n")
+        .filter((l) => l.trim())
+        .map((l) => JSON.parse(l) as unknown)
+    : JSON.parse(text);
+  v.check(method, path, status, parsed);
+  if (status >= 300) {
+    const e = (parsed as { error: { code: string; message: string; details: Record<string, unknown> } })
+      .error;
+    throw new ApiError(status, e.code, e.message, e.details);
+  }
+  return parsed as T;
 }

@@ -8,9 +8,10 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { apiRequest, checkResponse, rawRequest, readAll, ApiError } from "../../src/client/http.js";
+import { checkResponse, rawRequest, readAll, ApiError } from "../../src/client/http.js";
 import { sha256File } from "../../src/snapshot/meta.js";
 import { pidsReferencing } from "../../src/util/proc.js";
+import { checkedRequest } from "../helpers/contract.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
@@ -37,8 +38,8 @@ interface Meta {
   files: { memory: { sha256: string }; disk: { sha256: string } };
 }
 
-const api = <T>(method: string, path: string, body?: unknown) =>
-  apiRequest<T>(d.ep, method, path, body, 300_000);
+// Every reply is checked against the committed OpenAPI document.
+const api = <T>(method: string, path: string, body?: unknown) => checkedRequest<T>(d.ep, method, path, body);
 const sh = (id: string, cmd: string, extra: Record<string, unknown> = {}) =>
   api<ExecOut>("POST", `/v1/sandboxes/${id}/exec`, { cmd, ...extra });
 const py = (id: string, code: string) => api<EvalOut>("POST", `/v1/sandboxes/${id}/eval`, { code });

@@ -1,0 +1,157 @@
+/**
+ * HTTP to the forkd daemon: over its unix socket by default, or a URL (http/https) with a bearer
+ * token. Node's own http module only: the SDK has no runtime dependencies.
+ */
+import { request as httpRequest } from "node:http";
+import type { IncomingMessage, RequestOptions } from "node:http";
+import { request as httpsRequest } from "node:https";
+import { Readable } from "node:stream";
+import { ConnectionError, ForkdError, TimeoutError, errorFromEnvelope } from "./errors.js";
+
+export interface ConnectionOpts {
+  /** Daemon URL, e.g. http://10.0.0.5:8889 (default: $FORKD_URL, else the unix socket). */
+  url?: string;
+  /** Bearer token for a URL (default: $FORKD_TOKEN). */
+  token?: string;
+  /** E2B's name for `token`. */
+  apiKey?: string;
+  /** Unix socket (default: $FORKD_SOCKET, else /var/lib/forkd/forkd.sock). */
+  socket?: string;
+  /** Timeout of each API request in ms (default 60 000; 0 = none). Long operations take their own. */
+  requestTimeoutMs?: number;
+}
+
+export const DEFAULT_SOCKET = "/var/lib/forkd/forkd.sock";
+
+export type Query = Record<string, string | number | boolean | undefined>;
+
+export interface RequestOpts {
+  query?: Query;
+  json?: unknown;
+  /** Raw request body (bytes or a stream of bytes). */
+  body?: Uint8Array | NodeJS.ReadableStream;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export class Transport {
+  readonly url: URL | null;
+  readonly socket: string;
+  private readonly token: string | undefined;
+  readonly timeoutMs: number;
+
+  constructor(opts: ConnectionOpts = {}) {
+    const env = process.env;
+    const url = opts.url ?? env.FORKD_URL;
+    this.url = url ? new URL(url) : null;
+    this.socket = opts.socket ?? env.FORKD_SOCKET ?? DEFAULT_SOCKET;
+    this.token = opts.token ?? opts.apiKey ?? env.FORKD_TOKEN;
+    this.timeoutMs = opts.requestTimeoutMs ?? 60_000;
+  }
+
+  /** Where requests go, for messages. */
+  get where(): string {
+    return this.url ? this.url.origin : `unix:${this.socket}`;
+  }
+
+  /** Sends a request and returns the response once its status is 2xx (else throws the typed error). */
+  async send(method: string, path: string, o: RequestOpts = {}): Promise<IncomingMessage> {
+    let full = path;
+    if (o.query) {
+      const q = new URLSearchParams();
+      for (const [k, v] of Object.entries(o.query)) if (v !== undefined) q.set(k, String(v));
+      const s = q.toString();
+      if (s) full += `?${s}`;
+    }
+    const headers: Record<string, string> = {};
+    if (this.token) headers.authorization = `Bearer ${this.token}`;
+    let payload: Uint8Array | NodeJS.ReadableStream | undefined = o.body;
+    if (o.json !== undefined) {
+      payload = Buffer.from(JSON.stringify(o.json), "utf8");
+      headers["content-type"] = "application/json";
+    } else if (o.body !== undefined) {
+      headers["content-type"] = "application/octet-stream";
+    }
+    if (payload instanceof Uint8Array) headers["content-length"] = String(payload.length);
+
+    const timeoutMs = o.timeoutMs ?? this.timeoutMs;
+    const res = await new Promise<IncomingMessage>((resolve, reject) => {
+      const base: RequestOptions = { method, path: full, headers, signal: o.signal };
+      const req = this.url
+        ? (this.url.protocol === "https:" ? httpsRequest : httpRequest)({
+            ...base,
+            host: this.url.hostname,
+            port: this.url.port || undefined,
+            path: this.url.pathname.replace(/\/$/, "") + full,
+          })
+        : httpRequest({ ...base, socketPath: this.socket });
+      req.once("response", resolve);
+      req.once("error", (e: NodeJS.ErrnoException) => {
+        if (e instanceof ForkdError) reject(e);
+        else if (e.name === "AbortError") reject(e);
+        else
+          reject(
+            new ConnectionError(`cannot reach the forkd daemon at ${this.where}: ${e.message}`, {
+              code: "connection",
+              cause: e,
+            }),
+          );
+      });
+      if (timeoutMs > 0) {
+        req.setTimeout(timeoutMs, () =>
+          req.destroy(
+            new TimeoutError(`${method} ${path}: no reply within ${timeoutMs} ms`, { code: "timeout" }),
+          ),
+        );
+      }
+      if (payload === undefined) req.end();
+      else if (payload instanceof Uint8Array) req.end(payload);
+      else Readable.from(payload as AsyncIterable<Uint8Array>).pipe(req);
+    });
+    const status = res.statusCode ?? 0;
+    if (status >= 200 && status < 300) return res;
+    const text = (await readAll(res)).toString("utf8");
+    let env: { error?: { code?: string; message?: string; details?: Record<string, unknown> } } = {};
+    try {
+      env = JSON.parse(text) as typeof env;
+    } catch {
+      /* not an envelope */
+    }
+    throw errorFromEnvelope(
+      status,
+      env.error?.code ?? "internal",
+      env.error?.message ?? (text || `HTTP ${status}`),
+      env.error?.details ?? {},
+    );
+  }
+
+  async json<T>(method: string, path: string, o: RequestOpts = {}): Promise<T> {
+    const res = await this.send(method, path, o);
+    return JSON.parse((await readAll(res)).toString("utf8")) as T;
+  }
+
+  async bytes(method: string, path: string, o: RequestOpts = {}): Promise<Buffer> {
+    return readAll(await this.send(method, path, o));
+  }
+
+  /** Calls `onEvent` for each line of an NDJSON reply, as it arrives. */
+  async ndjson<T>(method: string, path: string, onEvent: (ev: T) => void, o: RequestOpts = {}): Promise<void> {
+    const res = await this.send(method, path, { timeoutMs: 0, ...o });
+    let buf = "";
+    for await (const chunk of res) {
+      buf += (chunk as Buffer).toString("utf8");
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.trim()) onEvent(JSON.parse(line) as T);
+      }
+    }
+  }
+}
+
+export async function readAll(res: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of res) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
