@@ -6,12 +6,16 @@ reply    = u32 BE length, u32 BE id, UTF-8 JSON
 Id 0 with empty code reseeds `random` and `numpy.random` from os.urandom.
 
 Cells run notebook-style in one persistent globals dict: all statements are executed and,
-if the last statement is an expression, its repr() is the value. The protocol uses private
+if the last statement is an expression, its repr() is the value and its rich forms (IPython's
+_repr_html_/_repr_png_/... protocol, a matplotlib figure as PNG) are "value_data". Objects
+passed to display() and matplotlib figures left open by the cell come back in "display", one
+MIME bundle each, in order. The protocol uses private
 duplicates of fds 0 and 1; fds 0 and 1 themselves point at /dev/null so that cell code and
 its subprocesses cannot corrupt the frame stream.
 """
 
 import ast
+import base64
 import builtins
 import io
 import json
@@ -23,6 +27,9 @@ import struct
 import sys
 import traceback
 
+# matplotlib (if the template has it and a cell imports it) draws off-screen.
+os.environ.setdefault("MPLBACKEND", "Agg")
+
 try:
     import numpy
 except ImportError:  # the image should have it; keep working without
@@ -31,6 +38,8 @@ except ImportError:  # the image should have it; keep working without
 OUT_CAP = 256 * 1024       # bytes of stdout/stderr kept per cell
 TEXT_CAP = 256 * 1024      # characters of value/error kept
 REPLY_MAX = 1000 * 1000    # encoded JSON bound (the agent's frame limit is 1 MiB)
+MIME_CAP = 512 * 1024      # characters of one rich output kept (larger ones are dropped)
+DISPLAY_MAX = 32           # rich outputs kept per cell
 THIS_FILE = os.path.abspath(__file__)
 
 _in_cell = False
@@ -74,6 +83,75 @@ def _cap(text, limit=TEXT_CAP):
     return text if len(text) <= limit else text[:limit] + "...[truncated]"
 
 
+_REPRS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+)
+
+
+def _figure_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def mime_bundle(obj):
+    """The rich forms of obj (never raises: a broken _repr_ is skipped)."""
+    data = {}
+    mpl_figure = sys.modules.get("matplotlib.figure")
+    if mpl_figure is not None and isinstance(obj, mpl_figure.Figure):
+        try:
+            data["image/png"] = _figure_png(obj)
+        except Exception:
+            pass
+    for mime, attr in _REPRS:
+        method = getattr(type(obj), attr, None)
+        if method is None or mime in data:
+            continue
+        try:
+            out = method(obj)
+        except Exception:
+            continue
+        if isinstance(out, tuple):  # (data, metadata)
+            out = out[0]
+        if out is None:
+            continue
+        if isinstance(out, bytes):
+            out = base64.b64encode(out).decode("ascii")
+        elif mime == "application/json":
+            try:
+                json.dumps(out)
+            except (TypeError, ValueError):
+                continue
+        elif not isinstance(out, str):
+            continue
+        if not isinstance(out, str) or len(out) <= MIME_CAP:
+            data[mime] = out
+    return data
+
+
+def _open_figures():
+    """PNGs of the figures a cell left open (then closed, as a notebook's inline backend does)."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return []
+    out = []
+    try:
+        for num in plt.get_fignums():
+            png = _figure_png(plt.figure(num))
+            if len(png) <= MIME_CAP:
+                out.append({"image/png": png, "text/plain": "<Figure %d>" % num})
+        plt.close("all")
+    except Exception:
+        pass
+    return out
+
+
 def _user_tb(tb):
     # Drop this server's own frames from the top of the traceback.
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == THIS_FILE:
@@ -83,10 +161,24 @@ def _user_tb(tb):
 
 class Interpreter:
     def __init__(self):
-        self.globals = {"__name__": "__main__", "__builtins__": builtins}
+        self.globals = {"__name__": "__main__", "__builtins__": builtins,
+                        "display": self.display}
+        self.shown = []
         if numpy is not None:
             self.globals["np"] = self.globals["numpy"] = numpy
         self.count = 0
+
+    def display(self, *objs):
+        """Shows objects as rich output of the current cell (like IPython's display())."""
+        for obj in objs:
+            if len(self.shown) >= DISPLAY_MAX:
+                return
+            data = mime_bundle(obj)
+            try:
+                data.setdefault("text/plain", _cap(repr(obj)))
+            except Exception:
+                data.setdefault("text/plain", "<unprintable %s>" % type(obj).__name__)
+            self.shown.append(data)
 
     def run(self, code):
         global _in_cell
@@ -95,7 +187,9 @@ class Interpreter:
         # register the source so tracebacks show the offending lines
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         out, err = _capture(), _capture()
-        result = {"ok": True, "value": None, "stdout": "", "stderr": "", "error": None}
+        result = {"ok": True, "value": None, "value_data": None, "display": [],
+                  "stdout": "", "stderr": "", "error": None}
+        self.shown = []
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
         try:
@@ -112,6 +206,12 @@ class Interpreter:
                     value = eval(last, self.globals)
                     if value is not None:
                         result["value"] = _cap(repr(value))
+                        result["value_data"] = mime_bundle(value) or None
+                        mpl_figure = sys.modules.get("matplotlib.figure")
+                        plt = sys.modules.get("matplotlib.pyplot")
+                        if (mpl_figure is not None and plt is not None
+                                and isinstance(value, mpl_figure.Figure)):
+                            plt.close(value)  # shown as the value, not again as a display
             finally:
                 _in_cell = False
         except BaseException as e:  # SystemExit and KeyboardInterrupt included
@@ -126,6 +226,8 @@ class Interpreter:
                                "traceback": _cap(text)}
         finally:
             sys.stdout, sys.stderr = saved
+        result["display"] = (self.shown + _open_figures())[:DISPLAY_MAX]
+        self.shown = []
         result["stdout"] = _captured_text(out)
         result["stderr"] = _captured_text(err)
         return result
@@ -135,7 +237,8 @@ def reseed():
     random.seed(os.urandom(32))
     if numpy is not None:
         numpy.random.seed(numpy.frombuffer(os.urandom(32), dtype=numpy.uint32))
-    return {"ok": True, "value": None, "stdout": "", "stderr": "", "error": None}
+    return {"ok": True, "value": None, "value_data": None, "display": [],
+            "stdout": "", "stderr": "", "error": None}
 
 
 def encode(result):
@@ -144,6 +247,14 @@ def encode(result):
         data = json.dumps(result, ensure_ascii=False).encode("utf-8", errors="replace")
         if len(data) <= REPLY_MAX:
             return data
+        # Rich outputs go first (last shown first), then the value's rich forms.
+        if result.get("display"):
+            result["display"].pop()
+            result["stderr"] = (result["stderr"] or "") + "[a rich output was dropped: reply too large]\n"
+            continue
+        if result.get("value_data"):
+            result["value_data"] = None
+            continue
         key = max(("stdout", "stderr", "value"), key=lambda k: len(result[k] or ""))
         text = result[key] or ""
         if not text:
@@ -187,7 +298,8 @@ def main():
             result = reseed() if ident == 0 and not code else interp.run(code)
             data = encode(result)
         except BaseException as e:  # e.g. MemoryError: answer anyway, keep serving
-            data = encode({"ok": False, "value": None, "stdout": "", "stderr": "",
+            data = encode({"ok": False, "value": None, "value_data": None, "display": [],
+                           "stdout": "", "stderr": "",
                            "error": {"name": type(e).__name__, "value": _cap(repr(e)),
                                      "traceback": ""}})
         try:

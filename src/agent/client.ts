@@ -53,9 +53,16 @@ export interface DirEntry extends FileStat {
   name: string;
 }
 
+/** One rich output: MIME type to data (text, or base64 for images; JSON for application/json). */
+export type MimeBundle = Record<string, unknown>;
+
 export interface EvalResult {
   ok: boolean;
   value: string | null;
+  /** Rich forms of the value (text/html, image/png, ...), if it has any. */
+  value_data: MimeBundle | null;
+  /** display()ed objects and figures the cell left open, in order. */
+  display: MimeBundle[];
   stdout: string;
   stderr: string;
   error: { name: string; value: string; traceback: string } | null;
@@ -518,6 +525,19 @@ function toStat(f: Field[]): FileStat {
   };
 }
 
+const MIME_RE = /^[a-z]+\/[A-Za-z0-9.+-]{1,100}$/;
+
+/** A guest-sent MIME bundle, keeping only well-formed entries (strings, or JSON for */json). */
+function mimeBundle(v: unknown): MimeBundle | null {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
+  const out: MimeBundle = {};
+  for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+    if (!MIME_RE.test(k)) continue;
+    if (typeof x === "string" || k.endsWith("json")) out[k] = x;
+  }
+  return Object.keys(out).length > 0 ? out : null;
+}
+
 /** Validates the interpreter's JSON: it comes from the guest. */
 export function parseEvalJson(buf: Buffer): EvalResult {
   let v: unknown;
@@ -535,6 +555,10 @@ export function parseEvalJson(buf: Buffer): EvalResult {
   return {
     ok: o.ok,
     value: typeof o.value === "string" ? o.value : null,
+    value_data: mimeBundle(o.value_data),
+    display: Array.isArray(o.display)
+      ? o.display.map(mimeBundle).filter((b): b is MimeBundle => b !== null)
+      : [],
     stdout: str(o.stdout),
     stderr: str(o.stderr),
     error:

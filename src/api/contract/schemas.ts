@@ -337,10 +337,26 @@ export const Eval = named(
   "Eval",
 );
 
+const MimeBundle = named(
+  z
+    .record(z.string(), z.unknown())
+    .describe(
+      "MIME type to data: text for text/*, base64 for images, any JSON for application/json " +
+        "(e.g. {\"image/png\": \"iVBOR...\", \"text/plain\": \"<Figure 1>\"}).",
+    ),
+  "MimeBundle",
+);
+
 export const EvalResult = named(
   z.object({
     ok: z.boolean(),
     value: z.string().nullable().describe("repr() of the cell's final expression, if it has one."),
+    value_data: MimeBundle.nullable().describe(
+      "Rich forms of the final value (its _repr_html_, _repr_png_, ...; a matplotlib figure as PNG).",
+    ),
+    display: z
+      .array(MimeBundle)
+      .describe("Objects passed to display() and figures the cell left open, in order."),
     stdout: z.string(),
     stderr: z.string(),
     error: z.object({ name: z.string(), value: z.string(), traceback: z.string() }).nullable(),

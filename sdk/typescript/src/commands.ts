@@ -1,0 +1,249 @@
+/** `sandbox.commands`: run commands (waiting or in the background), list, signal, feed stdin. */
+import { CommandExitError, ForkdError } from "./errors.js";
+import type { CommandResult } from "./errors.js";
+import type { Transport } from "./transport.js";
+import type { CommandWire, ExecEventWire } from "./types.js";
+
+export interface CommandStartOpts {
+  /** Environment variables added to the guest's. */
+  envs?: Record<string, string>;
+  /** Working directory (absolute). */
+  cwd?: string;
+  /** Kill the command's whole process group after this long (default 60 000 ms; 0 = never). */
+  timeoutMs?: number;
+  /** Called with output as it arrives (decoded as UTF-8, never split inside a character). */
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+  /** A string is written to stdin, which is then closed; true keeps stdin open for sendStdin(). */
+  stdin?: string | boolean;
+  /** Return a CommandHandle as soon as the command started instead of waiting for it. */
+  background?: boolean;
+}
+
+export interface ProcessInfo {
+  pid: number;
+  cmd: string;
+  args: string[];
+  startedAt: Date;
+  stdinOpen: boolean;
+}
+
+const SIGNAL_NAMES: Record<number, string> = { 1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM" };
+
+/** A command running in the background (or one being waited for). */
+export class CommandHandle {
+  private out = "";
+  private err = "";
+  private readonly outDec = new TextDecoder();
+  private readonly errDec = new TextDecoder();
+  private done: CommandResult | null = null;
+  /** Settles when the command exits (never rejects; see wait()). */
+  private readonly finished: Promise<CommandResult | ForkdError>;
+
+  /** @internal */
+  constructor(
+    readonly pid: number,
+    private readonly commands: Commands,
+    events: AsyncIterable<ExecEventWire>,
+    private readonly opts: CommandStartOpts,
+  ) {
+    this.finished = this.consume(events);
+  }
+
+  get stdout(): string {
+    return this.out;
+  }
+  get stderr(): string {
+    return this.err;
+  }
+  /** The exit code once it exited (-1 when a signal ended it), else undefined. */
+  get exitCode(): number | undefined {
+    return this.done?.exitCode;
+  }
+
+  private async consume(events: AsyncIterable<ExecEventWire>): Promise<CommandResult | ForkdError> {
+    try {
+      for await (const ev of events) {
+        if (ev.type === "stdout") {
+          const s = this.outDec.decode(Buffer.from(ev.data, "base64"), { stream: true });
+          this.out += s;
+          if (s) this.opts.onStdout?.(s);
+        } else if (ev.type === "stderr") {
+          const s = this.errDec.decode(Buffer.from(ev.data, "base64"), { stream: true });
+          this.err += s;
+          if (s) this.opts.onStderr?.(s);
+        } else if (ev.type === "exit") {
+          const tailOut = this.outDec.decode();
+          const tailErr = this.errDec.decode();
+          this.out += tailOut;
+          this.err += tailErr;
+          if (tailOut) this.opts.onStdout?.(tailOut);
+          if (tailErr) this.opts.onStderr?.(tailErr);
+          this.done = {
+            exitCode: ev.exit_code ?? -1,
+            signal: ev.signal,
+            timedOut: ev.timed_out,
+            stdout: this.out,
+            stderr: this.err,
+            ...(ev.timed_out
+              ? { error: "timed out" }
+              : ev.signal !== null
+                ? { error: `killed by ${SIGNAL_NAMES[ev.signal] ?? `signal ${ev.signal}`}` }
+                : {}),
+          };
+          return this.done;
+        } else if (ev.type === "error") {
+          return new ForkdError(ev.error.message, { code: ev.error.code, details: ev.error.details });
+        }
+      }
+      return new ForkdError("the command's output stream ended before it exited", { code: "connection" });
+    } catch (e) {
+      return e instanceof ForkdError ? e : new ForkdError(String(e), { code: "connection", cause: e });
+    }
+  }
+
+  /** Waits for the exit. Throws CommandExitError when the exit code is not 0. */
+  async wait(): Promise<CommandResult> {
+    const r = await this.finished;
+    if (r instanceof Error) throw r;
+    if (r.exitCode !== 0) throw new CommandExitError(r);
+    return r;
+  }
+
+  /** Kills the command's process group (SIGKILL). False if it had already exited. */
+  async kill(): Promise<boolean> {
+    if (this.done) return false;
+    return this.commands.kill(this.pid);
+  }
+
+  async sendStdin(data: string | Uint8Array): Promise<void> {
+    await this.commands.sendStdin(this.pid, data);
+  }
+
+  async closeStdin(): Promise<void> {
+    await this.commands.closeStdin(this.pid);
+  }
+}
+
+export class Commands {
+  /** @internal */
+  constructor(
+    private readonly t: Transport,
+    private readonly id: string,
+  ) {}
+
+  private path(rest = ""): string {
+    return `/v1/sandboxes/${this.id}${rest}`;
+  }
+
+  /** Runs `cmd` with /bin/sh -c and waits; throws CommandExitError when the exit code is not 0. */
+  run(cmd: string | string[], opts?: CommandStartOpts & { background?: false }): Promise<CommandResult>;
+  /** Starts `cmd` in the background and returns once it runs. */
+  run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
+  async run(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
+    const handle = await this.start(cmd, opts);
+    return opts.background ? handle : handle.wait();
+  }
+
+  private async start(cmd: string | string[], opts: CommandStartOpts): Promise<CommandHandle> {
+    const timeoutMs = opts.timeoutMs ?? 60_000;
+    const body = {
+      cmd,
+      ...(opts.envs ? { env: opts.envs } : {}),
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      ...(timeoutMs > 0 ? { timeout_ms: timeoutMs } : {}),
+      ...(typeof opts.stdin === "string" ? { stdin: opts.stdin } : {}),
+      ...(opts.stdin === true ? { keep_stdin_open: true } : {}),
+    };
+    const queue = new EventQueue<ExecEventWire>();
+    const stream = this.t
+      .ndjson<ExecEventWire>("POST", this.path("/exec/stream"), (ev) => queue.push(ev), { json: body })
+      .then(
+        () => queue.end(),
+        (e: unknown) => queue.fail(e),
+      );
+    void stream;
+    // The first event is "started" (with the pid), or an error.
+    const first = await queue.next();
+    if (first === null) throw new ForkdError("the daemon closed the stream before the command started");
+    if (first.type === "error") {
+      throw new ForkdError(first.error.message, { code: first.error.code, details: first.error.details });
+    }
+    const pid = first.type === "started" ? first.pid : 0;
+    if (first.type !== "started") queue.unshift(first);
+    return new CommandHandle(pid, this, queue, opts);
+  }
+
+  /** Commands started through the API that are still running. */
+  async list(): Promise<ProcessInfo[]> {
+    const r = await this.t.json<{ commands: CommandWire[] }>("GET", this.path("/commands"));
+    return r.commands.map((c) => ({
+      pid: c.pid,
+      cmd: typeof c.cmd === "string" ? c.cmd : (c.cmd[0] ?? ""),
+      args: typeof c.cmd === "string" ? [] : c.cmd.slice(1),
+      startedAt: new Date(c.started),
+      stdinOpen: c.stdin_open,
+    }));
+  }
+
+  /** Sends SIGKILL (or `signal`) to a running command's process group. False if it is not running. */
+  async kill(pid: number, signal: string | number = "SIGKILL"): Promise<boolean> {
+    try {
+      await this.t.json("POST", this.path(`/commands/${pid}/signal`), { json: { signal } });
+      return true;
+    } catch (e) {
+      if (e instanceof ForkdError && e.code === "not_found") return false;
+      throw e;
+    }
+  }
+
+  /** Writes to the stdin of a command started with `stdin: true`. */
+  async sendStdin(pid: number, data: string | Uint8Array): Promise<void> {
+    const body = typeof data === "string" ? Buffer.from(data, "utf8") : data;
+    await this.t.json("POST", this.path(`/commands/${pid}/stdin`), { body });
+  }
+
+  async closeStdin(pid: number): Promise<void> {
+    await this.t.json("POST", this.path(`/commands/${pid}/stdin`), { body: new Uint8Array(0), query: { eof: 1 } });
+  }
+}
+
+/** A push/pull queue bridging the NDJSON callback to an async iterator. */
+class EventQueue<T> implements AsyncIterable<T> {
+  private items: T[] = [];
+  private waiters: Array<{ resolve: (v: T | null) => void; reject: (e: Error) => void }> = [];
+  private closed = false;
+  private error: Error | null = null;
+
+  push(v: T): void {
+    const w = this.waiters.shift();
+    if (w) w.resolve(v);
+    else this.items.push(v);
+  }
+  unshift(v: T): void {
+    this.items.unshift(v);
+  }
+  end(): void {
+    this.closed = true;
+    for (const w of this.waiters.splice(0)) w.resolve(null);
+  }
+  fail(e: unknown): void {
+    this.error = e instanceof Error ? e : new Error(String(e));
+    this.closed = true;
+    for (const w of this.waiters.splice(0)) w.reject(this.error);
+  }
+  next(): Promise<T | null> {
+    const v = this.items.shift();
+    if (v !== undefined) return Promise.resolve(v);
+    if (this.error) return Promise.reject(this.error);
+    if (this.closed) return Promise.resolve(null);
+    return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+  }
+  async *[Symbol.asyncIterator](): AsyncIterator<T> {
+    for (;;) {
+      const v = await this.next();
+      if (v === null) return;
+      yield v;
+    }
+  }
+}

@@ -1,0 +1,31 @@
+/**
+ * forkd's TypeScript SDK: sandboxes forked from warm microVM snapshots, shaped like E2B's SDK so
+ * moving over is a change of import. Talks to the forkd daemon's REST API only.
+ */
+export { Sandbox, ForkError, DEFAULT_SNAPSHOT } from "./sandbox.js";
+export type { SandboxOpts, SandboxInfo, RunCodeOpts } from "./sandbox.js";
+export { Controller, fork } from "./controller.js";
+export type { CreateSnapshotOpts, SnapshotInfo } from "./controller.js";
+export { Commands, CommandHandle } from "./commands.js";
+export type { CommandStartOpts, ProcessInfo } from "./commands.js";
+export { Files } from "./files.js";
+export type { EntryInfo, FileType, WriteInfo, WriteEntry, FileData } from "./files.js";
+export { Execution, Result } from "./code.js";
+export type { ExecutionError, Logs } from "./code.js";
+export {
+  ForkdError,
+  SandboxError,
+  InvalidArgumentError,
+  NotFoundError,
+  ConflictError,
+  TimeoutError,
+  AuthenticationError,
+  RateLimitError,
+  UnavailableError,
+  GuestError,
+  ConnectionError,
+  CommandExitError,
+} from "./errors.js";
+export type { CommandResult } from "./errors.js";
+export type { ConnectionOpts } from "./transport.js";
+export { DEFAULT_SOCKET } from "./transport.js";

@@ -1,0 +1,243 @@
+/** `Sandbox`: one forked microVM, shaped like E2B's Sandbox. */
+import { Commands } from "./commands.js";
+import { executionOf } from "./code.js";
+import type { Execution } from "./code.js";
+import { ConflictError, ForkdError, InvalidArgumentError, NotFoundError } from "./errors.js";
+import { Files } from "./files.js";
+import { Transport } from "./transport.js";
+import type { ConnectionOpts } from "./transport.js";
+import type { EvalResultWire, ForkResultWire, SandboxWire } from "./types.js";
+
+/** The snapshot `Sandbox.create()` uses when given none. Created on first use (python template). */
+export const DEFAULT_SNAPSHOT = "default";
+
+export interface SandboxOpts extends ConnectionOpts {
+  /** Snapshot tag to fork (default: $FORKD_SNAPSHOT, else "default", created on first use). */
+  snapshot?: string;
+  /** Idle timeout: the daemon kills the sandbox when no API call used it for this long. */
+  timeoutMs?: number;
+  metadata?: Record<string, string>;
+}
+
+export interface SandboxInfo {
+  sandboxId: string;
+  /** The snapshot it was forked from. */
+  snapshot: string;
+  /** E2B's name for `snapshot`. */
+  templateId: string;
+  pid: number;
+  state: "running" | "exited";
+  startedAt: Date;
+  exitReason: string | null;
+  timeoutMs: number | null;
+  /** When the idle timeout will kill it unless it is used first. */
+  endAt: Date | null;
+  metadata: Record<string, string>;
+  /** Fork timings measured by the daemon (ms). */
+  timings: SandboxWire["timings"];
+}
+
+export interface RunCodeOpts {
+  /** "python" (default). */
+  language?: string;
+  timeoutMs?: number;
+  onStdout?: (data: string) => void;
+  onStderr?: (data: string) => void;
+}
+
+/** @internal */
+export function infoOf(w: SandboxWire): SandboxInfo {
+  return {
+    sandboxId: w.id,
+    snapshot: w.tag,
+    templateId: w.tag,
+    pid: w.pid,
+    state: w.state,
+    startedAt: new Date(w.created),
+    exitReason: w.exit_reason,
+    timeoutMs: w.timeout_ms,
+    endAt: w.expires_at ? new Date(w.expires_at) : null,
+    metadata: w.metadata,
+    timings: w.timings,
+  };
+}
+
+export class Sandbox {
+  readonly sandboxId: string;
+  readonly commands: Commands;
+  readonly files: Files;
+
+  /** @internal Use Sandbox.create(), Sandbox.connect() or fork(). */
+  constructor(
+    id: string,
+    private readonly t: Transport,
+  ) {
+    this.sandboxId = id;
+    this.commands = new Commands(t, id);
+    this.files = new Files(t, id);
+  }
+
+  /** Forks one child of a snapshot (E2B: `Sandbox.create(template?, opts?)`). */
+  static create(opts?: SandboxOpts): Promise<Sandbox>;
+  static create(snapshot: string, opts?: SandboxOpts): Promise<Sandbox>;
+  static async create(a?: string | SandboxOpts, b: SandboxOpts = {}): Promise<Sandbox> {
+    const opts = typeof a === "string" ? { ...b, snapshot: a } : (a ?? {});
+    const t = new Transport(opts);
+    const explicit = opts.snapshot ?? process.env.FORKD_SNAPSHOT;
+    const tag = explicit ?? DEFAULT_SNAPSHOT;
+    try {
+      const [sb] = await forkWith(t, tag, 1, opts);
+      if (!sb) throw new ForkdError("the daemon returned no sandbox");
+      return sb;
+    } catch (e) {
+      if (!(e instanceof NotFoundError) || explicit !== undefined) throw e;
+      // The default snapshot does not exist yet: create it once, then fork.
+      await ensureDefaultSnapshot(t);
+      const [sb] = await forkWith(t, tag, 1, opts);
+      if (!sb) throw new ForkdError("the daemon returned no sandbox");
+      return sb;
+    }
+  }
+
+  /** A running sandbox by id. */
+  static async connect(sandboxId: string, opts: ConnectionOpts = {}): Promise<Sandbox> {
+    const t = new Transport(opts);
+    const w = await t.json<SandboxWire>("GET", `/v1/sandboxes/${encodeURIComponent(sandboxId)}`);
+    if (w.state !== "running") {
+      throw new ConflictError(`sandbox ${sandboxId} is not running (${w.exit_reason ?? w.state})`, {
+        code: "conflict",
+        status: 409,
+      });
+    }
+    return new Sandbox(w.id, t);
+  }
+
+  /** Sandboxes the daemon knows, optionally only those whose metadata has every given pair. */
+  static async list(
+    opts: ConnectionOpts & { query?: { metadata?: Record<string, string>; state?: "running" | "exited" } } = {},
+  ): Promise<SandboxInfo[]> {
+    const t = new Transport(opts);
+    const r = await t.json<{ sandboxes: SandboxWire[] }>("GET", "/v1/sandboxes");
+    const want = opts.query?.metadata ?? {};
+    return r.sandboxes
+      .filter((s) => Object.entries(want).every(([k, v]) => s.metadata[k] === v))
+      .filter((s) => !opts.query?.state || s.state === opts.query.state)
+      .map(infoOf);
+  }
+
+  /** Kills a sandbox by id. False if there was none. */
+  static async kill(sandboxId: string, opts: ConnectionOpts = {}): Promise<boolean> {
+    const t = new Transport(opts);
+    try {
+      await t.json("DELETE", `/v1/sandboxes/${encodeURIComponent(sandboxId)}`, { timeoutMs: 60_000 });
+      return true;
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
+  }
+
+  static async setTimeout(sandboxId: string, timeoutMs: number | null, opts: ConnectionOpts = {}): Promise<void> {
+    await new Sandbox(sandboxId, new Transport(opts)).setTimeout(timeoutMs);
+  }
+
+  /** Kills this sandbox. False if it was already gone. */
+  async kill(): Promise<boolean> {
+    try {
+      await this.t.json("DELETE", `/v1/sandboxes/${this.sandboxId}`, { timeoutMs: 60_000 });
+      return true;
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
+  }
+
+  /** Sets the idle timeout, counted from now (null: never). */
+  async setTimeout(timeoutMs: number | null): Promise<void> {
+    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/timeout`, { json: { timeout_ms: timeoutMs } });
+  }
+
+  async getInfo(): Promise<SandboxInfo> {
+    return infoOf(await this.t.json<SandboxWire>("GET", `/v1/sandboxes/${this.sandboxId}`));
+  }
+
+  async isRunning(): Promise<boolean> {
+    try {
+      return (await this.getInfo()).state === "running";
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
+  }
+
+  /**
+   * Runs a notebook cell in the sandbox's warm interpreter: statements run, the final
+   * expression's value is the main result, globals persist across cells (and a forked child
+   * inherits its parent's), errors come back in `execution.error` (not thrown).
+   */
+  async runCode(code: string, opts: RunCodeOpts = {}): Promise<Execution> {
+    const language = opts.language ?? "python";
+    if (language !== "python") {
+      throw new InvalidArgumentError(`no ${language} kernel in this sandbox (python is available)`, {
+        code: "invalid_argument",
+      });
+    }
+    const timeoutMs = opts.timeoutMs ?? 60_000;
+    const w = await this.t.json<EvalResultWire>("POST", `/v1/sandboxes/${this.sandboxId}/eval`, {
+      json: { code, timeout_ms: timeoutMs },
+      timeoutMs: timeoutMs + 30_000,
+    });
+    if (w.stdout) opts.onStdout?.(w.stdout);
+    if (w.stderr) opts.onStderr?.(w.stderr);
+    return executionOf(w);
+  }
+}
+
+/** @internal Forks `n` children; all or an error (the ones that started are killed). */
+export async function forkWith(t: Transport, tag: string, n: number, opts: SandboxOpts = {}): Promise<Sandbox[]> {
+  const r = await t.json<ForkResultWire>("POST", "/v1/sandboxes", {
+    json: {
+      snapshot_tag: tag,
+      n,
+      ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
+      ...(opts.metadata ? { metadata: opts.metadata } : {}),
+    },
+    timeoutMs: 0,
+  });
+  const sandboxes = r.sandboxes.map((s) => new Sandbox(s.id, t));
+  if (r.failures.length > 0) throw new ForkError(sandboxes, r.failures);
+  return sandboxes;
+}
+
+/** Some children of a fork failed; the ones that started are in `sandboxes` (still running). */
+export class ForkError extends ForkdError {
+  constructor(
+    readonly sandboxes: Sandbox[],
+    readonly failures: ForkResultWire["failures"],
+  ) {
+    super(
+      `${failures.length} of ${failures.length + sandboxes.length} children failed: ${failures[0]?.message ?? ""}`,
+      { code: "fork_partial", details: { failures } },
+    );
+  }
+}
+
+async function ensureDefaultSnapshot(t: Transport): Promise<void> {
+  try {
+    await t.json("POST", "/v1/snapshots", { json: { tag: DEFAULT_SNAPSHOT, template: "python" }, timeoutMs: 0 });
+  } catch (e) {
+    // Someone else is creating it: wait for it.
+    if (!(e instanceof ConflictError)) throw e;
+    const deadline = Date.now() + 15 * 60_000;
+    while (Date.now() < deadline) {
+      try {
+        await t.json("GET", `/v1/snapshots/${DEFAULT_SNAPSHOT}`);
+        return;
+      } catch (err) {
+        if (!(err instanceof NotFoundError)) throw err;
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+    throw e;
+  }
+}
