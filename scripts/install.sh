@@ -17,7 +17,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-echo "install: building TypeScript, the VMM launcher and the guest agent"
+echo "install: building the TypeScript SDK, the daemon, the VMM launcher and the guest agent"
+npx tsc -p sdk/typescript
 npx tsc -p tsconfig.json
 make -s -C jailer
 make -s -C guest/agent

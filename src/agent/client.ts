@@ -527,7 +527,7 @@ function toStat(f: Field[]): FileStat {
 
 const MIME_RE = /^[a-z]+\/[A-Za-z0-9.+-]{1,100}$/;
 
-/** A guest-sent MIME bundle, keeping only well-formed entries (strings, or JSON for */json). */
+/** A guest-sent MIME bundle, keeping only well-formed entries (strings; any JSON for JSON types). */
 function mimeBundle(v: unknown): MimeBundle | null {
   if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
   const out: MimeBundle = {};

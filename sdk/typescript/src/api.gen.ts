@@ -589,10 +589,18 @@ export interface components {
             /** @default 30000 */
             timeout_ms: number;
         };
+        /** @description MIME type to data: text for text/*, base64 for images, any JSON for application/json (e.g. {"image/png": "iVBOR...", "text/plain": "<Figure 1>"}). */
+        MimeBundle: {
+            [key: string]: unknown;
+        };
         EvalResult: {
             ok: boolean;
             /** @description repr() of the cell's final expression, if it has one. */
             value: string | null;
+            /** @description Rich forms of the final value (its _repr_html_, _repr_png_, ...; a matplotlib figure as PNG). */
+            value_data: components["schemas"]["MimeBundle"] | null;
+            /** @description Objects passed to display() and figures the cell left open, in order. */
+            display: components["schemas"]["MimeBundle"][];
             stdout: string;
             stderr: string;
             error: {

@@ -204,7 +204,10 @@ export class Commands {
   }
 
   async closeStdin(pid: number): Promise<void> {
-    await this.t.json("POST", this.path(`/commands/${pid}/stdin`), { body: new Uint8Array(0), query: { eof: 1 } });
+    await this.t.json("POST", this.path(`/commands/${pid}/stdin`), {
+      body: new Uint8Array(0),
+      query: { eof: 1 },
+    });
   }
 }
 

@@ -77,7 +77,11 @@ export class Controller {
   }
 
   /** Forks `n` children of `snapshot` at once (see fork()). */
-  fork(snapshot: string, n: number, opts: Omit<SandboxOpts, keyof ConnectionOpts | "snapshot"> = {}): Promise<Sandbox[]> {
+  fork(
+    snapshot: string,
+    n: number,
+    opts: Omit<SandboxOpts, keyof ConnectionOpts | "snapshot"> = {},
+  ): Promise<Sandbox[]> {
     return forkWith(this.t, snapshot, n, opts);
   }
 }

@@ -39,17 +39,18 @@ export class GuestError extends ForkdError {}
 /** The daemon could not be reached. */
 export class ConnectionError extends ForkdError {}
 
-const BY_CODE: Record<string, new (m: string, o: ConstructorParameters<typeof ForkdError>[1]) => ForkdError> = {
-  invalid_argument: InvalidArgumentError,
-  not_found: NotFoundError,
-  conflict: ConflictError,
-  timeout: TimeoutError,
-  unauthenticated: AuthenticationError,
-  resource_exhausted: RateLimitError,
-  unavailable: UnavailableError,
-  guest_error: GuestError,
-  agent_protocol: GuestError,
-};
+const BY_CODE: Record<string, new (m: string, o: ConstructorParameters<typeof ForkdError>[1]) => ForkdError> =
+  {
+    invalid_argument: InvalidArgumentError,
+    not_found: NotFoundError,
+    conflict: ConflictError,
+    timeout: TimeoutError,
+    unauthenticated: AuthenticationError,
+    resource_exhausted: RateLimitError,
+    unavailable: UnavailableError,
+    guest_error: GuestError,
+    agent_protocol: GuestError,
+  };
 
 /** The error for a daemon error envelope. */
 export function errorFromEnvelope(

@@ -1,5 +1,6 @@
 /** `sandbox.files`: read and write (text, bytes, streams), list, stat, exists, remove, mkdir, rename. */
 import { Readable } from "node:stream";
+import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { ForkdError, NotFoundError } from "./errors.js";
 import type { Transport } from "./transport.js";
 import type { DirListWire, FileStatWire } from "./types.js";
@@ -23,7 +24,8 @@ export interface WriteInfo {
   size: number;
 }
 
-export type FileData = string | Uint8Array | ArrayBuffer | Blob | NodeJS.ReadableStream | ReadableStream<Uint8Array>;
+export type FileData =
+  string | Uint8Array | ArrayBuffer | Blob | NodeJS.ReadableStream | ReadableStream<Uint8Array>;
 
 export interface WriteEntry {
   path: string;
@@ -43,7 +45,7 @@ async function toBody(data: FileData): Promise<Uint8Array | NodeJS.ReadableStrea
   if (data instanceof ArrayBuffer) return new Uint8Array(data);
   if (typeof Blob !== "undefined" && data instanceof Blob) return new Uint8Array(await data.arrayBuffer());
   if (typeof (data as ReadableStream<Uint8Array>).getReader === "function") {
-    return Readable.fromWeb(data as import("node:stream/web").ReadableStream<Uint8Array>);
+    return Readable.fromWeb(data as WebReadableStream<Uint8Array>);
   }
   return data as NodeJS.ReadableStream;
 }

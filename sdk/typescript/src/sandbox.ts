@@ -114,7 +114,9 @@ export class Sandbox {
 
   /** Sandboxes the daemon knows, optionally only those whose metadata has every given pair. */
   static async list(
-    opts: ConnectionOpts & { query?: { metadata?: Record<string, string>; state?: "running" | "exited" } } = {},
+    opts: ConnectionOpts & {
+      query?: { metadata?: Record<string, string>; state?: "running" | "exited" };
+    } = {},
   ): Promise<SandboxInfo[]> {
     const t = new Transport(opts);
     const r = await t.json<{ sandboxes: SandboxWire[] }>("GET", "/v1/sandboxes");
@@ -137,7 +139,11 @@ export class Sandbox {
     }
   }
 
-  static async setTimeout(sandboxId: string, timeoutMs: number | null, opts: ConnectionOpts = {}): Promise<void> {
+  static async setTimeout(
+    sandboxId: string,
+    timeoutMs: number | null,
+    opts: ConnectionOpts = {},
+  ): Promise<void> {
     await new Sandbox(sandboxId, new Transport(opts)).setTimeout(timeoutMs);
   }
 
@@ -194,7 +200,12 @@ export class Sandbox {
 }
 
 /** @internal Forks `n` children; all or an error (the ones that started are killed). */
-export async function forkWith(t: Transport, tag: string, n: number, opts: SandboxOpts = {}): Promise<Sandbox[]> {
+export async function forkWith(
+  t: Transport,
+  tag: string,
+  n: number,
+  opts: SandboxOpts = {},
+): Promise<Sandbox[]> {
   const r = await t.json<ForkResultWire>("POST", "/v1/sandboxes", {
     json: {
       snapshot_tag: tag,
@@ -224,7 +235,10 @@ export class ForkError extends ForkdError {
 
 async function ensureDefaultSnapshot(t: Transport): Promise<void> {
   try {
-    await t.json("POST", "/v1/snapshots", { json: { tag: DEFAULT_SNAPSHOT, template: "python" }, timeoutMs: 0 });
+    await t.json("POST", "/v1/snapshots", {
+      json: { tag: DEFAULT_SNAPSHOT, template: "python" },
+      timeoutMs: 0,
+    });
   } catch (e) {
     // Someone else is creating it: wait for it.
     if (!(e instanceof ConflictError)) throw e;

@@ -135,7 +135,12 @@ export class Transport {
   }
 
   /** Calls `onEvent` for each line of an NDJSON reply, as it arrives. */
-  async ndjson<T>(method: string, path: string, onEvent: (ev: T) => void, o: RequestOpts = {}): Promise<void> {
+  async ndjson<T>(
+    method: string,
+    path: string,
+    onEvent: (ev: T) => void,
+    o: RequestOpts = {},
+  ): Promise<void> {
     const res = await this.send(method, path, { timeoutMs: 0, ...o });
     let buf = "";
     for await (const chunk of res) {

@@ -1,0 +1,259 @@
+/**
+ * The TypeScript SDK against a real daemon and real VMs, imported as users import it
+ * (`@forkd/sdk`, built from sdk/typescript). The daemon is found through FORKD_SOCKET, as an E2B
+ * program that only changed its import would find it.
+ */
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { CommandExitError, Controller, InvalidArgumentError, NotFoundError, Sandbox, fork } from "@forkd/sdk";
+import { makeDaemon } from "../helpers/daemon.js";
+import type { TestDaemon } from "../helpers/daemon.js";
+
+let d: TestDaemon;
+let failed = false;
+let sb: Sandbox;
+const WARM = "sdk-warm";
+
+before(async () => {
+  d = await makeDaemon({ FORKD_POOL_SIZE: "1" });
+  process.env.FORKD_SOCKET = d.ep.socket;
+  delete process.env.FORKD_URL;
+  delete process.env.FORKD_SNAPSHOT;
+});
+
+after(async () => {
+  await d.destroy(failed);
+});
+
+const step = (name: string, fn: () => Promise<void>): void =>
+  void test(name, async () => {
+    try {
+      await fn();
+    } catch (e) {
+      failed = true;
+      throw e;
+    }
+  });
+
+const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+
+step("Sandbox.create() with no arguments creates the default snapshot once, then forks it", async () => {
+  sb = await Sandbox.create({ metadata: { suite: "ts" } });
+  assert.match(sb.sandboxId, /^sb-[a-z2-7]{16}$/);
+  const info = await sb.getInfo();
+  assert.equal(info.snapshot, "default");
+  assert.equal(info.state, "running");
+  assert.deepEqual(info.metadata, { suite: "ts" });
+  assert.equal(await sb.isRunning(), true);
+  const again = await Sandbox.connect(sb.sandboxId);
+  assert.equal(again.sandboxId, sb.sandboxId);
+  const listed = await Sandbox.list({ query: { metadata: { suite: "ts" } } });
+  assert.deepEqual(
+    listed.map((s) => s.sandboxId),
+    [sb.sandboxId],
+  );
+});
+
+step(
+  "commands.run: output, exit codes, env, cwd, stdin; a failing command throws CommandExitError",
+  async () => {
+    const r = await sb.commands.run("echo out; echo err >&2; echo $GREETING; pwd", {
+      envs: { GREETING: "héllo" },
+      cwd: "/tmp",
+    });
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, "out\nhéllo\n/tmp\n");
+    assert.equal(r.stderr, "err\n");
+    assert.equal((await sb.commands.run("tr a-z A-Z", { stdin: "shout" })).stdout, "SHOUT");
+    await assert.rejects(sb.commands.run("echo no >&2; exit 3"), (e: unknown) => {
+      assert.ok(e instanceof CommandExitError);
+      assert.equal(e.exitCode, 3);
+      assert.equal(e.stderr, "no\n");
+      return true;
+    });
+    const argv = await sb.commands.run(["printf", "%s|", "a b", "c"]);
+    assert.equal(argv.stdout, "a b|c|");
+    await assert.rejects(sb.commands.run("sleep 10", { timeoutMs: 500 }), (e: unknown) => {
+      assert.ok(e instanceof CommandExitError);
+      assert.equal(e.result.timedOut, true);
+      return true;
+    });
+  },
+);
+
+step("streaming callbacks fire while the command runs, not at its end", async () => {
+  const seen: Array<{ at: number; data: string }> = [];
+  const t0 = Date.now();
+  const r = await sb.commands.run("echo first; sleep 2; echo second", {
+    onStdout: (data) => seen.push({ at: Date.now() - t0, data }),
+  });
+  const end = Date.now() - t0;
+  assert.equal(r.stdout, "first\nsecond\n");
+  assert.ok(seen.length >= 2, `expected two chunks, got ${JSON.stringify(seen)}`);
+  assert.equal(seen[0]?.data, "first\n");
+  assert.ok(
+    (seen[0]?.at ?? end) < end - 1000,
+    `first chunk at ${seen[0]?.at} ms should precede the end (${end} ms) by the sleep`,
+  );
+});
+
+step("background commands: list, stdin, kill, wait", async () => {
+  const cat = await sb.commands.run("cat", { background: true, stdin: true });
+  assert.ok(cat.pid > 1);
+  assert.ok((await sb.commands.list()).some((p) => p.pid === cat.pid && p.stdinOpen));
+  await cat.sendStdin("hello ");
+  await cat.sendStdin(new Uint8Array(Buffer.from("world")));
+  await cat.closeStdin();
+  const done = await cat.wait();
+  assert.equal(done.stdout, "hello world");
+
+  const sleeper = await sb.commands.run("sleep 600", { background: true, timeoutMs: 0 });
+  assert.ok((await sb.commands.list()).some((p) => p.pid === sleeper.pid));
+  assert.equal(await sleeper.kill(), true);
+  await assert.rejects(sleeper.wait(), (e: unknown) => {
+    assert.ok(e instanceof CommandExitError);
+    assert.equal(e.result.signal, 9);
+    return true;
+  });
+  assert.ok(!(await sb.commands.list()).some((p) => p.pid === sleeper.pid));
+  assert.equal(await sb.commands.kill(sleeper.pid), false, "killing an exited command says so");
+});
+
+step("files: text, binary round trip, 10 MiB, list, exists, makeDir, rename, remove", async () => {
+  const w = await sb.files.write("/root/notes/a.txt", "grüße\n");
+  assert.equal(w.path, "/root/notes/a.txt");
+  assert.equal(w.name, "a.txt");
+  assert.equal(await sb.files.read("/root/notes/a.txt"), "grüße\n");
+
+  const every = new Uint8Array(256).map((_, i) => i);
+  await sb.files.write("/root/bytes.bin", every);
+  assert.deepEqual(await sb.files.read("/root/bytes.bin", { format: "bytes" }), every);
+
+  const big = randomBytes(10 << 20);
+  const info = await sb.files.write("/root/big.bin", big);
+  assert.equal(info.size, big.length);
+  const back = await sb.files.read("/root/big.bin", { format: "bytes" });
+  assert.equal(back.length, big.length);
+  assert.equal(sha(back), sha(big));
+  const inGuest = await sb.commands.run("sha256sum /root/big.bin");
+  assert.equal(inGuest.stdout.split(" ")[0], sha(big));
+
+  const names = (await sb.files.list("/root")).map((e) => `${e.name}:${e.type}`);
+  assert.ok(names.includes("notes:dir") && names.includes("big.bin:file"), names.join(","));
+  assert.equal(await sb.files.exists("/root/notes/a.txt"), true);
+  assert.equal(await sb.files.exists("/root/nope"), false);
+  assert.equal(await sb.files.makeDir("/root/x/y/z"), true);
+  assert.equal(await sb.files.makeDir("/root/x/y/z"), false);
+  const moved = await sb.files.rename("/root/notes/a.txt", "/root/x/a.txt");
+  assert.equal(moved.path, "/root/x/a.txt");
+  assert.equal(moved.type, "file");
+  await sb.files.remove("/root/x");
+  assert.equal(await sb.files.exists("/root/x"), false);
+  await assert.rejects(sb.files.read("/root/x/a.txt"), NotFoundError);
+});
+
+step("runCode: values, persistent globals, captured output, errors with tracebacks", async () => {
+  const a = await sb.runCode("import math\nr = 3\nprint('radius', r)\nround(math.pi * r * r, 2)");
+  assert.equal(a.text, "28.27");
+  assert.deepEqual(a.logs.stdout, ["radius 3\n"]);
+  assert.equal(a.error, undefined);
+  const b = await sb.runCode("r * 2");
+  assert.equal(b.text, "6");
+  const c = await sb.runCode("def f():\n    return 1 / 0\nf()");
+  assert.equal(c.error?.name, "ZeroDivisionError");
+  assert.match(c.error?.traceback ?? "", /return 1 \/ 0/);
+  assert.equal(c.text, undefined);
+  await assert.rejects(sb.runCode("1", { language: "cobol" }), InvalidArgumentError);
+});
+
+step("runCode: a matplotlib figure comes back as PNG; display() sends rich output", async () => {
+  const r = await sb.runCode(
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')\nNone",
+    { timeoutMs: 120_000 },
+  );
+  assert.equal(r.error, undefined, r.error?.traceback);
+  const png = r.results.find((x) => x.png);
+  assert.ok(png, `no PNG in ${JSON.stringify(r.results.map((x) => x.formats()))}`);
+  assert.equal(
+    Buffer.from(png.png ?? "", "base64")
+      .subarray(1, 4)
+      .toString(),
+    "PNG",
+  );
+  const h = await sb.runCode(
+    "class Card:\n    def _repr_html_(self):\n        return '<b>hi</b>'\ndisplay(Card())\nCard()",
+  );
+  assert.equal(h.results.length, 2);
+  assert.equal(h.results[0]?.html, "<b>hi</b>");
+  assert.equal(h.results[0]?.isMainResult, false);
+  assert.equal(h.results[1]?.html, "<b>hi</b>");
+  assert.equal(h.results[1]?.isMainResult, true);
+});
+
+step("a snapshot warmed with Python globals: fork(tag, 3) children inherit them and diverge", async () => {
+  const progress: string[] = [];
+  const ctl = new Controller();
+  const meta = await ctl.createSnapshot({
+    tag: WARM,
+    memoryMiB: 384,
+    warmEval: "import numpy as np\nseed_value = 41\nweights = np.arange(5)",
+    onProgress: (m) => progress.push(m),
+  });
+  assert.equal(meta.tag, WARM);
+  assert.ok(progress.length > 0, "progress lines arrive while the snapshot is made");
+  assert.ok((await ctl.listSnapshots()).some((s) => s.tag === WARM));
+
+  const kids = await fork(WARM, 3);
+  assert.equal(kids.length, 3);
+  const first = await Promise.all(kids.map((k) => k.runCode("seed_value + int(weights.sum())")));
+  assert.deepEqual(
+    first.map((e) => e.text),
+    ["51", "51", "51"],
+  );
+  await Promise.all(kids.map((k, i) => k.runCode(`seed_value = ${i * 100}`)));
+  const after = await Promise.all(kids.map((k) => k.runCode("seed_value")));
+  assert.deepEqual(
+    after.map((e) => e.text),
+    ["0", "100", "200"],
+  );
+  // Their randomness is their own.
+  const rand = await Promise.all(kids.map((k) => k.runCode("np.random.bytes(16).hex()")));
+  assert.equal(new Set(rand.map((e) => e.text)).size, 3);
+  await Promise.all(kids.map((k) => k.kill()));
+});
+
+step("setTimeout: an idle sandbox is killed and says why; use keeps it alive", async () => {
+  const s = await Sandbox.create({ snapshot: WARM, timeoutMs: 60_000 });
+  assert.equal((await s.getInfo()).timeoutMs, 60_000);
+  await s.setTimeout(3_000);
+  const info = await s.getInfo();
+  assert.equal(info.timeoutMs, 3_000);
+  assert.ok(info.endAt && info.endAt.getTime() > Date.now());
+  // Used every second for 5 s: never idle for 3 s, so it lives.
+  for (let i = 0; i < 5; i++) {
+    await s.commands.run("true");
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+  assert.equal(await s.isRunning(), true);
+  // A running command counts as use, however long it takes.
+  await s.commands.run("sleep 5");
+  assert.equal(await s.isRunning(), true);
+  await new Promise((r) => setTimeout(r, 6_000));
+  const gone = await s.getInfo();
+  assert.equal(gone.state, "exited");
+  assert.equal(gone.exitReason, "idle timeout");
+  await assert.rejects(Sandbox.connect(s.sandboxId), /idle timeout/);
+  assert.equal(await s.kill(), true, "an exited sandbox can still be deleted");
+});
+
+step("errors are typed: unknown ids and snapshots, bad arguments", async () => {
+  await assert.rejects(Sandbox.connect("sb-aaaaaaaaaaaaaaaa"), NotFoundError);
+  await assert.rejects(Sandbox.connect("../../etc"), InvalidArgumentError);
+  await assert.rejects(Sandbox.create({ snapshot: "no-such-snapshot" }), NotFoundError);
+  await assert.rejects(Sandbox.create({ snapshot: "bad/tag" }), InvalidArgumentError);
+  await assert.rejects(sb.files.read("relative/path"), InvalidArgumentError);
+  assert.equal(await Sandbox.kill("sb-aaaaaaaaaaaaaaaa"), false);
+  assert.equal(await sb.kill(), true);
+  assert.equal(await sb.kill(), false);
+});
