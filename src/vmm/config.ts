@@ -17,10 +17,14 @@ export interface MachineConfig {
  * The default CPU model. Under TCG, `max` makes every guest context switch save and restore a
  * large emulated vector state and steers the guest's crypto and libraries to wide-vector code
  * that TCG emulates slowly; x86-64-v2 features are enough for Debian's userland and numpy.
+ * A named Intel model rather than qemu64 with added flags: qemu64 says "AMD family 15", so
+ * OpenBLAS (numpy's BLAS once matplotlib is installed) picks its Opteron kernels, which use
+ * AMD-only instructions TCG does not emulate, and every matrix product dies with SIGILL.
+ * ARAT lets the idle guest stop its tick (without it each idle child burns ~9% of a core).
  */
 export function defaultCpu(accel: Accel, env: NodeJS.ProcessEnv = process.env): string {
   if (env.FORKD_CPU) return env.FORKD_CPU;
-  return accel === "kvm" ? "host" : "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16,+arat";
+  return accel === "kvm" ? "host" : "Nehalem-v1,+arat";
 }
 
 export interface VmLaunch {

@@ -47,7 +47,7 @@ export class CommandHandle {
     events: AsyncIterable<ExecEventWire>,
     private readonly opts: CommandStartOpts,
   ) {
-    this.finished = this.consume(events);
+    this.finished = this.#consume(events);
   }
 
   get stdout(): string {
@@ -61,7 +61,7 @@ export class CommandHandle {
     return this.done?.exitCode;
   }
 
-  private async consume(events: AsyncIterable<ExecEventWire>): Promise<CommandResult | ForkdError> {
+  async #consume(events: AsyncIterable<ExecEventWire>): Promise<CommandResult | ForkdError> {
     try {
       for await (const ev of events) {
         if (ev.type === "stdout") {
@@ -132,7 +132,7 @@ export class Commands {
     private readonly id: string,
   ) {}
 
-  private path(rest = ""): string {
+  #path(rest = ""): string {
     return `/v1/sandboxes/${this.id}${rest}`;
   }
 
@@ -141,11 +141,11 @@ export class Commands {
   /** Starts `cmd` in the background and returns once it runs. */
   run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
   async run(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
-    const handle = await this.start(cmd, opts);
+    const handle = await this.#start(cmd, opts);
     return opts.background ? handle : handle.wait();
   }
 
-  private async start(cmd: string | string[], opts: CommandStartOpts): Promise<CommandHandle> {
+  async #start(cmd: string | string[], opts: CommandStartOpts): Promise<CommandHandle> {
     const timeoutMs = opts.timeoutMs ?? 60_000;
     const body = {
       cmd,
@@ -157,7 +157,7 @@ export class Commands {
     };
     const queue = new EventQueue<ExecEventWire>();
     const stream = this.t
-      .ndjson<ExecEventWire>("POST", this.path("/exec/stream"), (ev) => queue.push(ev), { json: body })
+      .ndjson<ExecEventWire>("POST", this.#path("/exec/stream"), (ev) => queue.push(ev), { json: body })
       .then(
         () => queue.end(),
         (e: unknown) => queue.fail(e),
@@ -176,7 +176,7 @@ export class Commands {
 
   /** Commands started through the API that are still running. */
   async list(): Promise<ProcessInfo[]> {
-    const r = await this.t.json<{ commands: CommandWire[] }>("GET", this.path("/commands"));
+    const r = await this.t.json<{ commands: CommandWire[] }>("GET", this.#path("/commands"));
     return r.commands.map((c) => ({
       pid: c.pid,
       cmd: typeof c.cmd === "string" ? c.cmd : (c.cmd[0] ?? ""),
@@ -189,7 +189,7 @@ export class Commands {
   /** Sends SIGKILL (or `signal`) to a running command's process group. False if it is not running. */
   async kill(pid: number, signal: string | number = "SIGKILL"): Promise<boolean> {
     try {
-      await this.t.json("POST", this.path(`/commands/${pid}/signal`), { json: { signal } });
+      await this.t.json("POST", this.#path(`/commands/${pid}/signal`), { json: { signal } });
       return true;
     } catch (e) {
       if (e instanceof ForkdError && e.code === "not_found") return false;
@@ -200,11 +200,11 @@ export class Commands {
   /** Writes to the stdin of a command started with `stdin: true`. */
   async sendStdin(pid: number, data: string | Uint8Array): Promise<void> {
     const body = typeof data === "string" ? Buffer.from(data, "utf8") : data;
-    await this.t.json("POST", this.path(`/commands/${pid}/stdin`), { body });
+    await this.t.json("POST", this.#path(`/commands/${pid}/stdin`), { body });
   }
 
   async closeStdin(pid: number): Promise<void> {
-    await this.t.json("POST", this.path(`/commands/${pid}/stdin`), {
+    await this.t.json("POST", this.#path(`/commands/${pid}/stdin`), {
       body: new Uint8Array(0),
       query: { eof: 1 },
     });

@@ -57,7 +57,7 @@ export class Files {
     private readonly id: string,
   ) {}
 
-  private path(rest: string): string {
+  #path(rest: string): string {
     return `/v1/sandboxes/${this.id}/files${rest}`;
   }
 
@@ -70,8 +70,8 @@ export class Files {
     opts: { format?: "text" | "bytes" | "stream"; requestTimeoutMs?: number } = {},
   ): Promise<string | Uint8Array | NodeJS.ReadableStream> {
     const o = { query: { path }, timeoutMs: opts.requestTimeoutMs ?? 0 };
-    if (opts.format === "stream") return this.t.send("GET", this.path(""), o);
-    const buf = await this.t.bytes("GET", this.path(""), o);
+    if (opts.format === "stream") return this.t.send("GET", this.#path(""), o);
+    const buf = await this.t.bytes("GET", this.#path(""), o);
     return opts.format === "bytes" ? new Uint8Array(buf) : buf.toString("utf8");
   }
 
@@ -92,7 +92,7 @@ export class Files {
       return out;
     }
     if (data === undefined) throw new ForkdError("files.write: no data", { code: "invalid_argument" });
-    const r = await this.t.json<{ path: string; size: number }>("PUT", this.path(""), {
+    const r = await this.t.json<{ path: string; size: number }>("PUT", this.#path(""), {
       query: { path: pathOrFiles, parents: 1, ...(opts.mode !== undefined ? { mode: opts.mode } : {}) },
       body: await toBody(data),
       timeoutMs: 0,
@@ -101,12 +101,12 @@ export class Files {
   }
 
   async list(path: string): Promise<EntryInfo[]> {
-    const r = await this.t.json<DirListWire>("GET", this.path("/list"), { query: { path } });
+    const r = await this.t.json<DirListWire>("GET", this.#path("/list"), { query: { path } });
     return r.entries.map((e) => toEntry(joinPath(path, e.name), e, e.name));
   }
 
   async getInfo(path: string): Promise<EntryInfo> {
-    const s = await this.t.json<FileStatWire>("GET", this.path("/stat"), { query: { path } });
+    const s = await this.t.json<FileStatWire>("GET", this.#path("/stat"), { query: { path } });
     return toEntry(path, s);
   }
 
@@ -122,14 +122,14 @@ export class Files {
 
   /** Removes a file, or a directory with everything in it. */
   async remove(path: string): Promise<void> {
-    await this.t.json("DELETE", this.path(""), { query: { path, recursive: 1 } });
+    await this.t.json("DELETE", this.#path(""), { query: { path, recursive: 1 } });
   }
 
   /** Creates a directory and its parents. False if it already existed. */
   async makeDir(path: string): Promise<boolean> {
     if (await this.exists(path)) return false;
     try {
-      await this.t.json("POST", this.path("/mkdir"), { json: { path, parents: true } });
+      await this.t.json("POST", this.#path("/mkdir"), { json: { path, parents: true } });
       return true;
     } catch (e) {
       // Created meanwhile by someone else.
@@ -139,7 +139,7 @@ export class Files {
   }
 
   async rename(oldPath: string, newPath: string): Promise<EntryInfo> {
-    await this.t.json("POST", this.path("/rename"), { json: { from: oldPath, to: newPath } });
+    await this.t.json("POST", this.#path("/rename"), { json: { from: oldPath, to: newPath } });
     return this.getInfo(newPath);
   }
 }

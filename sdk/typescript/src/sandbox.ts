@@ -127,6 +127,12 @@ export class Sandbox {
       .map(infoOf);
   }
 
+  /** A sandbox's state by id (also one that exited: its exitReason says why). */
+  static async getInfo(sandboxId: string, opts: ConnectionOpts = {}): Promise<SandboxInfo> {
+    const t = new Transport(opts);
+    return infoOf(await t.json<SandboxWire>("GET", `/v1/sandboxes/${encodeURIComponent(sandboxId)}`));
+  }
+
   /** Kills a sandbox by id. False if there was none. */
   static async kill(sandboxId: string, opts: ConnectionOpts = {}): Promise<boolean> {
     const t = new Transport(opts);

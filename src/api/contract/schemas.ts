@@ -342,7 +342,7 @@ const MimeBundle = named(
     .record(z.string(), z.unknown())
     .describe(
       "MIME type to data: text for text/*, base64 for images, any JSON for application/json " +
-        "(e.g. {\"image/png\": \"iVBOR...\", \"text/plain\": \"<Figure 1>\"}).",
+        '(e.g. {"image/png": "iVBOR...", "text/plain": "<Figure 1>"}).',
     ),
   "MimeBundle",
 );

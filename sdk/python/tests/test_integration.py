@@ -1,0 +1,189 @@
+"""The Python SDK against a real forkd daemon with real VMs.
+
+Run by test/integration/sdk-python.test.ts after `pip install ./sdk/python` into a fresh venv;
+the daemon is found through FORKD_SOCKET. Needs the snapshot named by FORKD_TEST_SNAPSHOT, made
+with warm_eval "seed_value = 41".
+"""
+
+import hashlib
+import os
+import time
+import unittest
+
+import forkd
+from forkd import (CommandExitError, Controller, InvalidArgumentError, NotFoundError, Sandbox,
+                   TimeoutError, fork)
+
+SNAP = os.environ["FORKD_TEST_SNAPSHOT"]
+
+
+class SandboxTest(unittest.TestCase):
+    sb = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sb = Sandbox(snapshot=SNAP, metadata={"suite": "py"})
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.sb is not None:
+            cls.sb.kill()
+
+    def test_01_info_and_list(self):
+        info = self.sb.get_info()
+        self.assertEqual(info.snapshot, SNAP)
+        self.assertEqual(info.state, "running")
+        self.assertEqual(info.metadata, {"suite": "py"})
+        self.assertTrue(self.sb.is_running())
+        self.assertEqual([s.sandbox_id for s in Sandbox.list(metadata={"suite": "py"})], [self.sb.sandbox_id])
+        self.assertEqual(Sandbox.connect(self.sb.sandbox_id).sandbox_id, self.sb.sandbox_id)
+
+    def test_02_commands(self):
+        r = self.sb.commands.run("echo out; echo err >&2; echo $GREETING; pwd", envs={"GREETING": "héllo"}, cwd="/tmp")
+        self.assertEqual((r.exit_code, r.stdout, r.stderr), (0, "out\nhéllo\n/tmp\n", "err\n"))
+        self.assertEqual(self.sb.commands.run("tr a-z A-Z", stdin="shout").stdout, "SHOUT")
+        self.assertEqual(self.sb.commands.run(["printf", "%s|", "a b", "c"]).stdout, "a b|c|")
+        with self.assertRaises(CommandExitError) as cm:
+            self.sb.commands.run("echo no >&2; exit 3")
+        self.assertEqual((cm.exception.exit_code, cm.exception.stderr), (3, "no\n"))
+        with self.assertRaises(CommandExitError) as cm:
+            self.sb.commands.run("sleep 10", timeout=0.5)
+        self.assertTrue(cm.exception.result.timed_out)
+
+    def test_03_streaming_callbacks_fire_while_running(self):
+        seen = []
+        t0 = time.monotonic()
+        r = self.sb.commands.run("echo first; sleep 2; echo second", on_stdout=lambda s: seen.append((time.monotonic() - t0, s)))
+        end = time.monotonic() - t0
+        self.assertEqual(r.stdout, "first\nsecond\n")
+        self.assertEqual(seen[0][1], "first\n")
+        self.assertLess(seen[0][0], end - 1.0, seen)
+
+    def test_04_background_commands(self):
+        cat = self.sb.commands.run("cat", background=True, stdin=True)
+        self.assertGreater(cat.pid, 1)
+        self.assertTrue(any(p.pid == cat.pid and p.stdin_open for p in self.sb.commands.list()))
+        cat.send_stdin("hello ")
+        cat.send_stdin(b"world")
+        cat.close_stdin()
+        self.assertEqual(cat.wait().stdout, "hello world")
+        sleeper = self.sb.commands.run("sleep 600", background=True, timeout=0)
+        self.assertTrue(any(p.pid == sleeper.pid for p in self.sb.commands.list()))
+        self.assertTrue(sleeper.kill())
+        with self.assertRaises(CommandExitError) as cm:
+            sleeper.wait()
+        self.assertEqual(cm.exception.result.signal, 9)
+        self.assertFalse(any(p.pid == sleeper.pid for p in self.sb.commands.list()))
+        self.assertFalse(self.sb.commands.kill(sleeper.pid))
+
+    def test_05_files(self):
+        w = self.sb.files.write("/root/notes/a.txt", "grüße\n")
+        self.assertEqual((w.path, w.name), ("/root/notes/a.txt", "a.txt"))
+        self.assertEqual(self.sb.files.read("/root/notes/a.txt"), "grüße\n")
+        every = bytes(range(256))
+        self.sb.files.write("/root/bytes.bin", every)
+        self.assertEqual(self.sb.files.read("/root/bytes.bin", format="bytes"), every)
+        big = os.urandom(10 << 20)
+        self.assertEqual(self.sb.files.write("/root/big.bin", big).size, len(big))
+        back = self.sb.files.read("/root/big.bin", format="bytes")
+        self.assertEqual(hashlib.sha256(back).hexdigest(), hashlib.sha256(big).hexdigest())
+        streamed = b"".join(self.sb.files.read("/root/big.bin", format="stream"))
+        self.assertEqual(len(streamed), len(big))
+        # A generator is streamed to the guest, not held whole.
+        self.sb.files.write("/root/gen.bin", (bytes([i]) * 65536 for i in range(32)))
+        self.assertEqual(self.sb.files.get_info("/root/gen.bin").size, 32 * 65536)
+        names = {"%s:%s" % (e.name, e.type) for e in self.sb.files.list("/root")}
+        self.assertTrue({"notes:dir", "big.bin:file"} <= names, names)
+        self.assertTrue(self.sb.files.exists("/root/notes/a.txt"))
+        self.assertFalse(self.sb.files.exists("/root/nope"))
+        self.assertTrue(self.sb.files.make_dir("/root/x/y/z"))
+        self.assertFalse(self.sb.files.make_dir("/root/x/y/z"))
+        moved = self.sb.files.rename("/root/notes/a.txt", "/root/x/a.txt")
+        self.assertEqual((moved.path, moved.type), ("/root/x/a.txt", "file"))
+        self.sb.files.remove("/root/x")
+        self.assertFalse(self.sb.files.exists("/root/x"))
+        with self.assertRaises(NotFoundError):
+            self.sb.files.read("/root/x/a.txt")
+
+    def test_06_run_code(self):
+        a = self.sb.run_code("import math\nr = 3\nprint('radius', r)\nround(math.pi * r * r, 2)")
+        self.assertEqual(a.text, "28.27")
+        self.assertEqual(a.logs.stdout, ["radius 3\n"])
+        self.assertIsNone(a.error)
+        self.assertEqual(self.sb.run_code("r * 2").text, "6")
+        c = self.sb.run_code("def f():\n    return 1 / 0\nf()")
+        self.assertEqual(c.error.name, "ZeroDivisionError")
+        self.assertIn("return 1 / 0", c.error.traceback)
+        self.assertIsNone(c.text)
+        self.assertEqual(self.sb.run_code("seed_value").text, "41", "the snapshot's globals are inherited")
+        with self.assertRaises(InvalidArgumentError):
+            self.sb.run_code("1", language="cobol")
+
+    def test_07_matplotlib_png(self):
+        r = self.sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nNone", timeout=120)
+        self.assertIsNone(r.error, r.error and r.error.traceback)
+        pngs = [x.png for x in r.results if x.png]
+        self.assertTrue(pngs, r.results)
+        import base64
+        self.assertEqual(base64.b64decode(pngs[0])[1:4], b"PNG")
+
+    def test_08_errors_are_typed(self):
+        with self.assertRaises(NotFoundError):
+            Sandbox.connect("sb-aaaaaaaaaaaaaaaa")
+        with self.assertRaises(InvalidArgumentError):
+            Sandbox.connect("../../etc")
+        with self.assertRaises(NotFoundError):
+            Sandbox(snapshot="no-such-snapshot")
+        with self.assertRaises(InvalidArgumentError):
+            self.sb.files.read("relative/path")
+        self.assertFalse(Sandbox.kill("sb-aaaaaaaaaaaaaaaa"))
+        with self.assertRaises(forkd.ConnectionError):
+            Sandbox.list(socket_path="/nonexistent/forkd.sock")
+        with self.assertRaises(TimeoutError):  # also the built-in TimeoutError
+            self.sb.run_code("import time; time.sleep(5)", request_timeout=1)
+
+
+class ForkAndLifecycleTest(unittest.TestCase):
+    def test_fork_children_inherit_and_diverge(self):
+        kids = fork(SNAP, 3)
+        try:
+            self.assertEqual([k.run_code("seed_value").text for k in kids], ["41"] * 3)
+            for i, k in enumerate(kids):
+                k.run_code("seed_value = %d" % (i * 100))
+            self.assertEqual([k.run_code("seed_value").text for k in kids], ["0", "100", "200"])
+        finally:
+            for k in kids:
+                k.kill()
+
+    def test_context_manager_kills(self):
+        with Sandbox.create(snapshot=SNAP) as sb:
+            sid = sb.sandbox_id
+            self.assertEqual(sb.commands.run("echo hi").stdout, "hi\n")
+        self.assertFalse(any(s.sandbox_id == sid for s in Sandbox.list()))
+
+    def test_idle_timeout(self):
+        sb = Sandbox(snapshot=SNAP, timeout=60)
+        try:
+            self.assertEqual(sb.get_info().timeout, 60)
+            sb.set_timeout(3)
+            for _ in range(4):
+                sb.commands.run("true")
+                time.sleep(1)
+            self.assertTrue(sb.is_running())
+            time.sleep(6)
+            info = sb.get_info()
+            self.assertEqual((info.state, info.exit_reason), ("exited", "idle timeout"))
+        finally:
+            sb.kill()
+
+    def test_controller(self):
+        c = Controller()
+        self.assertTrue(c.health()["ok"])
+        self.assertIn(SNAP, [s["tag"] for s in c.list_snapshots()])
+        self.assertEqual(c.get_snapshot(SNAP)["tag"], SNAP)
+        with self.assertRaises(InvalidArgumentError):
+            c.create_snapshot("bad/tag")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
