@@ -22,9 +22,13 @@ class _UnixConnection(http.client.HTTPConnection):
 
     def connect(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if self.timeout is not None:
-            s.settimeout(self.timeout)
-        s.connect(self._path)
+        try:
+            if self.timeout is not None:
+                s.settimeout(self.timeout)
+            s.connect(self._path)
+        except BaseException:
+            s.close()
+            raise
         self.sock = s
 
 

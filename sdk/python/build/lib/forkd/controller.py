@@ -1,0 +1,52 @@
+"""Controller: the daemon's snapshots, health and version."""
+
+from ._transport import Transport
+from .errors import ForkdError
+from .sandbox import fork as _fork_fn
+
+
+class Controller:
+    def __init__(self, url=None, token=None, socket_path=None, api_key=None, request_timeout=60.0):
+        self._conn = dict(url=url, token=token, socket_path=socket_path, api_key=api_key)
+        self._t = Transport(request_timeout=request_timeout, **self._conn)
+
+    def health(self):
+        return self._t.json("GET", "/v1/health")
+
+    def version(self):
+        return self._t.json("GET", "/v1/version")
+
+    def list_snapshots(self):
+        return self._t.json("GET", "/v1/snapshots")["snapshots"]
+
+    def get_snapshot(self, tag):
+        return self._t.json("GET", "/v1/snapshots/" + tag)
+
+    def create_snapshot(self, tag, template=None, warm=None, warm_eval=None, memory_mib=None, vcpus=None,
+                        on_progress=None):
+        """Boots a parent VM, warms it (warm: shell command; warm_eval: Python cell whose globals every
+        child inherits) and freezes it. Returns the snapshot's metadata."""
+        body = {"tag": tag}
+        for k, v in (("template", template), ("warm", warm), ("warm_eval", warm_eval),
+                     ("memory_mib", memory_mib), ("vcpus", vcpus)):
+            if v is not None:
+                body[k] = v
+        done = None
+        for ev in self._t.ndjson("POST", "/v1/snapshots", query={"stream": 1}, json_body=body):
+            if ev["type"] == "progress":
+                if on_progress:
+                    on_progress(ev["message"])
+            elif ev["type"] == "done":
+                done = ev["snapshot"]
+            else:
+                e = ev["error"]
+                raise ForkdError(e["message"], code=e["code"], details=e.get("details"))
+        if done is None:
+            raise ForkdError("snapshot stream ended without a result", code="connection")
+        return done
+
+    def delete_snapshot(self, tag):
+        self._t.json("DELETE", "/v1/snapshots/" + tag)
+
+    def fork(self, snapshot, n, timeout=None, metadata=None):
+        return _fork_fn(snapshot, n, timeout=timeout, metadata=metadata, **self._conn)
