@@ -3,7 +3,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/dist/", "node_modules/", "guest/", "sdk/python/", "**/*.gen.ts", "**/*.js"] },
+  { ignores: ["**/dist/", "node_modules/", "guest/", "sdk/python/", "**/*.gen.ts", "**/*.js", "**/*.mjs"] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

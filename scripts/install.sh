@@ -20,5 +20,5 @@ fi
 echo "install: building the TypeScript SDK, the daemon, the VMM launcher and the guest agent"
 npx tsc -p sdk/typescript
 npx tsc -p tsconfig.json
-make -s -C jailer
+make -s -C native
 make -s -C guest/agent

@@ -186,7 +186,7 @@ export class QemuVm {
 
 export interface DriverOptions {
   /**
-   * The launcher QEMU starts through (jailer/forkd-jailer): it sets the process policy (no
+   * The launcher QEMU starts through (native/jailer/forkd-jailer): it sets the process policy (no
    * transparent huge pages) and execs QEMU in the same process. Without it QEMU starts directly.
    */
   jailer?: string;

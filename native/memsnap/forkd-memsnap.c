@@ -1,0 +1,255 @@
+/*
+ * forkd-memsnap: the memory half of BRANCH.
+ *
+ * A forked child maps its snapshot's memory file MAP_PRIVATE: every guest page it has written is
+ * a private anonymous copy in its QEMU process, every other page is still the file's. So the
+ * child's whole memory is "the file + its private pages", and only the private pages need
+ * copying while the child is paused.
+ *
+ *   forkd-memsnap capture PID MEMFILE DIFF
+ *       Finds PID's mapping of MEMFILE, walks /proc/PID/pagemap over it, and writes every
+ *       private page (present and not file-backed, or swapped out) to DIFF, coalesced into
+ *       runs. The VM must be paused. Prints {"pages","bytes","runs","scan_ms","copy_ms"}.
+ *
+ *   forkd-memsnap apply BASE DIFF OUT
+ *       Writes OUT = BASE with DIFF's runs written over it (copy_file_range, so a filesystem
+ *       that can share extents does), fsyncs it. Prints {"bytes","ms"}.
+ *
+ * DIFF format (little-endian): "FKMDIFF1", u64 page size, u64 mapping size, then runs of
+ * {u64 offset, u64 length, length bytes}, then a run with length 0.
+ *
+ * Errors go to stderr with exit status 1; usage errors exit 2.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PM_PRESENT (1ULL << 63)
+#define PM_SWAPPED (1ULL << 62)
+#define PM_FILE (1ULL << 61)
+#define BATCH_PAGES 4096 /* pagemap entries read per pread */
+#define MAX_IOV 512
+
+static const char MAGIC[8] = {'F', 'K', 'M', 'D', 'I', 'F', 'F', '1'};
+
+static void die(const char *what) {
+  fprintf(stderr, "forkd-memsnap: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static void fail(const char *msg) {
+  fprintf(stderr, "forkd-memsnap: %s\n", msg);
+  exit(1);
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      die("write");
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void read_all(int fd, void *buf, size_t n) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      die("read");
+    }
+    if (r == 0) fail("diff file is truncated");
+    p += r;
+    n -= (size_t)r;
+  }
+}
+
+/* The [start, end) of PID's mapping of MEMFILE (by device and inode, not by name). */
+static void find_mapping(pid_t pid, const char *memfile, uint64_t *start, uint64_t *end, uint64_t *off) {
+  struct stat st;
+  if (stat(memfile, &st) != 0) die(memfile);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) die(path);
+  char line[PATH_MAX + 256];
+  int found = 0;
+  while (fgets(line, sizeof line, f)) {
+    uint64_t s, e, o, ino;
+    unsigned maj, min;
+    char perms[8];
+    if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %x:%x %" SCNu64, &s, &e, perms, &o, &maj, &min, &ino) != 7)
+      continue;
+    if (ino != (uint64_t)st.st_ino || makedev(maj, min) != st.st_dev) continue;
+    if (found) fail("the memory file is mapped more than once");
+    *start = s;
+    *end = e;
+    *off = o;
+    found = 1;
+  }
+  fclose(f);
+  if (!found) fail("the process does not map the memory file");
+}
+
+static int capture(pid_t pid, const char *memfile, const char *diffpath) {
+  uint64_t start, end, fileoff;
+  find_mapping(pid, memfile, &start, &end, &fileoff);
+  long psz = sysconf(_SC_PAGESIZE);
+  uint64_t pages = (end - start) / (uint64_t)psz;
+
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/pagemap", (int)pid);
+  int pm = open(path, O_RDONLY | O_CLOEXEC);
+  if (pm < 0) die(path);
+  int out = open(diffpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) die(diffpath);
+  uint64_t hdr[2] = {(uint64_t)psz, end - start};
+  write_all(out, MAGIC, sizeof MAGIC);
+  write_all(out, hdr, sizeof hdr);
+
+  double t0 = now_ms();
+  /* First pass: the runs of private pages. */
+  uint64_t *ent = malloc(BATCH_PAGES * sizeof *ent);
+  size_t cap = 1024, nruns = 0;
+  uint64_t(*runs)[2] = malloc(cap * sizeof *runs); /* {first page, page count} */
+  if (!ent || !runs) fail("out of memory");
+  for (uint64_t i = 0; i < pages; i += BATCH_PAGES) {
+    uint64_t n = pages - i < BATCH_PAGES ? pages - i : BATCH_PAGES;
+    ssize_t r = pread(pm, ent, n * 8, (off_t)((start / (uint64_t)psz + i) * 8));
+    if (r != (ssize_t)(n * 8)) die("pagemap");
+    for (uint64_t j = 0; j < n; j++) {
+      uint64_t e = ent[j];
+      int priv = ((e & PM_PRESENT) && !(e & PM_FILE)) || (e & PM_SWAPPED);
+      if (!priv) continue;
+      uint64_t p = i + j;
+      if (nruns > 0 && runs[nruns - 1][0] + runs[nruns - 1][1] == p) {
+        runs[nruns - 1][1]++;
+      } else {
+        if (nruns == cap) {
+          cap *= 2;
+          runs = realloc(runs, cap * sizeof *runs);
+          if (!runs) fail("out of memory");
+        }
+        runs[nruns][0] = p;
+        runs[nruns][1] = 1;
+        nruns++;
+      }
+    }
+  }
+  double t1 = now_ms();
+
+  /* Second pass: copy each run out of the process (process_vm_readv, in chunks). */
+  size_t bufsz = 8u << 20;
+  char *buf = malloc(bufsz);
+  if (!buf) fail("out of memory");
+  uint64_t total = 0, npages = 0;
+  for (size_t k = 0; k < nruns; k++) {
+    uint64_t off = runs[k][0] * (uint64_t)psz, len = runs[k][1] * (uint64_t)psz;
+    uint64_t rec[2] = {fileoff + off, len};
+    write_all(out, rec, sizeof rec);
+    for (uint64_t done = 0; done < len;) {
+      size_t n = len - done < bufsz ? (size_t)(len - done) : bufsz;
+      struct iovec local = {buf, n};
+      struct iovec remote = {(void *)(uintptr_t)(start + off + done), n};
+      ssize_t r = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (r != (ssize_t)n) die("process_vm_readv");
+      write_all(out, buf, n);
+      done += n;
+    }
+    total += len;
+    npages += runs[k][1];
+  }
+  uint64_t endrec[2] = {0, 0};
+  write_all(out, endrec, sizeof endrec);
+  if (fsync(out) != 0) die("fsync");
+  close(out);
+  double t2 = now_ms();
+  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f}\n", npages,
+         total, nruns, t1 - t0, t2 - t1);
+  return 0;
+}
+
+static int apply(const char *base, const char *diffpath, const char *outpath) {
+  double t0 = now_ms();
+  int in = open(base, O_RDONLY | O_CLOEXEC);
+  if (in < 0) die(base);
+  struct stat st;
+  if (fstat(in, &st) != 0) die(base);
+  int out = open(outpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) die(outpath);
+  for (off_t left = st.st_size; left > 0;) {
+    ssize_t n = copy_file_range(in, NULL, out, NULL, (size_t)left, 0);
+    if (n < 0) die("copy_file_range");
+    if (n == 0) fail("base file shrank while copying");
+    left -= n;
+  }
+  close(in);
+
+  int d = open(diffpath, O_RDONLY | O_CLOEXEC);
+  if (d < 0) die(diffpath);
+  char magic[8];
+  uint64_t hdr[2];
+  read_all(d, magic, sizeof magic);
+  if (memcmp(magic, MAGIC, sizeof MAGIC) != 0) fail("not a forkd memory diff");
+  read_all(d, hdr, sizeof hdr);
+  size_t bufsz = 8u << 20;
+  char *buf = malloc(bufsz);
+  if (!buf) fail("out of memory");
+  uint64_t total = 0;
+  for (;;) {
+    uint64_t rec[2];
+    read_all(d, rec, sizeof rec);
+    if (rec[1] == 0) break;
+    if (rec[0] + rec[1] < rec[0] || rec[0] + rec[1] > (uint64_t)st.st_size) fail("diff run outside the memory file");
+    for (uint64_t done = 0; done < rec[1];) {
+      size_t n = rec[1] - done < bufsz ? (size_t)(rec[1] - done) : bufsz;
+      read_all(d, buf, n);
+      for (size_t w = 0; w < n;) {
+        ssize_t r = pwrite(out, buf + w, n - w, (off_t)(rec[0] + done + w));
+        if (r < 0) die("pwrite");
+        w += (size_t)r;
+      }
+      done += n;
+    }
+    total += rec[1];
+  }
+  close(d);
+  if (fsync(out) != 0) die("fsync");
+  close(out);
+  printf("{\"bytes\":%" PRIu64 ",\"ms\":%.2f}\n", total, now_ms() - t0);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "capture") == 0) {
+    char *end;
+    long pid = strtol(argv[2], &end, 10);
+    if (*end || pid <= 0) return fprintf(stderr, "forkd-memsnap: bad pid %s\n", argv[2]), 2;
+    return capture((pid_t)pid, argv[3], argv[4]);
+  }
+  if (argc == 5 && strcmp(argv[1], "apply") == 0) return apply(argv[2], argv[3], argv[4]);
+  fprintf(stderr, "usage: forkd-memsnap capture PID MEMFILE DIFF | apply BASE DIFF OUT\n");
+  return 2;
+}

@@ -1,0 +1,79 @@
+/**
+ * forkd-memsnap against a real process: a Python process maps a file MAP_PRIVATE and writes some
+ * pages; `capture` must take exactly those pages (not the ones only read), and `apply` must
+ * rebuild the process's view of the whole mapping, byte for byte.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { REPO_DIR } from "../../src/host/paths.js";
+
+const MEMSNAP = join(REPO_DIR, "native", "memsnap", "forkd-memsnap");
+
+const SCRIPT = `
+import hashlib, json, mmap, os, subprocess, sys
+memsnap, d = sys.argv[1], sys.argv[2]
+psz, n = 4096, 2048
+base = os.path.join(d, "base.mem")
+with open(base, "wb") as f:
+    f.write(os.urandom(psz * n))
+fd = os.open(base, os.O_RDONLY)
+m = mmap.mmap(fd, psz * n, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+written = [0, 1, 2, 3, 100, 1000, 1001, 2047]
+for p in written:
+    m[p * psz + 5:p * psz + 9] = b"XYZW"
+_ = m[500 * psz]  # only read: must stay the file's
+view = hashlib.sha256(m[:]).hexdigest()
+cap = subprocess.run([memsnap, "capture", str(os.getpid()), base, os.path.join(d, "d.diff")],
+                     capture_output=True, text=True, check=True)
+app = subprocess.run([memsnap, "apply", base, os.path.join(d, "d.diff"), os.path.join(d, "out.mem")],
+                     capture_output=True, text=True, check=True)
+out = hashlib.sha256(open(os.path.join(d, "out.mem"), "rb").read()).hexdigest()
+print(json.dumps({"capture": json.loads(cap.stdout), "apply": json.loads(app.stdout),
+                  "same": out == view, "pages": len(written)}))
+`;
+
+test("capture takes exactly the private pages and apply rebuilds the mapping", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-memsnap-"));
+  try {
+    const { stdout } = await promisify(execFile)("python3", ["-c", SCRIPT, MEMSNAP, dir]);
+    const r = JSON.parse(stdout) as {
+      capture: { pages: number; runs: number; bytes: number };
+      apply: { bytes: number };
+      same: boolean;
+      pages: number;
+    };
+    assert.equal(r.capture.pages, r.pages, "only the written pages are private");
+    assert.equal(r.capture.runs, 4, "adjacent pages are coalesced into runs");
+    assert.equal(r.apply.bytes, r.pages * 4096);
+    assert.equal(r.same, true, "file + diff == the process's view");
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("bad input is refused with a clear message", async () => {
+  const run = (args: string[]) =>
+    promisify(execFile)(MEMSNAP, args).then(
+      () => ({ code: 0, stderr: "" }),
+      (e: { code: number; stderr: string }) => ({ code: e.code, stderr: e.stderr }),
+    );
+  assert.equal((await run([])).code, 2);
+  assert.equal((await run(["capture", "x", "/dev/null", "/tmp/nope"])).code, 2);
+  const notMapped = await run(["capture", String(process.pid), "/etc/hostname", "/tmp/forkd-never.diff"]);
+  assert.equal(notMapped.code, 1);
+  assert.match(notMapped.stderr, /does not map the memory file/);
+  const notDiff = await run([
+    "apply",
+    "/etc/hostname",
+    "/etc/hostname",
+    join(tmpdir(), `forkd-x-${process.pid}`),
+  ]);
+  assert.equal(notDiff.code, 1);
+  assert.match(notDiff.stderr, /not a forkd memory diff|truncated/);
+  await rm(join(tmpdir(), `forkd-x-${process.pid}`), { force: true });
+});
