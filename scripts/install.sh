@@ -17,8 +17,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-echo "install: building the TypeScript SDK, the daemon, the VMM launcher and the guest agent"
+echo "install: building the TypeScript SDK, the MCP server, the daemon, the native helpers and the guest agent"
 npx tsc -p sdk/typescript
+npx tsc -p mcp
 npx tsc -p tsconfig.json
 make -s -C native
 make -s -C guest/agent

@@ -330,20 +330,47 @@ program
         created: string;
         machine: { memoryMiB: number; vcpus: number; accel: string };
         files: { memory: { size: number } };
+        parent?: { tag: string } | null;
       }[];
+      pending: { tag: string; status: string; started: string; error: { message: string } | null }[];
     }>("GET", "/v1/snapshots");
-    if (o.json) console.log(JSON.stringify(r.snapshots, null, 2));
+    if (o.json) console.log(JSON.stringify(r, null, 2));
     else
       printTable(
-        ["TAG", "TEMPLATE", "MEMORY", "VCPUS", "ACCEL", "CREATED"],
-        r.snapshots.map((s) => [
-          s.tag,
-          s.template,
-          `${s.machine.memoryMiB}M`,
-          String(s.machine.vcpus),
-          s.machine.accel,
-          s.created,
-        ]),
+        ["TAG", "STATUS", "PARENT", "TEMPLATE", "MEMORY", "VCPUS", "ACCEL", "CREATED"],
+        [
+          ...r.snapshots.map((s) => [
+            s.tag,
+            "ready",
+            s.parent?.tag ?? "-",
+            s.template,
+            `${s.machine.memoryMiB}M`,
+            String(s.machine.vcpus),
+            s.machine.accel,
+            s.created,
+          ]),
+          ...r.pending.map((p) => [p.tag, p.status, "-", "-", "-", "-", "-", p.started]),
+        ],
+      );
+  });
+
+program
+  .command("branch")
+  .description("snapshot a running sandbox (short pause) as a new tag to fork from")
+  .argument("<id>")
+  .option("--tag <tag>", "tag of the new snapshot (default: br-<random>)")
+  .option("--no-wait", "return as soon as the sandbox runs again; the snapshot finishes in the background")
+  .option("--json", "JSON output")
+  .action(async (id: string, o: { tag?: string; wait: boolean; json?: boolean }) => {
+    const r = await api<{ tag: string; status: string; pause_ms: number; private_bytes: number }>(
+      "POST",
+      `/v1/sandboxes/${encodeURIComponent(id)}/branch`,
+      { ...(o.tag ? { tag: o.tag } : {}), wait: o.wait },
+    );
+    if (o.json) console.log(JSON.stringify(r, null, 2));
+    else
+      console.log(
+        `${r.tag} ${r.status}: paused ${r.pause_ms.toFixed(1)} ms, ${(r.private_bytes / 2 ** 20).toFixed(1)} MiB private memory`,
       );
   });
 

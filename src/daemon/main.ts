@@ -19,7 +19,7 @@ import { SnapshotStore } from "../snapshot/store.js";
 import { ForkdError } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
-import { findJailer } from "../host/jailer.js";
+import { findJailer, findMemsnap } from "../host/native.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
 
@@ -67,6 +67,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     poolSize: Number(env.FORKD_POOL_SIZE ?? 2),
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
     maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
+    memsnap: await findMemsnap(env),
   });
   const cleaned = await store.recover();
   const { adopted, removed } = await sandboxes.recover();

@@ -3,7 +3,7 @@ import { access, constants, readdir, readFile, statfs } from "node:fs/promises";
 import { join } from "node:path";
 import type { Paths } from "./paths.js";
 import { chooseAccel } from "./accel.js";
-import { findJailer, JAILER_FIX } from "./jailer.js";
+import { findJailer, findMemsnap, NATIVE_FIX } from "./native.js";
 import { findQemu, qemuVersion } from "./qemu-binary.js";
 import { run } from "../util/proc.js";
 import { errorMessage } from "../util/errors.js";
@@ -51,10 +51,15 @@ export async function runChecks(paths: Paths): Promise<Check[]> {
   } catch (e) {
     add({ name: "qemu", status: "fail", detail: errorMessage(e), fix: SETUP });
   }
-  try {
-    add({ name: "jailer", status: "ok", detail: await findJailer() });
-  } catch (e) {
-    add({ name: "jailer", status: "fail", detail: errorMessage(e), fix: JAILER_FIX });
+  for (const [name, find] of [
+    ["jailer", findJailer],
+    ["memsnap", findMemsnap],
+  ] as const) {
+    try {
+      add({ name, status: "ok", detail: await find() });
+    } catch (e) {
+      add({ name, status: "fail", detail: errorMessage(e), fix: NATIVE_FIX });
+    }
   }
   for (const tool of ["qemu-img", "debootstrap", "mkfs.ext4", "cpio", "gcc"]) {
     const ok = await have(tool);

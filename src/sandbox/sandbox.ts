@@ -36,6 +36,8 @@ export interface Sandbox {
   lastUsed: number;
   /** API operations in flight: a sandbox in use is never idle. */
   busy: number;
+  /** A branch of it is pausing it right now (one at a time). */
+  branching: boolean;
   commands: CommandTable;
 }
 

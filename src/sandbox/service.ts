@@ -10,7 +10,8 @@ import { cloneOverlay } from "../disk/overlay.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { assertSandboxId, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
+import { assertSandboxId, assertTag, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
+import { branchSandbox } from "./branch.js";
 import { nowMs, since } from "../util/time.js";
 import { pidsReferencing } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
@@ -64,6 +65,10 @@ export interface SandboxServiceOptions {
   /** Sandboxes (running, exited-but-listed and starting) the daemon will hold at once. */
   maxSandboxes?: number;
   readyTimeoutMs?: number;
+  /** How long a fork waits for a snapshot that is still being written. */
+  writingWaitMs?: number;
+  /** native/memsnap/forkd-memsnap, for BRANCH. */
+  memsnap?: string;
 }
 
 export class SandboxService {
@@ -160,6 +165,44 @@ export class SandboxService {
     }
   }
 
+  /**
+   * BRANCH: snapshots the running sandbox `id` as `tag` (see branch.ts). Returns once the source
+   * runs again; with `wait`, once the snapshot is ready too.
+   */
+  async branch(
+    id: string,
+    tag: string | undefined,
+    wait: boolean,
+  ): Promise<{
+    tag: string;
+    status: "ready" | "writing";
+    pauseMs: number;
+    privateBytes: number;
+    snapshot: Snapshot | null;
+  }> {
+    const s = this.running(id);
+    if (!this.o.memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
+    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being branched already`, { id });
+    const name = assertTag(tag ?? `br-${newSandboxId().slice(3, 15)}`);
+    s.branching = true;
+    s.busy++;
+    let started;
+    try {
+      started = await branchSandbox(
+        { store: this.o.store, memsnap: this.o.memsnap, log: this.o.log },
+        s,
+        name,
+      );
+    } finally {
+      s.branching = false;
+      s.busy--;
+      s.lastUsed = Date.now();
+    }
+    const base = { tag: name, pauseMs: started.pauseMs, privateBytes: started.privateBytes };
+    if (!wait) return { ...base, status: "writing", snapshot: null };
+    return { ...base, status: "ready", snapshot: await started.done };
+  }
+
   /** Sets (or with null clears) the idle timeout, counted from now; persisted with the record. */
   async setIdleTimeout(id: string, timeoutMs: number | null): Promise<SandboxView> {
     const s = this.running(id);
@@ -189,7 +232,8 @@ export class SandboxService {
     if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
       throw new ForkdError("invalid_argument", `n must be an integer in 1..${MAX_FORK}`, { field: "n" });
     }
-    const snap = await this.o.store.get(tag);
+    // A snapshot still being written (an async branch) is waited for, briefly; never half-read.
+    const snap = await this.o.store.getReady(tag, this.o.writingWaitMs ?? 60_000);
     const max = this.o.maxSandboxes ?? 1000;
     const running = this.live.size + this.starting;
     if (running + n > max) {
@@ -249,6 +293,7 @@ export class SandboxService {
         disk,
         incoming: true,
         tbSizeMiB: this.o.tbSizeMiB,
+        devicesOnlyState: snap.meta.stateFormat === "devices",
       });
       // Connect to the agent before the guest runs, so it never sees its host end closed.
       const agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
@@ -306,6 +351,7 @@ export class SandboxService {
       exitedAt: null,
       lastUsed: Date.now(),
       busy: 0,
+      branching: false,
       commands: new CommandTable(),
     };
     this.live.set(record.id, s);

@@ -35,6 +35,23 @@ export const SnapshotMetaSchema = z.object({
   diskSize: z.number().int().positive(),
   files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
   timings: z.object({ bootMs: z.number(), warmMs: z.number(), freezeMs: z.number() }),
+  /**
+   * How vmstate was written: "migration" (QMP migrate with x-ignore-shared: a parent's freeze) or
+   * "devices" (xen-save-devices-state: a BRANCH of a running child; restored with
+   * migration.send-configuration=off). Absent in snapshots made before branching existed.
+   */
+  stateFormat: z.enum(["migration", "devices"]).optional(),
+  /** A branch's parent snapshot (whose disk layer its own disk layer is stacked on). */
+  parent: z.object({ tag: z.string(), checksum: z.string() }).nullable().optional(),
+  /** A branch: the sandbox it was taken from and what the pause cost. */
+  branch: z
+    .object({
+      sandbox: z.string(),
+      pauseMs: z.number(),
+      privateBytes: z.number().int(),
+      finishMs: z.number(),
+    })
+    .optional(),
   checksum: z.string(),
 });
 

@@ -8,11 +8,16 @@
  *   <tag>/vmstate      device state (QEMU migration stream without RAM)
  *   <tag>/disk.qcow2   the parent's disk layer, frozen at the snapshot
  *   <tag>/child.qcow2  an empty layer over disk.qcow2, copied for each child
+ *
+ * A snapshot written in the background (an async BRANCH) is `writing` until published: its
+ * staging directory holds `status.json` naming the tag. If the daemon dies first, recovery
+ * turns it into `.failed-<tag>.json` (reason and time) and removes the partial files, so the
+ * tag reads `failed` until deleted or re-created, and never `ready` while half-written.
  */
-import { readdir, rename, rm, stat } from "node:fs/promises";
+import { readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { ForkdError } from "../util/errors.js";
-import { fsyncDir } from "../util/atomic.js";
+import { fsyncDir, writeJsonAtomic } from "../util/atomic.js";
 import { assertTag, isValidTag } from "../util/ids.js";
 import { readMeta, sha256File } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
@@ -40,10 +45,30 @@ export interface Snapshot {
   files: SnapshotFiles;
 }
 
+/** A snapshot that is not ready: being written, or failed (and cleaned). */
+export interface SnapshotPending {
+  tag: string;
+  status: "writing" | "failed";
+  started: string;
+  source: string | null;
+  error: { code: string; message: string } | null;
+}
+
+/** What a staging directory of a background write says about itself (status.json). */
+interface StagingStatus {
+  tag: string;
+  started: string;
+  source: string | null;
+}
+
+const FAILED_PREFIX = ".failed-";
+
 export class SnapshotStore {
   /** Snapshots verified since this process started: forks do not re-verify (or re-hash) them. */
   private readonly verified = new Map<string, Snapshot>();
   private readonly busy = new Set<string>();
+  /** Snapshots being written in the background, by tag. */
+  private readonly writing = new Map<string, { info: SnapshotPending; done: Promise<Snapshot> }>();
 
   constructor(readonly root: string) {}
 
@@ -56,16 +81,127 @@ export class SnapshotStore {
     return exists(join(this.root, assertTag(tag)));
   }
 
-  /** Removes leftovers of builds interrupted by a crash. */
+  /**
+   * Removes leftovers of builds interrupted by a crash; a background write that was interrupted
+   * is recorded as failed under its tag.
+   */
   async recover(): Promise<string[]> {
     const removed: string[] = [];
     for (const name of await readdir(this.root).catch(() => [] as string[])) {
-      if (name.startsWith(".staging-")) {
-        await rm(join(this.root, name), { recursive: true, force: true });
-        removed.push(name);
+      if (!name.startsWith(".staging-")) continue;
+      const dir = join(this.root, name);
+      const st = await readStagingStatus(dir);
+      if (st && isValidTag(st.tag) && !(await this.has(st.tag))) {
+        await this.markFailed(
+          { tag: st.tag, status: "failed", started: st.started, source: st.source, error: null },
+          { code: "internal", message: "the daemon stopped while the snapshot was being written" },
+        );
+      }
+      await rm(dir, { recursive: true, force: true });
+      removed.push(name);
+    }
+    await fsyncDir(this.root);
+    return removed;
+  }
+
+  /** Marks a staging directory as a background write of `tag` (see recover()). */
+  async markWriting(staging: string, st: StagingStatus): Promise<void> {
+    await writeJsonAtomic(join(staging, "status.json"), st, 0o600);
+  }
+
+  /**
+   * Registers a background write of `tag` whose result is `done`: the tag reads `writing` until
+   * it settles, then `ready` (published by the writer) or `failed`.
+   */
+  track(info: Omit<SnapshotPending, "status" | "error">, done: Promise<Snapshot>): void {
+    const entry = { info: { ...info, status: "writing" as const, error: null }, done };
+    this.writing.set(info.tag, entry);
+    done.then(
+      () => this.writing.delete(info.tag),
+      async (e: unknown) => {
+        await this.markFailed(entry.info, {
+          code: e instanceof ForkdError ? e.code : "internal",
+          message: e instanceof Error ? e.message : String(e),
+        }).catch(() => undefined);
+        this.writing.delete(info.tag);
+      },
+    );
+  }
+
+  private failedPath(tag: string): string {
+    return join(this.root, FAILED_PREFIX + assertTag(tag) + ".json");
+  }
+
+  private async markFailed(p: SnapshotPending, error: { code: string; message: string }): Promise<void> {
+    await writeJsonAtomic(this.failedPath(p.tag), { ...p, status: "failed", error }, 0o600);
+  }
+
+  /** A tag that is not ready: writing now, or failed; null when it is ready or unknown. */
+  async pending(tag: string): Promise<SnapshotPending | null> {
+    const w = this.writing.get(assertTag(tag));
+    if (w) return w.info;
+    try {
+      const p = JSON.parse(await readFile(this.failedPath(tag), "utf8")) as SnapshotPending;
+      return p.tag === tag ? p : null;
+    } catch {
+      return null;
+    }
+  }
+
+  async listPending(): Promise<SnapshotPending[]> {
+    const out = [...this.writing.values()].map((w) => w.info);
+    for (const name of await readdir(this.root).catch(() => [] as string[])) {
+      if (!name.startsWith(FAILED_PREFIX) || !name.endsWith(".json")) continue;
+      const tag = name.slice(FAILED_PREFIX.length, -".json".length);
+      if (!isValidTag(tag) || this.writing.has(tag)) continue;
+      const p = await this.pending(tag);
+      if (p) out.push(p);
+    }
+    return out.sort((a, b) => a.tag.localeCompare(b.tag));
+  }
+
+  /**
+   * A snapshot to fork from: waits (at most `waitMs`) for one being written; a failed one, or
+   * one still writing after the wait, is a clear error, never a partial image.
+   */
+  async getReady(tag: string, waitMs: number): Promise<Snapshot> {
+    const w = this.writing.get(assertTag(tag));
+    if (w) {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () =>
+            reject(
+              new ForkdError("unavailable", `snapshot ${tag} is still being written; try again shortly`, {
+                tag,
+                status: "writing",
+              }),
+            ),
+          waitMs,
+        );
+      });
+      try {
+        await Promise.race([w.done, timeout]);
+      } catch (e) {
+        if (e instanceof ForkdError && e.code === "unavailable") throw e;
+        throw new ForkdError("conflict", `snapshot ${tag} failed while being written: ${String(e)}`, {
+          tag,
+          status: "failed",
+        });
+      } finally {
+        clearTimeout(timer);
       }
     }
-    return removed;
+    if (!(await this.has(tag))) {
+      const p = await this.pending(tag);
+      if (p?.status === "failed") {
+        throw new ForkdError("conflict", `snapshot ${tag} failed: ${p.error?.message ?? "unknown"}`, {
+          tag,
+          status: "failed",
+        });
+      }
+    }
+    return this.get(tag);
   }
 
   stagingDir(suffix: string): string {
@@ -79,6 +215,8 @@ export class SnapshotStore {
       throw new ForkdError("conflict", `snapshot ${tag} is being created or deleted`, { tag });
     if (await this.has(tag)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
     this.busy.add(tag);
+    // Re-creating a tag that failed replaces the failure record.
+    await rm(this.failedPath(tag), { force: true });
     return () => this.busy.delete(tag);
   }
 
@@ -112,6 +250,29 @@ export class SnapshotStore {
     if (!(await exists(files.dir))) throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
     const meta = await readMeta(files.meta);
     if (meta.tag !== tag) throw new ForkdError("snapshot_corrupt", `snapshot ${tag} claims tag ${meta.tag}`);
+    if (meta.parent) {
+      // Its disk layer is stacked on the parent's: the parent must be the one it was taken from.
+      const parent = await this.get(meta.parent.tag).catch((e: unknown) => {
+        throw new ForkdError(
+          "snapshot_corrupt",
+          `snapshot ${tag}: its parent ${meta.parent?.tag} is unusable`,
+          {
+            tag,
+            parent: meta.parent?.tag,
+            cause: e instanceof Error ? e.message : String(e),
+          },
+        );
+      });
+      if (parent.meta.checksum !== meta.parent.checksum) {
+        throw new ForkdError(
+          "snapshot_corrupt",
+          `snapshot ${tag}: its parent ${meta.parent.tag} has changed`,
+          {
+            tag,
+          },
+        );
+      }
+    }
     const vm = await sha256File(files.vmstate).catch(() => null);
     if (!vm || vm.sha256 !== meta.files.vmstate.sha256) {
       throw new ForkdError("snapshot_corrupt", `snapshot ${tag}: device state does not match its checksum`, {
@@ -136,12 +297,31 @@ export class SnapshotStore {
     return snap;
   }
 
+  /** Snapshots whose own layers stack on `tag` (branches of it). */
+  async dependents(tag: string): Promise<string[]> {
+    return (await this.list()).filter((m) => m.parent?.tag === tag).map((m) => m.tag);
+  }
+
   /** Deletes a snapshot: renamed away first (atomic disappearance), then removed. */
   async delete(tag: string): Promise<void> {
     assertTag(tag);
     if (this.busy.has(tag)) throw new ForkdError("conflict", `snapshot ${tag} is busy`, { tag });
     const dir = join(this.root, tag);
-    if (!(await exists(dir))) throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
+    if (!(await exists(dir))) {
+      if ((await this.pending(tag))?.status === "failed") {
+        await rm(this.failedPath(tag), { force: true });
+        return;
+      }
+      throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
+    }
+    const deps = await this.dependents(tag);
+    if (deps.length > 0) {
+      throw new ForkdError(
+        "conflict",
+        `snapshot ${tag} has dependents (branches stacked on it): ${deps.join(", ")}; delete them first`,
+        { tag, dependents: deps },
+      );
+    }
     this.busy.add(tag);
     try {
       const trash = this.stagingDir(`deleted-${tag}-${Date.now()}`);
@@ -160,4 +340,13 @@ async function exists(p: string): Promise<boolean> {
     () => true,
     () => false,
   );
+}
+
+async function readStagingStatus(dir: string): Promise<StagingStatus | null> {
+  try {
+    const v = JSON.parse(await readFile(join(dir, "status.json"), "utf8")) as StagingStatus;
+    return typeof v.tag === "string" ? v : null;
+  } catch {
+    return null;
+  }
 }

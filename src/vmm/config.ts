@@ -41,6 +41,11 @@ export interface VmLaunch {
   incoming?: boolean;
   /** TCG translation-buffer size; the largest part of a TCG child's private memory. */
   tbSizeMiB?: number;
+  /**
+   * The state to load was written by xen-save-devices-state (a BRANCH), which has no
+   * configuration section: the incoming side must not expect one.
+   */
+  devicesOnlyState?: boolean;
 }
 
 export const vmFiles = (dir: string) => ({
@@ -104,6 +109,7 @@ export function qemuArgs(l: VmLaunch): string[] {
   if (l.incoming) {
     // The stream is loaded over QMP (restoreState): x-ignore-shared must be set first.
     args.push("-S", "-incoming", "defer");
+    if (l.devicesOnlyState) args.push("-global", "migration.send-configuration=off");
   }
   return args;
 }

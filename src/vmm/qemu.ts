@@ -88,6 +88,31 @@ export class QemuVm {
   }
 
   /**
+   * Freezes the disk's current top layer (paused VM): writes go to a new layer at `newTop`, the
+   * old top becomes its read-only backing file. Returns the old top's path.
+   */
+  async freezeDisk(newTop: string): Promise<string> {
+    const blocks =
+      await this.qmp.execute<Array<{ device: string; inserted?: { file: string } }>>("query-block");
+    const top = blocks.find((b) => b.device === "d0")?.inserted?.file;
+    if (!top) throw new ForkdError("vmm_error", "the VM has no disk d0");
+    await this.qmp.execute(
+      "blockdev-snapshot-sync",
+      { device: "d0", "snapshot-file": newTop, format: "qcow2" },
+      30_000,
+    );
+    return top;
+  }
+
+  /**
+   * Writes the device state without RAM (paused VM). Loaded by a VM started with
+   * `devicesOnlyState`; RAM comes from a memory image built separately.
+   */
+  async saveDevicesState(file: string): Promise<void> {
+    await this.qmp.execute("xen-save-devices-state", { filename: file, live: false }, 30_000);
+  }
+
+  /**
    * Loads device state saved by saveState() into a VM started with `incoming`, and returns once
    * it is loaded (the VM still paused). Nothing may be sent to the guest's devices before that:
    * data that reaches a half-loaded virtio queue is lost.

@@ -83,7 +83,7 @@ step("snapshot a warmed python parent through the CLI", async () => {
   assert.match(r.stdout, /snapshot itest ready/);
   const list = await cli(d, ["images", "--json"]);
   assert.deepEqual(
-    (JSON.parse(list.stdout) as { tag: string }[]).map((s) => s.tag),
+    (JSON.parse(list.stdout) as { snapshots: { tag: string }[] }).snapshots.map((s) => s.tag),
     [TAG],
   );
 });

@@ -13,7 +13,7 @@ import { AgentClient } from "../../src/agent/client.js";
 import { createOverlay } from "../../src/disk/overlay.js";
 import { chooseAccel } from "../../src/host/accel.js";
 import { REPO_DIR, defaultPaths } from "../../src/host/paths.js";
-import { findJailer } from "../../src/host/jailer.js";
+import { findJailer } from "../../src/host/native.js";
 import { findQemu } from "../../src/host/qemu-binary.js";
 import { ImageBuilder } from "../../src/image/builder.js";
 import type { GuestImage } from "../../src/image/builder.js";

@@ -80,7 +80,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One snapshot's metadata */
+        /** One snapshot's metadata, or its status while it is being written or after it failed */
         get: operations["getSnapshot"];
         put?: never;
         post?: never;
@@ -138,6 +138,23 @@ export interface paths {
         put?: never;
         /** Set (or clear) the idle timeout, counted from now */
         post: operations["setSandboxTimeout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/branch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Snapshot a running sandbox (memory, disk, processes) with a short pause; fork the new tag to try several next steps */
+        post: operations["branchSandbox"];
         delete?: never;
         options?: never;
         head?: never;
@@ -434,11 +451,40 @@ export interface components {
                 warmMs: number;
                 freezeMs: number;
             };
+            /** @enum {string} */
+            stateFormat?: "migration" | "devices";
+            /** @description A branch's parent snapshot: its disk layer is stacked on the parent's. */
+            parent?: {
+                tag: string;
+                checksum: string;
+            } | null;
+            /** @description A branch: the sandbox it was taken from and what its pause cost. */
+            branch?: {
+                sandbox: string;
+                pauseMs: number;
+                privateBytes: number;
+                finishMs: number;
+            };
             checksum: string;
+        };
+        SnapshotStatus: {
+            tag: string;
+            /** @enum {string} */
+            status: "writing" | "failed";
+            started: string;
+            /** @description The sandbox it is branched from */
+            source: string | null;
+            error: {
+                code: string;
+                message: string;
+            } | null;
         };
         SnapshotList: {
             snapshots: components["schemas"]["Snapshot"][];
+            /** @description Snapshots being written, or failed. */
+            pending: components["schemas"]["SnapshotStatus"][];
         };
+        SnapshotOrStatus: components["schemas"]["Snapshot"] | components["schemas"]["SnapshotStatus"];
         SnapshotProgressEvent: {
             /** @constant */
             type: "progress";
@@ -506,6 +552,25 @@ export interface components {
                 code: string;
                 message: string;
             }[];
+        };
+        Branch: {
+            /** @description Tag of the new snapshot (default: br-<random>) */
+            tag?: string;
+            /**
+             * @description Return when the snapshot is ready (201); false: as soon as the source runs again (202).
+             * @default true
+             */
+            wait: boolean;
+        };
+        BranchResult: {
+            tag: string;
+            /** @enum {string} */
+            status: "ready" | "writing";
+            /** @description How long the source was paused */
+            pause_ms: number;
+            /** @description Memory the source had written since its fork (copied in the pause) */
+            private_bytes: number;
+            snapshot: components["schemas"]["Snapshot"] | null;
         };
         SetTimeout: {
             timeout_ms: number | null;
@@ -825,13 +890,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description One snapshot's metadata */
+            /** @description One snapshot's metadata, or its status while it is being written or after it failed */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Snapshot"];
+                    "application/json": components["schemas"]["SnapshotOrStatus"];
                 };
             };
             /** @description Error (see the code in the body) */
@@ -1026,6 +1091,51 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    branchSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Branch"];
+            };
+        };
+        responses: {
+            /** @description Snapshot a running sandbox (memory, disk, processes) with a short pause; fork the new tag to try several next steps */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BranchResult"];
+                };
+            };
+            /** @description Snapshot a running sandbox (memory, disk, processes) with a short pause; fork the new tag to try several next steps */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BranchResult"];
                 };
             };
             /** @description Error (see the code in the body) */

@@ -84,9 +84,9 @@ export const ROUTES: RouteSpec[] = [
     operationId: "getSnapshot",
     method: "get",
     path: "/v1/snapshots/{tag}",
-    summary: "One snapshot's metadata",
+    summary: "One snapshot's metadata, or its status while it is being written or after it failed",
     tag: "snapshots",
-    responses: { 200: json(S.Snapshot) },
+    responses: { 200: json(S.SnapshotOrStatus) },
   },
   {
     operationId: "deleteSnapshot",
@@ -137,6 +137,16 @@ export const ROUTES: RouteSpec[] = [
     tag: "sandboxes",
     body: json(S.SetTimeout),
     responses: { 200: json(S.Sandbox) },
+  },
+  {
+    operationId: "branchSandbox",
+    method: "post",
+    path: `${SB}/branch`,
+    summary:
+      "Snapshot a running sandbox (memory, disk, processes) with a short pause; fork the new tag to try several next steps",
+    tag: "sandboxes",
+    body: json(S.Branch),
+    responses: { 201: json(S.BranchResult), 202: json(S.BranchResult) },
   },
   {
     operationId: "exec",

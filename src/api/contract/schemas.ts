@@ -130,12 +130,47 @@ export const Snapshot = named(
     diskSize: z.number().int(),
     files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
     timings: z.object({ bootMs: z.number(), warmMs: z.number(), freezeMs: z.number() }),
+    stateFormat: z.enum(["migration", "devices"]).optional(),
+    parent: z
+      .object({ tag: z.string(), checksum: z.string() })
+      .nullable()
+      .optional()
+      .describe("A branch's parent snapshot: its disk layer is stacked on the parent's."),
+    branch: z
+      .object({
+        sandbox: z.string(),
+        pauseMs: z.number(),
+        privateBytes: z.number().int(),
+        finishMs: z.number(),
+      })
+      .optional()
+      .describe("A branch: the sandbox it was taken from and what its pause cost."),
     checksum: z.string(),
   }),
   "Snapshot",
 );
 
-export const SnapshotList = named(z.object({ snapshots: z.array(Snapshot) }), "SnapshotList");
+export const SnapshotStatus = named(
+  z.object({
+    tag: z.string(),
+    status: z.enum(["writing", "failed"]),
+    started: z.string(),
+    source: z.string().nullable().describe("The sandbox it is branched from"),
+    error: z.object({ code: z.string(), message: z.string() }).nullable(),
+  }),
+  "SnapshotStatus",
+  "A snapshot that is not ready: being written in the background, or failed (its files removed).",
+);
+
+export const SnapshotList = named(
+  z.object({
+    snapshots: z.array(Snapshot),
+    pending: z.array(SnapshotStatus).describe("Snapshots being written, or failed."),
+  }),
+  "SnapshotList",
+);
+
+export const SnapshotOrStatus = named(z.union([Snapshot, SnapshotStatus]), "SnapshotOrStatus");
 
 export const SnapshotProgressEvent = named(
   z.discriminatedUnion("type", [
@@ -198,6 +233,31 @@ export const ForkResult = named(
   }),
   "ForkResult",
   "Children that answered, and those that failed (cleaned up) without failing their siblings.",
+);
+
+export const Branch = named(
+  z.strictObject({
+    tag: Tag.optional().describe("Tag of the new snapshot (default: br-<random>)"),
+    wait: z
+      .boolean()
+      .default(true)
+      .describe("Return when the snapshot is ready (201); false: as soon as the source runs again (202)."),
+  }),
+  "Branch",
+);
+
+export const BranchResult = named(
+  z.object({
+    tag: z.string(),
+    status: z.enum(["ready", "writing"]),
+    pause_ms: z.number().describe("How long the source was paused"),
+    private_bytes: z
+      .number()
+      .int()
+      .describe("Memory the source had written since its fork (copied in the pause)"),
+    snapshot: Snapshot.nullable(),
+  }),
+  "BranchResult",
 );
 
 export const SetTimeout = named(

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
-import { CreateSandboxes, SetTimeout } from "../contract/schemas.js";
+import { Branch, CreateSandboxes, SetTimeout } from "../contract/schemas.js";
 import { parseBody } from "../parse.js";
 import { viewOf } from "../../sandbox/sandbox.js";
 
@@ -28,6 +28,21 @@ export function sandboxRoutes(s: Services): Hono {
   });
 
   app.get("/:id", (c) => c.json(viewOf(s.sandboxes.get(c.req.param("id")))));
+
+  app.post("/:id/branch", async (c) => {
+    const body = await parseBody(c, Branch);
+    const r = await s.sandboxes.branch(c.req.param("id"), body.tag, body.wait);
+    return c.json(
+      {
+        tag: r.tag,
+        status: r.status,
+        pause_ms: r.pauseMs,
+        private_bytes: r.privateBytes,
+        snapshot: r.snapshot?.meta ?? null,
+      },
+      r.status === "ready" ? 201 : 202,
+    );
+  });
 
   app.post("/:id/timeout", async (c) => {
     const body = await parseBody(c, SetTimeout);

@@ -10,7 +10,9 @@ import { toEnvelope } from "../errors.js";
 export function snapshotRoutes(s: Services): Hono {
   const app = new Hono();
 
-  app.get("/", async (c) => c.json({ snapshots: await s.store.list() }));
+  app.get("/", async (c) =>
+    c.json({ snapshots: await s.store.list(), pending: await s.store.listPending() }),
+  );
 
   // ?stream=1: NDJSON progress lines ({"type":"progress","message"}), then {"type":"done",
   // "snapshot"} or {"type":"error","error"}; otherwise one JSON reply when ready.
@@ -57,7 +59,14 @@ export function snapshotRoutes(s: Services): Hono {
     return new Response(stream, { status: 201, headers: { "content-type": "application/x-ndjson" } });
   });
 
-  app.get("/:tag", async (c) => c.json((await s.store.get(assertTag(c.req.param("tag")))).meta));
+  app.get("/:tag", async (c) => {
+    const tag = assertTag(c.req.param("tag"));
+    if (!(await s.store.has(tag))) {
+      const p = await s.store.pending(tag);
+      if (p) return c.json(p);
+    }
+    return c.json((await s.store.get(tag)).meta);
+  });
 
   app.delete("/:tag", async (c) => {
     const tag = assertTag(c.req.param("tag"));

@@ -1,0 +1,173 @@
+/**
+ * BRANCH: turn a running sandbox into a new snapshot with a pause that does not grow with its
+ * RAM. While the VM is paused, only what cannot be had later is taken, all at the same instant:
+ *   - its disk: the current top layer is frozen (writes go to a new layer) — milliseconds;
+ *   - its device state (xen-save-devices-state, ~10 KB);
+ *   - its private memory pages (forkd-memsnap: the pages it wrote since its fork; every other
+ *     page is still the snapshot's memory file it maps MAP_PRIVATE).
+ * It resumes, and the snapshot is finished in the background: memory image = parent image +
+ * private pages, the frozen disk layer hard-linked in, checksums, metadata, publish. Until then
+ * the tag reads `writing` (durably: see SnapshotStore.recover).
+ */
+import { execFile } from "node:child_process";
+import { chmod, copyFile, link, mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { createOverlay } from "../disk/overlay.js";
+import { sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
+import type { SnapshotMeta } from "../snapshot/meta.js";
+import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
+import { nowMs, since } from "../util/time.js";
+import type { Sandbox } from "./sandbox.js";
+
+const exec = promisify(execFile);
+
+export interface BranchDeps {
+  store: SnapshotStore;
+  memsnap: string;
+  log: {
+    info(m: string, f?: Record<string, unknown>): void;
+    warn(m: string, f?: Record<string, unknown>): void;
+  };
+}
+
+export interface BranchStarted {
+  tag: string;
+  pauseMs: number;
+  privateBytes: number;
+  /** Settles when the snapshot is published (or failed and cleaned up). */
+  done: Promise<Snapshot>;
+}
+
+let layerSeq = 0;
+
+export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): Promise<BranchStarted> {
+  const { store } = deps;
+  const source = await store.get(s.record.tag);
+  const release = await store.claim(tag);
+  const staging = store.stagingDir(`${tag}-${Date.now().toString(36)}`);
+  const started = new Date().toISOString();
+  let paused = false;
+  try {
+    await mkdir(staging, { mode: 0o700 });
+    await store.markWriting(staging, { tag, started, source: s.record.id });
+    const newTop = join(s.dir, `disk-${Date.now().toString(36)}-${++layerSeq}.qcow2`);
+    const diff = join(staging, "memory.diff");
+
+    const t0 = nowMs();
+    await s.vm.pause();
+    paused = true;
+    const frozen = await s.vm.freezeDisk(newTop);
+    await s.vm.saveDevicesState(join(staging, "vmstate"));
+    const cap = JSON.parse(
+      (
+        await exec(deps.memsnap, ["capture", String(s.vm.pid), source.files.memory, diff], {
+          timeout: 60_000,
+        })
+      ).stdout,
+    ) as { bytes: number; scan_ms: number; copy_ms: number };
+    await s.vm.resume();
+    paused = false;
+    const pauseMs = since(t0);
+    deps.log.info("branch: source resumed", {
+      id: s.record.id,
+      tag,
+      pause_ms: pauseMs,
+      private_bytes: cap.bytes,
+    });
+
+    const done = finish(deps, {
+      source,
+      staging,
+      frozen,
+      diff,
+      tag,
+      sandbox: s.record.id,
+      pauseMs,
+      bytes: cap.bytes,
+    })
+      .catch(async (e: unknown) => {
+        deps.log.warn("branch: failed", { tag, error: errorMessage(e) });
+        await rm(staging, { recursive: true, force: true });
+        throw e;
+      })
+      .finally(release);
+    store.track({ tag, started, source: s.record.id }, done);
+    done.catch(() => undefined);
+    return { tag, pauseMs, privateBytes: cap.bytes, done };
+  } catch (e) {
+    if (paused) await s.vm.resume().catch(() => undefined);
+    await rm(staging, { recursive: true, force: true });
+    release();
+    throw e instanceof ForkdError
+      ? e
+      : new ForkdError("vmm_error", `branch failed: ${errorMessage(e)}`, {}, e);
+  }
+}
+
+interface FinishArgs {
+  source: Snapshot;
+  staging: string;
+  frozen: string;
+  diff: string;
+  tag: string;
+  sandbox: string;
+  pauseMs: number;
+  bytes: number;
+}
+
+/** Builds and publishes the snapshot from what the pause captured (source already running). */
+async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
+  const t0 = nowMs();
+  const files = {
+    memory: join(a.staging, "memory"),
+    vmstate: join(a.staging, "vmstate"),
+    disk: join(a.staging, "disk.qcow2"),
+    childDisk: join(a.staging, "child.qcow2"),
+  };
+  // The frozen layer is immutable from now on (the source writes to its new top): share it.
+  await link(a.frozen, files.disk).catch(async (e: NodeJS.ErrnoException) => {
+    if (e.code !== "EXDEV") throw e;
+    await copyFile(a.frozen, files.disk);
+  });
+  await exec(deps.memsnap, ["apply", a.source.files.memory, a.diff, files.memory], { timeout: 600_000 });
+  await rm(a.diff, { force: true });
+  const [memory, vmstate, disk] = await Promise.all([
+    sha256File(files.memory),
+    sha256File(files.vmstate),
+    sha256File(files.disk),
+  ]);
+  await createOverlay(files.childDisk, {
+    backing: deps.store.filesFor(a.tag).disk,
+    backingFormat: "qcow2",
+    sizeBytes: a.source.meta.diskSize,
+    unsafe: true,
+  });
+  await Promise.all([chmod(files.memory, 0o444), chmod(files.disk, 0o444), chmod(files.vmstate, 0o444)]);
+  const src = a.source.meta;
+  const meta: Omit<SnapshotMeta, "checksum"> = {
+    format: SNAPSHOT_FORMAT,
+    tag: a.tag,
+    template: src.template,
+    created: new Date().toISOString(),
+    status: "ready",
+    machine: src.machine,
+    image: src.image,
+    qemu: src.qemu,
+    warm: src.warm,
+    warmEval: src.warmEval,
+    diskSize: src.diskSize,
+    files: { memory, vmstate, disk },
+    timings: { bootMs: 0, warmMs: 0, freezeMs: a.pauseMs },
+    stateFormat: "devices",
+    parent: { tag: src.tag, checksum: src.checksum },
+    branch: { sandbox: a.sandbox, pauseMs: a.pauseMs, privateBytes: a.bytes, finishMs: since(t0) },
+  };
+  await writeMeta(join(a.staging, "meta.json"), meta);
+  await deps.store.publish(a.staging, a.tag);
+  // Kept until published: a crash before this leaves a staging dir recovery marks as failed.
+  await rm(join(deps.store.filesFor(a.tag).dir, "status.json"), { force: true });
+  deps.log.info("branch: snapshot ready", { tag: a.tag, finish_ms: since(t0) });
+  return deps.store.get(a.tag);
+}

@@ -1,0 +1,199 @@
+/**
+ * BRANCH with real VMs: a running child that changed memory, disk and processes is branched;
+ * grandchildren forked from the branch see its state at branch time and diverge independently;
+ * the source keeps running unaffected; repeated branches work; a half-written branch is never
+ * forked or listed ready, also across a daemon crash.
+ */
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { ApiError } from "../../src/client/http.js";
+import { checkedRequest } from "../helpers/contract.js";
+import { makeDaemon } from "../helpers/daemon.js";
+import type { TestDaemon } from "../helpers/daemon.js";
+
+let d: TestDaemon;
+let failed = false;
+let src = "";
+let grandkids: string[] = [];
+let blobHash = "";
+
+interface ExecOut {
+  exit_code: number | null;
+  stdout: string;
+  stderr: string;
+}
+interface BranchOut {
+  tag: string;
+  status: string;
+  pause_ms: number;
+  private_bytes: number;
+  snapshot: { tag: string; parent: { tag: string } | null } | null;
+}
+
+const api = <T>(method: string, path: string, body?: unknown, timeoutMs?: number) =>
+  checkedRequest<T>(d.ep, method, path, body, timeoutMs);
+const sh = async (id: string, cmd: string) => {
+  const r = await api<ExecOut>("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+  assert.equal(r.exit_code, 0, `${cmd}: ${r.stderr}`);
+  return r.stdout;
+};
+const py = async (id: string, code: string) => {
+  const r = await api<{ value: string | null; error: { traceback: string } | null }>(
+    "POST",
+    `/v1/sandboxes/${id}/eval`,
+    { code },
+  );
+  assert.equal(r.error, null, r.error?.traceback);
+  return r.value;
+};
+const fork = async (tag: string, n: number) =>
+  (
+    await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", { snapshot_tag: tag, n })
+  ).sandboxes.map((s) => s.id);
+
+before(async () => {
+  d = await makeDaemon({ FORKD_POOL_SIZE: "1" });
+});
+
+after(async () => {
+  await d.destroy(failed);
+});
+
+const step = (name: string, fn: () => Promise<void>): void =>
+  void test(name, async () => {
+    try {
+      await fn();
+    } catch (e) {
+      failed = true;
+      throw e;
+    }
+  });
+
+step("a source child changes its memory, disk and processes", async () => {
+  await api(
+    "POST",
+    "/v1/snapshots",
+    { tag: "base", memory_mib: 384, warm_eval: "import os, hashlib" },
+    900_000,
+  );
+  src = (await fork("base", 1))[0] ?? "";
+  assert.ok(src);
+  await sh(src, "echo v1 > /root/state.txt");
+  await sh(
+    src,
+    "setsid sh -c 'while true; do echo tick >> /root/ticks; sleep 0.2; done' >/dev/null 2>&1 < /dev/null &",
+  );
+  await py(src, "progress = [1, 2, 3]");
+  blobHash = (await py(src, "blob = os.urandom(24 << 20)\nhashlib.sha256(blob).hexdigest()")) ?? "";
+  assert.match(blobHash, /^'[0-9a-f]{64}'$/);
+});
+
+step("branch: the source pauses briefly, copies only what it wrote, and runs on", async () => {
+  const r = await api<BranchOut>("POST", `/v1/sandboxes/${src}/branch`, { tag: "b1" });
+  assert.equal(r.status, "ready");
+  assert.equal(r.snapshot?.tag, "b1");
+  assert.equal(r.snapshot?.parent?.tag, "base");
+  assert.ok(r.private_bytes >= 24 << 20, `private bytes ${r.private_bytes} include the 24 MiB blob`);
+  assert.ok(r.private_bytes < 384 << 20, "not the whole RAM");
+  assert.ok(r.pause_ms > 0);
+  // The source runs on and changes after the branch.
+  await sh(src, "echo v2 > /root/state.txt");
+  assert.equal(await py(src, "progress.append(4); progress"), "[1, 2, 3, 4]");
+});
+
+step(
+  "grandchildren see the branch-time state: files, Python globals, memory, a running process",
+  async () => {
+    grandkids = await fork("b1", 3);
+    assert.equal(grandkids.length, 3);
+    for (const g of grandkids) {
+      assert.equal(await sh(g, "cat /root/state.txt"), "v1\n");
+      assert.equal(await py(g, "progress"), "[1, 2, 3]");
+      assert.equal(await py(g, "hashlib.sha256(blob).hexdigest()"), blobHash);
+      // The ticking loop was running at branch time, so it runs in every grandchild.
+      const a = Number((await sh(g, "wc -l < /root/ticks")).trim());
+      await new Promise((r) => setTimeout(r, 1500));
+      const b = Number((await sh(g, "wc -l < /root/ticks")).trim());
+      assert.ok(b > a, `the background loop runs in ${g} (${a} -> ${b})`);
+      assert.equal((await sh(g, "hostname")).trim(), g, "each has its own identity");
+    }
+  },
+);
+
+step("grandchildren diverge independently, and the source is unaffected", async () => {
+  await Promise.all(grandkids.map((g, i) => sh(g, `echo g${i} > /root/state.txt`)));
+  await Promise.all(grandkids.map((g, i) => py(g, `progress.append(${i * 10})`)));
+  for (const [i, g] of grandkids.entries()) {
+    assert.equal(await sh(g, "cat /root/state.txt"), `g${i}\n`);
+    assert.equal(await py(g, "progress"), `[1, 2, 3, ${i * 10}]`);
+  }
+  assert.equal(await sh(src, "cat /root/state.txt"), "v2\n");
+  assert.equal(await py(src, "progress"), "[1, 2, 3, 4]");
+  const rand = await Promise.all(grandkids.map((g) => sh(g, "head -c 16 /dev/urandom | od -An -tx1")));
+  assert.equal(new Set(rand).size, 3, "their randomness is their own");
+});
+
+step("the same sandbox branched five times in a row; every branch forks", async () => {
+  const pauses: number[] = [];
+  for (let i = 2; i <= 6; i++) {
+    await sh(src, `echo round${i} > /root/state.txt`);
+    const r = await api<BranchOut>("POST", `/v1/sandboxes/${src}/branch`, {
+      tag: `b${i}`,
+      wait: i % 2 === 0,
+    });
+    pauses.push(r.pause_ms);
+    assert.equal(r.status, i % 2 === 0 ? "ready" : "writing");
+  }
+  process.stderr.write(`branch pauses (ms): ${pauses.map((p) => p.toFixed(1)).join(", ")}\n`);
+  const [g] = await fork("b5", 1); // b5 was written in the background: the fork waits for it
+  assert.ok(g);
+  assert.equal(await sh(g, "cat /root/state.txt"), "round5\n");
+  const [h] = await fork("b6", 1);
+  assert.ok(h);
+  assert.equal(await sh(h, "cat /root/state.txt"), "round6\n");
+  for (const id of [g, h]) await api("DELETE", `/v1/sandboxes/${id}`);
+});
+
+step("a branch of a grandchild stacks on its branch; the stacked-on snapshot cannot be deleted", async () => {
+  const g0 = grandkids[0] ?? "";
+  const r = await api<BranchOut>("POST", `/v1/sandboxes/${g0}/branch`, { tag: "b1-g0" });
+  assert.equal(r.snapshot?.parent?.tag, "b1");
+  for (const g of grandkids) await api("DELETE", `/v1/sandboxes/${g}`);
+  const [c] = await fork("b1-g0", 1);
+  assert.ok(c);
+  assert.equal(await sh(c, "cat /root/state.txt"), "g0\n", "depth 2: base <- b1 <- b1-g0");
+  assert.equal(await py(c, "progress"), "[1, 2, 3, 0]");
+  await api("DELETE", `/v1/sandboxes/${c}`);
+  await assert.rejects(api("DELETE", "/v1/snapshots/b1"), (e: unknown) => {
+    assert.ok(e instanceof ApiError);
+    assert.equal(e.code, "conflict");
+    assert.match(e.message, /b1-g0/);
+    return true;
+  });
+  await api("DELETE", "/v1/snapshots/b1-g0");
+  await api("DELETE", "/v1/snapshots/b1");
+});
+
+step("a daemon killed mid-branch: the tag is failed (and cleaned) or ready, never half-written", async () => {
+  await sh(src, "echo crash > /root/state.txt");
+  const r = await api<BranchOut>("POST", `/v1/sandboxes/${src}/branch`, { tag: "crash", wait: false });
+  assert.equal(r.status, "writing");
+  await d.kill9();
+  await d.start();
+  const st = await api<{ status: string; error?: unknown }>("GET", "/v1/snapshots/crash");
+  if (st.status === "failed") {
+    await assert.rejects(fork("crash", 1), (e: unknown) => e instanceof ApiError && e.code === "conflict");
+    await api("DELETE", "/v1/snapshots/crash");
+  } else {
+    assert.equal(st.status, "ready");
+    const [g] = await fork("crash", 1);
+    assert.ok(g);
+    assert.equal(await sh(g, "cat /root/state.txt"), "crash\n");
+  }
+  const left = (await readdir(join(d.dataDir, "snapshots"))).filter((n) => n.startsWith(".staging-"));
+  assert.deepEqual(left, [], "no partial files remain");
+  // The source survived the daemon's death and still works.
+  assert.equal(await sh(src, "cat /root/state.txt"), "crash\n");
+});
