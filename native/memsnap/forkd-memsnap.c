@@ -9,7 +9,10 @@
  *   forkd-memsnap capture PID MEMFILE DIFF
  *       Finds PID's mapping of MEMFILE, walks /proc/PID/pagemap over it, and writes every
  *       private page (present and not file-backed, or swapped out) to DIFF, coalesced into
- *       runs. The VM must be paused. Prints {"pages","bytes","runs","scan_ms","copy_ms"}.
+ *       runs. Line protocol, so the caller's pause holds only the copy (see capture()):
+ *       prints {"ready"...} and waits for a line on stdin (the caller pauses the VM, then
+ *       sends it); copies and prints {"pages","bytes","runs","scan_ms","copy_ms"} (the caller
+ *       resumes the VM); writes DIFF and prints {"written":true}.
  *
  *   forkd-memsnap apply BASE DIFF OUT
  *       Writes OUT = BASE with DIFF's runs written over it (copy_file_range, so a filesystem
@@ -29,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -113,28 +117,17 @@ static void find_mapping(pid_t pid, const char *memfile, uint64_t *start, uint64
   if (!found) fail("the process does not map the memory file");
 }
 
-static int capture(pid_t pid, const char *memfile, const char *diffpath) {
-  uint64_t start, end, fileoff;
-  find_mapping(pid, memfile, &start, &end, &fileoff);
-  long psz = sysconf(_SC_PAGESIZE);
-  uint64_t pages = (end - start) / (uint64_t)psz;
+struct runs {
+  uint64_t (*r)[2]; /* {first page, page count} */
+  size_t n, cap;
+  uint64_t pages;
+};
 
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/pagemap", (int)pid);
-  int pm = open(path, O_RDONLY | O_CLOEXEC);
-  if (pm < 0) die(path);
-  int out = open(diffpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (out < 0) die(diffpath);
-  uint64_t hdr[2] = {(uint64_t)psz, end - start};
-  write_all(out, MAGIC, sizeof MAGIC);
-  write_all(out, hdr, sizeof hdr);
-
-  double t0 = now_ms();
-  /* First pass: the runs of private pages. */
-  uint64_t *ent = malloc(BATCH_PAGES * sizeof *ent);
-  size_t cap = 1024, nruns = 0;
-  uint64_t(*runs)[2] = malloc(cap * sizeof *runs); /* {first page, page count} */
-  if (!ent || !runs) fail("out of memory");
+/* The runs of private pages in [start, start + pages * psz) of PID (pagemap walk). */
+static void scan(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
+  static uint64_t ent[BATCH_PAGES];
+  out->n = 0;
+  out->pages = 0;
   for (uint64_t i = 0; i < pages; i += BATCH_PAGES) {
     uint64_t n = pages - i < BATCH_PAGES ? pages - i : BATCH_PAGES;
     ssize_t r = pread(pm, ent, n * 8, (off_t)((start / (uint64_t)psz + i) * 8));
@@ -144,50 +137,127 @@ static int capture(pid_t pid, const char *memfile, const char *diffpath) {
       int priv = ((e & PM_PRESENT) && !(e & PM_FILE)) || (e & PM_SWAPPED);
       if (!priv) continue;
       uint64_t p = i + j;
-      if (nruns > 0 && runs[nruns - 1][0] + runs[nruns - 1][1] == p) {
-        runs[nruns - 1][1]++;
-      } else {
-        if (nruns == cap) {
-          cap *= 2;
-          runs = realloc(runs, cap * sizeof *runs);
-          if (!runs) fail("out of memory");
-        }
-        runs[nruns][0] = p;
-        runs[nruns][1] = 1;
-        nruns++;
+      out->pages++;
+      if (out->n > 0 && out->r[out->n - 1][0] + out->r[out->n - 1][1] == p) {
+        out->r[out->n - 1][1]++;
+        continue;
       }
+      if (out->n == out->cap) {
+        out->cap = out->cap ? out->cap * 2 : 1024;
+        out->r = realloc(out->r, out->cap * sizeof *out->r);
+        if (!out->r) fail("out of memory");
+      }
+      out->r[out->n][0] = p;
+      out->r[out->n][1] = 1;
+      out->n++;
     }
   }
-  double t1 = now_ms();
+}
 
-  /* Second pass: copy each run out of the process (process_vm_readv, in chunks). */
-  size_t bufsz = 8u << 20;
-  char *buf = malloc(bufsz);
-  if (!buf) fail("out of memory");
-  uint64_t total = 0, npages = 0;
-  for (size_t k = 0; k < nruns; k++) {
-    uint64_t off = runs[k][0] * (uint64_t)psz, len = runs[k][1] * (uint64_t)psz;
-    uint64_t rec[2] = {fileoff + off, len};
-    write_all(out, rec, sizeof rec);
-    for (uint64_t done = 0; done < len;) {
-      size_t n = len - done < bufsz ? (size_t)(len - done) : bufsz;
-      struct iovec local = {buf, n};
-      struct iovec remote = {(void *)(uintptr_t)(start + off + done), n};
-      ssize_t r = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-      if (r != (ssize_t)n) die("process_vm_readv");
-      write_all(out, buf, n);
-      done += n;
+/* A buffer of `bytes`, faulted in now (so copying into it later costs no page faults). */
+static char *prefaulted(uint64_t bytes) {
+  if (bytes == 0) bytes = 1;
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) die("mmap");
+  return p;
+}
+
+/*
+ * Two phases, so that the VM's pause holds only the copy:
+ *   1. (VM running) pre-scan, allocate and fault in a buffer for the private pages plus slack,
+ *      print {"ready":true,...}, wait for a line on stdin;
+ *   2. (VM paused by the caller) scan, copy every private page into the buffer, print the
+ *      stats line: the caller resumes the VM now;
+ *   3. (VM running) write the diff file from the buffer, print {"written":true}.
+ */
+static int capture(pid_t pid, const char *memfile, const char *diffpath) {
+  uint64_t start = 0, end = 0, fileoff = 0;
+  find_mapping(pid, memfile, &start, &end, &fileoff);
+  long psz = sysconf(_SC_PAGESIZE);
+  uint64_t pages = (end - start) / (uint64_t)psz;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/pagemap", (int)pid);
+  int pm = open(path, O_RDONLY | O_CLOEXEC);
+  if (pm < 0) die(path);
+  int out = open(diffpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) die(diffpath);
+
+  struct runs runs = {0};
+  scan(pm, start, pages, psz, &runs);
+  uint64_t room = (runs.pages + runs.pages / 4 + 1024) * (uint64_t)psz;
+  char *buf = prefaulted(room);
+  printf("{\"ready\":true,\"estimate_bytes\":%" PRIu64 "}\n", runs.pages * (uint64_t)psz);
+  fflush(stdout);
+  char line[64];
+  if (!fgets(line, sizeof line, stdin)) fail("no go from the caller");
+
+  double t0 = now_ms();
+  scan(pm, start, pages, psz, &runs);
+  double t1 = now_ms();
+  uint64_t need = runs.pages * (uint64_t)psz;
+  if (need > room) { /* the set grew past the slack: grow (costs page faults, still correct) */
+    char *more = mremap(buf, room, need, MREMAP_MAYMOVE);
+    if (more == MAP_FAILED) die("mremap");
+    buf = more;
+    room = need;
+  }
+  struct iovec local[MAX_IOV], remote[MAX_IOV];
+  uint64_t off = 0;
+  for (size_t k = 0; k < runs.n;) {
+    int n = 0;
+    for (; n < MAX_IOV && k < runs.n; n++, k++) {
+      uint64_t len = runs.r[k][1] * (uint64_t)psz;
+      local[n].iov_base = buf + off;
+      local[n].iov_len = len;
+      remote[n].iov_base = (void *)(uintptr_t)(start + runs.r[k][0] * (uint64_t)psz);
+      remote[n].iov_len = len;
+      off += len;
     }
-    total += len;
-    npages += runs[k][1];
+    uint64_t want = 0;
+    for (int q = 0; q < n; q++) want += local[q].iov_len;
+    for (uint64_t got = 0; got < want;) {
+      /* Partial reads happen at iovec boundaries; redo the rest. */
+      struct iovec l2[MAX_IOV], r2[MAX_IOV];
+      int m = 0;
+      uint64_t skip = got;
+      for (int q = 0; q < n; q++) {
+        if (skip >= local[q].iov_len) {
+          skip -= local[q].iov_len;
+          continue;
+        }
+        l2[m].iov_base = (char *)local[q].iov_base + skip;
+        l2[m].iov_len = local[q].iov_len - skip;
+        r2[m].iov_base = (char *)remote[q].iov_base + skip;
+        r2[m].iov_len = remote[q].iov_len - skip;
+        skip = 0;
+        m++;
+      }
+      ssize_t r = process_vm_readv(pid, l2, (unsigned long)m, r2, (unsigned long)m, 0);
+      if (r <= 0) die("process_vm_readv");
+      got += (uint64_t)r;
+    }
+  }
+  double t2 = now_ms();
+  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f}\n", runs.pages,
+         need, runs.n, t1 - t0, t2 - t1);
+  fflush(stdout);
+
+  uint64_t hdr[2] = {(uint64_t)psz, end - start};
+  write_all(out, MAGIC, sizeof MAGIC);
+  write_all(out, hdr, sizeof hdr);
+  off = 0;
+  for (size_t k = 0; k < runs.n; k++) {
+    uint64_t len = runs.r[k][1] * (uint64_t)psz;
+    uint64_t rec[2] = {fileoff + runs.r[k][0] * (uint64_t)psz, len};
+    write_all(out, rec, sizeof rec);
+    write_all(out, buf + off, len);
+    off += len;
   }
   uint64_t endrec[2] = {0, 0};
   write_all(out, endrec, sizeof endrec);
   if (fsync(out) != 0) die("fsync");
   close(out);
-  double t2 = now_ms();
-  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f}\n", npages,
-         total, nruns, t1 - t0, t2 - t1);
+  printf("{\"written\":true}\n");
   return 0;
 }
 

@@ -9,7 +9,8 @@
  * private pages, the frozen disk layer hard-linked in, checksums, metadata, publish. Until then
  * the tag reads `writing` (durably: see SnapshotStore.recover).
  */
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import { chmod, copyFile, link, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -55,18 +56,44 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     const newTop = join(s.dir, `disk-${Date.now().toString(36)}-${++layerSeq}.qcow2`);
     const diff = join(staging, "memory.diff");
 
+    // Everything that can be done before the pause is: the new top layer is created now (over
+    // the current top, which is frozen at the pause) and only opened during it.
+    const top = await s.vm.diskTop();
+    await createOverlay(newTop, {
+      backing: top,
+      backingFormat: "qcow2",
+      sizeBytes: source.meta.diskSize,
+      unsafe: true,
+    });
+
+    // The memory helper pre-scans and prepares its buffer while the VM still runs.
+    const capture = await startCapture(deps.memsnap, s.vm.pid, source.files.memory, diff);
     const t0 = nowMs();
-    await s.vm.pause();
-    paused = true;
-    const frozen = await s.vm.freezeDisk(newTop);
-    await s.vm.saveDevicesState(join(staging, "vmstate"));
-    const cap = JSON.parse(
-      (
-        await exec(deps.memsnap, ["capture", String(s.vm.pid), source.files.memory, diff], {
-          timeout: 60_000,
-        })
-      ).stdout,
-    ) as { bytes: number; scan_ms: number; copy_ms: number };
+    let t = t0;
+    const lap = () => {
+      const ms = Math.round(since(t) * 10) / 10;
+      t = nowMs();
+      return ms;
+    };
+    try {
+      await s.vm.pause();
+      paused = true;
+    } catch (e) {
+      capture.kill();
+      throw e;
+    }
+    const stopMs = lap();
+    let frozen: string;
+    let cap: CaptureStats;
+    try {
+      frozen = await s.vm.freezeDisk(newTop);
+      await s.vm.saveDevicesState(join(staging, "vmstate"));
+      cap = await capture.go();
+    } catch (e) {
+      capture.kill();
+      throw e;
+    }
+    const memoryMs = lap();
     await s.vm.resume();
     paused = false;
     const pauseMs = since(t0);
@@ -75,18 +102,13 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       tag,
       pause_ms: pauseMs,
       private_bytes: cap.bytes,
+      phases_ms: { stop: stopMs, capture: memoryMs, cont: lap() },
+      memsnap: cap,
     });
 
-    const done = finish(deps, {
-      source,
-      staging,
-      frozen,
-      diff,
-      tag,
-      sandbox: s.record.id,
-      pauseMs,
-      bytes: cap.bytes,
-    })
+    const args = { source, staging, frozen, diff, tag, sandbox: s.record.id, pauseMs, bytes: cap.bytes };
+    const done = capture.written
+      .then(() => finish(deps, args))
       .catch(async (e: unknown) => {
         deps.log.warn("branch: failed", { tag, error: errorMessage(e) });
         await rm(staging, { recursive: true, force: true });
@@ -170,4 +192,74 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   await rm(join(deps.store.filesFor(a.tag).dir, "status.json"), { force: true });
   deps.log.info("branch: snapshot ready", { tag: a.tag, finish_ms: since(t0) });
   return deps.store.get(a.tag);
+}
+
+interface CaptureStats {
+  pages: number;
+  bytes: number;
+  runs: number;
+  scan_ms: number;
+  copy_ms: number;
+}
+
+interface Capture {
+  /** Tells the helper the VM is paused; resolves when it has copied the pages. */
+  go(): Promise<CaptureStats>;
+  /** Resolves when the diff file is written and the helper exited cleanly. */
+  written: Promise<void>;
+  kill(): void;
+}
+
+/** Starts forkd-memsnap capture and waits until it is ready (its buffer faulted in). */
+async function startCapture(memsnap: string, pid: number, memfile: string, diff: string): Promise<Capture> {
+  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], { stdio: ["pipe", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (c: Buffer) => {
+    if (stderr.length < 4096) stderr += c.toString("utf8");
+  });
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
+  const failure = async (what: string) => {
+    // Give it a moment to exit, so its own words are in stderr.
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 1000))]);
+    return new ForkdError("vmm_error", `memory capture ${what} failed: ${stderr.trim() || "no output"}`);
+  };
+  const nextJson = async <T>(what: string, timeoutMs: number): Promise<T> => {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new ForkdError("timeout", `memory capture ${what}: no answer`)),
+        timeoutMs,
+      );
+    });
+    try {
+      const r = await Promise.race([lines.next(), timeout]);
+      if (r.done) throw await failure(what);
+      return JSON.parse(r.value) as T;
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  const kill = () => {
+    if (child.exitCode === null) child.kill("SIGKILL");
+  };
+  try {
+    await nextJson<{ ready: boolean }>("start", 60_000);
+  } catch (e) {
+    kill();
+    throw e;
+  }
+  const written = (async () => {
+    const code = await exited;
+    if (code !== 0) throw await failure("write");
+  })();
+  written.catch(() => undefined); // awaited by the caller on success; a killed helper is expected
+  return {
+    async go() {
+      child.stdin.write("go\n");
+      return nextJson<CaptureStats>("copy", 60_000);
+    },
+    written,
+    kill,
+  };
 }

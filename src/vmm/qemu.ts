@@ -87,18 +87,25 @@ export class QemuVm {
     await this.qmp.execute("stop");
   }
 
-  /**
-   * Freezes the disk's current top layer (paused VM): writes go to a new layer at `newTop`, the
-   * old top becomes its read-only backing file. Returns the old top's path.
-   */
-  async freezeDisk(newTop: string): Promise<string> {
+  /** The file of the disk's current top layer. */
+  async diskTop(): Promise<string> {
     const blocks =
       await this.qmp.execute<Array<{ device: string; inserted?: { file: string } }>>("query-block");
     const top = blocks.find((b) => b.device === "d0")?.inserted?.file;
     if (!top) throw new ForkdError("vmm_error", "the VM has no disk d0");
+    return top;
+  }
+
+  /**
+   * Freezes the disk's current top layer (paused VM): writes go to `newTop`, an existing empty
+   * qcow2 layer whose backing file is the current top, which becomes read-only. Returns the old
+   * top's path.
+   */
+  async freezeDisk(newTop: string): Promise<string> {
+    const top = await this.diskTop();
     await this.qmp.execute(
       "blockdev-snapshot-sync",
-      { device: "d0", "snapshot-file": newTop, format: "qcow2" },
+      { device: "d0", "snapshot-file": newTop, format: "qcow2", mode: "existing" },
       30_000,
     );
     return top;

@@ -27,13 +27,23 @@ written = [0, 1, 2, 3, 100, 1000, 1001, 2047]
 for p in written:
     m[p * psz + 5:p * psz + 9] = b"XYZW"
 _ = m[500 * psz]  # only read: must stay the file's
+pr = subprocess.Popen([memsnap, "capture", str(os.getpid()), base, os.path.join(d, "d.diff")],
+                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+ready = json.loads(pr.stdout.readline())
+# Between "ready" and "go" the set grows, as a running VM's does before its pause.
+for p in (1500, 1501):
+    m[p * psz] = 1
+    written.append(p)
 view = hashlib.sha256(m[:]).hexdigest()
-cap = subprocess.run([memsnap, "capture", str(os.getpid()), base, os.path.join(d, "d.diff")],
-                     capture_output=True, text=True, check=True)
+pr.stdin.write("go\\n")
+pr.stdin.flush()
+stats = json.loads(pr.stdout.readline())
+done = json.loads(pr.stdout.readline())
+assert pr.wait() == 0
 app = subprocess.run([memsnap, "apply", base, os.path.join(d, "d.diff"), os.path.join(d, "out.mem")],
                      capture_output=True, text=True, check=True)
 out = hashlib.sha256(open(os.path.join(d, "out.mem"), "rb").read()).hexdigest()
-print(json.dumps({"capture": json.loads(cap.stdout), "apply": json.loads(app.stdout),
+print(json.dumps({"capture": stats, "ready": ready, "done": done, "apply": json.loads(app.stdout),
                   "same": out == view, "pages": len(written)}))
 `;
 
@@ -42,13 +52,21 @@ test("capture takes exactly the private pages and apply rebuilds the mapping", a
   try {
     const { stdout } = await promisify(execFile)("python3", ["-c", SCRIPT, MEMSNAP, dir]);
     const r = JSON.parse(stdout) as {
+      ready: { ready: boolean; estimate_bytes: number };
+      done: { written: boolean };
       capture: { pages: number; runs: number; bytes: number };
       apply: { bytes: number };
       same: boolean;
       pages: number;
     };
-    assert.equal(r.capture.pages, r.pages, "only the written pages are private");
-    assert.equal(r.capture.runs, 4, "adjacent pages are coalesced into runs");
+    assert.equal(r.ready.estimate_bytes, 8 * 4096, "the pre-scan sees the pages written so far");
+    assert.equal(
+      r.capture.pages,
+      r.pages,
+      "only the written pages are private, also those written after the pre-scan",
+    );
+    assert.equal(r.capture.runs, 5, "adjacent pages are coalesced into runs");
+    assert.equal(r.done.written, true);
     assert.equal(r.apply.bytes, r.pages * 4096);
     assert.equal(r.same, true, "file + diff == the process's view");
   } finally {
