@@ -142,6 +142,24 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
   );
 
   server.registerTool(
+    "branch_sandbox",
+    {
+      description:
+        "Snapshot a running sandbox (memory, disk, processes, Python state) with a short pause, as a new " +
+        "snapshot tag; then spawn_sandboxes from that tag to try several next steps from the same state.",
+      inputSchema: {
+        sandbox_id: SandboxId,
+        tag: z.string().optional().describe("Tag of the new snapshot (default: br-<random>)"),
+      },
+    },
+    guard(async (a) => {
+      const sb = await sandbox(a.sandbox_id);
+      const b = await sb.branch({ tag: a.tag });
+      return json({ tag: b.tag, status: b.status, pause_ms: b.pauseMs });
+    }),
+  );
+
+  server.registerTool(
     "run_command",
     {
       description:

@@ -16,6 +16,7 @@ import type { TestDaemon } from "../helpers/daemon.js";
 
 const MAIN = join(REPO_DIR, "mcp", "dist", "main.js");
 const TOOLS = [
+  "branch_sandbox",
   "create_snapshot",
   "get_sandbox",
   "kill_sandbox",
@@ -147,6 +148,22 @@ step("runs code: inherited globals, values, tracebacks as tool errors", async ()
   const e = await call("run_code", { sandbox_id: ids[1], code: "undefined_name" });
   assert.equal(e.isError, true);
   assert.match(e.content[0]?.text ?? "", /NameError/);
+});
+
+step("branches a sandbox and forks the branch: the children start from its state", async () => {
+  await ok("run_code", { sandbox_id: ids[1], code: "plan = ['a', 'b']" });
+  const b = await ok<{ tag: string; status: string }>("branch_sandbox", {
+    sandbox_id: ids[1],
+    tag: "mcp-step",
+  });
+  assert.deepEqual([b.tag, b.status], ["mcp-step", "ready"]);
+  const kids = (await ok<{ sandbox_ids: string[] }>("spawn_sandboxes", { snapshot: "mcp-step", n: 2 }))
+    .sandbox_ids;
+  for (const k of kids) {
+    const r = await call("run_code", { sandbox_id: k, code: "len(plan)" });
+    assert.equal((JSON.parse(r.content[0]?.text ?? "{}") as { result: string }).result, "2");
+    await ok("kill_sandbox", { sandbox_id: k });
+  }
 });
 
 step("writes and reads files, text and binary", async () => {

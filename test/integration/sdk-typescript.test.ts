@@ -227,6 +227,28 @@ step("a snapshot warmed with Python globals: fork(tag, 3) children inherit them 
   await Promise.all(kids.map((k) => k.kill()));
 });
 
+step("branch(): a running sandbox's state (files, globals) forks into new children", async () => {
+  const s = await Sandbox.create({ snapshot: WARM });
+  await s.files.write("/root/step.txt", "after step 1");
+  await s.runCode("plan = ['explore', 'exploit']");
+  const b = await s.branch({ tag: "ts-branch" });
+  assert.equal(b.tag, "ts-branch");
+  assert.equal(b.status, "ready");
+  assert.ok(b.pauseMs > 0 && b.privateBytes > 0);
+  await s.runCode("plan.append('after the branch')");
+  const kids = await fork("ts-branch", 2);
+  for (const k of kids) {
+    assert.equal(await k.files.read("/root/step.txt"), "after step 1");
+    assert.equal((await k.runCode("len(plan)")).text, "2", "a forked child sees its parent's globals");
+  }
+  assert.equal((await s.runCode("len(plan)")).text, "3");
+  const bg = await s.branch({ wait: false });
+  assert.equal(bg.status, "writing");
+  const late = await fork(bg.tag, 1); // waits for the snapshot
+  assert.equal((await late[0]?.runCode("len(plan)"))?.text, "3");
+  await Promise.all([...kids, ...late, s].map((k) => k.kill()));
+});
+
 step("setTimeout: an idle sandbox is killed and says why; use keeps it alive", async () => {
   const s = await Sandbox.create({ snapshot: WARM, timeoutMs: 60_000 });
   assert.equal((await s.getInfo()).timeoutMs, 60_000);

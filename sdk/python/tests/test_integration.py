@@ -155,6 +155,24 @@ class ForkAndLifecycleTest(unittest.TestCase):
             for k in kids:
                 k.kill()
 
+    def test_branch(self):
+        with Sandbox(snapshot=SNAP) as sb:
+            sb.files.write("/root/step.txt", "after step 1")
+            sb.run_code("plan = ['explore', 'exploit']")
+            b = sb.branch(tag="py-branch")
+            self.assertEqual((b.tag, b.status), ("py-branch", "ready"))
+            self.assertGreater(b.pause_ms, 0)
+            sb.run_code("plan.append('later')")
+            kids = fork("py-branch", 2)
+            try:
+                for k in kids:
+                    self.assertEqual(k.files.read("/root/step.txt"), "after step 1")
+                    self.assertEqual(k.run_code("len(plan)").text, "2")
+            finally:
+                for k in kids:
+                    k.kill()
+            self.assertEqual(sb.run_code("len(plan)").text, "3")
+
     def test_context_manager_kills(self):
         with Sandbox.create(snapshot=SNAP) as sb:
             sid = sb.sandbox_id

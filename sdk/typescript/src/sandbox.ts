@@ -6,7 +6,7 @@ import { ConflictError, ForkdError, InvalidArgumentError, NotFoundError } from "
 import { Files } from "./files.js";
 import { Transport } from "./transport.js";
 import type { ConnectionOpts } from "./transport.js";
-import type { EvalResultWire, ForkResultWire, SandboxWire } from "./types.js";
+import type { BranchResultWire, EvalResultWire, ForkResultWire, SandboxWire } from "./types.js";
 
 /** The snapshot `Sandbox.create()` uses when given none. Created on first use (python template). */
 export const DEFAULT_SNAPSHOT = "default";
@@ -35,6 +35,23 @@ export interface SandboxInfo {
   metadata: Record<string, string>;
   /** Fork timings measured by the daemon (ms). */
   timings: SandboxWire["timings"];
+}
+
+export interface BranchOpts {
+  /** Tag of the new snapshot (default: br-<random>). */
+  tag?: string;
+  /** Wait until the snapshot is ready (default true); false returns once the sandbox runs again. */
+  wait?: boolean;
+}
+
+export interface BranchInfo {
+  /** The new snapshot: fork it with fork(tag, n) or Sandbox.create({ snapshot: tag }). */
+  tag: string;
+  status: "ready" | "writing";
+  /** How long this sandbox was paused. */
+  pauseMs: number;
+  /** Memory it had written since its fork (what the pause copied). */
+  privateBytes: number;
 }
 
 export interface RunCodeOpts {
@@ -180,6 +197,18 @@ export class Sandbox {
       if (e instanceof NotFoundError) return false;
       throw e;
     }
+  }
+
+  /**
+   * BRANCH: snapshots this running sandbox (memory, disk, processes, interpreter state) with a
+   * short pause, as a new snapshot tag to fork: try several next steps from the same state.
+   */
+  async branch(opts: BranchOpts = {}): Promise<BranchInfo> {
+    const r = await this.t.json<BranchResultWire>("POST", `/v1/sandboxes/${this.sandboxId}/branch`, {
+      json: { ...(opts.tag ? { tag: opts.tag } : {}), wait: opts.wait ?? true },
+      timeoutMs: 0,
+    });
+    return { tag: r.tag, status: r.status, pauseMs: r.pause_ms, privateBytes: r.private_bytes };
   }
 
   /**

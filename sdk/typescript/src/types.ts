@@ -15,3 +15,4 @@ export type CreateSnapshotWire = Schemas["CreateSnapshot"];
 export type SnapshotProgressWire = Schemas["SnapshotProgressEvent"];
 export type HealthWire = Schemas["Health"];
 export type VersionWire = Schemas["Version"];
+export type BranchResultWire = Schemas["BranchResult"];

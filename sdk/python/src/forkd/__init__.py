@@ -28,12 +28,12 @@ from .errors import (
     UnavailableError,
 )
 from .files import EntryInfo, Files, WriteInfo
-from .sandbox import DEFAULT_SNAPSHOT, ForkError, Sandbox, SandboxInfo, fork
+from .sandbox import DEFAULT_SNAPSHOT, BranchInfo, ForkError, Sandbox, SandboxInfo, fork
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AuthenticationError", "AuthenticationException", "CommandExitError", "CommandExitException",
+    "AuthenticationError", "AuthenticationException", "BranchInfo", "CommandExitError", "CommandExitException",
     "CommandHandle", "CommandResult", "Commands", "ConflictError", "ConnectionError", "Controller",
     "DEFAULT_SNAPSHOT", "DEFAULT_SOCKET", "EntryInfo", "Execution", "ExecutionError", "Files", "ForkError",
     "ForkdError", "GuestError", "InvalidArgumentError", "InvalidArgumentException", "Logs", "NotFoundError",

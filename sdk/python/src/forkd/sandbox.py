@@ -146,6 +146,16 @@ class Sandbox:
         except NotFoundError:
             return False
 
+    def branch(self, tag=None, wait=True):
+        """BRANCH: snapshots this running sandbox (memory, disk, processes, interpreter state) with a
+        short pause, as a new snapshot tag to fork. Returns BranchInfo(tag, status, pause_ms,
+        private_bytes); with wait=False it returns once the sandbox runs again ("writing")."""
+        body = {"wait": bool(wait)}
+        if tag:
+            body["tag"] = tag
+        r = self._t.json("POST", "/v1/sandboxes/%s/branch" % self.sandbox_id, json_body=body, timeout=0)
+        return BranchInfo(r["tag"], r["status"], r["pause_ms"], r["private_bytes"])
+
     def run_code(self, code, language=None, on_stdout=None, on_stderr=None, timeout=60, request_timeout=None):
         """Runs a notebook cell in the warm interpreter: statements run, the final expression's value
         is the main result, globals persist (a forked child inherits its parent's); errors come back
@@ -165,6 +175,17 @@ class Sandbox:
 
     def __repr__(self):
         return "Sandbox(sandbox_id=%r)" % self.sandbox_id
+
+
+class BranchInfo:
+    def __init__(self, tag, status, pause_ms, private_bytes):
+        self.tag = tag
+        self.status = status
+        self.pause_ms = pause_ms
+        self.private_bytes = private_bytes
+
+    def __repr__(self):
+        return "BranchInfo(tag=%r, status=%r, pause_ms=%.1f)" % (self.tag, self.status, self.pause_ms)
 
 
 class ForkError(ForkdError):
