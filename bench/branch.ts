@@ -1,0 +1,213 @@
+/**
+ * BRANCH benchmark: every figure measured in this one run, against a real daemon (its own
+ * process, a throwaway data dir) over the REST API. Prints a table and JSON.
+ *
+ *   node dist/bench/branch.js [--samples 5] [--dirty 8,64,256] [--memory-mib 1024] [--depth 8] [--json-out FILE]
+ *
+ * - pause p50/p90 of the source against how much it wrote since its fork (its dirty set), on a
+ *   guest of --memory-mib; the total time until the snapshot is ready;
+ * - fork from a branch: first fork (verifies it) and later ones;
+ * - spawn time against chain depth 1..--depth (a branch of a child of a branch of ...), first
+ *   and later spawns of each tag.
+ */
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { mkdtemp, open, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { apiRequest } from "../src/client/http.js";
+import type { Endpoint } from "../src/client/http.js";
+import { REPO_DIR } from "../src/host/paths.js";
+
+const { values: args } = parseArgs({
+  options: {
+    samples: { type: "string", default: "5" },
+    dirty: { type: "string", default: "8,64,256" },
+    "memory-mib": { type: "string", default: "1024" },
+    depth: { type: "string", default: "8" },
+    "json-out": { type: "string" },
+  },
+});
+const SAMPLES = Number(args.samples);
+const DIRTY = args.dirty
+  .split(",")
+  .map(Number)
+  .filter((n) => n > 0);
+const MEMORY = Number(args["memory-mib"]);
+const DEPTH = Number(args.depth);
+
+const pct = (xs: number[], p: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN) : NaN;
+};
+const r1 = (x: number) => Math.round(x * 10) / 10;
+const log = (s: string) => process.stderr.write(s + "\n");
+
+interface BranchOut {
+  tag: string;
+  pause_ms: number;
+  private_bytes: number;
+}
+
+async function main(): Promise<void> {
+  const dataDir = await mkdtemp(join(tmpdir(), "forkd-bench-branch-"));
+  const ep: Endpoint = { socket: join(dataDir, "forkd.sock") };
+  const logFile = await open(join(dataDir, "daemon.log"), "a");
+  const daemon: ChildProcess = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
+    env: { ...process.env, FORKD_DATA_DIR: dataDir, FORKD_POOL_SIZE: "0" },
+    stdio: ["ignore", logFile.fd, logFile.fd],
+  });
+  await logFile.close();
+  const api = <T>(m: string, p: string, b?: unknown) => apiRequest<T>(ep, m, p, b, 1_800_000);
+  const fork = async (tag: string) => {
+    const t0 = performance.now();
+    const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", {
+      snapshot_tag: tag,
+      n: 1,
+    });
+    const id = r.sandboxes[0]?.id;
+    if (!id) throw new Error(`fork of ${tag} failed`);
+    return { id, ms: performance.now() - t0 };
+  };
+  const kill = (id: string) => api("DELETE", `/v1/sandboxes/${id}`);
+  const py = (id: string, code: string) =>
+    api<{ ok: boolean; error: unknown }>("POST", `/v1/sandboxes/${id}/eval`, { code, timeout_ms: 1_200_000 });
+  try {
+    for (let i = 0; ; i++) {
+      try {
+        await api("GET", "/v1/health");
+        break;
+      } catch (e) {
+        if (i > 300) throw e;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+    const health = await api<{ accel: string; accel_reason: string }>("GET", "/v1/health");
+    log(`accelerator: ${health.accel} (${health.accel_reason})`);
+    log(`snapshot: ${MEMORY} MiB guest`);
+    await api("POST", "/v1/snapshots", { tag: "base", memory_mib: MEMORY, warm_eval: "import os" });
+
+    // Pause against the dirty set.
+    const pause: Record<string, { p50: number; p90: number; totalP50: number; privateMiB: number }> = {};
+    let lastBranch = "";
+    for (const mib of DIRTY) {
+      const src = await fork("base");
+      log(`dirty ${mib} MiB: writing it in the guest`);
+      const w = await py(src.id, `blob = bytearray(os.urandom(${mib} << 20))`);
+      if (!w.ok) throw new Error(`could not dirty ${mib} MiB: ${JSON.stringify(w.error)}`);
+      const pauses: number[] = [];
+      const totals: number[] = [];
+      let priv = 0;
+      for (let i = 0; i < SAMPLES; i++) {
+        const t0 = performance.now();
+        const b = await api<BranchOut>("POST", `/v1/sandboxes/${src.id}/branch`, { tag: `d${mib}-${i}` });
+        totals.push(performance.now() - t0);
+        pauses.push(b.pause_ms);
+        priv = b.private_bytes;
+        if (i < SAMPLES - 1 || mib !== DIRTY[DIRTY.length - 1])
+          await api("DELETE", `/v1/snapshots/d${mib}-${i}`);
+        else lastBranch = b.tag;
+      }
+      pause[String(mib)] = {
+        p50: r1(pct(pauses, 50)),
+        p90: r1(pct(pauses, 90)),
+        totalP50: r1(pct(totals, 50)),
+        privateMiB: r1(priv / 2 ** 20),
+      };
+      log(`  pause p50 ${pause[String(mib)]?.p50} ms, private ${pause[String(mib)]?.privateMiB} MiB`);
+      await kill(src.id);
+    }
+
+    // Fork from a branch.
+    const first = await fork(lastBranch);
+    await kill(first.id);
+    const later: number[] = [];
+    for (let i = 0; i < SAMPLES; i++) {
+      const f = await fork(lastBranch);
+      later.push(f.ms);
+      await kill(f.id);
+    }
+    await api("DELETE", `/v1/snapshots/${lastBranch}`);
+
+    // Spawn time against chain depth.
+    const chain: Array<{ depth: number; firstMs: number; laterP50: number }> = [];
+    let tag = "base";
+    const tags: string[] = [];
+    for (let depth = 1; depth <= DEPTH; depth++) {
+      const c = await fork(tag);
+      await py(c.id, `layer_${depth} = bytearray(os.urandom(1 << 20))`);
+      const b = await api<BranchOut>("POST", `/v1/sandboxes/${c.id}/branch`, { tag: `depth${depth}` });
+      await kill(c.id);
+      tag = b.tag;
+      tags.push(tag);
+    }
+    // Restart the daemon so every tag's first spawn verifies it from scratch.
+    daemon.kill("SIGTERM");
+    await new Promise((r) => daemon.once("exit", r));
+    const logFile2 = await open(join(dataDir, "daemon.log"), "a");
+    const daemon2 = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
+      env: { ...process.env, FORKD_DATA_DIR: dataDir, FORKD_POOL_SIZE: "0" },
+      stdio: ["ignore", logFile2.fd, logFile2.fd],
+    });
+    await logFile2.close();
+    try {
+      for (let i = 0; ; i++) {
+        try {
+          await api("GET", "/v1/health");
+          break;
+        } catch (e) {
+          if (i > 300) throw e;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      for (const [i, t] of tags.entries()) {
+        const f1 = await fork(t);
+        await kill(f1.id);
+        const ms: number[] = [];
+        for (let k = 0; k < 3; k++) {
+          const f = await fork(t);
+          ms.push(f.ms);
+          await kill(f.id);
+        }
+        chain.push({ depth: i + 1, firstMs: r1(f1.ms), laterP50: r1(pct(ms, 50)) });
+        log(`  depth ${i + 1}: first ${r1(f1.ms)} ms, later p50 ${r1(pct(ms, 50))} ms`);
+      }
+    } finally {
+      daemon2.kill("SIGTERM");
+      await new Promise((r) => daemon2.once("exit", r));
+    }
+
+    const result = {
+      date: new Date().toISOString(),
+      accel: health.accel,
+      memoryMiB: MEMORY,
+      samples: SAMPLES,
+      pauseByDirtyMiB: pause,
+      forkFromBranchMs: { first: r1(first.ms), laterP50: r1(pct(later, 50)) },
+      spawnByChainDepth: chain,
+    };
+    console.log("\n| measure | result |\n|---|---|");
+    for (const [mib, p] of Object.entries(pause)) {
+      console.log(
+        `| pause with ${mib} MiB dirty (${p.privateMiB} MiB private), p50 / p90 | ${p.p50} / ${p.p90} ms |`,
+      );
+      console.log(`| branch until ready (${mib} MiB dirty), p50 | ${p.totalP50} ms |`);
+    }
+    console.log(
+      `| fork from a branch: first / later p50 | ${result.forkFromBranchMs.first} / ${result.forkFromBranchMs.laterP50} ms |`,
+    );
+    for (const c of chain)
+      console.log(`| spawn at chain depth ${c.depth}: first / later p50 | ${c.firstMs} / ${c.laterP50} ms |`);
+    console.log("\n" + JSON.stringify(result));
+    if (args["json-out"]) await writeFile(args["json-out"], JSON.stringify(result, null, 2) + "\n");
+  } finally {
+    if (daemon.exitCode === null) daemon.kill("SIGTERM");
+    await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+main().catch((e: unknown) => {
+  log(`bench failed: ${e instanceof Error ? e.stack : String(e)}`);
+  process.exit(1);
+});
