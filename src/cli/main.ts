@@ -14,6 +14,7 @@ import { ensureDaemon } from "./autostart.js";
 import { printTable } from "./table.js";
 import { runDoctor } from "./doctor.js";
 import { quickstart } from "./quickstart.js";
+import { snapshotLayer } from "./layer.js";
 import { buildOpenApi } from "../api/contract/openapi.js";
 
 const paths = defaultPaths();
@@ -83,6 +84,8 @@ program
   .option("--warm-eval <code>", "Python to run in the parent's warm interpreter before freezing")
   .option("--memory <MiB>", "guest RAM in MiB", (v) => parseInt(v, 10), 512)
   .option("--vcpus <n>", "vCPUs", (v) => parseInt(v, 10), 1)
+  .option("--from <tag>", "build a layer on an existing snapshot: fork it, run --exec, branch, kill")
+  .option("--exec <cmd>", "with --from: shell command that makes the layer")
   .option("--json", "print the snapshot metadata as JSON")
   .action(
     async (o: {
@@ -92,8 +95,22 @@ program
       warmEval?: string;
       memory: number;
       vcpus: number;
+      from?: string;
+      exec?: string;
       json?: boolean;
     }) => {
+      if (o.from !== undefined || o.exec !== undefined) {
+        if (o.from === undefined || o.exec === undefined) {
+          throw new ApiError(400, "invalid_argument", "--from and --exec go together");
+        }
+        await ensureDaemon(paths, endpoint, say);
+        process.exitCode = await snapshotLayer(
+          endpoint,
+          { from: o.from, tag: o.tag, exec: o.exec, json: o.json ?? false },
+          say,
+        );
+        return;
+      }
       say(`forkd: creating snapshot ${o.tag} (template ${o.template}); the first run builds the guest image`);
       const t0 = Date.now();
       await ensureDaemon(paths, endpoint, say);

@@ -10,7 +10,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { ApiError } from "../../src/client/http.js";
 import { checkedRequest } from "../helpers/contract.js";
-import { makeDaemon } from "../helpers/daemon.js";
+import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
 let d: TestDaemon;
@@ -174,6 +174,37 @@ step("a branch of a grandchild stacks on its branch; the stacked-on snapshot can
   });
   await api("DELETE", "/v1/snapshots/b1-g0");
   await api("DELETE", "/v1/snapshots/b1");
+});
+
+step("the CLI builds a chain layer: snapshot --from T --tag T2 --exec CMD", async () => {
+  const r = await cli(d, [
+    "snapshot",
+    "--from",
+    "base",
+    "--tag",
+    "layer1",
+    "--exec",
+    "echo built > /root/layer.txt",
+  ]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /snapshot layer1 ready \(layer on base\)/);
+  const [c] = await fork("layer1", 1);
+  assert.ok(c);
+  assert.equal(await sh(c, "cat /root/layer.txt"), "built\n");
+  await api("DELETE", `/v1/sandboxes/${c}`);
+  const bad = await cli(d, ["snapshot", "--from", "base", "--tag", "layer2", "--exec", "exit 7"]);
+  assert.equal(bad.code, 1);
+  assert.match(bad.stderr, /exit 7\); no snapshot made/);
+  await assert.rejects(
+    api("GET", "/v1/snapshots/layer2"),
+    (e: unknown) => e instanceof ApiError && e.code === "not_found",
+  );
+  const all = await api<{ sandboxes: { id: string }[] }>("GET", "/v1/sandboxes");
+  assert.deepEqual(
+    all.sandboxes.map((s) => s.id),
+    [src],
+    "the layer builder's children are gone",
+  );
 });
 
 step("a daemon killed mid-branch: the tag is failed (and cleaned) or ready, never half-written", async () => {
