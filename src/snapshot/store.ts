@@ -54,6 +54,15 @@ export interface SnapshotPending {
   error: { code: string; message: string } | null;
 }
 
+export interface SnapshotInfo {
+  tag: string;
+  depth: number;
+  ancestors: string[];
+  dependents: string[];
+  logical_bytes: number;
+  physical_bytes: number;
+}
+
 /** What a staging directory of a background write says about itself (status.json). */
 interface StagingStatus {
   tag: string;
@@ -295,6 +304,46 @@ export class SnapshotStore {
     const snap = { meta, files };
     this.verified.set(tag, snap);
     return snap;
+  }
+
+  /**
+   * A snapshot's place in its chain and what it costs: depth (0 for a cold-booted base),
+   * ancestors (nearest first), direct dependents, logical size (what a child sees: RAM + disk)
+   * and physical size (blocks its own files use on the host).
+   */
+  async info(tag: string): Promise<SnapshotInfo> {
+    const snap = await this.get(tag);
+    const all = await this.list();
+    const byTag = new Map(all.map((m) => [m.tag, m]));
+    const ancestors: string[] = [];
+    for (let p = snap.meta.parent?.tag; p; p = byTag.get(p)?.parent?.tag) {
+      if (ancestors.includes(p) || ancestors.length > 1000) break; // a cycle cannot be built, but never loop
+      ancestors.push(p);
+    }
+    let physical = 0;
+    for (const f of [
+      snap.files.memory,
+      snap.files.vmstate,
+      snap.files.disk,
+      snap.files.childDisk,
+      snap.files.meta,
+    ]) {
+      const st = await stat(f).catch(() => null);
+      if (st) physical += st.blocks * 512;
+    }
+    return {
+      tag,
+      depth: ancestors.length,
+      ancestors,
+      dependents: all.filter((m) => m.parent?.tag === tag).map((m) => m.tag),
+      logical_bytes: snap.meta.files.memory.size + snap.meta.diskSize,
+      physical_bytes: physical,
+    };
+  }
+
+  /** Drops a cached verification (its files changed: see chain.ts flattenInPlace). */
+  forget(tag: string): void {
+    this.verified.delete(tag);
   }
 
   /** Snapshots whose own layers stack on `tag` (branches of it). */

@@ -176,6 +176,68 @@ step("a branch of a grandchild stacks on its branch; the stacked-on snapshot can
   await api("DELETE", "/v1/snapshots/b1");
 });
 
+step(
+  "a chain of depth 4: info, forks at every depth, compact, force-orphaned and cascaded deletes",
+  async () => {
+    let tag = "base";
+    for (let i = 1; i <= 4; i++) {
+      const [c] = await fork(tag, 1);
+      assert.ok(c);
+      await sh(c, `echo ${i} >> /root/chain.txt`);
+      await api("POST", `/v1/sandboxes/${c}/branch`, { tag: `ch${i}` });
+      await api("DELETE", `/v1/sandboxes/${c}`);
+      tag = `ch${i}`;
+    }
+    const info = await api<{
+      depth: number;
+      ancestors: string[];
+      dependents: string[];
+      physical_bytes: number;
+    }>("GET", "/v1/snapshots/ch4/info");
+    assert.equal(info.depth, 4);
+    assert.deepEqual(info.ancestors, ["ch3", "ch2", "ch1", "base"]);
+    assert.deepEqual((await api<{ dependents: string[] }>("GET", "/v1/snapshots/ch2/info")).dependents, [
+      "ch3",
+    ]);
+    const chainOf = async (t: string) => {
+      const [c] = await fork(t, 1);
+      assert.ok(c);
+      const out = await sh(c, "cat /root/chain.txt");
+      await api("DELETE", `/v1/sandboxes/${c}`);
+      return out;
+    };
+    assert.equal(await chainOf("ch4"), "1\n2\n3\n4\n");
+
+    const flat = await api<{ tag: string; parent?: unknown }>("POST", "/v1/snapshots/ch4/compact", {
+      tag: "ch4-flat",
+    });
+    assert.equal(flat.parent, null);
+    assert.equal((await api<{ depth: number }>("GET", "/v1/snapshots/ch4-flat/info")).depth, 0);
+    assert.equal(await chainOf("ch4-flat"), "1\n2\n3\n4\n");
+
+    await assert.rejects(
+      api("DELETE", "/v1/snapshots/ch2"),
+      (e: unknown) => e instanceof ApiError && e.code === "conflict",
+    );
+    const forced = await api<{ orphaned: string[] }>("DELETE", "/v1/snapshots/ch2?force=1");
+    assert.deepEqual(forced.orphaned, ["ch3"]);
+    assert.equal(await chainOf("ch3"), "1\n2\n3\n", "an orphaned layer still forks");
+    assert.equal(await chainOf("ch4"), "1\n2\n3\n4\n", "and so does what stacks on it");
+    assert.deepEqual((await api<{ ancestors: string[] }>("GET", "/v1/snapshots/ch4/info")).ancestors, [
+      "ch3",
+    ]);
+
+    const cascaded = await api<{ cascaded: string[] }>("DELETE", "/v1/snapshots/ch3?cascade=1");
+    assert.deepEqual(cascaded.cascaded, ["ch4"]);
+    await assert.rejects(
+      api("GET", "/v1/snapshots/ch4"),
+      (e: unknown) => e instanceof ApiError && e.code === "not_found",
+    );
+    await api("DELETE", "/v1/snapshots/ch1");
+    assert.equal(await chainOf("ch4-flat"), "1\n2\n3\n4\n", "the compacted copy needs none of them");
+  },
+);
+
 step("the CLI builds a chain layer: snapshot --from T --tag T2 --exec CMD", async () => {
   const r = await cli(d, [
     "snapshot",

@@ -84,8 +84,42 @@ export interface paths {
         get: operations["getSnapshot"];
         put?: never;
         post?: never;
-        /** Delete a snapshot (409 while sandboxes run from it) */
+        /** Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 (delete them too) or ?force=1 (flatten them so they no longer need it) */
         delete: operations["deleteSnapshot"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/snapshots/{tag}/info": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A snapshot's chain (depth, ancestors, dependents) and sizes */
+        get: operations["snapshotInfo"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/snapshots/{tag}/compact": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Flatten a chain: a new base snapshot with this one's state and no parent */
+        post: operations["compactSnapshot"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -484,6 +518,19 @@ export interface components {
             /** @description Snapshots being written, or failed. */
             pending: components["schemas"]["SnapshotStatus"][];
         };
+        SnapshotInfo: {
+            tag: string;
+            /** @description Snapshots below it in its chain (0: a cold-booted base) */
+            depth: number;
+            /** @description Its parent, the parent's parent, ... (nearest first) */
+            ancestors: string[];
+            /** @description Branches stacked directly on it */
+            dependents: string[];
+            /** @description What a child sees: guest RAM plus disk size */
+            logical_bytes: number;
+            /** @description Host disk its own files use */
+            physical_bytes: number;
+        };
         SnapshotOrStatus: components["schemas"]["Snapshot"] | components["schemas"]["SnapshotStatus"];
         SnapshotProgressEvent: {
             /** @constant */
@@ -507,6 +554,14 @@ export interface components {
         };
         Deleted: {
             deleted: string;
+            /** @description Snapshots deleted with it (cascade) */
+            cascaded?: string[];
+            /** @description Dependents made independent of it (force): they still fork */
+            orphaned?: string[];
+        };
+        Compact: {
+            /** @description Tag of the new, flattened snapshot */
+            tag: string;
         };
         CreateSandboxes: {
             /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
@@ -912,6 +967,41 @@ export interface operations {
     };
     deleteSnapshot: {
         parameters: {
+            query?: {
+                cascade?: "0" | "1" | "true" | "false";
+                force?: "0" | "1" | "true" | "false";
+            };
+            header?: never;
+            path: {
+                /** @description Snapshot tag */
+                tag: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 (delete them too) or ?force=1 (flatten them so they no longer need it) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deleted"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    snapshotInfo: {
+        parameters: {
             query?: never;
             header?: never;
             path: {
@@ -922,13 +1012,49 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Delete a snapshot (409 while sandboxes run from it) */
+            /** @description A snapshot's chain (depth, ancestors, dependents) and sizes */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Deleted"];
+                    "application/json": components["schemas"]["SnapshotInfo"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    compactSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Snapshot tag */
+                tag: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Compact"];
+            };
+        };
+        responses: {
+            /** @description Flatten a chain: a new base snapshot with this one's state and no parent */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
                 };
             };
             /** @description Error (see the code in the body) */

@@ -89,11 +89,31 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.SnapshotOrStatus) },
   },
   {
+    operationId: "snapshotInfo",
+    method: "get",
+    path: "/v1/snapshots/{tag}/info",
+    summary: "A snapshot's chain (depth, ancestors, dependents) and sizes",
+    tag: "snapshots",
+    responses: { 200: json(S.SnapshotInfo) },
+  },
+  {
+    operationId: "compactSnapshot",
+    method: "post",
+    path: "/v1/snapshots/{tag}/compact",
+    summary: "Flatten a chain: a new base snapshot with this one's state and no parent",
+    tag: "snapshots",
+    body: json(S.Compact),
+    responses: { 201: json(S.Snapshot) },
+  },
+  {
     operationId: "deleteSnapshot",
     method: "delete",
     path: "/v1/snapshots/{tag}",
-    summary: "Delete a snapshot (409 while sandboxes run from it)",
+    summary:
+      "Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 " +
+      "(delete them too) or ?force=1 (flatten them so they no longer need it)",
     tag: "snapshots",
+    query: S.DeleteSnapshotQuery,
     responses: { 200: json(S.Deleted) },
   },
   {

@@ -170,6 +170,18 @@ export const SnapshotList = named(
   "SnapshotList",
 );
 
+export const SnapshotInfo = named(
+  z.object({
+    tag: z.string(),
+    depth: z.number().int().describe("Snapshots below it in its chain (0: a cold-booted base)"),
+    ancestors: z.array(z.string()).describe("Its parent, the parent's parent, ... (nearest first)"),
+    dependents: z.array(z.string()).describe("Branches stacked directly on it"),
+    logical_bytes: z.number().int().describe("What a child sees: guest RAM plus disk size"),
+    physical_bytes: z.number().int().describe("Host disk its own files use"),
+  }),
+  "SnapshotInfo",
+);
+
 export const SnapshotOrStatus = named(z.union([Snapshot, SnapshotStatus]), "SnapshotOrStatus");
 
 export const SnapshotProgressEvent = named(
@@ -182,7 +194,27 @@ export const SnapshotProgressEvent = named(
   "One line of POST /v1/snapshots?stream=1.",
 );
 
-export const Deleted = named(z.object({ deleted: z.string() }), "Deleted");
+export const Deleted = named(
+  z.object({
+    deleted: z.string(),
+    cascaded: z.array(z.string()).optional().describe("Snapshots deleted with it (cascade)"),
+    orphaned: z
+      .array(z.string())
+      .optional()
+      .describe("Dependents made independent of it (force): they still fork"),
+  }),
+  "Deleted",
+);
+
+export const DeleteSnapshotQuery = z.object({
+  cascade: z.enum(["0", "1", "true", "false"]).optional(),
+  force: z.enum(["0", "1", "true", "false"]).optional(),
+});
+
+export const Compact = named(
+  z.strictObject({ tag: Tag.describe("Tag of the new, flattened snapshot") }),
+  "Compact",
+);
 
 // ---------------------------------------------------------------- sandboxes
 

@@ -3,8 +3,9 @@ import { ForkdError } from "../../util/errors.js";
 import { assertTag } from "../../util/ids.js";
 import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
-import { CreateSnapshot } from "../contract/schemas.js";
-import { parseBody } from "../parse.js";
+import { Compact, CreateSnapshot, DeleteSnapshotQuery, truthy } from "../contract/schemas.js";
+import { compactSnapshot, descendants, flattenInPlace } from "../../snapshot/chain.js";
+import { parseBody, parseQuery } from "../parse.js";
 import { toEnvelope } from "../errors.js";
 
 export function snapshotRoutes(s: Services): Hono {
@@ -68,22 +69,50 @@ export function snapshotRoutes(s: Services): Hono {
     return c.json((await s.store.get(tag)).meta);
   });
 
+  app.get("/:tag/info", async (c) => c.json(await s.store.info(assertTag(c.req.param("tag")))));
+
+  app.post("/:tag/compact", async (c) => {
+    const tag = assertTag(c.req.param("tag"));
+    const body = await parseBody(c, Compact);
+    return c.json(await compactSnapshot(s.store, tag, body.tag), 201);
+  });
+
   app.delete("/:tag", async (c) => {
     const tag = assertTag(c.req.param("tag"));
-    const users = s.sandboxes.countByTag(tag);
-    if (users > 0) {
-      throw new ForkdError(
-        "conflict",
-        `snapshot ${tag} has ${users} running or starting sandboxes; kill them first`,
-        {
-          tag,
-          sandboxes: users,
-        },
-      );
+    const q = parseQuery(c, DeleteSnapshotQuery);
+    const cascade = truthy(q.cascade);
+    const force = truthy(q.force);
+    if (cascade && force) throw new ForkdError("invalid_argument", "cascade and force exclude each other");
+    const below = cascade ? await descendants(s.store, tag) : [];
+    for (const t of [tag, ...below]) {
+      const users = s.sandboxes.countByTag(t);
+      if (users > 0) {
+        throw new ForkdError(
+          "conflict",
+          `snapshot ${t} has ${users} running or starting sandboxes; kill them first`,
+          {
+            tag: t,
+            sandboxes: users,
+          },
+        );
+      }
     }
-    await s.sandboxes.forgetSnapshot(tag);
-    await s.store.delete(tag);
-    return c.json({ deleted: tag });
+    const orphaned: string[] = [];
+    if (force) {
+      for (const dep of await s.store.dependents(tag)) {
+        await flattenInPlace(s.store, await s.store.get(dep));
+        orphaned.push(dep);
+      }
+    }
+    for (const t of [...below, tag]) {
+      await s.sandboxes.forgetSnapshot(t);
+      await s.store.delete(t);
+    }
+    return c.json({
+      deleted: tag,
+      ...(cascade ? { cascaded: below } : {}),
+      ...(force ? { orphaned } : {}),
+    });
   });
 
   return app;
