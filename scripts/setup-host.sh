@@ -11,7 +11,7 @@ QEMU_PKG=qemu-system-x86
 
 missing=()
 for p in "${PKGS[@]}" "$QEMU_PKG"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
 done
 qemu_major() { qemu-system-x86_64 --version 2>/dev/null | sed -n 's/.*version \([0-9]*\)\..*/\1/p'; }
 if [ ${#missing[@]} -eq 0 ] && [ "$(qemu_major || echo 0)" -ge 8 ] 2>/dev/null; then

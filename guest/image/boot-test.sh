@@ -35,11 +35,11 @@ for f in vmlinuz initrd.img rootfs.ext4; do [ -f "$IMAGE/$f" ] || die "$IMAGE/$f
 # Prefer the microvm-only binary (starts faster), but Debian builds it KVM-only: it has no TCG.
 QEMU=qemu-system-x86_64
 if command -v qemu-system-x86_64-microvm >/dev/null &&
-	qemu-system-x86_64-microvm -accel help 2>/dev/null | grep -qx "$ACCEL"; then
+	grep -qx "$ACCEL" <(qemu-system-x86_64-microvm -accel help 2>/dev/null); then
 	QEMU=qemu-system-x86_64-microvm
 fi
 command -v "$QEMU" >/dev/null || die "no $QEMU (run scripts/setup-host.sh)"
-"$QEMU" -accel help 2>/dev/null | grep -qx "$ACCEL" || die "$QEMU does not support -accel $ACCEL"
+grep -qx "$ACCEL" <("$QEMU" -accel help 2>/dev/null) || die "$QEMU does not support -accel $ACCEL"
 command -v qemu-img >/dev/null || die "no qemu-img (run scripts/setup-host.sh)"
 
 APPEND="console=ttyS0 root=/dev/vda rw quiet panic=-1 forkd.boottest=1"

@@ -175,7 +175,9 @@ for t in apt-get apt-cache dpkg-deb debootstrap depmod modprobe cpio zstd gzip m
 	command -v "$t" >/dev/null || die "missing tool '$t' (run scripts/setup-host.sh)"
 done
 [ -x /bin/busybox ] || die "missing /bin/busybox (busybox-static; run scripts/setup-host.sh)"
-/bin/busybox --list | grep -qx switch_root || die "/bin/busybox has no switch_root applet"
+# Not `| grep -q`: grep exits at the first match, busybox then dies of SIGPIPE, and with
+# pipefail the check fails now and then (it did, in CI).
+grep -qx switch_root <(/bin/busybox --list) || die "/bin/busybox has no switch_root applet"
 
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd -P)
