@@ -371,6 +371,25 @@ program
       );
   });
 
+for (const [verb, what] of [
+  ["pause", "save a running sandbox's whole state to disk and stop its VM (frees its memory)"],
+  ["resume", "bring a paused sandbox back (same id, files and processes)"],
+] as const) {
+  program
+    .command(verb)
+    .description(what)
+    .argument("<ids...>")
+    .action(async (ids: string[]) => {
+      for (const id of ids) {
+        const v = await api<{ id: string; state: string }>(
+          "POST",
+          `/v1/sandboxes/${encodeURIComponent(id)}/${verb}`,
+        );
+        console.log(`${v.id} ${v.state}`);
+      }
+    });
+}
+
 program
   .command("branch")
   .description("snapshot a running sandbox (short pause) as a new tag to fork from")

@@ -43,8 +43,14 @@ export interface BranchStarted {
 
 let layerSeq = 0;
 
+/** The memory file a sandbox's VMM maps: its snapshot's, or its own paused image once resumed. */
+export const memoryFileOf = (s: Sandbox, source: Snapshot): string =>
+  s.record.memoryFile ?? source.files.memory;
+
 export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): Promise<BranchStarted> {
   const { store } = deps;
+  const vm = s.vm;
+  if (!vm || s.state !== "running") throw new ForkdError("conflict", `sandbox ${s.record.id} is not running`);
   const source = await store.get(s.record.tag);
   const release = await store.claim(tag);
   const staging = store.stagingDir(`${tag}-${Date.now().toString(36)}`);
@@ -58,7 +64,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
 
     // Everything that can be done before the pause is: the new top layer is created now (over
     // the current top, which is frozen at the pause) and only opened during it.
-    const top = await s.vm.diskTop();
+    const top = await vm.diskTop();
     await createOverlay(newTop, {
       backing: top,
       backingFormat: "qcow2",
@@ -67,7 +73,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     });
 
     // The memory helper pre-scans and prepares its buffer while the VM still runs.
-    const capture = await startCapture(deps.memsnap, s.vm.pid, source.files.memory, diff);
+    const capture = await startCapture(deps.memsnap, vm.pid, memoryFileOf(s, source), diff);
     const t0 = nowMs();
     let t = t0;
     const lap = () => {
@@ -76,7 +82,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       return ms;
     };
     try {
-      await s.vm.pause();
+      await vm.pause();
       paused = true;
     } catch (e) {
       capture.kill();
@@ -86,15 +92,15 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     let frozen: string;
     let cap: CaptureStats;
     try {
-      frozen = await s.vm.freezeDisk(newTop);
-      await s.vm.saveDevicesState(join(staging, "vmstate"));
+      frozen = await vm.freezeDisk(newTop);
+      await vm.saveDevicesState(join(staging, "vmstate"));
       cap = await capture.go();
     } catch (e) {
       capture.kill();
       throw e;
     }
     const memoryMs = lap();
-    await s.vm.resume();
+    await vm.resume();
     paused = false;
     const pauseMs = since(t0);
     deps.log.info("branch: source resumed", {
@@ -106,7 +112,17 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       memsnap: cap,
     });
 
-    const args = { source, staging, frozen, diff, tag, sandbox: s.record.id, pauseMs, bytes: cap.bytes };
+    const args = {
+      source,
+      base: memoryFileOf(s, source),
+      staging,
+      frozen,
+      diff,
+      tag,
+      sandbox: s.record.id,
+      pauseMs,
+      bytes: cap.bytes,
+    };
     const done = capture.written
       .then(() => finish(deps, args))
       .catch(async (e: unknown) => {
@@ -119,7 +135,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     done.catch(() => undefined);
     return { tag, pauseMs, privateBytes: cap.bytes, done };
   } catch (e) {
-    if (paused) await s.vm.resume().catch(() => undefined);
+    if (paused) await vm.resume().catch(() => undefined);
     await rm(staging, { recursive: true, force: true });
     release();
     throw e instanceof ForkdError
@@ -130,6 +146,8 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
 
 interface FinishArgs {
   source: Snapshot;
+  /** The memory file the source maps (its snapshot's, or its own after a resume). */
+  base: string;
   staging: string;
   frozen: string;
   diff: string;
@@ -153,7 +171,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     if (e.code !== "EXDEV") throw e;
     await copyFile(a.frozen, files.disk);
   });
-  await exec(deps.memsnap, ["apply", a.source.files.memory, a.diff, files.memory], { timeout: 600_000 });
+  await exec(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeout: 600_000 });
   await rm(a.diff, { force: true });
   const [memory, vmstate, disk] = await Promise.all([
     sha256File(files.memory),
@@ -194,7 +212,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   return deps.store.get(a.tag);
 }
 
-interface CaptureStats {
+export interface CaptureStats {
   pages: number;
   bytes: number;
   runs: number;
@@ -211,7 +229,12 @@ interface Capture {
 }
 
 /** Starts forkd-memsnap capture and waits until it is ready (its buffer faulted in). */
-async function startCapture(memsnap: string, pid: number, memfile: string, diff: string): Promise<Capture> {
+export async function startCapture(
+  memsnap: string,
+  pid: number,
+  memfile: string,
+  diff: string,
+): Promise<Capture> {
   const child = spawn(memsnap, ["capture", String(pid), memfile, diff], { stdio: ["pipe", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (c: Buffer) => {

@@ -3,7 +3,7 @@ import type { AgentClient } from "../agent/client.js";
 import type { QemuVm } from "../vmm/qemu.js";
 import type { CommandTable } from "./commands.js";
 
-export type SandboxState = "running" | "exited";
+export type SandboxState = "running" | "paused" | "exited";
 
 /** What survives a daemon restart (<data>/sandboxes/<id>/sandbox.json). */
 export interface SandboxRecord {
@@ -20,13 +20,30 @@ export interface SandboxRecord {
   /** Idle timeout (absent in records written before it existed). */
   timeoutMs?: number | null;
   metadata?: Record<string, string>;
+  /** What the idle timeout does: kill (default) or pause. */
+  onIdle?: "kill" | "pause";
+  /** The memory file its VMM maps when it is not its snapshot's (after a resume). */
+  memoryFile?: string;
+  /** Set while paused: what resume() starts it from. */
+  paused?: PausedImage;
+}
+
+/** A paused sandbox's saved state (files in its own directory). */
+export interface PausedImage {
+  pausedAt: string;
+  memory: string;
+  vmstate: string;
+  /** The top layer of its disk chain. */
+  disk: string;
+  machine: { memoryMiB: number; vcpus: number; accel: "kvm" | "tcg"; cpu: string };
 }
 
 export interface Sandbox {
   record: SandboxRecord;
   dir: string;
-  vm: QemuVm;
-  agent: AgentClient;
+  /** Its VMM and agent connection; null while paused (no process). */
+  vm: QemuVm | null;
+  agent: AgentClient | null;
   state: SandboxState;
   /** Why it stopped running, when it did without being asked. */
   exitReason: string | null;

@@ -11,12 +11,13 @@ import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertSandboxId, assertTag, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
-import { branchSandbox } from "./branch.js";
+import { branchSandbox, memoryFileOf, startCapture } from "./branch.js";
 import { nowMs, since } from "../util/time.js";
-import { pidsReferencing } from "../util/proc.js";
+import { pidsReferencing, run } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
 import { expiresAt, viewOf } from "./sandbox.js";
+import type { PausedImage } from "./sandbox.js";
 import { CommandTable } from "./commands.js";
 import { WarmPool } from "./pool.js";
 import type { Prepared } from "./pool.js";
@@ -39,6 +40,8 @@ export interface ForkResult {
 export interface ForkOptions {
   /** Idle timeout in ms (null or absent: none). */
   timeoutMs?: number | null;
+  /** What the idle timeout does (default kill). */
+  onIdle?: "kill" | "pause";
   metadata?: Record<string, string>;
 }
 
@@ -96,9 +99,18 @@ export class SandboxService {
     const now = Date.now();
     for (const s of [...this.live.values()]) {
       const at = expiresAt(s);
-      if (at !== null && s.busy === 0 && now >= at) {
-        this.o.log.info("sandbox idle timeout", { id: s.record.id, timeout_ms: s.record.timeoutMs });
-        await this.retire(s, "idle timeout", true);
+      if (at !== null && s.busy === 0 && !s.branching && now >= at) {
+        this.o.log.info("sandbox idle timeout", {
+          id: s.record.id,
+          timeout_ms: s.record.timeoutMs,
+          action: s.record.onIdle ?? "kill",
+        });
+        if (s.record.onIdle === "pause") {
+          await this.pause(s.record.id).catch(async (e: unknown) => {
+            this.o.log.warn("idle pause failed; killing", { id: s.record.id, error: errorMessage(e) });
+            await this.retire(s, "idle timeout (pause failed)", true);
+          });
+        } else await this.retire(s, "idle timeout", true);
       } else if (s.state === "exited" && s.exitedAt !== null && now - s.exitedAt > EXITED_RETENTION_MS) {
         this.live.delete(s.record.id);
       }
@@ -126,12 +138,13 @@ export class SandboxService {
     return s;
   }
 
-  private running(id: string): Sandbox {
+  private running(id: string): Sandbox & { vm: QemuVm; agent: AgentClient } {
     const s = this.get(id);
-    if (s.state !== "running") {
-      throw new ForkdError("conflict", `sandbox ${id} is not running (${s.exitReason ?? s.state})`, { id });
+    if (s.state !== "running" || !s.vm || !s.agent) {
+      const why = s.state === "paused" ? "paused; resume it first" : (s.exitReason ?? s.state);
+      throw new ForkdError("conflict", `sandbox ${id} is not running (${why})`, { id, state: s.state });
     }
-    return s;
+    return s as Sandbox & { vm: QemuVm; agent: AgentClient };
   }
 
   /**
@@ -220,7 +233,8 @@ export class SandboxService {
   /** Running sandboxes of `tag` plus children of it being forked right now. */
   countByTag(tag: string): number {
     let n = this.startingByTag.get(tag) ?? 0;
-    for (const s of this.live.values()) if (s.record.tag === tag && s.state === "running") n++;
+    // A paused sandbox's disk still stacks on its snapshot's.
+    for (const s of this.live.values()) if (s.record.tag === tag && s.state !== "exited") n++;
     return n;
   }
 
@@ -329,6 +343,7 @@ export class SandboxService {
         fromPool: pooled !== null,
         timeoutMs: opts.timeoutMs ?? null,
         metadata: opts.metadata ?? {},
+        onIdle: opts.onIdle ?? "kill",
       };
       await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
       return this.register(record, p.dir, p.vm, p.agent);
@@ -340,7 +355,12 @@ export class SandboxService {
     }
   }
 
-  private register(record: SandboxRecord, dir: string, vm: QemuVm, agent: AgentClient): Sandbox {
+  private register(
+    record: SandboxRecord,
+    dir: string,
+    vm: QemuVm | null,
+    agent: AgentClient | null,
+  ): Sandbox {
     const s: Sandbox = {
       record,
       dir,
@@ -355,7 +375,9 @@ export class SandboxService {
       commands: new CommandTable(),
     };
     this.live.set(record.id, s);
-    vm.onExit(() => void this.onExit(s));
+    vm?.onExit(() => {
+      if (s.vm === vm) void this.onExit(s);
+    });
     return s;
   }
 
@@ -368,14 +390,127 @@ export class SandboxService {
 
   /** Stops `s` for `reason`, frees its VMM and files; it stays listed as exited for a while. */
   private async retire(s: Sandbox, reason: string, kill: boolean): Promise<void> {
-    if (s.state !== "running") return;
+    if (s.state === "exited") return;
     s.state = "exited";
     s.exitReason = reason;
     s.exitedAt = Date.now();
     s.commands.clear();
-    s.agent.close();
-    if (kill) await s.vm.kill().catch(() => undefined);
+    s.agent?.close();
+    if (kill) await s.vm?.kill().catch(() => undefined);
     await rm(s.dir, { recursive: true, force: true });
+  }
+
+  /**
+   * Pauses a running sandbox: its whole state (memory, devices, disk) is saved in its own
+   * directory and its VMM stops, freeing the memory. resume() brings it back with the same id,
+   * files and processes, also after a daemon restart.
+   */
+  async pause(id: string): Promise<SandboxView> {
+    const s = this.running(id);
+    if (!this.o.memsnap) throw new ForkdError("unavailable", "pausing needs native/memsnap/forkd-memsnap");
+    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being branched or paused`, { id });
+    s.branching = true;
+    const vm = s.vm;
+    const snap = await this.o.store.get(s.record.tag);
+    const base = memoryFileOf(s, snap);
+    const dir = join(s.dir, `paused-${Date.now().toString(36)}`);
+    const diff = join(dir, "memory.diff");
+    try {
+      await mkdir(dir, { mode: 0o700 });
+      const capture = await startCapture(this.o.memsnap, vm.pid, base, diff);
+      try {
+        await vm.pause();
+        await vm.saveDevicesState(join(dir, "vmstate"));
+        await capture.go();
+      } catch (e) {
+        capture.kill();
+        await vm.resume().catch(() => undefined);
+        throw e;
+      }
+      const disk = await vm.diskTop();
+      // From here the sandbox is paused: its VMM quitting is not an exit.
+      s.state = "paused";
+      s.commands.clear();
+      s.agent.close();
+      await capture.written;
+      await vm.stop(); // quit: flushes and closes its disk
+      await run(this.o.memsnap, ["apply", base, diff, join(dir, "memory")], { timeoutMs: 600_000 });
+      await rm(diff, { force: true });
+      const paused: PausedImage = {
+        pausedAt: new Date().toISOString(),
+        memory: join(dir, "memory"),
+        vmstate: join(dir, "vmstate"),
+        disk,
+        machine: snap.meta.machine,
+      };
+      s.record = { ...s.record, paused };
+      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      const plain: Sandbox = s;
+      plain.vm = null;
+      plain.agent = null;
+      // The previous paused image (if it was resumed from one) is no longer mapped by anyone.
+      if (s.record.memoryFile && s.record.memoryFile !== paused.memory) {
+        await rm(join(s.record.memoryFile, ".."), { recursive: true, force: true });
+      }
+      this.o.log.info("sandbox paused", { id });
+      return viewOf(s);
+    } catch (e) {
+      if (s.state === "paused" && s.vm) {
+        // It was stopped but not saved: it cannot come back.
+        await this.retire(s, `pause failed: ${errorMessage(e)}`, true);
+      } else {
+        await rm(dir, { recursive: true, force: true });
+      }
+      throw e;
+    } finally {
+      s.branching = false;
+    }
+  }
+
+  /** Resumes a paused sandbox: same id, same files and processes, a corrected clock. */
+  async resume(id: string): Promise<SandboxView> {
+    const s = this.get(id);
+    const p = s.record.paused;
+    if (s.state !== "paused" || !p) {
+      throw new ForkdError("conflict", `sandbox ${id} is not paused (${s.state})`, { id, state: s.state });
+    }
+    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being paused or resumed`, { id });
+    s.branching = true;
+    let vm: QemuVm | null = null;
+    try {
+      vm = await this.o.driver.launch({
+        dir: s.dir,
+        machine: p.machine,
+        memory: { path: p.memory, mode: "child" },
+        disk: p.disk,
+        incoming: true,
+        tbSizeMiB: this.o.tbSizeMiB,
+        devicesOnlyState: true,
+      });
+      const agent = await AgentClient.connect(vmFiles(s.dir).agent, 10_000);
+      await vm.restoreState(p.vmstate);
+      await vm.resume();
+      // Same identity; the clock has moved on (and the RNG is reseeded) while it was paused.
+      await agent.identity({ hostname: id, sandboxId: id }, this.o.readyTimeoutMs ?? 60_000);
+      const { paused: _p, ...rest } = s.record;
+      s.record = { ...rest, pid: vm.pid, pidStartTime: vm.id.startTime, memoryFile: p.memory };
+      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      s.vm = vm;
+      s.agent = agent;
+      s.state = "running";
+      s.lastUsed = Date.now();
+      const started = vm;
+      vm.onExit(() => {
+        if (s.vm === started) void this.onExit(s);
+      });
+      this.o.log.info("sandbox resumed", { id });
+      return viewOf(s);
+    } catch (e) {
+      await vm?.kill().catch(() => undefined);
+      throw e;
+    } finally {
+      s.branching = false;
+    }
   }
 
   /** Kills a sandbox asked to die (running or already exited) and forgets it. */
@@ -399,6 +534,12 @@ export class SandboxService {
       try {
         const record = JSON.parse(await readFile(join(dir, "sandbox.json"), "utf8")) as SandboxRecord;
         if (record.id !== name) throw new Error("record id mismatch");
+        if (record.paused) {
+          // Nothing runs: it waits for resume() with its state on disk.
+          this.register(record, dir, null, null).state = "paused";
+          adopted.push(name);
+          continue;
+        }
         const vm = await this.o.driver.adopt({ pid: record.pid, startTime: record.pidStartTime }, dir);
         if (!vm) throw new Error("VMM process is gone");
         const agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
@@ -427,8 +568,8 @@ export class SandboxService {
     this.stopSweeper();
     await this.pool.close();
     for (const s of this.live.values()) {
-      s.agent.close();
-      s.vm.qmp.close();
+      s.agent?.close();
+      s.vm?.qmp.close();
     }
   }
 

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { ApiError } from "../../src/client/http.js";
+import { isAlive } from "../../src/util/proc.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
@@ -289,4 +290,64 @@ step("a daemon killed mid-branch: the tag is failed (and cleaned) or ready, neve
   assert.deepEqual(left, [], "no partial files remain");
   // The source survived the daemon's death and still works.
   assert.equal(await sh(src, "cat /root/state.txt"), "crash\n");
+});
+
+step(
+  "pause frees the VM; resume after a daemon restart brings back files, globals and processes",
+  async () => {
+    await sh(src, "echo before-pause > /root/state.txt");
+    await py(src, "paused_note = 'kept'");
+    const view = await api<{ state: string; pid: number }>("POST", `/v1/sandboxes/${src}/pause`);
+    assert.equal(view.state, "paused");
+    assert.equal(isAlive(view.pid), false, "the VMM is gone: its memory is free");
+    await assert.rejects(
+      api("POST", `/v1/sandboxes/${src}/exec`, { cmd: "true" }),
+      (e: unknown) => e instanceof ApiError && e.code === "conflict" && /paused/.test(e.message),
+    );
+    await assert.rejects(
+      api("DELETE", "/v1/snapshots/base"),
+      (e: unknown) => e instanceof ApiError && e.code === "conflict",
+    );
+    await d.kill9();
+    await d.start();
+    assert.equal((await api<{ state: string }>("GET", `/v1/sandboxes/${src}`)).state, "paused");
+    const back = await api<{ id: string; state: string }>("POST", `/v1/sandboxes/${src}/resume`);
+    assert.deepEqual([back.id, back.state], [src, "running"]);
+    assert.equal(await sh(src, "cat /root/state.txt"), "before-pause\n");
+    assert.equal(await py(src, "paused_note"), "'kept'");
+    const a = Number((await sh(src, "wc -l < /root/ticks")).trim());
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.ok(Number((await sh(src, "wc -l < /root/ticks")).trim()) > a, "its background loop runs again");
+    assert.equal((await sh(src, "hostname")).trim(), src, "same identity");
+    // Paused and resumed again: the second image is built on the first.
+    await api("POST", `/v1/sandboxes/${src}/pause`);
+    await api("POST", `/v1/sandboxes/${src}/resume`);
+    assert.equal(await py(src, "paused_note"), "'kept'");
+    // And a resumed sandbox still branches.
+    const b = await api<BranchOut>("POST", `/v1/sandboxes/${src}/branch`, { tag: "after-resume" });
+    const [g] = await fork(b.tag, 1);
+    assert.ok(g);
+    assert.equal(await py(g, "paused_note"), "'kept'");
+  },
+);
+
+step("an idle timeout can pause instead of kill", async () => {
+  const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", {
+    snapshot_tag: "base",
+    n: 1,
+    timeout_ms: 2000,
+    on_idle: "pause",
+  });
+  const id = r.sandboxes[0]?.id ?? "";
+  await sh(id, "echo idle > /root/idle.txt");
+  const deadline = Date.now() + 60_000;
+  let state = "running";
+  while (state !== "paused" && Date.now() < deadline) {
+    await new Promise((res) => setTimeout(res, 500));
+    state = (await api<{ state: string }>("GET", `/v1/sandboxes/${id}`)).state;
+  }
+  assert.equal(state, "paused");
+  await api("POST", `/v1/sandboxes/${id}/resume`);
+  assert.equal(await sh(id, "cat /root/idle.txt"), "idle\n");
+  await api("DELETE", `/v1/sandboxes/${id}`);
 });

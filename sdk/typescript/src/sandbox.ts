@@ -17,6 +17,8 @@ export interface SandboxOpts extends ConnectionOpts {
   /** Idle timeout: the daemon kills the sandbox when no API call used it for this long. */
   timeoutMs?: number;
   metadata?: Record<string, string>;
+  /** What the idle timeout does: "kill" (default) or "pause" (Sandbox.resume(id) brings it back). */
+  onIdle?: "kill" | "pause";
 }
 
 export interface SandboxInfo {
@@ -26,7 +28,7 @@ export interface SandboxInfo {
   /** E2B's name for `snapshot`. */
   templateId: string;
   pid: number;
-  state: "running" | "exited";
+  state: "running" | "paused" | "exited";
   startedAt: Date;
   exitReason: string | null;
   timeoutMs: number | null;
@@ -150,6 +152,15 @@ export class Sandbox {
     return infoOf(await t.json<SandboxWire>("GET", `/v1/sandboxes/${encodeURIComponent(sandboxId)}`));
   }
 
+  /** Brings a paused sandbox back: same id, files and processes. */
+  static async resume(sandboxId: string, opts: ConnectionOpts = {}): Promise<Sandbox> {
+    const t = new Transport(opts);
+    const w = await t.json<SandboxWire>("POST", `/v1/sandboxes/${encodeURIComponent(sandboxId)}/resume`, {
+      timeoutMs: 0,
+    });
+    return new Sandbox(w.id, t);
+  }
+
   /** Kills a sandbox by id. False if there was none. */
   static async kill(sandboxId: string, opts: ConnectionOpts = {}): Promise<boolean> {
     const t = new Transport(opts);
@@ -179,6 +190,14 @@ export class Sandbox {
       if (e instanceof NotFoundError) return false;
       throw e;
     }
+  }
+
+  /**
+   * Saves the sandbox's whole state (memory, disk, processes) and stops its VM, freeing its
+   * memory; Sandbox.resume(id) brings it back, also after a daemon restart.
+   */
+  async pause(): Promise<void> {
+    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/pause`, { timeoutMs: 0 });
   }
 
   /** Sets the idle timeout, counted from now (null: never). */
@@ -247,6 +266,7 @@ export async function forkWith(
       n,
       ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
       ...(opts.metadata ? { metadata: opts.metadata } : {}),
+      ...(opts.onIdle ? { on_idle: opts.onIdle } : {}),
     },
     timeoutMs: 0,
   });

@@ -150,6 +150,22 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.Deleted) },
   },
   {
+    operationId: "pauseSandbox",
+    method: "post",
+    path: `${SB}/pause`,
+    summary: "Save the sandbox's whole state to disk and stop its VMM (frees its memory)",
+    tag: "sandboxes",
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
+    operationId: "resumeSandbox",
+    method: "post",
+    path: `${SB}/resume`,
+    summary: "Bring a paused sandbox back: same id, files and processes",
+    tag: "sandboxes",
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
     operationId: "setSandboxTimeout",
     method: "post",
     path: `${SB}/timeout`,

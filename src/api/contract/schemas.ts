@@ -230,6 +230,10 @@ export const CreateSandboxes = named(
       .nullish()
       .describe("Idle timeout: the daemon kills a child no API call has used for this long."),
     metadata: Metadata.optional(),
+    on_idle: z
+      .enum(["kill", "pause"])
+      .default("kill")
+      .describe("What the idle timeout does: kill the sandbox, or pause it (resume brings it back)."),
   }),
   "CreateSandboxes",
 );
@@ -239,7 +243,7 @@ export const Sandbox = named(
     id: z.string(),
     tag: z.string(),
     pid: z.number().int(),
-    state: z.enum(["running", "exited"]),
+    state: z.enum(["running", "paused", "exited"]),
     created: z.string(),
     exit_reason: z.string().nullable(),
     timings: z.object({

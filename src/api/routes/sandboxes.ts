@@ -15,6 +15,7 @@ export function sandboxRoutes(s: Services): Hono {
     const r = await s.sandboxes.fork(body.snapshot_tag, body.n, {
       timeoutMs: body.timeout_ms ?? null,
       metadata: body.metadata,
+      onIdle: body.on_idle,
     });
     if (r.sandboxes.length === 0) {
       const first = r.failures[0];
@@ -43,6 +44,9 @@ export function sandboxRoutes(s: Services): Hono {
       r.status === "ready" ? 201 : 202,
     );
   });
+
+  app.post("/:id/pause", async (c) => c.json(await s.sandboxes.pause(c.req.param("id"))));
+  app.post("/:id/resume", async (c) => c.json(await s.sandboxes.resume(c.req.param("id"))));
 
   app.post("/:id/timeout", async (c) => {
     const body = await parseBody(c, SetTimeout);

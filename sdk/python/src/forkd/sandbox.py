@@ -62,19 +62,19 @@ class Sandbox:
 
     def __init__(self, template=None, timeout=None, metadata=None, envs=None, api_key=None,
                  request_timeout=None, snapshot=None, url=None, token=None, socket_path=None,
-                 sandbox_id=None, _transport_obj=None):
+                 sandbox_id=None, on_idle=None, _transport_obj=None):
         self._t = _transport_obj or _transport(url, token, socket_path, api_key, request_timeout)
         self._envs = dict(envs or {})
         if sandbox_id is None:
             explicit = snapshot or template or os.environ.get("FORKD_SNAPSHOT")
             tag = explicit or DEFAULT_SNAPSHOT
             try:
-                sandbox_id = _fork(self._t, tag, 1, timeout, metadata)[0]
+                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle)[0]
             except NotFoundError:
                 if explicit:
                     raise
                 _ensure_default(self._t)
-                sandbox_id = _fork(self._t, tag, 1, timeout, metadata)[0]
+                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle)[0]
         self.sandbox_id = sandbox_id
         self.commands = Commands(self._t, sandbox_id)
         self.files = Files(self._t, sandbox_id)
@@ -92,6 +92,18 @@ class Sandbox:
             raise ConflictError("sandbox %s is not running (%s)" % (sandbox_id, w["exit_reason"] or w["state"]),
                                 code="conflict", status=409)
         return cls(sandbox_id=w["id"], _transport_obj=t)
+
+    @classmethod
+    def resume(cls, sandbox_id, url=None, token=None, socket_path=None, api_key=None):
+        """Brings a paused sandbox back: same id, files and processes."""
+        t = _transport(url, token, socket_path, api_key)
+        w = t.json("POST", "/v1/sandboxes/%s/resume" % _quote(sandbox_id), timeout=0)
+        return cls(sandbox_id=w["id"], _transport_obj=t)
+
+    def pause(self):
+        """Saves the sandbox's whole state and stops its VM (freeing its memory);
+        Sandbox.resume(id) brings it back, also after a daemon restart."""
+        self._t.json("POST", "/v1/sandboxes/%s/pause" % self.sandbox_id, timeout=0)
 
     @classmethod
     def list(cls, metadata=None, state=None, url=None, token=None, socket_path=None, api_key=None):
@@ -212,8 +224,10 @@ def _kill(t, sandbox_id):
         return False
 
 
-def _fork(t, tag, n, timeout=None, metadata=None):
+def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None):
     body = {"snapshot_tag": tag, "n": n}
+    if on_idle:
+        body["on_idle"] = on_idle
     if timeout is not None:
         body["timeout_ms"] = int(timeout * 1000)
     if metadata:
