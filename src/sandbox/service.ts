@@ -141,7 +141,7 @@ export class SandboxService {
   private running(id: string): Sandbox & { vm: QemuVm; agent: AgentClient } {
     const s = this.get(id);
     if (s.state !== "running" || !s.vm || !s.agent) {
-      const why = s.state === "paused" ? "paused; resume it first" : (s.exitReason ?? s.state);
+      const why = s.state === "paused" || s.branching ? "paused; resume it first" : (s.exitReason ?? s.state);
       throw new ForkdError("conflict", `sandbox ${id} is not running (${why})`, { id, state: s.state });
     }
     return s as Sandbox & { vm: QemuVm; agent: AgentClient };
@@ -428,10 +428,12 @@ export class SandboxService {
         throw e;
       }
       const disk = await vm.diskTop();
-      // From here the sandbox is paused: its VMM quitting is not an exit.
-      s.state = "paused";
+      // Detached from here: its VMM quitting is not an exit (onExit only acts on the current vm).
+      const plain: Sandbox = s;
+      plain.agent?.close();
+      plain.vm = null;
+      plain.agent = null;
       s.commands.clear();
-      s.agent.close();
       await capture.written;
       await vm.stop(); // quit: flushes and closes its disk
       await run(this.o.memsnap, ["apply", base, diff, join(dir, "memory")], { timeoutMs: 600_000 });
@@ -445,9 +447,7 @@ export class SandboxService {
       };
       s.record = { ...s.record, paused };
       await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
-      const plain: Sandbox = s;
-      plain.vm = null;
-      plain.agent = null;
+      s.state = "paused";
       // The previous paused image (if it was resumed from one) is no longer mapped by anyone.
       if (s.record.memoryFile && s.record.memoryFile !== paused.memory) {
         await rm(join(s.record.memoryFile, ".."), { recursive: true, force: true });
@@ -455,9 +455,10 @@ export class SandboxService {
       this.o.log.info("sandbox paused", { id });
       return viewOf(s);
     } catch (e) {
-      if (s.state === "paused" && s.vm) {
+      if ((s as Sandbox).vm === null) {
         // It was stopped but not saved: it cannot come back.
-        await this.retire(s, `pause failed: ${errorMessage(e)}`, true);
+        await vm.kill().catch(() => undefined);
+        await this.retire(s, `pause failed: ${errorMessage(e)}`, false);
       } else {
         await rm(dir, { recursive: true, force: true });
       }
@@ -470,11 +471,11 @@ export class SandboxService {
   /** Resumes a paused sandbox: same id, same files and processes, a corrected clock. */
   async resume(id: string): Promise<SandboxView> {
     const s = this.get(id);
+    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being paused or resumed`, { id });
     const p = s.record.paused;
     if (s.state !== "paused" || !p) {
       throw new ForkdError("conflict", `sandbox ${id} is not paused (${s.state})`, { id, state: s.state });
     }
-    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being paused or resumed`, { id });
     s.branching = true;
     let vm: QemuVm | null = null;
     try {

@@ -1,5 +1,6 @@
 /** Host processes: running tools with a deadline, and identifying processes we did not spawn. */
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { ForkdError } from "./errors.js";
 
@@ -66,12 +67,19 @@ export async function processCmdline(pid: number): Promise<string[]> {
   }
 }
 
+/** Whether `pid` runs (a zombie waiting to be reaped does not: it has exited). */
 export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state !== "Z" && state !== "X";
+  } catch {
+    return false;
   }
 }
 
