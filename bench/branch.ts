@@ -10,15 +10,11 @@
  * - spawn time against chain depth 1..--depth (a branch of a child of a branch of ...), first
  *   and later spawns of each tag.
  */
-import { spawn } from "node:child_process";
-import type { ChildProcess } from "node:child_process";
-import { mkdtemp, open, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { apiRequest } from "../src/client/http.js";
-import type { Endpoint } from "../src/client/http.js";
-import { REPO_DIR } from "../src/host/paths.js";
+import { startDaemon } from "./daemon.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -52,14 +48,8 @@ interface BranchOut {
 
 async function main(): Promise<void> {
   const dataDir = await mkdtemp(join(tmpdir(), "forkd-bench-branch-"));
-  const ep: Endpoint = { socket: join(dataDir, "forkd.sock") };
-  const logFile = await open(join(dataDir, "daemon.log"), "a");
-  const daemon: ChildProcess = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
-    env: { ...process.env, FORKD_DATA_DIR: dataDir, FORKD_POOL_SIZE: "0" },
-    stdio: ["ignore", logFile.fd, logFile.fd],
-  });
-  await logFile.close();
-  const api = <T>(m: string, p: string, b?: unknown) => apiRequest<T>(ep, m, p, b, 1_800_000);
+  let daemon = await startDaemon(dataDir, { FORKD_POOL_SIZE: "0" });
+  const api = <T>(m: string, p: string, b?: unknown) => daemon.api<T>(m, p, b);
   const fork = async (tag: string) => {
     const t0 = performance.now();
     const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", {
@@ -74,15 +64,6 @@ async function main(): Promise<void> {
   const py = (id: string, code: string) =>
     api<{ ok: boolean; error: unknown }>("POST", `/v1/sandboxes/${id}/eval`, { code, timeout_ms: 1_200_000 });
   try {
-    for (let i = 0; ; i++) {
-      try {
-        await api("GET", "/v1/health");
-        break;
-      } catch (e) {
-        if (i > 300) throw e;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
     const health = await api<{ accel: string; accel_reason: string }>("GET", "/v1/health");
     log(`accelerator: ${health.accel} (${health.accel_reason})`);
     log(`snapshot: ${MEMORY} MiB guest`);
@@ -94,7 +75,7 @@ async function main(): Promise<void> {
     for (const mib of DIRTY) {
       const src = await fork("base");
       log(`dirty ${mib} MiB: writing it in the guest`);
-      const w = await py(src.id, `blob = bytearray(os.urandom(${mib} << 20))`);
+      const w = await py(src.id, `blob = os.urandom(${mib} << 20)`);
       if (!w.ok) throw new Error(`could not dirty ${mib} MiB: ${JSON.stringify(w.error)}`);
       const pauses: number[] = [];
       const totals: number[] = [];
@@ -143,39 +124,19 @@ async function main(): Promise<void> {
       tags.push(tag);
     }
     // Restart the daemon so every tag's first spawn verifies it from scratch.
-    daemon.kill("SIGTERM");
-    await new Promise((r) => daemon.once("exit", r));
-    const logFile2 = await open(join(dataDir, "daemon.log"), "a");
-    const daemon2 = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
-      env: { ...process.env, FORKD_DATA_DIR: dataDir, FORKD_POOL_SIZE: "0" },
-      stdio: ["ignore", logFile2.fd, logFile2.fd],
-    });
-    await logFile2.close();
-    try {
-      for (let i = 0; ; i++) {
-        try {
-          await api("GET", "/v1/health");
-          break;
-        } catch (e) {
-          if (i > 300) throw e;
-          await new Promise((r) => setTimeout(r, 100));
-        }
+    await daemon.stop();
+    daemon = await startDaemon(dataDir, { FORKD_POOL_SIZE: "0" });
+    for (const [i, t] of tags.entries()) {
+      const f1 = await fork(t);
+      await kill(f1.id);
+      const ms: number[] = [];
+      for (let k = 0; k < 3; k++) {
+        const f = await fork(t);
+        ms.push(f.ms);
+        await kill(f.id);
       }
-      for (const [i, t] of tags.entries()) {
-        const f1 = await fork(t);
-        await kill(f1.id);
-        const ms: number[] = [];
-        for (let k = 0; k < 3; k++) {
-          const f = await fork(t);
-          ms.push(f.ms);
-          await kill(f.id);
-        }
-        chain.push({ depth: i + 1, firstMs: r1(f1.ms), laterP50: r1(pct(ms, 50)) });
-        log(`  depth ${i + 1}: first ${r1(f1.ms)} ms, later p50 ${r1(pct(ms, 50))} ms`);
-      }
-    } finally {
-      daemon2.kill("SIGTERM");
-      await new Promise((r) => daemon2.once("exit", r));
+      chain.push({ depth: i + 1, firstMs: r1(f1.ms), laterP50: r1(pct(ms, 50)) });
+      log(`  depth ${i + 1}: first ${r1(f1.ms)} ms, later p50 ${r1(pct(ms, 50))} ms`);
     }
 
     const result = {
@@ -202,7 +163,7 @@ async function main(): Promise<void> {
     console.log("\n" + JSON.stringify(result));
     if (args["json-out"]) await writeFile(args["json-out"], JSON.stringify(result, null, 2) + "\n");
   } finally {
-    if (daemon.exitCode === null) daemon.kill("SIGTERM");
+    await daemon.stop();
     await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
   }
 }

@@ -20,6 +20,7 @@ import type { SnapshotMeta } from "../snapshot/meta.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since } from "../util/time.js";
+import { run } from "../util/proc.js";
 import type { Sandbox } from "./sandbox.js";
 
 const exec = promisify(execFile);
@@ -114,6 +115,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
 
     const args = {
       source,
+      frozenIsFirst: frozen === join(s.dir, "disk.qcow2"),
       base: memoryFileOf(s, source),
       staging,
       frozen,
@@ -146,6 +148,8 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
 
 interface FinishArgs {
   source: Snapshot;
+  /** The frozen layer is the source's first (its backing file is the snapshot's disk). */
+  frozenIsFirst: boolean;
   /** The memory file the source maps (its snapshot's, or its own after a resume). */
   base: string;
   staging: string;
@@ -166,11 +170,36 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     disk: join(a.staging, "disk.qcow2"),
     childDisk: join(a.staging, "child.qcow2"),
   };
-  // The frozen layer is immutable from now on (the source writes to its new top): share it.
-  await link(a.frozen, files.disk).catch(async (e: NodeJS.ErrnoException) => {
-    if (e.code !== "EXDEV") throw e;
-    await copyFile(a.frozen, files.disk);
-  });
+  if (a.frozenIsFirst) {
+    // The source's first layer (over its snapshot's disk), immutable from now on: share it.
+    await link(a.frozen, files.disk).catch(async (e: NodeJS.ErrnoException) => {
+      if (e.code !== "EXDEV") throw e;
+      await copyFile(a.frozen, files.disk);
+    });
+  } else {
+    // After earlier branches (or a pause) the source's disk is a chain of layers in its own
+    // directory, which goes when it does: convert them into one layer over the snapshot's disk.
+    // (Never rebase the frozen file in place: the running source reads it as a backing file.)
+    await run(
+      "qemu-img",
+      [
+        "convert",
+        "-U",
+        "-q",
+        "-O",
+        "qcow2",
+        "-o",
+        "lazy_refcounts=on",
+        "-B",
+        a.source.files.disk,
+        "-F",
+        "qcow2",
+        a.frozen,
+        files.disk,
+      ],
+      { timeoutMs: 3_600_000 },
+    );
+  }
   await exec(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeout: 600_000 });
   await rm(a.diff, { force: true });
   const [memory, vmstate, disk] = await Promise.all([

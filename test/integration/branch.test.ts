@@ -4,18 +4,19 @@
  * the source keeps running unaffected; repeated branches work; a half-written branch is never
  * forked or listed ready, also across a daemon crash.
  */
-import { after, before, test } from "node:test";
+import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { ApiError } from "../../src/client/http.js";
 import { isAlive } from "../../src/util/proc.js";
 import { checkedRequest } from "../helpers/contract.js";
+import { steps } from "../helpers/steps.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
 let d: TestDaemon;
-let failed = false;
+const { step, failed } = steps();
 let src = "";
 let grandkids: string[] = [];
 let blobHash = "";
@@ -59,18 +60,8 @@ before(async () => {
 });
 
 after(async () => {
-  await d.destroy(failed);
+  await d.destroy(failed());
 });
-
-const step = (name: string, fn: () => Promise<void>): void =>
-  void test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      failed = true;
-      throw e;
-    }
-  });
 
 step("a source child changes its memory, disk and processes", async () => {
   await api(
@@ -350,4 +341,17 @@ step("an idle timeout can pause instead of kill", async () => {
   await api("POST", `/v1/sandboxes/${id}/resume`);
   assert.equal(await sh(id, "cat /root/idle.txt"), "idle\n");
   await api("DELETE", `/v1/sandboxes/${id}`);
+});
+
+step("branches outlive their source: later branches' disks do not lean on its directory", async () => {
+  await api("DELETE", `/v1/sandboxes/${src}`);
+  for (const [tag, want] of [
+    ["b6", "round6\n"],
+    ["after-resume", "before-pause\n"],
+  ] as const) {
+    const [g] = await fork(tag, 1);
+    assert.ok(g, `fork of ${tag}`);
+    assert.equal(await sh(g, "cat /root/state.txt"), want);
+    await api("DELETE", `/v1/sandboxes/${g}`);
+  }
 });

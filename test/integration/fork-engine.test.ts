@@ -3,7 +3,7 @@
  * ten children, and prove inheritance, isolation, identity, streaming, files, failure
  * containment, daemon restart and bad input — all through the daemon's API and CLI.
  */
-import { after, before, test } from "node:test";
+import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
@@ -12,6 +12,7 @@ import { checkResponse, rawRequest, readAll, ApiError } from "../../src/client/h
 import { sha256File } from "../../src/snapshot/meta.js";
 import { pidsReferencing } from "../../src/util/proc.js";
 import { checkedRequest } from "../helpers/contract.js";
+import { steps } from "../helpers/steps.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
@@ -19,7 +20,7 @@ const TAG = "itest";
 const N = 10;
 let d: TestDaemon;
 let ids: string[] = [];
-let failed = false;
+const { step, failed } = steps();
 
 interface ExecOut {
   exit_code: number | null;
@@ -54,18 +55,8 @@ before(async () => {
 });
 
 after(async () => {
-  await d.destroy(failed);
+  await d.destroy(failed());
 });
-
-const step = (name: string, fn: () => Promise<void>): void =>
-  void test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      failed = true;
-      throw e;
-    }
-  });
 
 step("snapshot a warmed python parent through the CLI", async () => {
   const r = await cli(d, [

@@ -2,7 +2,7 @@
  * The MCP server driven by a real MCP client (the official SDK's), over stdio and over
  * streamable HTTP, against a real daemon and real VMs.
  */
-import { after, before, test } from "node:test";
+import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
@@ -11,6 +11,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { REPO_DIR } from "../../src/host/paths.js";
+import { steps } from "../helpers/steps.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
@@ -33,7 +34,7 @@ const TOOLS = [
 let d: TestDaemon;
 let client: Client;
 let http: ChildProcess | null = null;
-let failed = false;
+const { step, failed } = steps();
 let ids: string[] = [];
 
 interface ToolResult {
@@ -69,18 +70,8 @@ before(async () => {
 after(async () => {
   await client.close().catch(() => undefined);
   http?.kill();
-  await d.destroy(failed);
+  await d.destroy(failed());
 });
-
-const step = (name: string, fn: () => Promise<void>): void =>
-  void test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      failed = true;
-      throw e;
-    }
-  });
 
 step("lists its tools with input schemas", async () => {
   const { tools } = await client.listTools();

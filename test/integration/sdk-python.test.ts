@@ -3,15 +3,16 @@
  * integration suite (sdk/python/tests) and E2B's quick start with only the import changed, both
  * against a real daemon and real VMs.
  */
-import { after, before, test } from "node:test";
+import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { cp, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_DIR } from "../../src/host/paths.js";
 import { checkedRequest } from "../helpers/contract.js";
+import { steps } from "../helpers/steps.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
@@ -19,7 +20,7 @@ const SNAP = "py-sdk";
 const PYTHON = existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
 let d: TestDaemon;
 let venv: string;
-let failed = false;
+const { step, failed } = steps();
 
 function run(
   cmd: string,
@@ -48,19 +49,9 @@ before(async () => {
 });
 
 after(async () => {
-  await d.destroy(failed);
+  await d.destroy(failed());
   await rm(venv, { recursive: true, force: true });
 });
-
-const step = (name: string, fn: () => Promise<void>): void =>
-  void test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      failed = true;
-      throw e;
-    }
-  });
 
 const sdkEnv = () => ({
   ...process.env,
@@ -73,7 +64,10 @@ const sdkEnv = () => ({
 step("pip install ./sdk/python into a fresh venv", async () => {
   const mk = await run(PYTHON, ["-m", "venv", venv]);
   assert.equal(mk.code, 0, mk.stderr);
-  const pip = await run(join(venv, "bin", "pip"), ["install", "--quiet", "./sdk/python"]);
+  // From a copy: setuptools builds in the source tree (build/, *.egg-info), which must stay clean.
+  const copy = join(venv, "src");
+  await cp(join(REPO_DIR, "sdk"), join(copy, "sdk"), { recursive: true });
+  const pip = await run(join(venv, "bin", "pip"), ["install", "--quiet", "./sdk/python"], { cwd: copy });
   assert.equal(pip.code, 0, pip.stdout + pip.stderr);
   const where = await run(join(venv, "bin", "python"), ["-c", "import forkd; print(forkd.__file__)"], {
     cwd: venv,

@@ -3,15 +3,16 @@
  * (`@forkd/sdk`, built from sdk/typescript). The daemon is found through FORKD_SOCKET, as an E2B
  * program that only changed its import would find it.
  */
-import { after, before, test } from "node:test";
+import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { CommandExitError, Controller, InvalidArgumentError, NotFoundError, Sandbox, fork } from "@forkd/sdk";
+import { steps } from "../helpers/steps.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
 let d: TestDaemon;
-let failed = false;
+const { step, failed } = steps();
 let sb: Sandbox;
 const WARM = "sdk-warm";
 
@@ -23,18 +24,8 @@ before(async () => {
 });
 
 after(async () => {
-  await d.destroy(failed);
+  await d.destroy(failed());
 });
-
-const step = (name: string, fn: () => Promise<void>): void =>
-  void test(name, async () => {
-    try {
-      await fn();
-    } catch (e) {
-      failed = true;
-      throw e;
-    }
-  });
 
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
