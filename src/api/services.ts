@@ -9,7 +9,14 @@ export interface Services {
   sandboxes: SandboxService;
   snapshotDeps: SnapshotDeps;
   log: Logger;
-  info: { version: string; accel: AccelChoice; qemu: { binary: string; version: string }; startedAt: string };
+  info: {
+    version: string;
+    accel: AccelChoice;
+    qemu: { binary: string; version: string };
+    startedAt: string;
+    /** Guest images live in <cacheDir>/images (unpack installs packed ones there). */
+    cacheDir: string;
+  };
   /** Bearer token required on every request except /v1/health (TCP listeners). */
   token?: string;
 }

@@ -6,7 +6,8 @@
 import { createReadStream, createWriteStream } from "node:fs";
 import { pipeline } from "node:stream/promises";
 import { Command } from "commander";
-import { ApiError, apiRequest, checkResponse, rawRequest, readNdjson } from "../client/http.js";
+import { ApiError, apiRequest, checkResponse, rawRequest, readAll, readNdjson } from "../client/http.js";
+import { rename, rm, stat } from "node:fs/promises";
 import type { Endpoint } from "../client/http.js";
 import { defaultPaths } from "../host/paths.js";
 import { VERSION } from "../version.js";
@@ -389,6 +390,45 @@ for (const [verb, what] of [
       }
     });
 }
+
+program
+  .command("pack")
+  .description(
+    "write a snapshot (its chain, disk layers and guest image) to a file that restores on another host",
+  )
+  .argument("<tag>")
+  .requiredOption("-o, --output <file>", "the pack file to write")
+  .action(async (tag: string, o: { output: string }) => {
+    await ensureDaemon(paths, endpoint, say);
+    const res = await checkResponse(
+      await rawRequest(endpoint, "GET", `/v1/snapshots/${encodeURIComponent(tag)}/pack`),
+    );
+    const tmp = `${o.output}.partial-${process.pid}`;
+    try {
+      await pipeline(res, createWriteStream(tmp, { flags: "wx" }));
+      await rename(tmp, o.output);
+    } catch (e) {
+      await rm(tmp, { force: true });
+      throw e;
+    }
+    say(`forkd: wrote ${o.output} (${((await stat(o.output)).size / 2 ** 20).toFixed(1)} MiB)`);
+  });
+
+program
+  .command("unpack")
+  .description("register the snapshot in a pack file (verified first; all or nothing)")
+  .argument("<file>")
+  .action(async (file: string) => {
+    await ensureDaemon(paths, endpoint, say);
+    await stat(file); // a missing file is the user's error, before any request
+    const res = await checkResponse(
+      await rawRequest(endpoint, "POST", "/v1/snapshots/unpack", createReadStream(file), 0, {
+        "content-type": "application/octet-stream",
+      }),
+    );
+    const r = JSON.parse((await readAll(res)).toString("utf8")) as { tag: string; published: string[] };
+    console.log(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`);
+  });
 
 program
   .command("branch")

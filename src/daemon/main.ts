@@ -95,6 +95,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       accel,
       qemu: { binary: qemu, version: qemuVer },
       startedAt: new Date().toISOString(),
+      cacheDir: paths.cacheDir,
     },
   };
   const servers: Server[] = [];

@@ -33,7 +33,13 @@ export async function testServices(
       qemuVersion: "0",
       runDir: join(dir, "run"),
     },
-    info: { version: "test", accel, qemu: { binary: "/bin/false", version: "0" }, startedAt: "" },
+    info: {
+      version: "test",
+      accel,
+      qemu: { binary: "/bin/false", version: "0" },
+      startedAt: "",
+      cacheDir: dir,
+    },
   };
   return {
     services,

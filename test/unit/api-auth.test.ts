@@ -23,7 +23,13 @@ test("bearer token: missing or wrong is 401 with the envelope, right is served, 
     sandboxes: new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet }),
     log: quiet,
     snapshotDeps: { store, driver, images: new ImageBuilder(dir, dir), accel, qemuVersion: "0", runDir: dir },
-    info: { version: "test", accel, qemu: { binary: "/bin/false", version: "0" }, startedAt: "" },
+    info: {
+      version: "test",
+      accel,
+      qemu: { binary: "/bin/false", version: "0" },
+      startedAt: "",
+      cacheDir: dir,
+    },
     token: TOKEN,
   });
   const get = (path: string, auth?: string) =>

@@ -106,6 +106,25 @@ export const ROUTES: RouteSpec[] = [
     responses: { 201: json(S.Snapshot) },
   },
   {
+    operationId: "packSnapshot",
+    method: "get",
+    path: "/v1/snapshots/{tag}/pack",
+    summary:
+      "The snapshot as a pack (tar + zstd): its chain, disk layers and guest image, with a manifest of sha256 sums",
+    tag: "snapshots",
+    responses: { 200: bytes },
+  },
+  {
+    operationId: "unpackSnapshot",
+    method: "post",
+    path: "/v1/snapshots/unpack",
+    summary:
+      "Register the snapshot in a pack (the body): verified before anything is registered; all or nothing",
+    tag: "snapshots",
+    body: bytes,
+    responses: { 201: json(S.Unpacked) },
+  },
+  {
     operationId: "deleteSnapshot",
     method: "delete",
     path: "/v1/snapshots/{tag}",

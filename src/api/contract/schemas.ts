@@ -211,6 +211,16 @@ export const DeleteSnapshotQuery = z.object({
   force: z.enum(["0", "1", "true", "false"]).optional(),
 });
 
+export const Unpacked = named(
+  z.object({
+    tag: z.string().describe("The pack's snapshot"),
+    published: z
+      .array(z.string())
+      .describe("Tags registered by this unpack (a shared base already here is not)"),
+  }),
+  "Unpacked",
+);
+
 export const Compact = named(
   z.strictObject({ tag: Tag.describe("Tag of the new, flattened snapshot") }),
   "Compact",

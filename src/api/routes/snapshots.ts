@@ -5,6 +5,9 @@ import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, truthy } from "../contract/schemas.js";
 import { compactSnapshot, descendants, flattenInPlace } from "../../snapshot/chain.js";
+import { packSnapshot, unpackSnapshot } from "../../snapshot/pack.js";
+import { join } from "node:path";
+import { PassThrough, Readable } from "node:stream";
 import { parseBody, parseQuery } from "../parse.js";
 import { toEnvelope } from "../errors.js";
 
@@ -70,6 +73,33 @@ export function snapshotRoutes(s: Services): Hono {
   });
 
   app.get("/:tag/info", async (c) => c.json(await s.store.info(assertTag(c.req.param("tag")))));
+
+  app.get("/:tag/pack", async (c) => {
+    const tag = assertTag(c.req.param("tag"));
+    await s.store.get(tag); // 404 / corrupt before the stream starts
+    const out = new PassThrough();
+    packSnapshot(s.store, tag, out).catch((e: unknown) => {
+      s.log.warn("pack failed", { tag, error: String(e) });
+      out.destroy(e instanceof Error ? e : new Error(String(e)));
+    });
+    return new Response(Readable.toWeb(out) as ReadableStream, {
+      status: 200,
+      headers: {
+        "content-type": "application/zstd",
+        "content-disposition": `attachment; filename="${tag}.forkd.tar.zst"`,
+      },
+    });
+  });
+
+  app.post("/unpack", async (c) => {
+    const body = c.req.raw.body;
+    if (!body) throw new ForkdError("invalid_argument", "the request body must be a pack");
+    const r = await unpackSnapshot(
+      { store: s.store, imagesDir: join(s.info.cacheDir, "images"), accel: s.info.accel.accel },
+      Readable.fromWeb(body),
+    );
+    return c.json(r, 201);
+  });
 
   app.post("/:tag/compact", async (c) => {
     const tag = assertTag(c.req.param("tag"));

@@ -1,0 +1,323 @@
+/**
+ * Packs: a snapshot (with every ancestor of its chain and the guest image it needs) as one
+ * zstd-compressed tar that restores on another host with nothing else.
+ *
+ *   manifest.json              {format, tag, chain (root first), image, files: {path: {size, sha256}}}
+ *   image/                     vmlinuz, initrd.img, rootfs.ext4, manifest.json (the guest image)
+ *   snapshots/<tag>/           meta.json, memory, vmstate, disk.qcow2 for every tag of the chain
+ *
+ * Unpacking refuses anything but plain files and directories at the expected paths, checks
+ * every file's size and sha256 before registering anything, rewrites the disk layers' backing
+ * paths and the image path for this host, and publishes the chain root first; if any step
+ * fails, what it published is removed again.
+ */
+import { spawn } from "node:child_process";
+import { createWriteStream } from "node:fs";
+import { copyFile, link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { join, relative } from "node:path";
+import { pipeline } from "node:stream/promises";
+import type { Readable } from "node:stream";
+import { z } from "zod";
+import { createOverlay } from "../disk/overlay.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
+import { isValidTag } from "../util/ids.js";
+import { run } from "../util/proc.js";
+import { SnapshotMetaSchema, sha256File, writeMeta } from "./meta.js";
+import type { SnapshotMeta } from "./meta.js";
+import type { SnapshotStore } from "./store.js";
+
+export const PACK_FORMAT = "forkd-pack/1";
+/** The guest image's files; its manifest.json is what marks an image directory complete. */
+const IMAGE_FILES = ["vmlinuz", "initrd.img", "rootfs.ext4", "manifest.json"] as const;
+const SNAPSHOT_FILES = ["meta.json", "memory", "vmstate", "disk.qcow2"] as const;
+const MAX_ENTRIES = 4096;
+
+const FileSum = z.object({
+  size: z.number().int().nonnegative(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
+const Manifest = z.strictObject({
+  format: z.literal(PACK_FORMAT),
+  created: z.string(),
+  tag: z.string(),
+  chain: z.array(z.string()).min(1).max(64),
+  image: z.object({
+    hash: z.string().regex(/^[0-9a-f]{64}$/),
+    template: z.string(),
+    kernelVersion: z.string(),
+  }),
+  files: z.record(z.string(), FileSum),
+});
+type Manifest = z.infer<typeof Manifest>;
+
+async function linkOrCopy(from: string, to: string): Promise<void> {
+  await link(from, to).catch(async (e: NodeJS.ErrnoException) => {
+    if (e.code !== "EXDEV") throw e;
+    await copyFile(from, to);
+  });
+}
+
+/** The chain of `tag`, root first. */
+async function chainOf(store: SnapshotStore, tag: string): Promise<SnapshotMeta[]> {
+  const out: SnapshotMeta[] = [];
+  for (let t: string | undefined = tag; t;) {
+    const m: SnapshotMeta = (await store.get(t)).meta;
+    out.unshift(m);
+    if (out.length > 64) throw new ForkdError("snapshot_corrupt", `chain of ${tag} is deeper than 64`);
+    t = m.parent?.tag;
+  }
+  return out;
+}
+
+/**
+ * Lays out `tag`'s pack in `dir` (hard links, no copies where the filesystem allows) and
+ * returns the manifest; the caller tars `dir`.
+ */
+export async function stagePack(store: SnapshotStore, tag: string, dir: string): Promise<Manifest> {
+  const chain = await chainOf(store, tag);
+  const root = chain[0] as SnapshotMeta;
+  const files: Manifest["files"] = {};
+  await mkdir(join(dir, "image"), { recursive: true });
+  for (const f of IMAGE_FILES) {
+    const to = join(dir, "image", f);
+    await linkOrCopy(join(root.image.dir, f), to);
+    files[`image/${f}`] = await sha256File(to);
+  }
+  for (const m of chain) {
+    if (m.image.hash !== root.image.hash) {
+      throw new ForkdError("snapshot_corrupt", `chain of ${tag} mixes guest images`);
+    }
+    const src = store.filesFor(m.tag);
+    const d = join(dir, "snapshots", m.tag);
+    await mkdir(d, { recursive: true });
+    for (const f of SNAPSHOT_FILES) await linkOrCopy(join(src.dir, f), join(d, f));
+    files[`snapshots/${m.tag}/memory`] = m.files.memory;
+    files[`snapshots/${m.tag}/vmstate`] = m.files.vmstate;
+    files[`snapshots/${m.tag}/disk.qcow2`] = m.files.disk;
+    files[`snapshots/${m.tag}/meta.json`] = await sha256File(join(d, "meta.json"));
+  }
+  const manifest: Manifest = {
+    format: PACK_FORMAT,
+    created: new Date().toISOString(),
+    tag,
+    chain: chain.map((m) => m.tag),
+    image: { hash: root.image.hash, template: root.template, kernelVersion: root.image.kernelVersion },
+    files,
+  };
+  await writeFile(join(dir, "manifest.json"), JSON.stringify(manifest, null, 2));
+  return manifest;
+}
+
+/** Streams `tag`'s pack (tar + zstd) into `out`. */
+export async function packSnapshot(
+  store: SnapshotStore,
+  tag: string,
+  out: NodeJS.WritableStream,
+): Promise<void> {
+  const dir = store.stagingDir(`pack-${tag}-${Date.now().toString(36)}`);
+  try {
+    await stagePack(store, tag, dir);
+    const tar = spawn("tar", ["--zstd", "--sparse", "-cf", "-", "-C", dir, "."], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let err = "";
+    tar.stderr.on("data", (c: Buffer) => (err += c.toString()));
+    const exited = new Promise<number | null>((r) => tar.once("close", r));
+    await pipeline(tar.stdout, out);
+    if ((await exited) !== 0) throw new ForkdError("internal", `tar failed: ${err.trim()}`);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Checks a tar listing: only plain files and directories, only where a pack has them. */
+export function checkListing(listing: string): void {
+  const lines = listing.split("\n").filter((l) => l.length > 0);
+  if (lines.length > MAX_ENTRIES) throw new ForkdError("invalid_argument", "pack has too many entries");
+  for (const line of lines) {
+    const type = line[0];
+    // `tar -tv`: "-rw-r--r-- root/root 123 2026-01-01 00:00 ./path"
+    const name = line.split(/\s+/).slice(5).join(" ");
+    if (type !== "-" && type !== "d") {
+      throw new ForkdError(
+        "invalid_argument",
+        `pack entry ${JSON.stringify(name)} is not a plain file or directory`,
+      );
+    }
+    const p = name.replace(/^\.\//, "").replace(/\/$/, "");
+    if (p === "" || p === ".") continue;
+    const parts = p.split("/");
+    if (p.startsWith("/") || parts.some((x) => x === ".." || x === "." || x === "")) {
+      throw new ForkdError("invalid_argument", `pack entry ${JSON.stringify(name)} escapes the pack`);
+    }
+    const ok =
+      p === "manifest.json" ||
+      p === "image" ||
+      (parts[0] === "image" &&
+        parts.length === 2 &&
+        (IMAGE_FILES as readonly string[]).includes(parts[1] ?? "")) ||
+      p === "snapshots" ||
+      (parts[0] === "snapshots" && parts.length === 2 && isValidTag(parts[1])) ||
+      (parts[0] === "snapshots" &&
+        parts.length === 3 &&
+        isValidTag(parts[1]) &&
+        (SNAPSHOT_FILES as readonly string[]).includes(parts[2] ?? ""));
+    if (!ok) throw new ForkdError("invalid_argument", `unexpected pack entry ${JSON.stringify(name)}`);
+  }
+}
+
+export interface UnpackDeps {
+  store: SnapshotStore;
+  /** Where guest images live (<cache>/images/<hash>). */
+  imagesDir: string;
+  /** This host's accelerator: a snapshot restores only into the same kind of machine. */
+  accel: "kvm" | "tcg";
+}
+
+/** Reads a pack from `input` and registers its chain. Returns the tags published. */
+export async function unpackSnapshot(
+  deps: UnpackDeps,
+  input: Readable,
+): Promise<{ tag: string; published: string[] }> {
+  const { store } = deps;
+  const dir = store.stagingDir(`unpack-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`);
+  const archive = `${dir}.tar.zst`;
+  const published: string[] = [];
+  try {
+    await mkdir(dir, { mode: 0o700 });
+    await pipeline(input, createWriteStream(archive, { mode: 0o600 }));
+    const { stdout: listing } = await run("tar", ["--zstd", "-tvf", archive], { timeoutMs: 600_000 }).catch(
+      (e: unknown) => {
+        throw new ForkdError("invalid_argument", `not a readable pack: ${errorMessage(e)}`);
+      },
+    );
+    checkListing(listing);
+    await run("tar", ["--zstd", "-xf", archive, "-C", dir, "--no-same-owner", "--no-same-permissions"], {
+      timeoutMs: 3_600_000,
+    });
+    await rm(archive, { force: true });
+
+    let manifest: Manifest;
+    try {
+      manifest = Manifest.parse(JSON.parse(await readFile(join(dir, "manifest.json"), "utf8")));
+    } catch (e) {
+      throw new ForkdError("invalid_argument", `pack manifest is missing or invalid: ${errorMessage(e)}`);
+    }
+    // Every file the manifest names, with its size and hash; nothing else.
+    const present = await listFiles(dir);
+    const expected = new Set([...Object.keys(manifest.files), "manifest.json"]);
+    for (const f of present) {
+      if (!expected.has(f))
+        throw new ForkdError("invalid_argument", `pack has a file its manifest does not list: ${f}`);
+    }
+    for (const [f, sum] of Object.entries(manifest.files)) {
+      const got = await sha256File(join(dir, f)).catch(() => null);
+      if (!got || got.size !== sum.size || got.sha256 !== sum.sha256) {
+        throw new ForkdError("invalid_argument", `pack file ${f} does not match its checksum`, { file: f });
+      }
+    }
+    const metas: SnapshotMeta[] = [];
+    for (const t of manifest.chain) {
+      if (!isValidTag(t)) throw new ForkdError("invalid_argument", `bad tag in pack: ${JSON.stringify(t)}`);
+      const m = SnapshotMetaSchema.parse(
+        JSON.parse(await readFile(join(dir, "snapshots", t, "meta.json"), "utf8")),
+      );
+      if (m.tag !== t) throw new ForkdError("invalid_argument", `pack snapshot ${t} claims tag ${m.tag}`);
+      if (m.machine.accel !== deps.accel) {
+        throw new ForkdError(
+          "invalid_argument",
+          `snapshot ${t} was made under ${m.machine.accel}; this host runs ${deps.accel}, and device state only loads into the same machine`,
+        );
+      }
+      metas.push(m);
+    }
+    if (manifest.chain[manifest.chain.length - 1] !== manifest.tag) {
+      throw new ForkdError("invalid_argument", "pack manifest: chain does not end at its tag");
+    }
+
+    // The guest image: reuse this host's copy of the same content, else install it.
+    const imageDir = join(deps.imagesDir, manifest.image.hash);
+    if (!(await exists(join(imageDir, "manifest.json")))) {
+      const tmp = `${imageDir}.unpack-${Date.now().toString(36)}`;
+      await mkdir(deps.imagesDir, { recursive: true });
+      await rename(join(dir, "image"), tmp).catch(async () => {
+        await mkdir(tmp, { recursive: true });
+        for (const f of IMAGE_FILES) await copyFile(join(dir, "image", f), join(tmp, f));
+      });
+      await rename(tmp, imageDir);
+    }
+
+    // Root first: rebase each disk layer onto this host's paths, rewrite metadata, publish.
+    let parentMeta: SnapshotMeta | null = null;
+    for (const m of metas) {
+      const src = join(dir, "snapshots", m.tag);
+      if (await store.has(m.tag)) {
+        const local = (await store.get(m.tag)).meta;
+        const same =
+          local.files.memory.sha256 === m.files.memory.sha256 &&
+          local.files.vmstate.sha256 === m.files.vmstate.sha256;
+        if (!same)
+          throw new ForkdError("conflict", `snapshot ${m.tag} already exists here with other content`, {
+            tag: m.tag,
+          });
+        parentMeta = local; // shared base: already here
+        continue;
+      }
+      const release = await store.claim(m.tag);
+      try {
+        const disk = join(src, "disk.qcow2");
+        const backing = parentMeta ? store.filesFor(parentMeta.tag).disk : join(imageDir, "rootfs.ext4");
+        await run("qemu-img", ["rebase", "-u", "-b", backing, "-F", parentMeta ? "qcow2" : "raw", disk], {
+          timeoutMs: 60_000,
+        });
+        const { checksum: _c, ...rest } = m;
+        await rm(join(src, "meta.json"));
+        const meta = await writeMeta(join(src, "meta.json"), {
+          ...rest,
+          image: { ...m.image, dir: imageDir },
+          files: { ...m.files, disk: await sha256File(disk) },
+          ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
+        });
+        await createOverlay(join(src, "child.qcow2"), {
+          backing: store.filesFor(m.tag).disk,
+          backingFormat: "qcow2",
+          sizeBytes: m.diskSize,
+          unsafe: true,
+        });
+        await store.publish(src, m.tag);
+        published.push(m.tag);
+        parentMeta = meta;
+      } finally {
+        release();
+      }
+    }
+    return { tag: manifest.tag, published };
+  } catch (e) {
+    for (const t of published.reverse()) await store.delete(t).catch(() => undefined);
+    throw e;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+    await rm(archive, { force: true });
+  }
+}
+
+async function listFiles(root: string): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (d: string) => {
+    for (const e of await readdir(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) await walk(p);
+      else if (e.isFile()) out.push(relative(root, p));
+      else throw new ForkdError("invalid_argument", `pack contains a non-regular file: ${relative(root, p)}`);
+    }
+  };
+  await walk(root);
+  return out;
+}
+
+async function exists(p: string): Promise<boolean> {
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
+}
