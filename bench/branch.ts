@@ -10,7 +10,10 @@
  * - spawn time against chain depth 1..--depth (a branch of a child of a branch of ...), first
  *   and later spawns of each tag.
  */
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createWriteStream } from "node:fs";
+import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
+import { pipeline } from "node:stream/promises";
+import { checkResponse, rawRequest } from "../src/client/http.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -139,6 +142,19 @@ async function main(): Promise<void> {
       log(`  depth ${i + 1}: first ${r1(f1.ms)} ms, later p50 ${r1(pct(ms, 50))} ms`);
     }
 
+    // Pack the deepest tag (its whole chain and the guest image).
+    const last = tags[tags.length - 1] ?? "base";
+    const packFile = join(dataDir, "bench.pack");
+    const tp = performance.now();
+    const res = await checkResponse(
+      await rawRequest(daemon.ep, "GET", `/v1/snapshots/${last}/pack`, undefined, 0),
+    );
+    await pipeline(res, createWriteStream(packFile));
+    const packMs = performance.now() - tp;
+    const packMiB = (await stat(packFile)).size / 2 ** 20;
+    const logical = (await api<{ logical_bytes: number }>("GET", `/v1/snapshots/${last}/info`)).logical_bytes;
+    log(`  pack of depth ${tags.length}: ${r1(packMs)} ms, ${r1(packMiB)} MiB`);
+
     const result = {
       date: new Date().toISOString(),
       accel: health.accel,
@@ -147,6 +163,12 @@ async function main(): Promise<void> {
       pauseByDirtyMiB: pause,
       forkFromBranchMs: { first: r1(first.ms), laterP50: r1(pct(later, 50)) },
       spawnByChainDepth: chain,
+      pack: {
+        depth: tags.length,
+        ms: r1(packMs),
+        mib: r1(packMiB),
+        logicalMiBPerSnapshot: r1(logical / 2 ** 20),
+      },
     };
     console.log("\n| measure | result |\n|---|---|");
     for (const [mib, p] of Object.entries(pause)) {
@@ -157,6 +179,9 @@ async function main(): Promise<void> {
     }
     console.log(
       `| fork from a branch: first / later p50 | ${result.forkFromBranchMs.first} / ${result.forkFromBranchMs.laterP50} ms |`,
+    );
+    console.log(
+      `| pack of a depth-${tags.length} chain (${tags.length + 1} snapshots of ${MEMORY} MiB + image): time / size | ${result.pack.ms} ms / ${result.pack.mib} MiB |`,
     );
     for (const c of chain)
       console.log(`| spawn at chain depth ${c.depth}: first / later p50 | ${c.firstMs} / ${c.laterP50} ms |`);
