@@ -51,3 +51,39 @@ export async function virtualSize(path: string): Promise<number> {
   const { stdout } = await run("qemu-img", ["info", "-U", "--output=json", path], { timeoutMs: 30_000 });
   return (JSON.parse(stdout) as { "virtual-size": number })["virtual-size"];
 }
+
+/**
+ * Writes `out`: the disk chain whose top layer is `top`, flattened into one qcow2 layer over
+ * `base` (which must be somewhere below `top` in its chain). Reads images VMs may hold open
+ * (`-U`); never modifies them.
+ */
+export async function flattenLayers(
+  top: string,
+  base: { path: string; format: "raw" | "qcow2" },
+  out: string,
+): Promise<void> {
+  await run(
+    "qemu-img",
+    [
+      "convert",
+      "-U",
+      "-q",
+      "-O",
+      "qcow2",
+      "-o",
+      "lazy_refcounts=on",
+      "-B",
+      base.path,
+      "-F",
+      base.format,
+      top,
+      out,
+    ],
+    { timeoutMs: 3_600_000 },
+  );
+}
+
+/** Points a layer at a new backing file without reading it (the content must be the same). */
+export async function rebaseUnsafe(layer: string, backing: string, format: "raw" | "qcow2"): Promise<void> {
+  await run("qemu-img", ["rebase", "-u", "-b", backing, "-F", format, layer], { timeoutMs: 60_000 });
+}

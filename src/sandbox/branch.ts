@@ -11,16 +11,16 @@
  */
 import { execFile, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
-import { chmod, copyFile, link, mkdir, rm } from "node:fs/promises";
+import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { createOverlay } from "../disk/overlay.js";
+import { createOverlay, flattenLayers } from "../disk/overlay.js";
+import { linkOrCopy } from "../util/fs.js";
 import { sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since } from "../util/time.js";
-import { run } from "../util/proc.js";
 import type { Sandbox } from "./sandbox.js";
 
 const exec = promisify(execFile);
@@ -172,33 +172,12 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   };
   if (a.frozenIsFirst) {
     // The source's first layer (over its snapshot's disk), immutable from now on: share it.
-    await link(a.frozen, files.disk).catch(async (e: NodeJS.ErrnoException) => {
-      if (e.code !== "EXDEV") throw e;
-      await copyFile(a.frozen, files.disk);
-    });
+    await linkOrCopy(a.frozen, files.disk);
   } else {
     // After earlier branches (or a pause) the source's disk is a chain of layers in its own
-    // directory, which goes when it does: convert them into one layer over the snapshot's disk.
+    // directory, which goes when it does: flatten them into one layer over the snapshot's disk.
     // (Never rebase the frozen file in place: the running source reads it as a backing file.)
-    await run(
-      "qemu-img",
-      [
-        "convert",
-        "-U",
-        "-q",
-        "-O",
-        "qcow2",
-        "-o",
-        "lazy_refcounts=on",
-        "-B",
-        a.source.files.disk,
-        "-F",
-        "qcow2",
-        a.frozen,
-        files.disk,
-      ],
-      { timeoutMs: 3_600_000 },
-    );
+    await flattenLayers(a.frozen, { path: a.source.files.disk, format: "qcow2" }, files.disk);
   }
   await exec(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeout: 600_000 });
   await rm(a.diff, { force: true });
@@ -240,6 +219,8 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   deps.log.info("branch: snapshot ready", { tag: a.tag, finish_ms: since(t0) });
   return deps.store.get(a.tag);
 }
+
+const WRITE_TIMEOUT_MS = 10 * 60_000;
 
 export interface CaptureStats {
   pages: number;
@@ -302,7 +283,19 @@ export async function startCapture(
     throw e;
   }
   const written = (async () => {
-    const code = await exited;
+    // Writing the diff is bounded by the disk; a helper stuck longer than this is killed, so a
+    // branch never stays `writing` (and a pause never hangs) forever.
+    let timer: NodeJS.Timeout | undefined;
+    const code = await Promise.race([
+      exited,
+      new Promise<"timeout">((r) => {
+        timer = setTimeout(() => r("timeout"), WRITE_TIMEOUT_MS);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    if (code === "timeout") {
+      kill();
+      throw new ForkdError("timeout", `memory capture did not finish writing within ${WRITE_TIMEOUT_MS} ms`);
+    }
     if (code !== 0) throw await failure("write");
   })();
   written.catch(() => undefined); // awaited by the caller on success; a killed helper is expected

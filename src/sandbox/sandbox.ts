@@ -53,8 +53,8 @@ export interface Sandbox {
   lastUsed: number;
   /** API operations in flight: a sandbox in use is never idle. */
   busy: number;
-  /** A branch of it is pausing it right now (one at a time). */
-  branching: boolean;
+  /** A branch, pause or resume of it in progress (one at a time: each drives its VMM over QMP). */
+  transition: "branch" | "pause" | "resume" | null;
   commands: CommandTable;
 }
 

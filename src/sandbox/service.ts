@@ -45,6 +45,8 @@ export interface ForkOptions {
   metadata?: Record<string, string>;
 }
 
+const DOING = { branch: "branched", pause: "paused", resume: "resumed" } as const;
+
 /** Exited sandboxes stay listed (with why they exited) this long. */
 const EXITED_RETENTION_MS = 10 * 60_000;
 const SWEEP_MS = 1_000;
@@ -99,7 +101,7 @@ export class SandboxService {
     const now = Date.now();
     for (const s of [...this.live.values()]) {
       const at = expiresAt(s);
-      if (at !== null && s.busy === 0 && !s.branching && now >= at) {
+      if (at !== null && s.busy === 0 && s.transition === null && now >= at) {
         this.o.log.info("sandbox idle timeout", {
           id: s.record.id,
           timeout_ms: s.record.timeoutMs,
@@ -141,7 +143,12 @@ export class SandboxService {
   private running(id: string): Sandbox & { vm: QemuVm; agent: AgentClient } {
     const s = this.get(id);
     if (s.state !== "running" || !s.vm || !s.agent) {
-      const why = s.state === "paused" || s.branching ? "paused; resume it first" : (s.exitReason ?? s.state);
+      const why =
+        s.transition === "pause"
+          ? "being paused"
+          : s.state === "paused"
+            ? "paused; resume it first"
+            : (s.exitReason ?? s.state);
       throw new ForkdError("conflict", `sandbox ${id} is not running (${why})`, { id, state: s.state });
     }
     return s as Sandbox & { vm: QemuVm; agent: AgentClient };
@@ -195,9 +202,10 @@ export class SandboxService {
   }> {
     const s = this.running(id);
     if (!this.o.memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
-    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being branched already`, { id });
+    if (s.transition)
+      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]} already`, { id });
     const name = assertTag(tag ?? `br-${newSandboxId().slice(3, 15)}`);
-    s.branching = true;
+    s.transition = "branch";
     s.busy++;
     let started;
     try {
@@ -207,7 +215,7 @@ export class SandboxService {
         name,
       );
     } finally {
-      s.branching = false;
+      s.transition = null;
       s.busy--;
       s.lastUsed = Date.now();
     }
@@ -371,7 +379,7 @@ export class SandboxService {
       exitedAt: null,
       lastUsed: Date.now(),
       busy: 0,
-      branching: false,
+      transition: null,
       commands: new CommandTable(),
     };
     this.live.set(record.id, s);
@@ -408,8 +416,9 @@ export class SandboxService {
   async pause(id: string): Promise<SandboxView> {
     const s = this.running(id);
     if (!this.o.memsnap) throw new ForkdError("unavailable", "pausing needs native/memsnap/forkd-memsnap");
-    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being branched or paused`, { id });
-    s.branching = true;
+    if (s.transition)
+      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]} already`, { id });
+    s.transition = "pause";
     const vm = s.vm;
     const snap = await this.o.store.get(s.record.tag);
     const base = memoryFileOf(s, snap);
@@ -464,19 +473,20 @@ export class SandboxService {
       }
       throw e;
     } finally {
-      s.branching = false;
+      s.transition = null;
     }
   }
 
   /** Resumes a paused sandbox: same id, same files and processes, a corrected clock. */
   async resume(id: string): Promise<SandboxView> {
     const s = this.get(id);
-    if (s.branching) throw new ForkdError("conflict", `sandbox ${id} is being paused or resumed`, { id });
+    if (s.transition)
+      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]} already`, { id });
     const p = s.record.paused;
     if (s.state !== "paused" || !p) {
       throw new ForkdError("conflict", `sandbox ${id} is not paused (${s.state})`, { id, state: s.state });
     }
-    s.branching = true;
+    s.transition = "resume";
     let vm: QemuVm | null = null;
     try {
       vm = await this.o.driver.launch({
@@ -510,7 +520,7 @@ export class SandboxService {
       await vm?.kill().catch(() => undefined);
       throw e;
     } finally {
-      s.branching = false;
+      s.transition = null;
     }
   }
 

@@ -6,11 +6,11 @@
  * only its disk is a chain: its layer backs onto its parent's, down to the guest image's root
  * filesystem. Flattening converts the chain into one layer over that root filesystem.
  */
-import { chmod, copyFile, link, mkdir, rename, rm } from "node:fs/promises";
+import { chmod, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { createOverlay } from "../disk/overlay.js";
+import { createOverlay, flattenLayers } from "../disk/overlay.js";
+import { linkOrCopy } from "../util/fs.js";
 import { ForkdError } from "../util/errors.js";
-import { run } from "../util/proc.js";
 import { sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { Snapshot, SnapshotStore } from "./store.js";
@@ -18,34 +18,8 @@ import type { Snapshot, SnapshotStore } from "./store.js";
 const rootfsOf = (meta: SnapshotMeta): string => join(meta.image.dir, "rootfs.ext4");
 
 /** Writes `out`: the whole disk chain under `top` as one qcow2 layer over the image's rootfs. */
-async function flattenDisk(top: string, meta: SnapshotMeta, out: string): Promise<void> {
-  await run(
-    "qemu-img",
-    [
-      "convert",
-      "-U",
-      "-q",
-      "-O",
-      "qcow2",
-      "-o",
-      "lazy_refcounts=on",
-      "-B",
-      rootfsOf(meta),
-      "-F",
-      "raw",
-      top,
-      out,
-    ],
-    { timeoutMs: 3_600_000 },
-  );
-}
-
-async function linkOrCopy(from: string, to: string): Promise<void> {
-  await link(from, to).catch(async (e: NodeJS.ErrnoException) => {
-    if (e.code !== "EXDEV") throw e;
-    await copyFile(from, to);
-  });
-}
+const flattenToRootfs = (top: string, meta: SnapshotMeta, out: string): Promise<void> =>
+  flattenLayers(top, { path: rootfsOf(meta), format: "raw" }, out);
 
 /** A new base snapshot `newTag` with `tag`'s state and no parent. */
 export async function compactSnapshot(
@@ -67,7 +41,7 @@ export async function compactSnapshot(
     // Memory and device state are immutable files: share them.
     await linkOrCopy(src.files.memory, files.memory);
     await linkOrCopy(src.files.vmstate, files.vmstate);
-    await flattenDisk(src.files.disk, src.meta, files.disk);
+    await flattenToRootfs(src.files.disk, src.meta, files.disk);
     await chmod(files.disk, 0o444);
     await createOverlay(files.childDisk, {
       backing: store.filesFor(newTag).disk,
@@ -100,7 +74,7 @@ export async function flattenInPlace(store: SnapshotStore, snap: Snapshot): Prom
   if (!snap.meta.parent) return;
   const tmp = join(snap.files.dir, `.disk-flat-${Date.now().toString(36)}.qcow2`);
   try {
-    await flattenDisk(snap.files.disk, snap.meta, tmp);
+    await flattenToRootfs(snap.files.disk, snap.meta, tmp);
     await chmod(tmp, 0o444);
     const disk = await sha256File(tmp);
     const { checksum: _drop, ...rest } = snap.meta;
@@ -130,4 +104,51 @@ export async function descendants(store: SnapshotStore, tag: string): Promise<st
   };
   visit(tag, 0);
   return out;
+}
+
+export interface DeleteHooks {
+  /** Sandboxes running, paused or starting from `tag`: a snapshot in use is never deleted. */
+  inUse(tag: string): number;
+  /** Called just before `tag` goes (e.g. to drain its warm pool). */
+  beforeDelete(tag: string): Promise<void>;
+}
+
+/**
+ * Deletes `tag`. With dependents it refuses (409, store.delete) unless `cascade` (the whole
+ * subtree goes, deepest first; refused if any of it is in use) or `force` (each direct dependent
+ * is flattened in place first, so it no longer needs `tag`).
+ */
+export async function deleteSnapshot(
+  store: SnapshotStore,
+  tag: string,
+  o: { cascade: boolean; force: boolean },
+  hooks: DeleteHooks,
+): Promise<{ cascaded?: string[]; orphaned?: string[] }> {
+  if (o.cascade && o.force) throw new ForkdError("invalid_argument", "cascade and force exclude each other");
+  const below = o.cascade ? await descendants(store, tag) : [];
+  for (const t of [tag, ...below]) {
+    const users = hooks.inUse(t);
+    if (users > 0) {
+      throw new ForkdError(
+        "conflict",
+        `snapshot ${t} has ${users} running, paused or starting sandboxes; kill them first`,
+        {
+          tag: t,
+          sandboxes: users,
+        },
+      );
+    }
+  }
+  const orphaned: string[] = [];
+  if (o.force) {
+    for (const dep of await store.dependents(tag)) {
+      await flattenInPlace(store, await store.get(dep));
+      orphaned.push(dep);
+    }
+  }
+  for (const t of [...below, tag]) {
+    await hooks.beforeDelete(t);
+    await store.delete(t);
+  }
+  return { ...(o.cascade ? { cascaded: below } : {}), ...(o.force ? { orphaned } : {}) };
 }

@@ -13,12 +13,13 @@
  */
 import { spawn } from "node:child_process";
 import { createWriteStream } from "node:fs";
-import { copyFile, link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join, relative } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { Readable } from "node:stream";
 import { z } from "zod";
-import { createOverlay } from "../disk/overlay.js";
+import { createOverlay, rebaseUnsafe } from "../disk/overlay.js";
+import { exists, linkOrCopy } from "../util/fs.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isValidTag } from "../util/ids.js";
 import { run } from "../util/proc.js";
@@ -49,13 +50,6 @@ const Manifest = z.strictObject({
   files: z.record(z.string(), FileSum),
 });
 type Manifest = z.infer<typeof Manifest>;
-
-async function linkOrCopy(from: string, to: string): Promise<void> {
-  await link(from, to).catch(async (e: NodeJS.ErrnoException) => {
-    if (e.code !== "EXDEV") throw e;
-    await copyFile(from, to);
-  });
-}
 
 /** The chain of `tag`, root first. */
 async function chainOf(store: SnapshotStore, tag: string): Promise<SnapshotMeta[]> {
@@ -267,9 +261,7 @@ export async function unpackSnapshot(
       try {
         const disk = join(src, "disk.qcow2");
         const backing = parentMeta ? store.filesFor(parentMeta.tag).disk : join(imageDir, "rootfs.ext4");
-        await run("qemu-img", ["rebase", "-u", "-b", backing, "-F", parentMeta ? "qcow2" : "raw", disk], {
-          timeoutMs: 60_000,
-        });
+        await rebaseUnsafe(disk, backing, parentMeta ? "qcow2" : "raw");
         const { checksum: _c, ...rest } = m;
         await rm(join(src, "meta.json"));
         const meta = await writeMeta(join(src, "meta.json"), {
@@ -313,11 +305,4 @@ async function listFiles(root: string): Promise<string[]> {
   };
   await walk(root);
   return out;
-}
-
-async function exists(p: string): Promise<boolean> {
-  return stat(p).then(
-    () => true,
-    () => false,
-  );
 }

@@ -18,6 +18,7 @@ import { readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { ForkdError } from "../util/errors.js";
 import { fsyncDir, writeJsonAtomic } from "../util/atomic.js";
+import { exists } from "../util/fs.js";
 import { assertTag, isValidTag } from "../util/ids.js";
 import { readMeta, sha256File } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
@@ -382,13 +383,6 @@ export class SnapshotStore {
       this.busy.delete(tag);
     }
   }
-}
-
-async function exists(p: string): Promise<boolean> {
-  return stat(p).then(
-    () => true,
-    () => false,
-  );
 }
 
 async function readStagingStatus(dir: string): Promise<StagingStatus | null> {

@@ -4,7 +4,7 @@ import { assertTag } from "../../util/ids.js";
 import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, truthy } from "../contract/schemas.js";
-import { compactSnapshot, descendants, flattenInPlace } from "../../snapshot/chain.js";
+import { compactSnapshot, deleteSnapshot } from "../../snapshot/chain.js";
 import { packSnapshot, unpackSnapshot } from "../../snapshot/pack.js";
 import { join } from "node:path";
 import { PassThrough, Readable } from "node:stream";
@@ -110,39 +110,16 @@ export function snapshotRoutes(s: Services): Hono {
   app.delete("/:tag", async (c) => {
     const tag = assertTag(c.req.param("tag"));
     const q = parseQuery(c, DeleteSnapshotQuery);
-    const cascade = truthy(q.cascade);
-    const force = truthy(q.force);
-    if (cascade && force) throw new ForkdError("invalid_argument", "cascade and force exclude each other");
-    const below = cascade ? await descendants(s.store, tag) : [];
-    for (const t of [tag, ...below]) {
-      const users = s.sandboxes.countByTag(t);
-      if (users > 0) {
-        throw new ForkdError(
-          "conflict",
-          `snapshot ${t} has ${users} running or starting sandboxes; kill them first`,
-          {
-            tag: t,
-            sandboxes: users,
-          },
-        );
-      }
-    }
-    const orphaned: string[] = [];
-    if (force) {
-      for (const dep of await s.store.dependents(tag)) {
-        await flattenInPlace(s.store, await s.store.get(dep));
-        orphaned.push(dep);
-      }
-    }
-    for (const t of [...below, tag]) {
-      await s.sandboxes.forgetSnapshot(t);
-      await s.store.delete(t);
-    }
-    return c.json({
-      deleted: tag,
-      ...(cascade ? { cascaded: below } : {}),
-      ...(force ? { orphaned } : {}),
-    });
+    const r = await deleteSnapshot(
+      s.store,
+      tag,
+      { cascade: truthy(q.cascade), force: truthy(q.force) },
+      {
+        inUse: (t) => s.sandboxes.countByTag(t),
+        beforeDelete: (t) => s.sandboxes.forgetSnapshot(t),
+      },
+    );
+    return c.json({ deleted: tag, ...r });
   });
 
   return app;
