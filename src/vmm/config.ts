@@ -114,8 +114,24 @@ export function qemuArgs(l: VmLaunch): string[] {
   return args;
 }
 
+/**
+ * Whether the guest kernel keeps its CPU-vulnerability mitigations (`FORKD_GUEST_MITIGATIONS`:
+ * `on`, `off`, or `auto`). `auto` turns them off under TCG only: TCG does not execute
+ * speculatively, so Meltdown/Spectre have nothing to leak there, while KPTI's page-table switch
+ * on every system call costs a TCG TLB flush (it doubled the exec round trip, bench/RESULTS.md).
+ * Under KVM the guest runs on real hardware and keeps them.
+ */
+export function guestMitigations(accel: Accel, env: NodeJS.ProcessEnv = process.env): boolean {
+  const v = env.FORKD_GUEST_MITIGATIONS ?? "auto";
+  if (v === "on") return true;
+  if (v === "off") return false;
+  if (v !== "auto")
+    throw new Error(`FORKD_GUEST_MITIGATIONS must be on, off or auto (got ${JSON.stringify(v)})`);
+  return accel !== "tcg";
+}
+
 /** The guest kernel command line. */
-export function kernelCmdline(accel: Accel, tscKhz: number): string {
+export function kernelCmdline(accel: Accel, tscKhz: number, env: NodeJS.ProcessEnv = process.env): string {
   const parts = ["console=ttyS0", "root=/dev/vda", "rw", "quiet", "panic=-1", "random.trust_cpu=on"];
   // Under TCG the microvm guest hangs at "Marking TSC unstable" without an early TSC frequency.
   // Under TCG the guest's clocksource watchdog sees the emulated TSC skew against jiffies while
@@ -124,5 +140,6 @@ export function kernelCmdline(accel: Accel, tscKhz: number): string {
   if (accel === "tcg") parts.push(`tsc_early_khz=${tscKhz}`, "tsc=reliable");
   // The soft-lockup watchdog's periodic timer wakes every idle child; a VM has a host to watch it.
   parts.push("nowatchdog");
+  if (!guestMitigations(accel, env)) parts.push("mitigations=off");
   return parts.join(" ");
 }
