@@ -8,12 +8,14 @@
  *   guest of --memory-mib; the total time until the snapshot is ready;
  * - fork from a branch: first fork (verifies it) and later ones;
  * - spawn time against chain depth 1..--depth (a branch of a child of a branch of ...), first
- *   and later spawns of each tag.
+ *   and later spawns of each tag;
+ * - pack of the deepest chain (time, size), and its restore: unpack into a second daemon with an
+ *   empty data dir and image cache, then its first and later forks there.
  */
-import { createWriteStream } from "node:fs";
+import { createReadStream, createWriteStream } from "node:fs";
 import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { pipeline } from "node:stream/promises";
-import { checkResponse, rawRequest } from "../src/client/http.js";
+import { checkResponse, rawRequest, readAll } from "../src/client/http.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -52,6 +54,7 @@ interface BranchOut {
 async function main(): Promise<void> {
   const dataDir = await mkdtemp(join(tmpdir(), "forkd-bench-branch-"));
   let daemon = await startDaemon(dataDir, { FORKD_POOL_SIZE: "0" });
+  let restoreDir: string | null = null;
   const api = <T>(m: string, p: string, b?: unknown) => daemon.api<T>(m, p, b);
   const fork = async (tag: string) => {
     const t0 = performance.now();
@@ -155,6 +158,32 @@ async function main(): Promise<void> {
     const logical = (await api<{ logical_bytes: number }>("GET", `/v1/snapshots/${last}/info`)).logical_bytes;
     log(`  pack of depth ${tags.length}: ${r1(packMs)} ms, ${r1(packMiB)} MiB`);
 
+    // Restore it on a "new host": a second daemon, empty data dir and image cache.
+    await daemon.stop();
+    restoreDir = await mkdtemp(join(tmpdir(), "forkd-bench-restore-"));
+    daemon = await startDaemon(restoreDir, {
+      FORKD_POOL_SIZE: "0",
+      FORKD_CACHE_DIR: join(restoreDir, "cache"),
+    });
+    const tu = performance.now();
+    await readAll(
+      await checkResponse(
+        await rawRequest(daemon.ep, "POST", "/v1/snapshots/unpack", createReadStream(packFile), 0, {
+          "content-type": "application/octet-stream",
+        }),
+      ),
+    );
+    const unpackMs = performance.now() - tu;
+    const restored1 = await fork(last);
+    await kill(restored1.id);
+    const restoredLater: number[] = [];
+    for (let k = 0; k < 3; k++) {
+      const f = await fork(last);
+      restoredLater.push(f.ms);
+      await kill(f.id);
+    }
+    log(`  unpack: ${r1(unpackMs)} ms; first fork ${r1(restored1.ms)} ms`);
+
     const result = {
       date: new Date().toISOString(),
       accel: health.accel,
@@ -168,6 +197,11 @@ async function main(): Promise<void> {
         ms: r1(packMs),
         mib: r1(packMiB),
         logicalMiBPerSnapshot: r1(logical / 2 ** 20),
+      },
+      restore: {
+        unpackMs: r1(unpackMs),
+        firstForkMs: r1(restored1.ms),
+        laterForkP50: r1(pct(restoredLater, 50)),
       },
     };
     console.log("\n| measure | result |\n|---|---|");
@@ -183,6 +217,12 @@ async function main(): Promise<void> {
     console.log(
       `| pack of a depth-${tags.length} chain (${tags.length + 1} snapshots of ${MEMORY} MiB + image): time / size | ${result.pack.ms} ms / ${result.pack.mib} MiB |`,
     );
+    console.log(
+      `| restore that pack on an empty host (unpack; image installed, checksums verified) | ${result.restore.unpackMs} ms |`,
+    );
+    console.log(
+      `| fork from the restored chain: first / later p50 | ${result.restore.firstForkMs} / ${result.restore.laterForkP50} ms |`,
+    );
     for (const c of chain)
       console.log(`| spawn at chain depth ${c.depth}: first / later p50 | ${c.firstMs} / ${c.laterP50} ms |`);
     console.log("\n" + JSON.stringify(result));
@@ -190,6 +230,7 @@ async function main(): Promise<void> {
   } finally {
     await daemon.stop();
     await rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+    if (restoreDir) await rm(restoreDir, { recursive: true, force: true }).catch(() => undefined);
   }
 }
 

@@ -55,7 +55,17 @@ export interface Sandbox {
   busy: number;
   /** A branch, pause or resume of it in progress (one at a time: each drives its VMM over QMP). */
   transition: "branch" | "pause" | "resume" | null;
+  /**
+   * Branches still being finished in the background: they read this sandbox's memory image and
+   * disk layers, so neither is removed (by a later pause, or by kill) until these settle.
+   */
+  finishing: Set<Promise<unknown>>;
   commands: CommandTable;
+}
+
+/** Waits for every background branch finish of `s` (failed or not). */
+export async function settled(s: Sandbox): Promise<void> {
+  while (s.finishing.size > 0) await Promise.allSettled([...s.finishing]);
 }
 
 export interface SandboxView {

@@ -16,7 +16,7 @@ import { nowMs, since } from "../util/time.js";
 import { pidsReferencing, run } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
-import { expiresAt, viewOf } from "./sandbox.js";
+import { expiresAt, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
 import { CommandTable } from "./commands.js";
 import { WarmPool } from "./pool.js";
@@ -219,6 +219,12 @@ export class SandboxService {
       s.busy--;
       s.lastUsed = Date.now();
     }
+    const finishing = started.done.then(
+      () => undefined,
+      () => undefined,
+    );
+    s.finishing.add(finishing);
+    void finishing.then(() => s.finishing.delete(finishing));
     const base = { tag: name, pauseMs: started.pauseMs, privateBytes: started.privateBytes };
     if (!wait) return { ...base, status: "writing", snapshot: null };
     return { ...base, status: "ready", snapshot: await started.done };
@@ -380,6 +386,7 @@ export class SandboxService {
       lastUsed: Date.now(),
       busy: 0,
       transition: null,
+      finishing: new Set(),
       commands: new CommandTable(),
     };
     this.live.set(record.id, s);
@@ -405,7 +412,12 @@ export class SandboxService {
     s.commands.clear();
     s.agent?.close();
     if (kill) await s.vm?.kill().catch(() => undefined);
-    await rm(s.dir, { recursive: true, force: true });
+    // Its files go once any branch of it still being finished has read them.
+    if (s.finishing.size > 0)
+      void settled(s)
+        .then(() => rm(s.dir, { recursive: true, force: true }))
+        .catch(() => undefined);
+    else await rm(s.dir, { recursive: true, force: true });
   }
 
   /**
@@ -457,9 +469,13 @@ export class SandboxService {
       s.record = { ...s.record, paused };
       await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
       s.state = "paused";
-      // The previous paused image (if it was resumed from one) is no longer mapped by anyone.
-      if (s.record.memoryFile && s.record.memoryFile !== paused.memory) {
-        await rm(join(s.record.memoryFile, ".."), { recursive: true, force: true });
+      // The previous paused image (if it was resumed from one) is no longer mapped by any VMM;
+      // a branch still being finished may read it, so it goes once those settle.
+      const old = s.record.memoryFile;
+      if (old && old !== paused.memory) {
+        void settled(s)
+          .then(() => rm(join(old, ".."), { recursive: true, force: true }))
+          .catch(() => undefined);
       }
       this.o.log.info("sandbox paused", { id });
       return viewOf(s);

@@ -319,6 +319,17 @@ step(
     const [g] = await fork(b.tag, 1);
     assert.ok(g);
     assert.equal(await py(g, "paused_note"), "'kept'");
+    // Paused while a branch of it is still being finished: the image that branch reads from (the
+    // previous pause's) stays until it is done, so the branch comes out ready and whole.
+    await py(src, "racing_note = 'from-the-race'");
+    const nb = await api<BranchOut>("POST", `/v1/sandboxes/${src}/branch`, { tag: "racing", wait: false });
+    assert.equal(nb.status, "writing");
+    await api("POST", `/v1/sandboxes/${src}/pause`);
+    await api("POST", `/v1/sandboxes/${src}/resume`);
+    const [r] = await fork("racing", 1);
+    assert.ok(r);
+    assert.equal(await py(r, "racing_note"), "'from-the-race'");
+    assert.equal((await api<{ status?: string; tag?: string }>("GET", "/v1/snapshots/racing")).tag, "racing");
   },
 );
 
