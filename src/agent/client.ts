@@ -77,6 +77,8 @@ export interface PingResult {
 export interface Identity {
   hostname: string;
   sandboxId: string;
+  /** Processes the guest workload may have (its cgroup's pids.max); absent: the guest default. */
+  pidsMax?: number;
 }
 
 type StreamHandler = (frame: Frame) => void;
@@ -269,6 +271,7 @@ export class AgentClient extends EventEmitter {
         [Tag.TIME_NS, BigInt(Date.now()) * 1_000_000n],
         [Tag.HOSTNAME, id.hostname],
         [Tag.SANDBOX_ID, id.sandboxId],
+        ...(id.pidsMax !== undefined ? ([[Tag.PIDS_MAX, BigInt(id.pidsMax)]] as const) : []),
       ],
       timeoutMs,
     );

@@ -54,6 +54,8 @@ export const Tag = {
   HOSTNAME: 15,
   SANDBOX_ID: 16,
   SIGNAL: 17,
+  /** The workload cgroup's pids.max (IDENTITY; 0: unlimited). */
+  PIDS_MAX: 18,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,

@@ -3,7 +3,9 @@
  * left by an earlier daemon (re-adopting running children), and serves the API on a unix socket
  * (mode 0600) and, only with a bearer token, on TCP.
  */
-import { chmod, mkdir, rm } from "node:fs/promises";
+import { Cgroups } from "../host/cgroups.js";
+import { Jail, jailOptionsFromEnv } from "../vmm/jail.js";
+import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
 import { createAdaptorServer } from "@hono/node-server";
@@ -56,12 +58,27 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   if (accel.accel === "tcg" && !accel.forced) {
     log.warn(`no usable KVM: running guests under TCG software emulation (slow). Reason: ${accel.reason}`);
   }
-  const driver = new QemuDriver(qemu, { jailer: await findJailer(env) });
+  // Every VMM is jailed: its own uid, a mount namespace without the data and cache directories
+  // (but its own files), a cgroup with its limits (src/vmm/jail.ts).
+  const cgroups = await Cgroups.detect("/sys/fs/cgroup", env);
+  const kvmGroup =
+    accel.accel === "kvm"
+      ? await stat("/dev/kvm").then(
+          (s) => s.gid,
+          () => null,
+        )
+      : null;
+  const jailOpts = jailOptionsFromEnv(env, [paths.dataDir, paths.cacheDir], kvmGroup ? [kvmGroup] : []);
+  if (!jailOpts) log.warn("VMMs are not jailed (the daemon is not root, or FORKD_JAIL=off)");
+  if (cgroups.mode === "none") log.warn(`no per-sandbox resource limits: ${cgroups.reason ?? ""}`);
+  const jail = new Jail(jailOpts, cgroups);
+  const driver = new QemuDriver(qemu, { jailer: await findJailer(env), jail });
   const store = new SnapshotStore(snapshotsDir(paths));
   const sandboxes = new SandboxService({
     root: sandboxesDir(paths),
     store,
     driver,
+    cgroups,
     log,
     tbSizeMiB: Number(env.FORKD_TB_SIZE_MIB ?? 32),
     poolSize: Number(env.FORKD_POOL_SIZE ?? 2),

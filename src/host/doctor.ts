@@ -127,6 +127,26 @@ export async function runChecks(paths: Paths): Promise<Check[]> {
   } catch (e) {
     add({ name: "cgroups", status: "warn", detail: errorMessage(e) });
   }
+  // The VMM jail (src/vmm/jail.ts): a uid per VMM and a mount namespace need root.
+  const root = process.getuid?.() === 0;
+  const ns =
+    root &&
+    (await run("unshare", ["-m", "true"]).then(
+      () => true,
+      () => false,
+    ));
+  add({
+    name: "vmm jail",
+    status: root && ns && process.env.FORKD_JAIL !== "off" ? "ok" : "warn",
+    detail: !root
+      ? "the daemon would not be root: VMMs run as its user, without a uid or mount namespace of their own"
+      : ns
+        ? process.env.FORKD_JAIL === "off"
+          ? "disabled by FORKD_JAIL=off"
+          : "a uid, mount namespace, cgroup and seccomp filter per VMM"
+        : "cannot create a mount namespace",
+    fix: root && ns ? undefined : "run the daemon as root to jail each VMM",
+  });
   const images = await readdir(join(paths.cacheDir, "images")).catch(() => [] as string[]);
   add({
     name: "guest image",

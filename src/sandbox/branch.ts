@@ -11,7 +11,7 @@
  */
 import { execFile, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
-import { chmod, mkdir, rm } from "node:fs/promises";
+import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
@@ -72,6 +72,8 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       sizeBytes: source.meta.diskSize,
       unsafe: true,
     });
+    // A jailed VMM opens it as its own uid.
+    if (vm.owner) await chown(newTop, vm.owner.uid, vm.owner.gid);
 
     // The memory helper pre-scans and prepares its buffer while the VM still runs.
     const capture = await startCapture(deps.memsnap, vm.pid, memoryFileOf(s, source), diff);

@@ -22,6 +22,8 @@ export interface SandboxRecord {
   metadata?: Record<string, string>;
   /** What the idle timeout does: kill (default) or pause. */
   onIdle?: "kill" | "pause";
+  /** Limits in force; absent for sandboxes of a daemon that had none. */
+  limits?: SandboxLimits;
   /** The memory file its VMM maps when it is not its snapshot's (after a resume). */
   memoryFile?: string;
   /** Set while paused: what resume() starts it from. */
@@ -68,6 +70,19 @@ export async function settled(s: Sandbox): Promise<void> {
   while (s.finishing.size > 0) await Promise.allSettled([...s.finishing]);
 }
 
+/** What a request may limit (guest vCPUs and RAM come from the snapshot). */
+export interface SandboxLimits {
+  /** Host memory of its VMM process (null: not limited, the host has no cgroups). */
+  memoryMiB?: number | null;
+  /** CPU quota of its VMM process, in cores. */
+  cpus?: number | null;
+  /** Processes of its guest workload (commands, the interpreter, and all they start). */
+  pids?: number | null;
+}
+
+/** The guest's own workload pids.max when the request sets none (guest/agent/src/limits.c). */
+export const GUEST_DEFAULT_PIDS = 1024;
+
 export interface SandboxView {
   id: string;
   tag: string;
@@ -80,6 +95,7 @@ export interface SandboxView {
   timeout_ms: number | null;
   expires_at: string | null;
   metadata: Record<string, string>;
+  limits: { memory_mib: number | null; cpus: number | null; pids: number | null };
 }
 
 /** When the idle timeout kills `s` if nothing uses it first (null: never, or in use now). */
@@ -101,4 +117,9 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),
   metadata: s.record.metadata ?? {},
+  limits: {
+    memory_mib: s.record.limits?.memoryMiB ?? null,
+    cpus: s.record.limits?.cpus ?? null,
+    pids: s.record.limits?.pids ?? null,
+  },
 });

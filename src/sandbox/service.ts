@@ -3,6 +3,7 @@
  * re-adopts running children after a daemon restart. It is the one owner of sandbox state; the
  * API layer only calls it.
  */
+import type { Cgroups, VmLimits } from "../host/cgroups.js";
 import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
@@ -16,12 +17,12 @@ import { nowMs, since } from "../util/time.js";
 import { pidsReferencing, run } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
-import { expiresAt, settled, viewOf } from "./sandbox.js";
+import { expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
 import { CommandTable } from "./commands.js";
 import { WarmPool } from "./pool.js";
 import type { Prepared } from "./pool.js";
-import type { Sandbox, SandboxRecord, SandboxView } from "./sandbox.js";
+import type { Sandbox, SandboxLimits, SandboxRecord, SandboxView } from "./sandbox.js";
 
 import { MAX_FORK } from "./limits.js";
 export { MAX_FORK };
@@ -43,6 +44,21 @@ export interface ForkOptions {
   /** What the idle timeout does (default kill). */
   onIdle?: "kill" | "pause";
   metadata?: Record<string, string>;
+  /** Limits; unset fields take the defaults (limitsFor). */
+  limits?: SandboxLimits;
+}
+
+/** Threads of one VMM process (QEMU: vCPUs, its I/O thread pool of up to 64, a few more). */
+const VMM_TASKS = 256;
+
+/**
+ * The VMM cgroup's limits for a sandbox: its memory (default guest RAM + 384 MiB: all of its
+ * RAM written, QEMU itself and its translation cache), a CPU quota if asked, and VMM_TASKS.
+ */
+export function limitsFor(machine: { memoryMiB: number }, asked: SandboxLimits = {}): VmLimits {
+  const l: VmLimits = { memoryMiB: asked.memoryMiB ?? machine.memoryMiB + 384, pids: VMM_TASKS };
+  if (asked.cpus !== undefined && asked.cpus !== null) l.cpus = asked.cpus;
+  return l;
 }
 
 const DOING = { branch: "branched", pause: "paused", resume: "resumed" } as const;
@@ -60,6 +76,8 @@ export interface SandboxServiceOptions {
   root: string;
   store: SnapshotStore;
   driver: QemuDriver;
+  /** Host-side limits per sandbox (the driver's jail joins each VMM to its cgroup). */
+  cgroups?: Cgroups;
   log: Logger;
   /** TCG translation buffer per child (MiB). */
   tbSizeMiB?: number;
@@ -322,6 +340,7 @@ export class SandboxService {
         incoming: true,
         tbSizeMiB: this.o.tbSizeMiB,
         devicesOnlyState: snap.meta.stateFormat === "devices",
+        jail: await this.jailFor(snap, limitsFor(snap.meta.machine)),
       });
       // Connect to the agent before the guest runs, so it never sees its host end closed.
       const agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
@@ -333,18 +352,33 @@ export class SandboxService {
     }
   }
 
+  /** What a VM of `snap` may see in its jail: its snapshot chain and its guest image (read-only). */
+  private async jailFor(snap: Snapshot, limits: VmLimits): Promise<{ reads: string[]; limits: VmLimits }> {
+    return { reads: [...(await this.o.store.chainDirs(snap)), snap.meta.image.dir], limits };
+  }
+
   private async forkOne(snap: Snapshot, opts: ForkOptions): Promise<Sandbox> {
     const tag = snap.meta.tag;
     const t0 = nowMs();
     const pooled = this.pool.take(tag);
     const p = pooled ?? (await this.prepare(snap));
     const launchMs = since(t0);
+    const limits = limitsFor(snap.meta.machine, opts.limits);
     try {
+      // Pre-started with the defaults: the request's own limits are set before the guest runs.
+      if (opts.limits && this.o.cgroups) await this.o.cgroups.apply(p.id, limits);
       const t1 = nowMs();
       await p.vm.restoreState(snap.files.vmstate);
       await p.vm.resume();
       const restoreMs = since(t1);
-      await p.agent.identity({ hostname: p.id, sandboxId: p.id }, this.o.readyTimeoutMs ?? 60_000);
+      await p.agent.identity(
+        {
+          hostname: p.id,
+          sandboxId: p.id,
+          ...(typeof opts.limits?.pids === "number" ? { pidsMax: opts.limits.pids } : {}),
+        },
+        this.o.readyTimeoutMs ?? 60_000,
+      );
       const readyMs = since(t1);
       const record: SandboxRecord = {
         format: 1,
@@ -358,6 +392,11 @@ export class SandboxService {
         timeoutMs: opts.timeoutMs ?? null,
         metadata: opts.metadata ?? {},
         onIdle: opts.onIdle ?? "kill",
+        limits: {
+          memoryMiB: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.memoryMiB ?? null) : null,
+          cpus: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.cpus ?? null) : null,
+          pids: opts.limits?.pids ?? GUEST_DEFAULT_PIDS,
+        },
       };
       await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
       return this.register(record, p.dir, p.vm, p.agent);
@@ -399,8 +438,12 @@ export class SandboxService {
   /** A VM that exited without being asked: keep the record (with why), free its files. */
   private async onExit(s: Sandbox): Promise<void> {
     if (s.state !== "running") return;
-    this.o.log.warn("sandbox exited", { id: s.record.id, pid: s.record.pid });
-    await this.retire(s, "vmm process exited", false);
+    const v = await s.vm?.released;
+    const reason = v?.oomKilled
+      ? `killed by the host: memory limit of ${v.memoryLimitMiB ?? "?"} MiB exceeded`
+      : "vmm process exited";
+    this.o.log.warn("sandbox exited", { id: s.record.id, pid: s.record.pid, reason });
+    await this.retire(s, reason, false);
   }
 
   /** Stops `s` for `reason`, frees its VMM and files; it stays listed as exited for a while. */
@@ -513,6 +556,10 @@ export class SandboxService {
         incoming: true,
         tbSizeMiB: this.o.tbSizeMiB,
         devicesOnlyState: true,
+        jail: await this.jailFor(
+          await this.o.store.get(s.record.tag),
+          limitsFor(p.machine, s.record.limits ?? {}),
+        ),
       });
       const agent = await AgentClient.connect(vmFiles(s.dir).agent, 10_000);
       await vm.restoreState(p.vmstate);

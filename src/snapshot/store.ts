@@ -342,6 +342,17 @@ export class SnapshotStore {
     };
   }
 
+  /** The directories a child of `snap` reads: its own and its ancestors' (disk layers stack). */
+  async chainDirs(snap: Snapshot): Promise<string[]> {
+    const dirs = [snap.files.dir];
+    for (let p = snap.meta.parent?.tag; p && dirs.length <= 1000;) {
+      const parent = await this.get(p);
+      dirs.push(parent.files.dir);
+      p = parent.meta.parent?.tag;
+    }
+    return dirs;
+  }
+
   /** Drops a cached verification (its files changed: see chain.ts flattenInPlace). */
   forget(tag: string): void {
     this.verified.delete(tag);

@@ -2,6 +2,7 @@
  * The QEMU command line, in one place: parents and children must present the same machine and
  * devices or the device state will not load. Only memory mapping, boot and incoming differ.
  */
+import type { VmLimits } from "../host/cgroups.js";
 import { join } from "node:path";
 import type { Accel } from "../host/accel.js";
 
@@ -46,6 +47,11 @@ export interface VmLaunch {
    * configuration section: the incoming side must not expect one.
    */
   devicesOnlyState?: boolean;
+  /**
+   * Run jailed (when the driver has a jail): only `dir` (read-write) and `reads` (its snapshot
+   * chain and guest image, read-only) visible, its own uid, and these host-side limits.
+   */
+  jail?: { reads: string[]; limits: VmLimits };
 }
 
 export const vmFiles = (dir: string) => ({
@@ -84,6 +90,10 @@ export function qemuArgs(l: VmLaunch): string[] {
     "-object",
     mem,
     "-nodefaults",
+    // QEMU's own seccomp filter: no obsolete system calls, no set*id/capabilities, no fork or
+    // exec, no scheduler or memory-policy changes; a compromised VMM keeps only what it needs.
+    "-sandbox",
+    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
     "-no-user-config",
     "-display",
     "none",

@@ -12,6 +12,17 @@ import { qemuArgs, vmFiles } from "./config.js";
 import type { VmLaunch } from "./config.js";
 import { QmpClient } from "./qmp.js";
 import type { QmpEvent } from "./qmp.js";
+import type { Jail } from "./jail.js";
+import { chown, readFile, rename, rm } from "node:fs/promises";
+import { basename, join } from "node:path";
+
+let saveSeq = 0;
+
+/** What the VM's cgroup says about its end (see Cgroups.verdict). */
+export interface ExitVerdict {
+  oomKilled: boolean;
+  memoryLimitMiB: number | null;
+}
 
 export interface VmIdentity {
   pid: number;
@@ -22,6 +33,13 @@ export interface VmIdentity {
 export class QemuVm {
   private exitWaiters: Array<() => void> = [];
   private hasExited = false;
+  /**
+   * Resolves once the process is gone and its jail released (uid, cgroup): with the cgroup's
+   * verdict on why it died. Set by the driver.
+   */
+  released: Promise<ExitVerdict> = Promise.resolve({ oomKilled: false, memoryLimitMiB: null });
+  /** The jailed VMM's uid and gid: files it must open (a new disk layer) are given to it. */
+  owner: { uid: number; gid: number } | null = null;
 
   constructor(
     readonly id: VmIdentity,
@@ -116,7 +134,16 @@ export class QemuVm {
    * `devicesOnlyState`; RAM comes from a memory image built separately.
    */
   async saveDevicesState(file: string): Promise<void> {
-    await this.qmp.execute("xen-save-devices-state", { filename: file, live: false }, 30_000);
+    // A jailed VMM sees only its own directory: it writes there, and the daemon moves the file
+    // (same file system) and takes it back from the VMM's uid.
+    const tmp = join(this.dir, `.devices-${++saveSeq}`);
+    try {
+      await this.qmp.execute("xen-save-devices-state", { filename: tmp, live: false }, 30_000);
+      if (this.owner) await chown(tmp, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
+      await rename(tmp, file);
+    } finally {
+      await rm(tmp, { force: true });
+    }
   }
 
   /**
@@ -222,6 +249,8 @@ export interface DriverOptions {
    * transparent huge pages) and execs QEMU in the same process. Without it QEMU starts directly.
    */
   jailer?: string;
+  /** Uid, mount namespace and cgroup per VMM (with the jailer only). */
+  jail?: Jail;
 }
 
 export class QemuDriver {
@@ -238,8 +267,10 @@ export class QemuDriver {
     const files = vmFiles(l.dir);
     const log = await open(files.log, "a", 0o600);
     const jailer = this.opts.jailer;
+    const jail =
+      jailer && this.opts.jail && l.jail ? await this.opts.jail.prepare({ dir: l.dir, ...l.jail }) : null;
     const [cmd, args] = jailer
-      ? [jailer, ["--no-thp", "--", this.binary, ...qemuArgs(l)]]
+      ? [jailer, [...(jail?.args ?? ["--no-thp"]), "--", this.binary, ...qemuArgs(l)]]
       : [this.binary, qemuArgs(l)];
     const child = spawn(cmd, args, {
       detached: true,
@@ -254,9 +285,21 @@ export class QemuDriver {
     }
     let exited = false;
     let vm: QemuVm | null = null;
+    let onGone: (v: ExitVerdict) => void = () => undefined;
+    const released = new Promise<ExitVerdict>((r) => (onGone = r));
     child.once("exit", () => {
       exited = true;
-      vm?.markExited();
+      // The verdict is read before the cgroup goes; then whoever waits on the exit learns why.
+      void (jail ? jail.release() : Promise.resolve({ oomKilled: false, memoryLimitMiB: null })).then(
+        (v) => {
+          onGone(v);
+          vm?.markExited();
+        },
+        () => {
+          onGone({ oomKilled: false, memoryLimitMiB: null });
+          vm?.markExited();
+        },
+      );
     });
     const abort = new AbortController();
     child.once("exit", () => abort.abort(new ForkdError("vmm_error", "QEMU exited during start")));
@@ -265,7 +308,10 @@ export class QemuDriver {
       const startTime = await processStartTime(pid);
       const qmp = await QmpClient.connect(files.qmp, opts.timeoutMs ?? 10_000, abort.signal);
       vm = new QemuVm({ pid, startTime: startTime ?? 0 }, l.dir, qmp, true);
-      if (exited) vm.markExited();
+      vm.released = released;
+      if (typeof jail?.uid === "number" && typeof this.opts.jail?.gid === "number")
+        vm.owner = { uid: jail.uid, gid: this.opts.jail.gid };
+      if (exited) void released.then(() => vm?.markExited());
       return vm;
     } catch (e) {
       child.kill("SIGKILL");
@@ -285,7 +331,26 @@ export class QemuDriver {
     const cmd = await processCmdline(id.pid);
     if (!cmd.some((a) => a.includes(vmFiles(dir).qmp))) return null;
     const qmp = await QmpClient.connect(vmFiles(dir).qmp, 15_000);
-    return new QemuVm(id, dir, qmp, false);
+    const vm = new QemuVm(id, dir, qmp, false);
+    const jail = this.opts.jail;
+    if (jail) {
+      const uid = await processUid(id.pid);
+      if (uid !== null) jail.reserve(uid);
+      if (uid !== null && uid !== 0 && jail.gid !== null) vm.owner = { uid, gid: jail.gid };
+      let onGone: (v: ExitVerdict) => void = () => undefined;
+      vm.released = new Promise<ExitVerdict>((r) => (onGone = r));
+      vm.onExit(() => {
+        void jail.cgroups
+          .verdict(basename(dir))
+          .then(async (v) => {
+            await jail.cgroups.remove(basename(dir)).catch(() => undefined);
+            if (uid !== null) jail.releaseUid(uid);
+            onGone(v);
+          })
+          .catch(() => onGone({ oomKilled: false, memoryLimitMiB: null }));
+      });
+    }
+    return vm;
   }
 }
 
@@ -303,5 +368,15 @@ export async function readTail(path: string, bytes = 2048): Promise<string> {
     }
   } catch {
     return "";
+  }
+}
+
+/** The real uid of a process (from /proc/PID/status), or null when it is gone. */
+async function processUid(pid: number): Promise<number | null> {
+  try {
+    const m = /^Uid:\s+(\d+)/m.exec(await readFile(`/proc/${pid}/status`, "utf8"));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
   }
 }

@@ -4,7 +4,8 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { chmod, readdir, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { apiRequest } from "../../src/client/http.js";
 import { findQemu } from "../../src/host/qemu-binary.js";
@@ -13,11 +14,20 @@ import type { TestDaemon } from "../helpers/daemon.js";
 
 let d: TestDaemon;
 let failed = false;
-const wrapper = `/tmp/forkd-qemu-wrapper-${process.pid}`;
+let work = "";
+let wrapper = "";
 
 before(async () => {
   const qemu = await findQemu(process.env, "tcg");
+  // Children's QEMUs run jailed, each as its own uid: the counter must be writable by all of them.
+  work = await mkdtemp(join(tmpdir(), "forkd-qemu-wrapper-"));
+  await chmod(work, 0o777);
+  wrapper = join(work, "qemu");
   const dir = wrapper;
+  for (const f of [".lock", ".count"]) {
+    await writeFile(`${dir}${f}`, f === ".count" ? "0\n" : "");
+    await chmod(`${dir}${f}`, 0o666);
+  }
   await writeFile(
     `${dir}.sh`,
     `#!/bin/bash
@@ -36,7 +46,7 @@ exec ${qemu} "$@"
 
 after(async () => {
   await d.destroy(failed);
-  await Promise.all([".sh", ".lock", ".count"].map((x) => rm(wrapper + x, { force: true })));
+  await rm(work, { recursive: true, force: true });
 });
 
 test("one child failing mid-fan-out: reported with its error, cleaned up, siblings fine", async () => {

@@ -33,7 +33,7 @@ enum {
 enum {
 	F_ARG = 1, F_ENV = 2, F_CWD = 3, F_SHELL = 4, F_TIMEOUT_MS = 5, F_STDIN = 6,
 	F_PATH = 7, F_PATH2 = 8, F_MODE = 9, F_FLAGS = 10, F_DATA = 11, F_CODE = 12,
-	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17,
+	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17, F_PIDS_MAX = 18,
 	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
@@ -114,6 +114,11 @@ int port_can_read(void); /* hook from main: pause reads under backpressure */
 /* Fork+exec argv in a new session with the given stdio fds (the child's ends).
  * Returns pid or -1 with errno from the child's failed chdir/exec. */
 pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3]);
+
+/* ---- limits.c: the workload's cgroup ---- */
+void limits_init(void);
+void limits_join(void);
+int limits_set_pids(int64_t max);
 char **default_env(void); /* malloc'd NULL-terminated copy of the default environment */
 void free_strv(char **v);
 void exec_start(const struct msg *m);

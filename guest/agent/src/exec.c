@@ -97,6 +97,7 @@ pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int f
 		signal(SIGPIPE, SIG_DFL);
 		setsid();
 		umask(022);
+		limits_join();
 		for (int i = 0; i < 3; i++)
 			if (dup2(fds[i], i) < 0)
 				goto fail;

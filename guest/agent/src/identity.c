@@ -102,6 +102,9 @@ void identity(const struct msg *m)
 	 * done, so no later request can miss the file; a failure is logged. */
 	if (field_get(m, F_SANDBOX_ID, &id, &ilen) && write_id(id, ilen) < 0)
 		logmsg("identity: write %s: %s", ID_FILE, strerror(errno));
+	int64_t pids;
+	if (field_i64(m, F_PIDS_MAX, 0, &pids) > 0 && limits_set_pids(pids) < 0)
+		logmsg("identity: pids.max %lld: %s", (long long)pids, strerror(errno));
 	/* The interpreter reseeds before its next cell (cells run in FIFO order), so no cell can see
 	 * the shared pre-fork state; waking it here would cost every child CPU on the fork path. */
 	eval_reseed_later();

@@ -64,4 +64,5 @@ void init_system(void)
 	if (sethostname("forkd", 5) < 0)
 		logmsg("sethostname: %s", strerror(errno));
 	lo_up();
+	limits_init();
 }

@@ -637,6 +637,14 @@ export interface components {
             /** @description Tag of the new, flattened snapshot */
             tag: string;
         };
+        SandboxLimits: {
+            /** @description Host memory of the sandbox's VMM process (pages its guest wrote, QEMU itself). Past it the host kills the VMM; exit_reason says so. Default: guest RAM + 384 MiB. */
+            memory_mib?: number;
+            /** @description CPU quota in cores (0.5: half of one core's time). Default: no quota. */
+            cpus?: number;
+            /** @description Processes of the guest workload (commands, the interpreter, all they start): a fork bomb fails with EAGAIN inside the sandbox, which stays usable. Default 1024. */
+            pids?: number;
+        };
         CreateSandboxes: {
             /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
             snapshot_tag: string;
@@ -654,6 +662,7 @@ export interface components {
              * @enum {string}
              */
             on_idle: "kill" | "pause";
+            limits?: components["schemas"]["SandboxLimits"];
         };
         Sandbox: {
             id: string;
@@ -675,6 +684,12 @@ export interface components {
             expires_at: string | null;
             metadata: {
                 [key: string]: string;
+            };
+            /** @description The host-side limits in force (null: not limited, or the host has no cgroups). */
+            limits: {
+                memory_mib: number | null;
+                cpus: number | null;
+                pids: number | null;
             };
         };
         SandboxList: {

@@ -228,6 +228,37 @@ export const Compact = named(
 
 // ---------------------------------------------------------------- sandboxes
 
+export const SandboxLimits = named(
+  z.strictObject({
+    memory_mib: z
+      .number()
+      .int()
+      .min(64)
+      .max(1 << 20)
+      .optional()
+      .describe(
+        "Host memory of the sandbox's VMM process (pages its guest wrote, QEMU itself). Past it the host kills the VMM; exit_reason says so. Default: guest RAM + 384 MiB.",
+      ),
+    cpus: z
+      .number()
+      .min(0.01)
+      .max(1024)
+      .optional()
+      .describe("CPU quota in cores (0.5: half of one core's time). Default: no quota."),
+    pids: z
+      .number()
+      .int()
+      .min(16)
+      .max(65536)
+      .optional()
+      .describe(
+        "Processes of the guest workload (commands, the interpreter, all they start): a fork bomb fails with EAGAIN inside the sandbox, which stays usable. Default 1024.",
+      ),
+  }),
+  "SandboxLimits",
+  "Host-side limits of one sandbox (its VMM's cgroup). Guest vCPUs and RAM come from its snapshot.",
+);
+
 export const CreateSandboxes = named(
   z.strictObject({
     snapshot_tag: Tag,
@@ -244,6 +275,7 @@ export const CreateSandboxes = named(
       .enum(["kill", "pause"])
       .default("kill")
       .describe("What the idle timeout does: kill the sandbox, or pause it (resume brings it back)."),
+    limits: SandboxLimits.optional(),
   }),
   "CreateSandboxes",
 );
@@ -266,6 +298,13 @@ export const Sandbox = named(
     timeout_ms: z.number().int().nullable(),
     expires_at: z.string().nullable().describe("When the idle timeout kills it, unless it is used before."),
     metadata: z.record(z.string(), z.string()),
+    limits: z
+      .object({
+        memory_mib: z.number().int().nullable(),
+        cpus: z.number().nullable(),
+        pids: z.number().int().nullable(),
+      })
+      .describe("The host-side limits in force (null: not limited, or the host has no cgroups)."),
   }),
   "Sandbox",
 );

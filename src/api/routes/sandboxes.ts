@@ -16,6 +16,11 @@ export function sandboxRoutes(s: Services): Hono {
       timeoutMs: body.timeout_ms ?? null,
       metadata: body.metadata,
       onIdle: body.on_idle,
+      limits: body.limits && {
+        memoryMiB: body.limits.memory_mib,
+        cpus: body.limits.cpus,
+        pids: body.limits.pids,
+      },
     });
     if (r.sandboxes.length === 0) {
       const first = r.failures[0];

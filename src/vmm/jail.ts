@@ -1,0 +1,166 @@
+/**
+ * The jail every VMM process runs in (enforced by native/jailer/forkd-jailer, which this module
+ * builds the arguments for, and by QEMU's own seccomp filter, `-sandbox`):
+ *   - its own unprivileged uid, from a pool, so no VMM can signal, ptrace or read the memory of
+ *     another (/proc/PID/mem needs the same uid), nor open another's files (its directory is
+ *     0700 and owned by its uid);
+ *   - a shared gid that may read snapshot and guest-image files (group-readable, never writable);
+ *   - a private mount namespace in which the daemon's data and cache directories are empty
+ *     tmpfs mounts, with only the VM's own directory (read-write) and what it reads (its
+ *     snapshot chain, its guest image: read-only) mounted back at their usual paths;
+ *   - a cgroup with its resource limits (src/host/cgroups.ts);
+ *   - no capabilities and no_new_privs.
+ * A daemon that is not root cannot do any of this and runs VMMs as itself (reported by doctor).
+ */
+import { chmod, chown, readdir, stat } from "node:fs/promises";
+import { basename, join } from "node:path";
+import type { Cgroups } from "../host/cgroups.js";
+import type { VmLimits } from "../host/cgroups.js";
+
+export interface JailOptions {
+  /** First uid of the pool; VMMs get uidBase+1 .. uidBase+uidCount. uidBase is the shared gid. */
+  uidBase: number;
+  uidCount: number;
+  /** Directories hidden from every VMM (the daemon's data and cache directories). */
+  hide: string[];
+  /** Supplementary groups (e.g. kvm, to open /dev/kvm). */
+  groups: number[];
+}
+
+/** What one VMM needs to see, besides its own directory. */
+export interface JailSpec {
+  /** The VM's own directory: read-write, owned by its uid. */
+  dir: string;
+  /** Files or directories it reads (snapshot chain, guest image). */
+  reads: string[];
+  limits: VmLimits;
+}
+
+export interface JailedLaunch {
+  /** forkd-jailer options (before `--`). */
+  args: string[];
+  uid: number | null;
+  /** Frees the uid and the cgroup once the process is gone; returns the cgroup's verdict. */
+  release(): Promise<{ oomKilled: boolean; memoryLimitMiB: number | null }>;
+}
+
+/** Parses FORKD_JAIL_UIDS ("BASE:COUNT"); the default keeps far above any real or subuid range. */
+export function jailOptionsFromEnv(
+  env: NodeJS.ProcessEnv,
+  hide: string[],
+  groups: number[],
+): JailOptions | null {
+  if (env.FORKD_JAIL === "off" || process.getuid?.() !== 0) return null;
+  const spec = env.FORKD_JAIL_UIDS ?? "1900000000:65536";
+  const m = /^(\d{1,10}):(\d{1,6})$/.exec(spec);
+  const base = Number(m?.[1]);
+  const count = Number(m?.[2]);
+  if (!m || base < 1000 || count < 1 || base + count >= 2 ** 32 - 1) {
+    throw new Error(`FORKD_JAIL_UIDS must be BASE:COUNT with BASE >= 1000 (got ${JSON.stringify(spec)})`);
+  }
+  return { uidBase: base, uidCount: count, hide, groups };
+}
+
+export class Jail {
+  private readonly used = new Set<number>();
+  private next = 0;
+  /** Paths already made group-readable in this daemon's life. */
+  private readonly shared = new Set<string>();
+
+  constructor(
+    readonly opts: JailOptions | null,
+    readonly cgroups: Cgroups,
+  ) {}
+
+  get gid(): number | null {
+    return this.opts?.uidBase ?? null;
+  }
+
+  /** Marks a uid as taken by a VMM adopted from an earlier daemon. */
+  reserve(uid: number): void {
+    if (this.opts && uid > this.opts.uidBase && uid <= this.opts.uidBase + this.opts.uidCount)
+      this.used.add(uid);
+  }
+
+  /** Frees the uid of a VMM that is gone. */
+  releaseUid(uid: number): void {
+    this.used.delete(uid);
+  }
+
+  private takeUid(): number {
+    const o = this.opts;
+    if (!o) throw new Error("no jail");
+    for (let i = 0; i < o.uidCount; i++) {
+      const uid = o.uidBase + 1 + ((this.next + i) % o.uidCount);
+      if (!this.used.has(uid)) {
+        this.used.add(uid);
+        this.next = (this.next + i + 1) % o.uidCount;
+        return uid;
+      }
+    }
+    throw new Error(`all ${o.uidCount} jail uids are in use`);
+  }
+
+  async prepare(spec: JailSpec): Promise<JailedLaunch> {
+    const name = basename(spec.dir);
+    const args: string[] = ["--no-thp"];
+    const cgroupDirs = await this.cgroups.create(name, spec.limits);
+    for (const d of cgroupDirs) args.push("--cgroup", d);
+    const o = this.opts;
+    let uid: number | null = null;
+    const release = async () => {
+      const verdict = await this.cgroups.verdict(name);
+      await this.cgroups.remove(name).catch(() => undefined);
+      if (uid !== null) this.used.delete(uid);
+      return verdict;
+    };
+    if (!o) return { args, uid, release };
+    try {
+      uid = this.takeUid();
+      const gid = o.uidBase;
+      await chownTree(spec.dir, uid, gid);
+      for (const r of spec.reads) await this.shareRead(r, gid);
+      for (const h of o.hide) args.push("--hide", h);
+      args.push("--bind", spec.dir);
+      for (const r of spec.reads) args.push("--bind-ro", r);
+      args.push("--uid", String(uid), "--gid", String(gid));
+      if (o.groups.length > 0) args.push("--groups", o.groups.join(","));
+      return { args, uid, release };
+    } catch (e) {
+      await release();
+      throw e;
+    }
+  }
+
+  /** Makes `path` (a file, or a directory and the files in it) readable by the jail's gid. */
+  private async shareRead(path: string, gid: number): Promise<void> {
+    const st = await stat(path);
+    // The same path may be a new snapshot of a re-used tag: keyed by inode and change time too.
+    const key = `${path}\0${st.ino}\0${st.ctimeMs}`;
+    if (this.shared.has(key)) return;
+    const fix = async (p: string, mode: number, isDir: boolean) => {
+      const want = (mode & 0o7777) | (isDir ? 0o050 : 0o040);
+      await chown(p, 0, gid);
+      if (want !== (mode & 0o7777)) await chmod(p, want);
+    };
+    await fix(path, st.mode, st.isDirectory());
+    if (st.isDirectory()) {
+      for (const e of await readdir(path, { withFileTypes: true })) {
+        if (!e.isFile()) continue;
+        const p = join(path, e.name);
+        await fix(p, (await stat(p)).mode, false);
+      }
+    }
+    this.shared.add(`${path}\0${st.ino}\0${(await stat(path)).ctimeMs}`);
+  }
+}
+
+/** chown -R (the VM's own directory holds a handful of files). */
+async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
+  await chown(dir, uid, gid);
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) await chownTree(p, uid, gid);
+    else if (e.isFile() || e.isSocket()) await chown(p, uid, gid);
+  }
+}

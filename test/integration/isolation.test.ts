@@ -1,0 +1,168 @@
+/**
+ * Jailed VMMs and resource limits with real VMs: every child's QEMU runs as its own
+ * unprivileged uid with no capabilities, QEMU's seccomp filter and a mount namespace that shows
+ * only its own files; one child's QEMU cannot open another's disk, sockets or memory. A child
+ * over its memory limit is killed alone and the API says why; a fork bomb hits its pids limit
+ * and the sandbox stays usable; a CPU quota holds.
+ */
+import { after, before } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { checkedRequest } from "../helpers/contract.js";
+import { makeDaemon } from "../helpers/daemon.js";
+import type { TestDaemon } from "../helpers/daemon.js";
+import { steps } from "../helpers/steps.js";
+
+const run = promisify(execFile);
+let d: TestDaemon;
+const { step, failed } = steps();
+
+interface View {
+  id: string;
+  pid: number;
+  state: string;
+  exit_reason: string | null;
+  limits: { memory_mib: number | null; cpus: number | null; pids: number | null };
+}
+interface ExecOut {
+  exit_code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+const api = <T>(method: string, path: string, body?: unknown, timeoutMs?: number) =>
+  checkedRequest<T>(d.ep, method, path, body, timeoutMs);
+const fork = async (body: Record<string, unknown> = {}) =>
+  (await api<{ sandboxes: View[] }>("POST", "/v1/sandboxes", { snapshot_tag: "iso", ...body })).sandboxes[0]!;
+const sh = (id: string, cmd: string, timeoutMs = 120_000) =>
+  api<ExecOut>("POST", `/v1/sandboxes/${id}/exec`, { cmd, timeout_ms: timeoutMs }, timeoutMs + 30_000);
+const status = async (pid: number): Promise<Record<string, string>> => {
+  const out: Record<string, string> = {};
+  for (const line of (await readFile(`/proc/${pid}/status`, "utf8")).split("\n")) {
+    const i = line.indexOf(":");
+    if (i > 0) out[line.slice(0, i)] = line.slice(i + 1).trim();
+  }
+  return out;
+};
+/** Runs `argv` as `uid` (jail gid, no groups), optionally inside `pid`'s mount namespace. */
+const asVmm = async (uid: string, gid: string, argv: string[], nsOf?: number) => {
+  const pre = nsOf ? ["nsenter", "-t", String(nsOf), "-m", "--"] : [];
+  const cmd = [...pre, "setpriv", `--reuid=${uid}`, `--regid=${gid}`, "--clear-groups", "--", ...argv];
+  return run(cmd[0]!, cmd.slice(1)).then(
+    (r) => ({ ok: true, out: r.stdout + r.stderr }),
+    (e: { stderr?: string }) => ({ ok: false, out: e.stderr ?? "" }),
+  );
+};
+
+let a: View;
+let b: View;
+
+before(async () => {
+  d = await makeDaemon({ FORKD_POOL_SIZE: "0" });
+  await api("POST", "/v1/snapshots", { tag: "iso", memory_mib: 256 }, 900_000);
+});
+
+after(async () => {
+  await d.destroy(failed());
+});
+
+step("each child's VMM: its own uid, no capabilities, seccomp, its own cgroup", async () => {
+  a = await fork();
+  b = await fork();
+  const [sa, sb] = [await status(a.pid), await status(b.pid)];
+  for (const s of [sa, sb]) {
+    assert.notEqual(s.Uid?.split(/\s+/)[0], "0", "not root");
+    assert.equal(s.CapEff, "0000000000000000");
+    assert.equal(s.NoNewPrivs, "1");
+    assert.equal(s.Seccomp, "2", "QEMU's seccomp filter is on");
+  }
+  assert.notEqual(sa.Uid, sb.Uid, "a uid per VMM");
+  const cg = await readFile(`/proc/${a.pid}/cgroup`, "utf8");
+  assert.match(cg, new RegExp(`memory:/forkd/${a.id}$`, "m"));
+  assert.equal(a.limits.memory_mib, 256 + 384, "default: guest RAM + 384 MiB");
+  assert.equal(a.limits.pids, 1024);
+  // Both still work.
+  for (const v of [a, b]) assert.equal((await sh(v.id, "echo hi")).stdout, "hi\n");
+});
+
+step("one child's VMM cannot open another's disk, sockets or memory", async () => {
+  const [sa, sb] = [await status(a.pid), await status(b.pid)];
+  const [uid, gid] = [sa.Uid!.split(/\s+/)[0]!, sa.Gid!.split(/\s+/)[0]!];
+  const bDir = join(d.dataDir, "sandboxes", b.id);
+  // In A's own mount namespace, B's directory and the daemon's socket do not exist.
+  const inNs = await asVmm(uid, gid, ["ls", join(d.dataDir, "sandboxes")], a.pid);
+  assert.ok(inNs.ok, inNs.out);
+  assert.deepEqual(inNs.out.trim().split("\n"), [a.id], "only its own directory is there");
+  const sock = await asVmm(uid, gid, ["stat", join(d.dataDir, "forkd.sock")], a.pid);
+  assert.equal(sock.ok, false);
+  // Even on the host's view of the files, A's uid may not read B's disk, agent socket or memory.
+  for (const target of [join(bDir, "disk.qcow2"), join(bDir, "agent.sock"), `/proc/${b.pid}/mem`]) {
+    const r = await asVmm(uid, gid, ["head", "-c", "1", target]);
+    assert.equal(r.ok, false, `${target} must be unreadable by another VMM`);
+    assert.match(r.out, /Permission denied|No such device|not permitted/);
+  }
+  // Its own snapshot is readable (read-only) in its namespace; its own files writable.
+  const own = await asVmm(uid, gid, ["touch", join(d.dataDir, "sandboxes", a.id, "probe")], a.pid);
+  assert.ok(own.ok, own.out);
+  const snapW = await asVmm(uid, gid, ["touch", join(d.dataDir, "snapshots", "iso", "probe")], a.pid);
+  assert.equal(snapW.ok, false, "the snapshot is read-only to it");
+  assert.equal(sb.State?.startsWith("S") || sb.State?.startsWith("R"), true);
+});
+
+step("a child over its memory limit is killed alone, and the API says why", async () => {
+  const small = await fork({ limits: { memory_mib: 160 } });
+  assert.equal(small.limits.memory_mib, 160);
+  // Written, not just allocated: the guest must really touch the pages (170 MiB of a 256 MiB guest).
+  await sh(small.id, "python3 -c 'b = b\"x\" * (170 << 20); print(len(b))'").catch(() => undefined);
+  let v = await api<View>("GET", `/v1/sandboxes/${small.id}`);
+  for (let i = 0; i < 50 && v.state !== "exited"; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    v = await api<View>("GET", `/v1/sandboxes/${small.id}`);
+  }
+  assert.equal(v.state, "exited");
+  assert.match(v.exit_reason ?? "", /memory limit of 160 MiB/);
+  // Its siblings are untouched.
+  for (const s of [a, b]) assert.equal((await sh(s.id, "echo still")).stdout, "still\n");
+});
+
+step("a fork bomb hits the sandbox's pids limit; the sandbox stays usable", async () => {
+  const c = await fork({ limits: { pids: 48 } });
+  assert.equal(c.limits.pids, 48);
+  const bomb = [
+    "import os, time",
+    "n = 0",
+    "try:",
+    "    while n < 1000:",
+    "        if os.fork() == 0:",
+    "            time.sleep(120)",
+    "            os._exit(0)",
+    "        n += 1",
+    "except OSError as e:",
+    "    print(n, e.errno)",
+  ].join("\n");
+  await sh(c.id, `cat > /root/bomb.py <<'EOF'\n${bomb}\nEOF`);
+  const r = await sh(c.id, "python3 /root/bomb.py");
+  const [n, errno] = r.stdout.trim().split(" ").map(Number);
+  assert.equal(errno, 11, `fork fails with EAGAIN: ${r.stdout} ${r.stderr}`);
+  assert.ok(n !== undefined && n < 48, `stopped below the limit (${n})`);
+  // (The pattern must not match this shell's own command line.)
+  assert.equal((await sh(c.id, "pkill -f 'bom[b].py'; echo alive")).stdout, "alive\n");
+});
+
+step("a CPU quota bounds the VMM's CPU time", async () => {
+  const q = await fork({ limits: { cpus: 0.25 } });
+  assert.equal(q.limits.cpus, 0.25);
+  const ticks = async () => {
+    const f = (await readFile(`/proc/${q.pid}/stat`, "utf8")).split(") ")[1]!.split(" ");
+    return Number(f[11]) + Number(f[12]); // utime + stime, in clock ticks (100 Hz)
+  };
+  const t0 = await ticks();
+  const w0 = Date.now();
+  await sh(q.id, "timeout 4 sh -c 'while :; do :; done'; true");
+  const cpu = ((await ticks()) - t0) / 100;
+  const wall = (Date.now() - w0) / 1000;
+  assert.ok(cpu / wall < 0.35, `used ${(cpu / wall).toFixed(2)} cores under a 0.25 quota`);
+});
