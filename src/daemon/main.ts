@@ -4,7 +4,7 @@
  * (mode 0600) and, only with a bearer token, on TCP.
  */
 import { Cgroups } from "../host/cgroups.js";
-import { Jail, jailOptionsFromEnv } from "../vmm/jail.js";
+import { hideRoots, Jail, jailOptionsFromEnv } from "../vmm/jail.js";
 import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
@@ -68,7 +68,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
           () => null,
         )
       : null;
-  const jailOpts = jailOptionsFromEnv(env, [paths.dataDir, paths.cacheDir], kvmGroup ? [kvmGroup] : []);
+  const jailOpts = jailOptionsFromEnv(
+    env,
+    await hideRoots([paths.dataDir, paths.cacheDir]),
+    kvmGroup ? [kvmGroup] : [],
+  );
   if (!jailOpts) log.warn("VMMs are not jailed (the daemon is not root, or FORKD_JAIL=off)");
   if (cgroups.mode === "none") log.warn(`no per-sandbox resource limits: ${cgroups.reason ?? ""}`);
   const jail = new Jail(jailOpts, cgroups);

@@ -13,7 +13,7 @@ import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertSandboxId, assertTag, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
 import { branchSandbox, memoryFileOf, startCapture } from "./branch.js";
-import { nowMs, since } from "../util/time.js";
+import { nowMs, since, sleep } from "../util/time.js";
 import { pidsReferencing, run } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
@@ -198,9 +198,31 @@ export class SandboxService {
     const l = this.lease(id);
     try {
       return await fn(l.agent, l.commands);
+    } catch (e) {
+      throw await this.explain(id, e);
     } finally {
       l.release();
     }
+  }
+
+  /**
+   * An agent connection lost because the sandbox's VMM died (a memory limit, a crash) is
+   * reported with why it died, once the daemon knows, instead of as a bare lost connection.
+   */
+  private async explain(id: string, e: unknown): Promise<unknown> {
+    const s = this.live.get(id);
+    const vm = s?.vm;
+    if (!s || !vm || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
+    await vm.waitExit(1_000).catch(() => undefined);
+    if (!vm.exited) return e;
+    await vm.released;
+    for (let i = 0; i < 40 && s.state !== "exited"; i++) await sleep(25);
+    return new ForkdError(
+      "unavailable",
+      `sandbox ${id} exited: ${s.exitReason ?? "vmm process exited"}`,
+      { id, exit_reason: s.exitReason },
+      e,
+    );
   }
 
   /**

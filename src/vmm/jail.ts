@@ -13,7 +13,7 @@
  * A daemon that is not root cannot do any of this and runs VMMs as itself (reported by doctor).
  */
 import { chmod, chown, readdir, stat } from "node:fs/promises";
-import { basename, join } from "node:path";
+import { basename, join, resolve } from "node:path";
 import type { Cgroups } from "../host/cgroups.js";
 import type { VmLimits } from "../host/cgroups.js";
 
@@ -153,6 +153,31 @@ export class Jail {
     }
     this.shared.add(`${path}\0${st.ino}\0${(await stat(path)).ctimeMs}`);
   }
+}
+
+/**
+ * Where to mount the empty tmpfs that hides each of `dirs` from the VMMs. Jailed VMMs must walk
+ * from / to the files mounted back, so a directory on the way they could not enter (no o+x: a
+ * 0700 mkdtemp parent, a home directory) is hidden instead, whole: nothing in it was visible to
+ * them anyway. Nested results are dropped (the outer mount covers them).
+ */
+export async function hideRoots(dirs: string[]): Promise<string[]> {
+  const roots: string[] = [];
+  for (const dir of dirs) {
+    const parts = resolve(dir).split("/").filter(Boolean);
+    let root = resolve(dir);
+    for (let i = 1; i < parts.length; i++) {
+      const p = "/" + parts.slice(0, i).join("/");
+      const st = await stat(p);
+      if ((st.mode & 0o001) === 0) {
+        root = p;
+        break;
+      }
+    }
+    roots.push(root);
+  }
+  const under = (a: string, b: string) => a === b || a.startsWith(b.endsWith("/") ? b : b + "/");
+  return [...new Set(roots)].filter((r, i, all) => !all.some((o, j) => j !== i && o !== r && under(r, o)));
 }
 
 /** chown -R (the VM's own directory holds a handful of files). */

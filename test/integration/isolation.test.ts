@@ -11,6 +11,7 @@ import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { ApiError } from "../../src/client/http.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
@@ -116,7 +117,11 @@ step("a child over its memory limit is killed alone, and the API says why", asyn
   const small = await fork({ limits: { memory_mib: 160 } });
   assert.equal(small.limits.memory_mib, 160);
   // Written, not just allocated: the guest must really touch the pages (170 MiB of a 256 MiB guest).
-  await sh(small.id, "python3 -c 'b = b\"x\" * (170 << 20); print(len(b))'").catch(() => undefined);
+  await assert.rejects(
+    sh(small.id, "python3 -c 'b = b\"x\" * (170 << 20); print(len(b))'"),
+    (e: unknown) => e instanceof ApiError && /exited: killed by the host: memory limit/.test(e.message),
+    "the call in flight says why the sandbox died",
+  );
   let v = await api<View>("GET", `/v1/sandboxes/${small.id}`);
   for (let i = 0; i < 50 && v.state !== "exited"; i++) {
     await new Promise((r) => setTimeout(r, 200));

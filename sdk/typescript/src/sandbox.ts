@@ -19,6 +19,12 @@ export interface SandboxOpts extends ConnectionOpts {
   metadata?: Record<string, string>;
   /** What the idle timeout does: "kill" (default) or "pause" (Sandbox.resume(id) brings it back). */
   onIdle?: "kill" | "pause";
+  /**
+   * Host-side limits: memory of its VMM in MiB (default guest RAM + 384; past it the sandbox is
+   * killed and its exit reason says so), a CPU quota in cores, and the number of processes of its
+   * guest workload (default 1024).
+   */
+  limits?: { memoryMiB?: number; cpus?: number; pids?: number };
 }
 
 export interface SandboxInfo {
@@ -267,6 +273,15 @@ export async function forkWith(
       ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
       ...(opts.metadata ? { metadata: opts.metadata } : {}),
       ...(opts.onIdle ? { on_idle: opts.onIdle } : {}),
+      ...(opts.limits
+        ? {
+            limits: {
+              ...(opts.limits.memoryMiB !== undefined ? { memory_mib: opts.limits.memoryMiB } : {}),
+              ...(opts.limits.cpus !== undefined ? { cpus: opts.limits.cpus } : {}),
+              ...(opts.limits.pids !== undefined ? { pids: opts.limits.pids } : {}),
+            },
+          }
+        : {}),
     },
     timeoutMs: 0,
   });

@@ -62,19 +62,19 @@ class Sandbox:
 
     def __init__(self, template=None, timeout=None, metadata=None, envs=None, api_key=None,
                  request_timeout=None, snapshot=None, url=None, token=None, socket_path=None,
-                 sandbox_id=None, on_idle=None, _transport_obj=None):
+                 sandbox_id=None, on_idle=None, limits=None, _transport_obj=None):
         self._t = _transport_obj or _transport(url, token, socket_path, api_key, request_timeout)
         self._envs = dict(envs or {})
         if sandbox_id is None:
             explicit = snapshot or template or os.environ.get("FORKD_SNAPSHOT")
             tag = explicit or DEFAULT_SNAPSHOT
             try:
-                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle)[0]
+                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle, limits)[0]
             except NotFoundError:
                 if explicit:
                     raise
                 _ensure_default(self._t)
-                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle)[0]
+                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle, limits)[0]
         self.sandbox_id = sandbox_id
         self.commands = Commands(self._t, sandbox_id)
         self.files = Files(self._t, sandbox_id)
@@ -224,8 +224,11 @@ def _kill(t, sandbox_id):
         return False
 
 
-def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None):
+def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None, limits=None):
     body = {"snapshot_tag": tag, "n": n}
+    if limits:
+        # {"memory_mib": ..., "cpus": ..., "pids": ...}: host-side limits (see the REST API).
+        body["limits"] = dict(limits)
     if on_idle:
         body["on_idle"] = on_idle
     if timeout is not None:
@@ -253,8 +256,9 @@ def _ensure_default(t):
         raise
 
 
-def fork(snapshot, n, timeout=None, metadata=None, url=None, token=None, socket_path=None, api_key=None):
+def fork(snapshot, n, timeout=None, metadata=None, url=None, token=None, socket_path=None, api_key=None,
+         limits=None):
     """Forks n children of snapshot in one request (they start in parallel); returns them when every
     one answers. If some fail, raises ForkError whose .sandboxes holds the ones running."""
     t = _transport(url, token, socket_path, api_key)
-    return [Sandbox(sandbox_id=i, _transport_obj=t) for i in _fork(t, snapshot, n, timeout, metadata)]
+    return [Sandbox(sandbox_id=i, _transport_obj=t) for i in _fork(t, snapshot, n, timeout, metadata, None, limits)]
