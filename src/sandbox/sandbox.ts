@@ -26,6 +26,8 @@ export interface SandboxRecord {
   memoryFile?: string;
   /** Set while paused: what resume() starts it from. */
   paused?: PausedImage;
+  /** The tenant whose token created it (null or absent: an admin). */
+  owner?: string | null;
 }
 
 /** A paused sandbox's saved state (files in its own directory). */
@@ -70,6 +72,7 @@ export interface SandboxView {
   timeout_ms: number | null;
   expires_at: string | null;
   metadata: Record<string, string>;
+  owner: string | null;
 }
 
 /** When the idle timeout kills `s` if nothing uses it first (null: never, or in use now). */
@@ -91,4 +94,5 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),
   metadata: s.record.metadata ?? {},
+  owner: s.record.owner ?? null,
 });

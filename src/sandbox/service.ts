@@ -43,6 +43,8 @@ export interface ForkOptions {
   /** What the idle timeout does (default kill). */
   onIdle?: "kill" | "pause";
   metadata?: Record<string, string>;
+  /** The tenant it belongs to (null: an admin's). */
+  owner?: string | null;
 }
 
 const DOING = { branch: "branched", pause: "paused", resume: "resumed" } as const;
@@ -352,6 +354,7 @@ export class SandboxService {
         timeoutMs: opts.timeoutMs ?? null,
         metadata: opts.metadata ?? {},
         onIdle: opts.onIdle ?? "kill",
+        owner: opts.owner ?? null,
       };
       await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
       return this.register(record, p.dir, p.vm, p.agent);
