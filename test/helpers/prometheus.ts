@@ -38,7 +38,7 @@ export function parseMetrics(text: string): Promise<Families> {
       ["-c", PY],
       { timeout: 30_000, maxBuffer: 64 << 20 },
       (err, stdout, stderr) => {
-        if (err) return reject(new Error(`the exposition does not parse: ${stderr || String(err)}`));
+        if (err) return reject(new Error(`the exposition does not parse: ${stderr || err.message}`));
         const families = JSON.parse(stdout) as PromFamily[];
         resolve(new Map(families.map((f) => [f.name, f])));
       },
