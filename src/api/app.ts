@@ -9,7 +9,7 @@ import { ForkdError } from "../util/errors.js";
 import { edge } from "./edge.js";
 import type { ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
-import { canSee, sandboxGuard } from "./scope.js";
+import { sandboxGuard } from "./scope.js";
 import type { Listener, Services } from "./services.js";
 import { accessRoutes } from "./routes/access.js";
 import { snapshotRoutes } from "./routes/snapshots.js";
@@ -73,5 +73,3 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
   app.route("/v1/sandboxes", fileRoutes(s));
   return app;
 }
-
-export { canSee };

@@ -61,11 +61,12 @@ export function sumSharing(rollups: SmapsRollup[]): SharingSample {
 }
 
 /**
- * Samples the VMMs' memory at most once per `ttlMs`: reading smaps_rollup walks each process's
- * page tables, which is not free with hundreds of children.
+ * Samples the VMMs' memory at most once per `ttlMs` while the set of VMMs stays the same:
+ * reading smaps_rollup walks each process's page tables, which is not free with hundreds of
+ * children. A VMM started or gone is seen at the next scrape.
  */
 export class SharingProbe {
-  private last: { at: number; sample: Promise<SharingSample> } | null = null;
+  private last: { at: number; key: string; sample: Promise<SharingSample> } | null = null;
 
   constructor(
     private readonly pids: () => number[],
@@ -74,16 +75,18 @@ export class SharingProbe {
 
   sample(): Promise<SharingSample> {
     const now = Date.now();
-    if (this.last && now - this.last.at < this.ttlMs) return this.last.sample;
+    const pids = this.pids();
+    const key = [...pids].sort((a, b) => a - b).join(",");
+    if (this.last && this.last.key === key && now - this.last.at < this.ttlMs) return this.last.sample;
     const sample = (async () => {
       const out: SmapsRollup[] = [];
-      for (const pid of this.pids()) {
+      for (const pid of pids) {
         const r = await readSmapsRollup(pid);
         if (r) out.push(r);
       }
       return sumSharing(out);
     })();
-    this.last = { at: now, sample };
+    this.last = { at: now, key, sample };
     return sample;
   }
 }
