@@ -69,5 +69,19 @@ export async function ownedSnapshot(s: Services, caller: Caller, tag: string): P
   return snap;
 }
 
+/**
+ * Refuses a fork of a snapshot the caller may not see. One still being written (an async
+ * branch) is judged by its pending record; the fork then waits for it as usual.
+ */
+export async function forkable(s: Services, caller: Caller, tag: string): Promise<void> {
+  if (isAdmin(caller)) return; // the fork itself reports a missing or corrupt snapshot
+  if (await s.store.has(tag)) {
+    await visibleSnapshot(s, caller, tag);
+    return;
+  }
+  const p = await s.store.pending(tag);
+  if (!p || !canSee(caller, p.owner)) throw noSnapshot(tag);
+}
+
 export const visiblePending = (caller: Caller, list: SnapshotPending[]): SnapshotPending[] =>
   list.filter((p) => canSee(caller, p.owner));

@@ -5,7 +5,7 @@ import { Branch, CreateSandboxes, SetTimeout } from "../contract/schemas.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
-import { visibleSnapshot } from "../scope.js";
+import { forkable } from "../scope.js";
 import { isAdmin } from "../../access/caller.js";
 import { viewOf } from "../../sandbox/sandbox.js";
 
@@ -22,7 +22,7 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, CreateSandboxes);
     const caller = c.get("caller");
     noteTarget(c, "snapshot", body.snapshot_tag);
-    await visibleSnapshot(s, caller, body.snapshot_tag);
+    await forkable(s, caller, body.snapshot_tag);
     const quota = s.limits.quota.reserve(caller, body.n, () => ownedBy(s, caller.tenant));
     let r;
     try {
