@@ -1,19 +1,28 @@
-/** The REST API under /v1: thin routes over the services, one error envelope. */
-import { timingSafeEqual, createHash } from "node:crypto";
+/**
+ * The REST API under /v1 (and Prometheus' /metrics): thin routes over the services, one error
+ * envelope. Every request first passes the edge (caller, limits, audit, metrics: ./edge.ts);
+ * sandbox routes are scoped to the caller's tenant (./scope.ts).
+ */
 import { Hono } from "hono";
+import { isAdmin } from "../access/caller.js";
 import { ForkdError } from "../util/errors.js";
+import { edge } from "./edge.js";
+import type { ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
-import type { Services } from "./services.js";
+import { sandboxGuard } from "./scope.js";
+import type { Listener, Services } from "./services.js";
+import { accessRoutes } from "./routes/access.js";
 import { snapshotRoutes } from "./routes/snapshots.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
 import { execRoutes } from "./routes/exec.js";
 import { fileRoutes } from "./routes/files.js";
 import { buildOpenApi } from "./contract/openapi.js";
 
-const digest = (s: string) => createHash("sha256").update(s).digest();
+/** The unix socket's listener: every caller is the local admin. */
+export const LOCAL_LISTENER: Listener = { auth: null };
 
-export function createApp(s: Services): Hono {
-  const app = new Hono();
+export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
 
   app.onError((e, c) => {
     if (!(e instanceof ForkdError)) s.log.warn("unhandled error", { error: String(e), path: c.req.path });
@@ -22,36 +31,29 @@ export function createApp(s: Services): Hono {
   app.notFound((c) =>
     errorResponse(c, new ForkdError("not_found", `no route ${c.req.method} ${c.req.path}`)),
   );
+  app.use("*", edge(s, listener));
 
-  app.get("/v1/health", (c) =>
-    c.json({
+  // Public: counts only what the caller (if it sent a valid token) may see.
+  app.get("/v1/health", (c) => {
+    const caller = c.get("caller");
+    const sandboxes = s.sandboxes.list().filter((v) => isAdmin(caller) || v.owner === caller.tenant);
+    return c.json({
       ok: true,
       accel: s.info.accel.accel,
       accel_reason: s.info.accel.reason,
-      sandboxes: s.sandboxes.list().length,
-      pool: s.sandboxes.poolStatus(),
-    }),
-  );
+      sandboxes: sandboxes.length,
+      pool: isAdmin(caller) ? s.sandboxes.poolStatus() : {},
+    });
+  });
 
   // Generated once: the document depends only on the code.
   let openapi: Record<string, unknown> | null = null;
   app.get("/v1/openapi.json", (c) => c.json((openapi ??= buildOpenApi(s.info.version))));
 
-  if (s.token) {
-    const want = digest(s.token);
-    app.use("/v1/*", async (c, next) => {
-      const h = c.req.header("authorization") ?? "";
-      const got = digest(h.startsWith("Bearer ") ? h.slice(7) : "");
-      if (!timingSafeEqual(want, got)) {
-        return c.json(
-          { error: { code: "unauthenticated", message: "missing or wrong bearer token", details: {} } },
-          401,
-        );
-      }
-      await next();
-      return undefined;
-    });
-  }
+  app.get("/metrics", async (c) => {
+    const m = await s.metrics.render();
+    return c.body(m.text, 200, { "content-type": m.contentType });
+  });
 
   app.get("/v1/version", (c) =>
     c.json({
@@ -62,7 +64,10 @@ export function createApp(s: Services): Hono {
       started_at: s.info.startedAt,
     }),
   );
+  app.route("/v1/tokens", accessRoutes(s));
   app.route("/v1/snapshots", snapshotRoutes(s));
+  app.use("/v1/sandboxes/:id", sandboxGuard(s));
+  app.use("/v1/sandboxes/:id/*", sandboxGuard(s));
   app.route("/v1/sandboxes", sandboxRoutes(s));
   app.route("/v1/sandboxes", execRoutes(s));
   app.route("/v1/sandboxes", fileRoutes(s));

@@ -1,5 +1,5 @@
 /** The one wire error envelope: {"error": {"code", "message", "details"}} with a stable code. */
-import type { Context } from "hono";
+import type { ApiContext } from "./env.js";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { ForkdError } from "../util/errors.js";
 import type { ErrorCode } from "../util/errors.js";
@@ -16,6 +16,10 @@ const STATUS: Record<ErrorCode, ContentfulStatusCode> = {
   image_error: 500,
   snapshot_corrupt: 500,
   resource_exhausted: 429,
+  unauthenticated: 401,
+  forbidden: 403,
+  payload_too_large: 413,
+  rate_limited: 429,
   internal: 500,
 };
 
@@ -35,7 +39,8 @@ export function toEnvelope(e: unknown): { status: ContentfulStatusCode; body: Er
   return { status: 500, body: { error: { code: "internal", message: "internal error", details: {} } } };
 }
 
-export function errorResponse(c: Context, e: unknown): Response {
+export function errorResponse(c: ApiContext, e: unknown): Response {
   const { status, body } = toEnvelope(e);
+  c.set("errorCode", body.error.code);
   return c.json(body, status);
 }

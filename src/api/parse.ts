@@ -1,9 +1,16 @@
-/** Request parsing at the edge: JSON bodies and queries through the schemas, or a 400. */
+/**
+ * Request parsing at the edge: JSON bodies and queries through the schemas, or a 400. Bodies are
+ * read within their route's bound (set by the edge from BodyLimits), also when the client sent
+ * no length: past it, a 413.
+ */
 import type { Context } from "hono";
 import type { z } from "zod";
 import { ForkdError } from "../util/errors.js";
+import type { ApiContext } from "./env.js";
+import { DEFAULT_BODY_LIMITS } from "./services.js";
 
-const MAX_JSON = 32 << 20;
+export const tooLarge = (limit: number): ForkdError =>
+  new ForkdError("payload_too_large", `request body larger than ${limit} bytes`, { limit });
 
 function invalid(err: z.ZodError, where: string): ForkdError {
   return new ForkdError(
@@ -15,17 +22,14 @@ function invalid(err: z.ZodError, where: string): ForkdError {
   );
 }
 
-export async function parseBody<S extends z.ZodType>(c: Context, schema: S): Promise<z.infer<S>> {
-  const len = Number(c.req.header("content-length") ?? "0");
-  if (len > MAX_JSON) throw new ForkdError("invalid_argument", `request body larger than ${MAX_JSON} bytes`);
+export async function parseBody<S extends z.ZodType>(c: ApiContext, schema: S): Promise<z.infer<S>> {
   let text: string;
   try {
-    text = await c.req.text();
+    text = new TextDecoder("utf-8", { fatal: true }).decode(await readBytes(c));
   } catch (e) {
-    throw new ForkdError("invalid_argument", "unreadable request body", {}, e);
+    if (e instanceof ForkdError) throw e;
+    throw new ForkdError("invalid_argument", "unreadable request body (not UTF-8?)", {}, e);
   }
-  if (text.length > MAX_JSON)
-    throw new ForkdError("invalid_argument", `request body larger than ${MAX_JSON} bytes`);
   let json: unknown;
   try {
     json = text.length === 0 ? {} : JSON.parse(text);
@@ -49,18 +53,29 @@ export function parseParams<S extends z.ZodType>(c: Context, schema: S): z.infer
   return r.data;
 }
 
-/** A raw request body of at most `max` bytes. */
-export async function readBytes(c: Context, max: number): Promise<Uint8Array> {
-  const len = Number(c.req.header("content-length") ?? "0");
-  if (len > max) throw new ForkdError("invalid_argument", `request body larger than ${max} bytes`);
-  const body = c.req.raw.body;
-  if (!body) return new Uint8Array(0);
+/** The request body's bound for this route (the edge sets it; JSON's when called without it). */
+const limitOf = (c: ApiContext): number => c.get("bodyLimit") ?? DEFAULT_BODY_LIMITS.json;
+
+/** The raw request body, at most its route's bound. */
+export async function readBytes(c: ApiContext): Promise<Uint8Array> {
   const parts: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of body as AsyncIterable<Uint8Array>) {
-    size += chunk.length;
-    if (size > max) throw new ForkdError("invalid_argument", `request body larger than ${max} bytes`);
-    parts.push(chunk);
-  }
+  for await (const chunk of bodyStream(c) ?? []) parts.push(chunk);
   return Buffer.concat(parts);
+}
+
+/** The request body as a stream that fails with a 413 once past its route's bound (null: none). */
+export function bodyStream(c: ApiContext): AsyncIterable<Uint8Array> | null {
+  const max = limitOf(c);
+  const len = Number(c.req.header("content-length") ?? "0");
+  if (len > max) throw tooLarge(max);
+  const body = c.req.raw.body;
+  if (!body) return null;
+  return (async function* () {
+    let size = 0;
+    for await (const chunk of body as AsyncIterable<Uint8Array>) {
+      size += chunk.length;
+      if (size > max) throw tooLarge(max);
+      yield chunk;
+    }
+  })();
 }

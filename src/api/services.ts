@@ -1,8 +1,55 @@
 /** What the API layer is given: the services it calls. Built by the daemon's entry point. */
+import type { SandboxQuota } from "../access/quota.js";
+import type { RateLimiter } from "../access/rate-limit.js";
+import type { Authenticator, TokenStore } from "../access/tokens.js";
+import type { AuditRecord } from "../audit/audit-log.js";
 import type { AccelChoice } from "../host/accel.js";
 import type { SnapshotDeps } from "../snapshot/create.js";
 import type { SnapshotStore } from "../snapshot/store.js";
 import type { Logger, SandboxService } from "../sandbox/service.js";
+
+/** Bounds on request bodies, in bytes (see docs/operations.md, "Limits"). */
+export interface BodyLimits {
+  /** Ordinary JSON bodies. */
+  json: number;
+  /** JSON bodies that carry code or stdin: exec, eval, snapshot creation. */
+  code: number;
+  /** Raw stdin written to a running command. */
+  stdin: number;
+  /** A file upload (streamed). */
+  upload: number;
+  /** A snapshot pack (streamed). */
+  pack: number;
+}
+
+export const DEFAULT_BODY_LIMITS: BodyLimits = {
+  json: 1 << 20,
+  code: 20 << 20,
+  stdin: 16 << 20,
+  upload: 8 * 2 ** 30,
+  pack: 64 * 2 ** 30,
+};
+
+/** Latencies and failures the API layer records (implemented by src/metrics/metrics.ts). */
+export interface ApiMetrics {
+  http(route: string, method: string, code: number, seconds: number): void;
+  /** One forked child, until its agent answered. */
+  fork(seconds: number): void;
+  branchPause(seconds: number): void;
+  exec(seconds: number): void;
+  failure(op: string, reason: string): void;
+  /** The Prometheus text exposition. */
+  render(): Promise<{ contentType: string; text: string }>;
+}
+
+export const NO_METRICS: ApiMetrics = {
+  http: () => undefined,
+  fork: () => undefined,
+  branchPause: () => undefined,
+  exec: () => undefined,
+  failure: () => undefined,
+  render: async () => ({ contentType: "text/plain; version=0.0.4; charset=utf-8", text: "" }),
+};
 
 export interface Services {
   store: SnapshotStore;
@@ -17,6 +64,15 @@ export interface Services {
     /** Guest images live in <cacheDir>/images (unpack installs packed ones there). */
     cacheDir: string;
   };
-  /** Bearer token required on every request except /v1/health (TCP listeners). */
-  token?: string;
+  /** The tokens file (token management routes). */
+  tokens: TokenStore;
+  limits: { body: BodyLimits; rate: RateLimiter; quota: SandboxQuota };
+  metrics: ApiMetrics;
+  audit: { append(r: AuditRecord): void };
+}
+
+/** What differs between listeners: the unix socket serves the local admin, TCP needs tokens. */
+export interface Listener {
+  /** null: every caller is `local` (the unix socket); else a bearer token is required. */
+  auth: Authenticator | null;
 }

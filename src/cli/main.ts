@@ -3,7 +3,7 @@
  * forkd CLI: a thin client of the daemon's REST API (and `forkd daemon` runs the daemon).
  * Exit codes: 0 ok; 1 error; 2 usage / invalid argument; exec exits with the guest command's code.
  */
-import { createReadStream, createWriteStream } from "node:fs";
+import { createReadStream, createWriteStream, readFileSync } from "node:fs";
 import { pipeline } from "node:stream/promises";
 import { Command } from "commander";
 import { ApiError, apiRequest, checkResponse, rawRequest, readAll, readNdjson } from "../client/http.js";
@@ -20,7 +20,11 @@ import { buildOpenApi } from "../api/contract/openapi.js";
 
 const paths = defaultPaths();
 const endpoint: Endpoint = process.env.FORKD_URL
-  ? { url: process.env.FORKD_URL, token: process.env.FORKD_TOKEN }
+  ? {
+      url: process.env.FORKD_URL,
+      token: process.env.FORKD_TOKEN,
+      ...(process.env.FORKD_CA_CERT ? { ca: readFileSync(process.env.FORKD_CA_CERT) } : {}),
+    }
   : { socket: paths.socket };
 const say = (s: string) => process.stderr.write(s + "\n");
 
@@ -456,6 +460,56 @@ program
   .argument("<tags...>")
   .action(async (tags: string[]) => {
     for (const t of tags) await api("DELETE", `/v1/snapshots/${encodeURIComponent(t)}`);
+  });
+
+const token = program.command("token").description("API tokens for TCP callers (admin only)");
+
+token
+  .command("create")
+  .description("create a token for a tenant; prints the token (shown only this once) on stdout")
+  .requiredOption("--tenant <name>", "the tenant it acts for (lowercase letters, digits, _ . -)")
+  .option("--admin", "an admin token: every tenant's sandboxes, token management, /metrics")
+  .option("--max-sandboxes <n>", "sandboxes the tenant may hold at once", (v) => parseInt(v, 10))
+  .option("--json", "JSON output (token and its record)")
+  .action(async (o: { tenant: string; admin?: boolean; maxSandboxes?: number; json?: boolean }) => {
+    const r = await api<{ token: string; info: { id: string; tenant: string; scope: string } }>(
+      "POST",
+      "/v1/tokens",
+      {
+        tenant: o.tenant,
+        scope: o.admin ? "admin" : "tenant",
+        ...(o.maxSandboxes !== undefined ? { max_sandboxes: o.maxSandboxes } : {}),
+      },
+    );
+    if (o.json) console.log(JSON.stringify(r, null, 2));
+    else {
+      say(`forkd: token ${r.info.id} for ${r.info.scope} ${r.info.tenant}; it is not shown again`);
+      console.log(r.token);
+    }
+  });
+
+token
+  .command("ls")
+  .description("list tokens (never their secrets)")
+  .option("--json", "JSON output")
+  .action(async (o: { json?: boolean }) => {
+    const { tokens } = await api<{
+      tokens: { id: string; tenant: string; scope: string; created: string; max_sandboxes?: number }[];
+    }>("GET", "/v1/tokens");
+    if (o.json) console.log(JSON.stringify(tokens, null, 2));
+    else
+      printTable(
+        ["ID", "TENANT", "SCOPE", "MAX SANDBOXES", "CREATED"],
+        tokens.map((t) => [t.id, t.tenant, t.scope, String(t.max_sandboxes ?? "-"), t.created]),
+      );
+  });
+
+token
+  .command("revoke")
+  .description("revoke tokens: refused from the next request on")
+  .argument("<ids...>")
+  .action(async (ids: string[]) => {
+    for (const id of ids) await api("DELETE", `/v1/tokens/${encodeURIComponent(id)}`);
   });
 
 program.parseAsync(process.argv).catch((e: unknown) => {

@@ -4,11 +4,15 @@
  */
 import { request as httpRequest } from "node:http";
 import type { IncomingMessage } from "node:http";
+import { request as httpsRequest } from "node:https";
 
 export interface Endpoint {
   socket?: string;
+  /** http://HOST:PORT or https://HOST:PORT */
   url?: string;
   token?: string;
+  /** Extra CA certificate(s) (PEM) trusted for an https URL, e.g. a self-signed daemon's. */
+  ca?: string | Buffer;
 }
 
 export class ApiError extends Error {
@@ -35,12 +39,21 @@ export function rawRequest(
     const h: Record<string, string> = { ...headers };
     if (ep.token) h.authorization = `Bearer ${ep.token}`;
     const base = ep.url ? new URL(ep.url) : null;
-    const req = httpRequest(
-      base
-        ? { host: base.hostname, port: base.port, path, method, headers: h }
-        : { socketPath: ep.socket, path, method, headers: h },
-      resolve,
-    );
+    const req = !base
+      ? httpRequest({ socketPath: ep.socket, path, method, headers: h }, resolve)
+      : base.protocol === "https:"
+        ? httpsRequest(
+            {
+              host: base.hostname,
+              port: base.port,
+              path,
+              method,
+              headers: h,
+              ...(ep.ca ? { ca: ep.ca } : {}),
+            },
+            resolve,
+          )
+        : httpRequest({ host: base.hostname, port: base.port, path, method, headers: h }, resolve);
     req.on("error", reject);
     if (timeoutMs > 0) {
       req.setTimeout(timeoutMs, () =>

@@ -1,16 +1,26 @@
 /**
  * The daemon: the single owner of snapshots and sandboxes. Builds every service, recovers state
  * left by an earlier daemon (re-adopting running children), and serves the API on a unix socket
- * (mode 0600) and, only with a bearer token, on TCP.
+ * (mode 0600: the local admin) and, with bearer tokens, on TCP (optionally TLS). Every listener
+ * shares the limits, the audit log and the metrics.
  */
 import { Cgroups } from "../host/cgroups.js";
 import { hideRoots, Jail, jailOptionsFromEnv } from "../vmm/jail.js";
 import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import { createAdaptorServer } from "@hono/node-server";
+import { SandboxQuota } from "../access/quota.js";
+import { RateLimiter } from "../access/rate-limit.js";
+import { Authenticator, TokenStore } from "../access/tokens.js";
 import { createApp } from "../api/app.js";
 import type { Services } from "../api/services.js";
+import { AuditLog } from "../audit/audit-log.js";
+import { SharingProbe } from "../metrics/memory.js";
+import { Metrics } from "../metrics/metrics.js";
+import { readAccessConfig } from "./config.js";
+import type { TcpConfig } from "./config.js";
 import { chooseAccel } from "../host/accel.js";
 import { defaultPaths, sandboxesDir, snapshotsDir } from "../host/paths.js";
 import type { Paths } from "../host/paths.js";
@@ -18,7 +28,7 @@ import { findQemu, qemuVersion } from "../host/qemu-binary.js";
 import { ImageBuilder } from "../image/builder.js";
 import { SandboxService } from "../sandbox/service.js";
 import { SnapshotStore } from "../snapshot/store.js";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
 import { findJailer, findMemsnap } from "../host/native.js";
@@ -32,15 +42,17 @@ export interface DaemonOptions {
 
 export interface Daemon {
   services: Services;
+  /** Re-reads the tokens file (SIGHUP); a bad file keeps the tokens in force. */
+  reloadTokens(): Promise<void>;
   close(opts?: { killSandboxes?: boolean }): Promise<void>;
 }
-
-const MIN_TOKEN = 32;
 
 export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const env = opts.env ?? process.env;
   const paths = opts.paths ?? defaultPaths(env);
   const log = jsonLogger("daemon");
+  // Every access setting is checked before anything is touched.
+  const cfg = await readAccessConfig(env, paths.dataDir);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
   const runDir = join(paths.dataDir, "run");
   for (const d of [snapshotsDir(paths), sandboxesDir(paths), runDir])
@@ -98,7 +110,41 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     staging_cleaned: cleaned.length,
   });
 
-  const token = env.FORKD_TOKEN;
+  const tokens = new TokenStore(cfg.tokensFile);
+  await tokens.load();
+  const auth = new Authenticator(tokens, cfg.adminToken);
+  if (cfg.tcp && !cfg.tcp.loopback && !auth.hasTokens) {
+    throw new ForkdError(
+      "invalid_argument",
+      `FORKD_LISTEN on ${cfg.tcp.host} (not loopback) needs a token: set FORKD_TOKEN, or create ` +
+        `tokens first (forkd token create) into ${cfg.tokensFile}`,
+    );
+  }
+  const audit = await AuditLog.open({
+    ...cfg.audit,
+    onError: (e) => log.warn("audit log write failed", { error: errorMessage(e) }),
+  });
+  const metrics = new Metrics({
+    version: VERSION,
+    sandboxStates: () => {
+      const by: Record<string, number> = {};
+      for (const v of sandboxes.list()) by[v.state] = (by[v.state] ?? 0) + 1;
+      return by;
+    },
+    snapshotStatuses: async () => {
+      const by: Record<string, number> = { ready: (await store.list()).length };
+      for (const p of await store.listPending()) by[p.status] = (by[p.status] ?? 0) + 1;
+      return by;
+    },
+    poolSize: () => Object.values(sandboxes.poolStatus()).reduce((a, b) => a + b, 0),
+    sharing: new SharingProbe(() =>
+      sandboxes
+        .list()
+        .filter((v) => v.state === "running")
+        .map((v) => v.pid),
+    ),
+    audit: () => audit.stats,
+  });
   const services: Services = {
     store,
     sandboxes,
@@ -118,6 +164,10 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       startedAt: new Date().toISOString(),
       cacheDir: paths.cacheDir,
     },
+    tokens,
+    limits: { body: cfg.body, rate: new RateLimiter(cfg.rate), quota: new SandboxQuota() },
+    metrics,
+    audit,
   };
   const servers: Server[] = [];
   const unix = createAdaptorServer({ fetch: createApp(services).fetch }) as Server;
@@ -132,27 +182,23 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   await chmod(paths.socket, 0o600);
   servers.push(unix);
 
-  const tcp = env.FORKD_LISTEN;
-  if (tcp) {
-    if (!token || token.length < MIN_TOKEN || /^(changeme|token|secret|x+)$/i.test(token)) {
-      throw new ForkdError(
-        "invalid_argument",
-        `FORKD_LISTEN needs FORKD_TOKEN of at least ${MIN_TOKEN} random characters`,
-      );
-    }
-    const m = /^(.*):(\d+)$/.exec(tcp);
-    if (!m) throw new ForkdError("invalid_argument", "FORKD_LISTEN must be HOST:PORT");
-    const server = createAdaptorServer({ fetch: createApp({ ...services, token }).fetch }) as Server;
-    server.requestTimeout = 0;
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(Number(m[2]), m[1], () => resolve());
-    });
+  let tcpAddress: string | null = null;
+  if (cfg.tcp) {
+    const server = await listenTcp(cfg.tcp, createApp(services, { auth }));
     servers.push(server);
+    const a = server.address();
+    tcpAddress = a && typeof a === "object" ? `${a.address}:${a.port}` : null;
+    if (!auth.hasTokens)
+      log.warn("TCP listener has no tokens yet: every request is refused until one is created");
+    if (!cfg.tcp.tls && !cfg.tcp.loopback)
+      log.warn("TCP listener without TLS on a non-loopback address: tokens cross the network in clear");
   }
   log.info("forkd daemon listening", {
     socket: paths.socket,
-    tcp: tcp ?? null,
+    tcp: tcpAddress,
+    tls: cfg.tcp?.tls ? true : false,
+    tokens: tokens.size,
+    audit: audit.path,
     accel: accel.accel,
     qemu: qemuVer,
   });
@@ -160,6 +206,14 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   let closed = false;
   return {
     services,
+    async reloadTokens() {
+      try {
+        await tokens.load();
+        log.info("tokens reloaded", { tokens: tokens.size });
+      } catch (e) {
+        log.warn("tokens file not reloaded; the previous tokens stay in force", { error: errorMessage(e) });
+      }
+    },
     async close(o = {}) {
       if (closed) return;
       closed = true;
@@ -170,10 +224,34 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       clearTimeout(cut);
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
+      await audit.close();
       await rm(paths.socket, { force: true });
       await releaseLock();
     },
   };
+}
+
+/** The TCP listener (HTTPS with a certificate): bounded connections, headers within 30 s. */
+async function listenTcp(t: TcpConfig, app: ReturnType<typeof createApp>): Promise<Server> {
+  const fetch = app.fetch;
+  const server = (
+    t.tls
+      ? createAdaptorServer({
+          fetch,
+          createServer: createHttpsServer,
+          serverOptions: { cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" },
+        })
+      : createAdaptorServer({ fetch })
+  ) as Server;
+  // Long uploads and streams are bounded by the body limits and their own timeouts, not here.
+  server.requestTimeout = 0;
+  server.headersTimeout = 30_000;
+  server.maxConnections = t.maxConnections;
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(t.port, t.host, () => resolve());
+  });
+  return server;
 }
 
 function listen(server: Server, path: string): Promise<void> {
@@ -191,4 +269,5 @@ export async function runDaemon(): Promise<void> {
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);
+  process.on("SIGHUP", () => void d.reloadTokens());
 }

@@ -59,7 +59,9 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
   let paused = false;
   try {
     await mkdir(staging, { mode: 0o700 });
-    await store.markWriting(staging, { tag, started, source: s.record.id });
+    // A branch belongs to its sandbox's tenant.
+    const owner = s.record.owner ?? null;
+    await store.markWriting(staging, { tag, started, source: s.record.id, owner });
     const newTop = join(s.dir, `disk-${Date.now().toString(36)}-${++layerSeq}.qcow2`);
     const diff = join(staging, "memory.diff");
 
@@ -126,6 +128,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       sandbox: s.record.id,
       pauseMs,
       bytes: cap.bytes,
+      owner,
     };
     const done = capture.written
       .then(() => finish(deps, args))
@@ -135,7 +138,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
         throw e;
       })
       .finally(release);
-    store.track({ tag, started, source: s.record.id }, done);
+    store.track({ tag, started, source: s.record.id, owner }, done);
     done.catch(() => undefined);
     return { tag, pauseMs, privateBytes: cap.bytes, done };
   } catch (e) {
@@ -161,6 +164,7 @@ interface FinishArgs {
   sandbox: string;
   pauseMs: number;
   bytes: number;
+  owner: string | null;
 }
 
 /** Builds and publishes the snapshot from what the pause captured (source already running). */
@@ -213,6 +217,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     stateFormat: "devices",
     parent: { tag: src.tag, checksum: src.checksum },
     branch: { sandbox: a.sandbox, pauseMs: a.pauseMs, privateBytes: a.bytes, finishMs: since(t0) },
+    owner: a.owner,
   };
   await writeMeta(join(a.staging, "meta.json"), meta);
   await deps.store.publish(a.staging, a.tag);

@@ -28,6 +28,8 @@ export interface SandboxRecord {
   memoryFile?: string;
   /** Set while paused: what resume() starts it from. */
   paused?: PausedImage;
+  /** The tenant whose token created it (null or absent: an admin). */
+  owner?: string | null;
 }
 
 /** A paused sandbox's saved state (files in its own directory). */
@@ -95,6 +97,7 @@ export interface SandboxView {
   timeout_ms: number | null;
   expires_at: string | null;
   metadata: Record<string, string>;
+  owner: string | null;
   limits: { memory_mib: number | null; cpus: number | null; pids: number | null };
 }
 
@@ -117,6 +120,7 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),
   metadata: s.record.metadata ?? {},
+  owner: s.record.owner ?? null,
   limits: {
     memory_mib: s.record.limits?.memoryMiB ?? null,
     cpus: s.record.limits?.cpus ?? null,

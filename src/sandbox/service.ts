@@ -44,6 +44,8 @@ export interface ForkOptions {
   /** What the idle timeout does (default kill). */
   onIdle?: "kill" | "pause";
   metadata?: Record<string, string>;
+  /** The tenant it belongs to (null: an admin's). */
+  owner?: string | null;
   /** Limits; unset fields take the defaults (limitsFor). */
   limits?: SandboxLimits;
 }
@@ -414,6 +416,7 @@ export class SandboxService {
         timeoutMs: opts.timeoutMs ?? null,
         metadata: opts.metadata ?? {},
         onIdle: opts.onIdle ?? "kill",
+        owner: opts.owner ?? null,
         limits: {
           memoryMiB: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.memoryMiB ?? null) : null,
           cpus: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.cpus ?? null) : null,

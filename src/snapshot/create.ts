@@ -32,6 +32,8 @@ export interface CreateSnapshotRequest {
   /** Deadline for boot, and separately for the warm-up command. */
   bootTimeoutMs?: number;
   warmTimeoutMs?: number;
+  /** The tenant it is made for (null or absent: shared, an admin's). */
+  owner?: string | null;
 }
 
 export interface SnapshotDeps {
@@ -160,6 +162,7 @@ export async function createSnapshot(
       diskSize,
       files: { memory, vmstate, disk },
       timings: { bootMs, warmMs, freezeMs },
+      owner: req.owner ?? null,
     });
     await deps.store.publish(staging, req.tag);
     progress(`snapshot ${req.tag} ready`);

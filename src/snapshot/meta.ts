@@ -52,6 +52,8 @@ export const SnapshotMetaSchema = z.object({
       finishMs: z.number(),
     })
     .optional(),
+  /** The tenant that owns it; null or absent: shared (made by an admin). */
+  owner: z.string().nullable().optional(),
   checksum: z.string(),
 });
 

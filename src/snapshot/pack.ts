@@ -166,6 +166,11 @@ export interface UnpackDeps {
   imagesDir: string;
   /** This host's accelerator: a snapshot restores only into the same kind of machine. */
   accel: "kvm" | "tcg";
+  /**
+   * The tenant unpacking (null: an admin): owns what is published; a base already here is
+   * reused only if it is theirs or shared.
+   */
+  owner?: string | null;
 }
 
 /** Reads a pack from `input` and registers its chain. Returns the tags published. */
@@ -247,7 +252,10 @@ export async function unpackSnapshot(
       const src = join(dir, "snapshots", m.tag);
       if (await store.has(m.tag)) {
         const local = (await store.get(m.tag)).meta;
+        const mine =
+          !deps.owner || local.owner === null || local.owner === undefined || local.owner === deps.owner;
         const same =
+          mine &&
           local.files.memory.sha256 === m.files.memory.sha256 &&
           local.files.vmstate.sha256 === m.files.vmstate.sha256;
         if (!same)
@@ -269,6 +277,7 @@ export async function unpackSnapshot(
           image: { ...m.image, dir: imageDir },
           files: { ...m.files, disk: await sha256File(disk) },
           ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
+          owner: deps.owner ?? null,
         });
         await createOverlay(join(src, "child.qcow2"), {
           backing: store.filesFor(m.tag).disk,

@@ -53,6 +53,8 @@ export interface SnapshotPending {
   started: string;
   source: string | null;
   error: { code: string; message: string } | null;
+  /** The tenant it is written for (null or absent: an admin). */
+  owner?: string | null;
 }
 
 export interface SnapshotInfo {
@@ -69,6 +71,7 @@ interface StagingStatus {
   tag: string;
   started: string;
   source: string | null;
+  owner?: string | null;
 }
 
 const FAILED_PREFIX = ".failed-";
@@ -103,7 +106,14 @@ export class SnapshotStore {
       const st = await readStagingStatus(dir);
       if (st && isValidTag(st.tag) && !(await this.has(st.tag))) {
         await this.markFailed(
-          { tag: st.tag, status: "failed", started: st.started, source: st.source, error: null },
+          {
+            tag: st.tag,
+            status: "failed",
+            started: st.started,
+            source: st.source,
+            error: null,
+            owner: st.owner ?? null,
+          },
           { code: "internal", message: "the daemon stopped while the snapshot was being written" },
         );
       }

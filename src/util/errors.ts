@@ -14,6 +14,10 @@ export type ErrorCode =
   | "image_error"
   | "snapshot_corrupt"
   | "resource_exhausted"
+  | "unauthenticated"
+  | "forbidden"
+  | "payload_too_large"
+  | "rate_limited"
   | "internal";
 
 export class ForkdError extends Error {

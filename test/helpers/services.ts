@@ -2,7 +2,13 @@
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Services } from "../../src/api/services.js";
+import { SandboxQuota } from "../../src/access/quota.js";
+import { RateLimiter } from "../../src/access/rate-limit.js";
+import type { RateLimits } from "../../src/access/rate-limit.js";
+import { Authenticator, TokenStore } from "../../src/access/tokens.js";
+import type { AuditRecord } from "../../src/audit/audit-log.js";
+import { DEFAULT_BODY_LIMITS, NO_METRICS } from "../../src/api/services.js";
+import type { BodyLimits, Listener, Services } from "../../src/api/services.js";
 import { ImageBuilder } from "../../src/image/builder.js";
 import { SandboxService } from "../../src/sandbox/service.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
@@ -10,9 +16,19 @@ import { QemuDriver } from "../../src/vmm/qemu.js";
 
 export const quiet = { info: () => undefined, warn: () => undefined };
 
+export interface TestServices {
+  services: Services;
+  dir: string;
+  /** Audit records appended so far. */
+  audited: AuditRecord[];
+  /** A TCP-like listener: FORKD_TOKEN `adminToken` plus the tokens file in `dir`. */
+  tcp: (adminToken?: string) => Listener;
+  cleanup: () => Promise<void>;
+}
+
 export async function testServices(
-  opts: { token?: string } = {},
-): Promise<{ services: Services; dir: string; cleanup: () => Promise<void> }> {
+  opts: { rate?: Partial<RateLimits>; body?: Partial<BodyLimits> } = {},
+): Promise<TestServices> {
   const dir = await mkdtemp(join(tmpdir(), "forkd-api-"));
   await mkdir(join(dir, "snapshots"));
   await mkdir(join(dir, "sandboxes"));
@@ -20,11 +36,12 @@ export async function testServices(
   const driver = new QemuDriver("/bin/false");
   const accel = { accel: "tcg" as const, forced: true, reason: "test", tscKhz: 1 };
   const sandboxes = new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet });
+  const tokens = new TokenStore(join(dir, "tokens.json"));
+  const audited: AuditRecord[] = [];
   const services: Services = {
     store,
     sandboxes,
     log: quiet,
-    token: opts.token,
     snapshotDeps: {
       store,
       driver,
@@ -40,10 +57,20 @@ export async function testServices(
       startedAt: "",
       cacheDir: dir,
     },
+    tokens,
+    limits: {
+      body: { ...DEFAULT_BODY_LIMITS, ...opts.body },
+      rate: new RateLimiter({ rps: 0, burst: 1, maxInflight: 0, maxHeavy: 0, ...opts.rate }),
+      quota: new SandboxQuota(),
+    },
+    metrics: NO_METRICS,
+    audit: { append: (r) => audited.push(r) },
   };
   return {
     services,
     dir,
+    audited,
+    tcp: (adminToken) => ({ auth: new Authenticator(tokens, adminToken) }),
     cleanup: async () => {
       await sandboxes.killAll();
       await rm(dir, { recursive: true, force: true });

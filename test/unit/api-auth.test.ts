@@ -1,52 +1,245 @@
-/** TCP listeners require the bearer token on everything but /v1/health. */
-import { test } from "node:test";
+/**
+ * The API edge without VMs: bearer tokens (401), admin-only routes (403), tenant scoping of
+ * snapshots (another tenant's is 404, exactly like a missing one), body bounds (413, also for a
+ * body sent without a length), per-caller limits (429 with Retry-After), the audit line of every
+ * mutating call (refused ones too), token management through the API. Error replies are checked
+ * against the committed OpenAPI document.
+ */
+import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { createApp } from "../../src/api/app.js";
-import { SnapshotStore } from "../../src/snapshot/store.js";
-import { SandboxService } from "../../src/sandbox/service.js";
-import { QemuDriver } from "../../src/vmm/qemu.js";
-import { ImageBuilder } from "../../src/image/builder.js";
+import { contractValidator } from "../helpers/contract.js";
+import { fakeSnapshot } from "../helpers/snapshots.js";
+import { testServices } from "../helpers/services.js";
+import type { TestServices } from "../helpers/services.js";
 
-const TOKEN = "t".repeat(20) + "0123456789abcdef";
+const ADMIN = "t".repeat(20) + "0123456789abcdef";
+let t: TestServices;
+let app: ReturnType<typeof createApp>;
+let alice = "";
+let bob = "";
 
-test("bearer token: missing or wrong is 401 with the envelope, right is served, health is open", async () => {
-  const dir = await mkdtemp(join(tmpdir(), "forkd-auth-"));
-  const quiet = { info: () => undefined, warn: () => undefined };
-  const store = new SnapshotStore(join(dir, "snapshots"));
-  const driver = new QemuDriver("/bin/false");
-  const accel = { accel: "tcg" as const, forced: true, reason: "test", tscKhz: 1 };
-  const app = createApp({
-    store,
-    sandboxes: new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet }),
-    log: quiet,
-    snapshotDeps: { store, driver, images: new ImageBuilder(dir, dir), accel, qemuVersion: "0", runDir: dir },
-    info: {
-      version: "test",
-      accel,
-      qemu: { binary: "/bin/false", version: "0" },
-      startedAt: "",
-      cacheDir: dir,
-    },
-    token: TOKEN,
-  });
-  const get = (path: string, auth?: string) =>
-    app.request(path, { headers: auth === undefined ? {} : { authorization: auth } });
-  assert.equal((await get("/v1/health")).status, 200);
+before(async () => {
+  t = await testServices({ body: { json: 4096 } });
+  app = createApp(t.services, t.tcp(ADMIN));
+  alice = (await t.services.tokens.create({ tenant: "alice", scope: "tenant" })).token;
+  bob = (await t.services.tokens.create({ tenant: "bob", scope: "tenant" })).token;
+  await fakeSnapshot(t.services.store, "shared", null);
+  await fakeSnapshot(t.services.store, "alice-snap", "alice");
+  await fakeSnapshot(t.services.store, "bob-snap", "bob");
+});
+
+after(async () => {
+  await t.cleanup();
+});
+
+interface Reply {
+  status: number;
+  headers: Headers;
+  body: { error?: { code: string; message: string } } & Record<string, unknown>;
+}
+
+async function call(
+  method: string,
+  path: string,
+  o: {
+    token?: string;
+    auth?: string;
+    json?: unknown;
+    raw?: string | ReadableStream<Uint8Array>;
+    headers?: Record<string, string>;
+    app?: ReturnType<typeof createApp>;
+  } = {},
+): Promise<Reply> {
+  const headers: Record<string, string> = { ...o.headers };
+  if (o.auth !== undefined) headers.authorization = o.auth;
+  else if (o.token !== undefined) headers.authorization = `Bearer ${o.token}`;
+  if (o.json !== undefined) headers["content-type"] = "application/json";
+  const init: RequestInit & { duplex?: "half" } = {
+    method,
+    headers,
+    body: o.raw ?? (o.json === undefined ? undefined : JSON.stringify(o.json)),
+  };
+  if (o.raw instanceof ReadableStream) init.duplex = "half"; // a streamed body without a length
+  const res = await (o.app ?? app).request(path, init);
+  const text = await res.text();
+  const body = (text ? JSON.parse(text) : {}) as Reply["body"];
+  const v = await contractValidator();
+  v.check(method, path, res.status, body);
+  return { status: res.status, headers: res.headers, body };
+}
+
+test("no token, a malformed or a wrong one is 401 with the envelope; health and the document stay open", async () => {
+  assert.equal((await call("GET", "/v1/health")).status, 200);
+  assert.equal((await call("GET", "/v1/openapi.json")).status, 200);
   for (const auth of [
     undefined,
     "",
     "Bearer",
-    `Bearer ${TOKEN}x`,
-    `Bearer ${TOKEN.slice(1)}`,
-    TOKEN,
-    `Basic ${TOKEN}`,
+    `Bearer ${ADMIN}x`,
+    `Bearer ${ADMIN.slice(1)}`,
+    ADMIN,
+    `Basic ${ADMIN}`,
+    `Bearer ${alice}x`,
+    `Bearer ${"a".repeat(600)}`,
   ]) {
-    const res = await get("/v1/sandboxes", auth);
-    assert.equal(res.status, 401, String(auth));
-    assert.equal(((await res.json()) as { error: { code: string } }).error.code, "unauthenticated");
+    const r = await call("GET", "/v1/sandboxes", auth === undefined ? {} : { auth });
+    assert.equal(r.status, 401, String(auth));
+    assert.equal(r.body.error?.code, "unauthenticated");
+    assert.match(r.headers.get("www-authenticate") ?? "", /^Bearer/);
   }
-  assert.equal((await get("/v1/sandboxes", `Bearer ${TOKEN}`)).status, 200);
+  assert.equal((await call("GET", "/v1/sandboxes", { token: ADMIN })).status, 200);
+  assert.equal((await call("GET", "/v1/sandboxes", { auth: `bearer ${alice}` })).status, 200);
+});
+
+test("tenants see shared snapshots and their own; another tenant's is 404 like a missing one", async () => {
+  const names = async (token: string) =>
+    ((await call("GET", "/v1/snapshots", { token })).body.snapshots as { tag: string }[])
+      .map((m) => m.tag)
+      .sort();
+  assert.deepEqual(await names(alice), ["alice-snap", "shared"]);
+  assert.deepEqual(await names(bob), ["bob-snap", "shared"]);
+  assert.deepEqual(await names(ADMIN), ["alice-snap", "bob-snap", "shared"]);
+
+  const foreign = await call("GET", "/v1/snapshots/bob-snap", { token: alice });
+  const missing = await call("GET", "/v1/snapshots/no-such", { token: alice });
+  assert.equal(foreign.status, 404);
+  assert.equal(foreign.body.error?.message, "no snapshot tagged bob-snap");
+  assert.equal(missing.body.error?.message, "no snapshot tagged no-such");
+  for (const [m, p] of [
+    ["GET", "/v1/snapshots/bob-snap/info"],
+    ["GET", "/v1/snapshots/bob-snap/pack"],
+    ["DELETE", "/v1/snapshots/bob-snap"],
+  ] as const) {
+    assert.equal((await call(m, p, { token: alice })).status, 404, `${m} ${p}`);
+  }
+  const fork = await call("POST", "/v1/sandboxes", { token: alice, json: { snapshot_tag: "bob-snap" } });
+  assert.equal(fork.status, 404);
+  assert.equal(fork.body.error?.message, "no snapshot tagged bob-snap");
+
+  assert.equal((await call("GET", "/v1/snapshots/shared", { token: alice })).status, 200);
+  const del = await call("DELETE", "/v1/snapshots/shared", { token: alice });
+  assert.equal(del.status, 403);
+  assert.equal(del.body.error?.code, "forbidden");
+  assert.equal((await call("DELETE", "/v1/snapshots/alice-snap", { token: alice })).status, 200);
+  assert.equal(await t.services.store.has("alice-snap"), false);
+  assert.equal(await t.services.store.has("bob-snap"), true);
+});
+
+test("tenants get 403 on admin-only routes; an admin manages tokens through the API", async () => {
+  for (const [m, p] of [
+    ["GET", "/metrics"],
+    ["GET", "/v1/tokens"],
+  ] as const) {
+    const r = await app.request(p, { method: m, headers: { authorization: `Bearer ${alice}` } });
+    assert.equal(r.status, 403, p);
+  }
+  assert.equal((await call("POST", "/v1/tokens", { token: bob, json: { tenant: "bob" } })).status, 403);
+  const made = await call("POST", "/v1/tokens", { token: ADMIN, json: { tenant: "carol" } });
+  assert.equal(made.status, 201);
+  const carol = made.body.token as string;
+  const info = made.body.info as { id: string; tenant: string; scope: string };
+  assert.deepEqual([info.tenant, info.scope], ["carol", "tenant"]);
+  assert.equal((await call("GET", "/v1/sandboxes", { token: carol })).status, 200);
+  const listed = (await call("GET", "/v1/tokens", { token: ADMIN })).body.tokens as Record<string, unknown>[];
+  assert.ok(listed.some((x) => x.id === info.id));
+  assert.ok(
+    listed.every((x) => !("sha256" in x) && !("token" in x)),
+    "no secret or hash is ever listed",
+  );
+  assert.equal((await call("DELETE", `/v1/tokens/${info.id}`, { token: ADMIN })).status, 200);
+  assert.equal((await call("GET", "/v1/sandboxes", { token: carol })).status, 401);
+  assert.equal(
+    (await call("POST", "/v1/tokens", { token: ADMIN, json: { tenant: "Bad Name" } })).status,
+    400,
+  );
+});
+
+test("bodies over their bound are 413 before anything runs, with or without a declared length", async () => {
+  const big = JSON.stringify({ snapshot_tag: "shared", metadata: { k: "x".repeat(8000) } });
+  const declared = await call("POST", "/v1/sandboxes", {
+    token: ADMIN,
+    raw: big,
+    headers: { "content-type": "application/json" },
+  });
+  assert.equal(declared.status, 413);
+  assert.equal(declared.body.error?.code, "payload_too_large");
+  const chunks = new ReadableStream<Uint8Array>({
+    start(c) {
+      for (let i = 0; i < 8; i++) c.enqueue(new TextEncoder().encode(big.slice(i * 1000, (i + 1) * 1000)));
+      c.enqueue(new TextEncoder().encode(big.slice(8000)));
+      c.close();
+    },
+  });
+  const streamed = await call("POST", "/v1/sandboxes", {
+    token: ADMIN,
+    raw: chunks,
+    headers: { "content-type": "application/json" },
+  });
+  assert.equal(streamed.status, 413);
+  assert.equal(t.services.sandboxes.list().length, 0);
+});
+
+test("a caller past its rate or its heavy operations in flight gets 429 with Retry-After; others are not slowed", async () => {
+  const limited = await testServices({ rate: { rps: 5, burst: 5, maxHeavy: 1 } });
+  try {
+    const lapp = createApp(limited.services, limited.tcp(ADMIN));
+    const token = (await limited.services.tokens.create({ tenant: "dave", scope: "tenant" })).token;
+    const lcall = (m: string, p: string, o: Parameters<typeof call>[2] = {}) =>
+      call(m, p, { ...o, app: lapp });
+    const statuses: number[] = [];
+    let retry: string | null = null;
+    for (let i = 0; i < 8; i++) {
+      const r = await lcall("GET", "/v1/version", { token });
+      statuses.push(r.status);
+      if (r.status === 429) {
+        retry = r.headers.get("retry-after");
+        assert.equal(r.body.error?.code, "rate_limited");
+      }
+    }
+    assert.deepEqual(statuses.slice(0, 5), [200, 200, 200, 200, 200]);
+    assert.ok(statuses.includes(429), statuses.join());
+    assert.ok(Number(retry) >= 1);
+    assert.equal((await lcall("GET", "/v1/version", { token: ADMIN })).status, 200);
+
+    // A heavy operation held open (an unpack whose body has not ended) takes the only slot.
+    let end = () => undefined as void;
+    const body = new ReadableStream<Uint8Array>({
+      start(ctl) {
+        ctl.enqueue(new Uint8Array([1, 2, 3]));
+        end = () => ctl.close();
+      },
+    });
+    const held = lcall("POST", "/v1/snapshots/unpack", { token: ADMIN, raw: body });
+    await new Promise((r) => setTimeout(r, 200));
+    const second = await lcall("POST", "/v1/snapshots/unpack", { token: ADMIN, raw: "x" });
+    assert.equal(second.status, 429);
+    assert.match(second.body.error?.message ?? "", /heavy operations in flight/);
+    end();
+    assert.equal((await held).status, 400); // not a pack; the slot is free again
+    assert.equal((await lcall("POST", "/v1/snapshots/unpack", { token: ADMIN, raw: "x" })).status, 400);
+  } finally {
+    await limited.cleanup();
+  }
+});
+
+test("every mutating call leaves one audit line with caller, action, target, status and result", async () => {
+  t.audited.length = 0;
+  await call("DELETE", "/v1/snapshots/bob-snap", { token: alice }); // refused: not hers (404)
+  await call("POST", "/v1/sandboxes", {}); // refused: no token
+  await call("DELETE", "/v1/snapshots/bob-snap", { token: bob }); // done
+  await call("GET", "/v1/snapshots", { token: bob }); // not mutating: no line
+  assert.deepEqual(
+    t.audited.map((a) => [a.caller, a.action, a.target.tag ?? null, a.status, a.result]),
+    [
+      ["alice", "DELETE /v1/snapshots/{tag}", "bob-snap", 404, "not_found"],
+      ["anonymous", "POST /v1/sandboxes", null, 401, "unauthenticated"],
+      ["bob", "DELETE /v1/snapshots/{tag}", "bob-snap", 200, "ok"],
+    ],
+  );
+  for (const a of t.audited) {
+    assert.match(a.request_id, /^[0-9a-f-]{36}$/);
+    assert.ok(a.duration_ms >= 0 && !Number.isNaN(Date.parse(a.ts)));
+  }
+  assert.match(t.audited[2]?.token ?? "", /^tok-/);
 });

@@ -5,13 +5,12 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import type { Hono } from "hono";
 import { createApp } from "../../src/api/app.js";
 import { testServices } from "../helpers/services.js";
 import { readdir } from "node:fs/promises";
 
 let dir: string;
-let app: Hono;
+let app: ReturnType<typeof createApp>;
 let cleanup: () => Promise<void>;
 
 before(async () => {

@@ -22,9 +22,9 @@ let url = "";
 let cleanup: () => Promise<void>;
 
 before(async () => {
-  const t = await testServices({ token: TOKEN });
+  const t = await testServices();
   cleanup = t.cleanup;
-  const app = createApp(t.services);
+  const app = createApp(t.services, t.tcp(TOKEN));
   await new Promise<void>((resolve) => {
     server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve());
   });

@@ -29,6 +29,7 @@ export class InvalidArgumentError extends ForkdError {}
 export class NotFoundError extends ForkdError {}
 export class ConflictError extends ForkdError {}
 export class TimeoutError extends ForkdError {}
+/** No valid token, or a tenant's token on an admin-only operation. */
 export class AuthenticationError extends ForkdError {}
 /** Too many sandboxes, or a rate limit. */
 export class RateLimitError extends ForkdError {}
@@ -46,7 +47,10 @@ const BY_CODE: Record<string, new (m: string, o: ConstructorParameters<typeof Fo
     conflict: ConflictError,
     timeout: TimeoutError,
     unauthenticated: AuthenticationError,
+    forbidden: AuthenticationError,
+    payload_too_large: InvalidArgumentError,
     resource_exhausted: RateLimitError,
+    rate_limited: RateLimitError,
     unavailable: UnavailableError,
     guest_error: GuestError,
     agent_protocol: GuestError,

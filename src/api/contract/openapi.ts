@@ -37,6 +37,8 @@ function content(b: Body): Json {
       };
     case "bytes":
       return { "application/octet-stream": { schema: { type: "string", format: "binary" } } };
+    case "text":
+      return { [b.contentType]: { schema: { type: "string" } } };
   }
 }
 
@@ -119,10 +121,21 @@ export function buildOpenApi(version: string): Json {
           : {}),
       };
     }
-    responses.default = {
-      description: "Error (see the code in the body)",
+    const error = (description: string, extra: Json = {}): Json => ({
+      description,
       content: { "application/json": { schema: { $ref: REF("Error") } } },
-    };
+      ...extra,
+    });
+    if (!r.public) responses["401"] = error("unauthenticated: no bearer token, or not a valid one (TCP)");
+    if (r.admin) responses["403"] = error("forbidden: a tenant token on an admin-only route");
+    if (r.body)
+      responses["413"] = error(`payload_too_large: the body is over its bound (${r.limit ?? "json"})`);
+    responses["429"] = error("rate_limited: too many requests, or too many in flight, for this caller", {
+      headers: {
+        "retry-after": { description: "Seconds to wait before trying again", schema: { type: "integer" } },
+      },
+    });
+    responses.default = error("Error (see the code in the body)");
     const op: Json = {
       operationId: r.operationId,
       summary: r.summary,
@@ -131,6 +144,8 @@ export function buildOpenApi(version: string): Json {
       ...(r.body ? { requestBody: { required: true, content: content(r.body) } } : {}),
       responses,
       ...(r.public ? { security: [] } : {}),
+      ...(r.heavy ? { "x-forkd-heavy": true } : {}),
+      ...(r.admin ? { "x-forkd-admin-only": true } : {}),
     };
     (paths[r.path] ??= {})[r.method] = op;
   }
@@ -142,14 +157,18 @@ export function buildOpenApi(version: string): Json {
       version,
       description:
         "forkd's REST API: snapshots of warm microVMs and the sandboxes forked from them. Served on " +
-        "the daemon's unix socket (no token) or on TCP with a bearer token. Every error has the body " +
-        "`Error` with a stable `code`.",
+        "the daemon's unix socket (no token: the local admin) or on TCP (optionally TLS) with a bearer " +
+        "token. A tenant's token sees only its own sandboxes and snapshots, plus shared snapshots. " +
+        "Every error has the body `Error` with a stable `code`. Operations marked x-forkd-heavy count " +
+        "against the per-caller limit of heavy operations in flight.",
     },
     servers: [
       { url: "http://localhost", description: "unix socket /var/lib/forkd/forkd.sock, or FORKD_LISTEN" },
     ],
     security: [{ bearer: [] }],
-    tags: ["daemon", "snapshots", "sandboxes", "commands", "code", "files"].map((name) => ({ name })),
+    tags: ["daemon", "access", "snapshots", "sandboxes", "commands", "code", "files"].map((name) => ({
+      name,
+    })),
     paths,
     components: {
       securitySchemes: { bearer: { type: "http", scheme: "bearer" } },

@@ -8,11 +8,15 @@ import * as S from "./schemas.js";
 
 export type Method = "get" | "post" | "put" | "delete";
 
-/** A response or request body: JSON, newline-delimited JSON events, or raw bytes. */
+/** A response or request body: JSON, newline-delimited JSON events, raw bytes, or text. */
 export type Body =
   | { kind: "json"; schema: z.ZodType }
   | { kind: "ndjson"; event: z.ZodType }
-  | { kind: "bytes"; headers?: Record<string, string> };
+  | { kind: "bytes"; headers?: Record<string, string> }
+  | { kind: "text"; contentType: string };
+
+/** Which bound applies to a request body (sizes in src/api/services.ts, BodyLimits). */
+export type BodyLimit = "json" | "code" | "stdin" | "upload" | "pack";
 
 export interface RouteSpec {
   operationId: string;
@@ -20,9 +24,15 @@ export interface RouteSpec {
   /** OpenAPI style: /v1/sandboxes/{id} */
   path: string;
   summary: string;
-  tag: "daemon" | "snapshots" | "sandboxes" | "commands" | "code" | "files";
+  tag: "daemon" | "access" | "snapshots" | "sandboxes" | "commands" | "code" | "files";
   /** No bearer token needed (TCP listeners). */
   public?: boolean;
+  /** Admin callers only (the unix socket, FORKD_TOKEN, admin-scoped tokens): 403 for tenants. */
+  admin?: boolean;
+  /** Starts or stops VMs or writes snapshots: counts against the per-caller heavy limit. */
+  heavy?: boolean;
+  /** The body's bound; JSON bodies default to "json". */
+  limit?: BodyLimit;
   query?: z.ZodObject;
   body?: Body;
   responses: Partial<Record<200 | 201 | 202, Body>>;
@@ -62,6 +72,43 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(z.record(z.string(), z.unknown())) },
   },
   {
+    operationId: "metrics",
+    method: "get",
+    path: "/metrics",
+    summary: "Prometheus metrics (text exposition format 0.0.4); admin callers only",
+    tag: "daemon",
+    admin: true,
+    responses: { 200: { kind: "text", contentType: "text/plain; version=0.0.4" } },
+  },
+  {
+    operationId: "listTokens",
+    method: "get",
+    path: "/v1/tokens",
+    summary: "API tokens (never their secrets); admin callers only",
+    tag: "access",
+    admin: true,
+    responses: { 200: json(S.TokenList) },
+  },
+  {
+    operationId: "createToken",
+    method: "post",
+    path: "/v1/tokens",
+    summary: "Create an API token for a tenant; the reply is the only place its secret is shown",
+    tag: "access",
+    admin: true,
+    body: json(S.CreateToken),
+    responses: { 201: json(S.TokenCreated) },
+  },
+  {
+    operationId: "revokeToken",
+    method: "delete",
+    path: "/v1/tokens/{token_id}",
+    summary: "Revoke an API token: it is refused from the next request on",
+    tag: "access",
+    admin: true,
+    responses: { 200: json(S.Token) },
+  },
+  {
     operationId: "listSnapshots",
     method: "get",
     path: "/v1/snapshots",
@@ -78,6 +125,8 @@ export const ROUTES: RouteSpec[] = [
     tag: "snapshots",
     query: z.object({ stream: z.enum(["0", "1"]).optional() }),
     body: json(S.CreateSnapshot),
+    heavy: true,
+    limit: "code",
     responses: { 201: json(S.Snapshot) },
   },
   {
@@ -103,6 +152,7 @@ export const ROUTES: RouteSpec[] = [
     summary: "Flatten a chain: a new base snapshot with this one's state and no parent",
     tag: "snapshots",
     body: json(S.Compact),
+    heavy: true,
     responses: { 201: json(S.Snapshot) },
   },
   {
@@ -122,6 +172,8 @@ export const ROUTES: RouteSpec[] = [
       "Register the snapshot in a pack (the body): verified before anything is registered; all or nothing",
     tag: "snapshots",
     body: bytes,
+    heavy: true,
+    limit: "pack",
     responses: { 201: json(S.Unpacked) },
   },
   {
@@ -133,6 +185,7 @@ export const ROUTES: RouteSpec[] = [
       "(delete them too) or ?force=1 (flatten them so they no longer need it)",
     tag: "snapshots",
     query: S.DeleteSnapshotQuery,
+    heavy: true,
     responses: { 200: json(S.Deleted) },
   },
   {
@@ -150,6 +203,7 @@ export const ROUTES: RouteSpec[] = [
     summary: "Fork n children of a snapshot; returns when every child answers (or failed)",
     tag: "sandboxes",
     body: json(S.CreateSandboxes),
+    heavy: true,
     responses: { 201: json(S.ForkResult) },
   },
   {
@@ -166,6 +220,7 @@ export const ROUTES: RouteSpec[] = [
     path: SB,
     summary: "Kill a sandbox and delete its files",
     tag: "sandboxes",
+    heavy: true,
     responses: { 200: json(S.Deleted) },
   },
   {
@@ -174,6 +229,7 @@ export const ROUTES: RouteSpec[] = [
     path: `${SB}/pause`,
     summary: "Save the sandbox's whole state to disk and stop its VMM (frees its memory)",
     tag: "sandboxes",
+    heavy: true,
     responses: { 200: json(S.Sandbox) },
   },
   {
@@ -182,6 +238,7 @@ export const ROUTES: RouteSpec[] = [
     path: `${SB}/resume`,
     summary: "Bring a paused sandbox back: same id, files and processes",
     tag: "sandboxes",
+    heavy: true,
     responses: { 200: json(S.Sandbox) },
   },
   {
@@ -201,6 +258,7 @@ export const ROUTES: RouteSpec[] = [
       "Snapshot a running sandbox (memory, disk, processes) with a short pause; fork the new tag to try several next steps",
     tag: "sandboxes",
     body: json(S.Branch),
+    heavy: true,
     responses: { 201: json(S.BranchResult), 202: json(S.BranchResult) },
   },
   {
@@ -210,6 +268,7 @@ export const ROUTES: RouteSpec[] = [
     summary: "Run a command and return its buffered output (16 MiB per stream at most)",
     tag: "commands",
     body: json(S.Exec),
+    limit: "code",
     responses: { 200: json(S.ExecResult) },
   },
   {
@@ -219,6 +278,7 @@ export const ROUTES: RouteSpec[] = [
     summary: "Run a command, streaming its output as NDJSON events as it comes",
     tag: "commands",
     body: json(S.Exec),
+    limit: "code",
     responses: { 200: ndjson(S.ExecEvent) },
   },
   {
@@ -246,6 +306,7 @@ export const ROUTES: RouteSpec[] = [
     tag: "commands",
     query: S.StdinQuery,
     body: bytes,
+    limit: "stdin",
     responses: { 200: json(S.Command) },
   },
   {
@@ -255,6 +316,7 @@ export const ROUTES: RouteSpec[] = [
     summary: "Run a cell in the sandbox's warm Python interpreter",
     tag: "code",
     body: json(S.Eval),
+    limit: "code",
     responses: { 200: json(S.EvalResult) },
   },
   {
@@ -274,6 +336,7 @@ export const ROUTES: RouteSpec[] = [
     tag: "files",
     query: S.WriteQuery,
     body: bytes,
+    limit: "upload",
     responses: { 201: json(S.FileWritten) },
   },
   {
@@ -328,4 +391,5 @@ export const PATH_PARAMS: Record<string, { schema: z.ZodType; description: strin
   id: { schema: S.SandboxId, description: "Sandbox id" },
   tag: { schema: S.Tag, description: "Snapshot tag" },
   pid: { schema: z.number().int().min(1), description: "Guest pid of a command started through the API" },
+  token_id: { schema: S.TokenId, description: "An API token's id (not its secret)" },
 };

@@ -10,6 +10,7 @@
 import { z } from "zod";
 import { SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
 import { MAX_FORK } from "../../sandbox/limits.js";
+import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -47,7 +48,8 @@ export const ErrorEnvelope = named(
         .describe(
           "Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, " +
             "guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, " +
-            "unauthenticated, internal.",
+            "unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with " +
+            "Retry-After), internal.",
         ),
       message: z.string(),
       details: z.record(z.string(), z.unknown()),
@@ -84,6 +86,47 @@ export const Version = named(
     started_at: z.string(),
   }),
   "Version",
+);
+
+// ---------------------------------------------------------------- access
+
+export const TokenId = z.string().regex(TOKEN_ID_RE, "token id must match " + TOKEN_ID_RE.source);
+
+export const Token = named(
+  z.object({
+    id: TokenId,
+    tenant: z.string(),
+    scope: z.enum(["admin", "tenant"]),
+    created: z.string(),
+    max_sandboxes: z.number().int().optional().describe("Sandboxes the tenant may hold at once."),
+  }),
+  "Token",
+  "An API token, without its secret (the daemon keeps only its sha256).",
+);
+
+export const TokenList = named(z.object({ tokens: z.array(Token) }), "TokenList");
+
+export const CreateToken = named(
+  z.strictObject({
+    tenant: TenantName,
+    scope: TokenScope.default("tenant"),
+    max_sandboxes: z
+      .number()
+      .int()
+      .min(0)
+      .max(1_000_000)
+      .optional()
+      .describe("Sandboxes this tenant may hold at once through this token (default: no own limit)."),
+  }),
+  "CreateToken",
+);
+
+export const TokenCreated = named(
+  z.object({
+    token: z.string().describe("The bearer token. Shown once: the daemon keeps only its sha256."),
+    info: Token,
+  }),
+  "TokenCreated",
 );
 
 // ---------------------------------------------------------------- snapshots
@@ -145,6 +188,13 @@ export const Snapshot = named(
       })
       .optional()
       .describe("A branch: the sandbox it was taken from and what its pause cost."),
+    owner: z
+      .string()
+      .nullable()
+      .optional()
+      .describe(
+        "The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant.",
+      ),
     checksum: z.string(),
   }),
   "Snapshot",
@@ -157,6 +207,13 @@ export const SnapshotStatus = named(
     started: z.string(),
     source: z.string().nullable().describe("The sandbox it is branched from"),
     error: z.object({ code: z.string(), message: z.string() }).nullable(),
+    owner: z
+      .string()
+      .nullable()
+      .optional()
+      .describe(
+        "The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant.",
+      ),
   }),
   "SnapshotStatus",
   "A snapshot that is not ready: being written in the background, or failed (its files removed).",
@@ -298,6 +355,7 @@ export const Sandbox = named(
     timeout_ms: z.number().int().nullable(),
     expires_at: z.string().nullable().describe("When the idle timeout kills it, unless it is used before."),
     metadata: z.record(z.string(), z.string()),
+    owner: z.string().nullable().describe("The tenant whose token created it; null: an admin."),
     limits: z
       .object({
         memory_mib: z.number().int().nullable(),

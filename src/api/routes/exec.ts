@@ -7,6 +7,7 @@ import type { z } from "zod";
 import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
 import type { CommandTable } from "../../sandbox/commands.js";
 import type { Services } from "../services.js";
+import type { ApiEnv } from "../env.js";
 import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from "../contract/schemas.js";
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { viewOfCommand } from "../../sandbox/commands.js";
@@ -39,9 +40,6 @@ function start(
   return h;
 }
 
-/** Commands may produce at most this much stdin per request. */
-const MAX_STDIN = 16 << 20;
-
 class Capped {
   private chunks: Buffer[] = [];
   private size = 0;
@@ -61,8 +59,8 @@ class Capped {
   }
 }
 
-export function execRoutes(s: Services): Hono {
-  const app = new Hono();
+export function execRoutes(s: Services): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
 
   app.post("/:id/exec", async (c) => {
     const body = await parseBody(c, Exec);
@@ -76,6 +74,7 @@ export function execRoutes(s: Services): Hono {
       });
       return h.result;
     });
+    s.metrics.exec((performance.now() - t0) / 1000);
     return c.json({
       exit_code: r.exitCode,
       signal: r.signal,
@@ -112,6 +111,7 @@ export function execRoutes(s: Services): Hono {
         handle.result.finally(lease.release).catch(() => undefined);
         handle.result.then(
           (r) => {
+            s.metrics.exec((performance.now() - t0) / 1000);
             send({
               type: "exit",
               exit_code: r.exitCode,
@@ -124,6 +124,7 @@ export function execRoutes(s: Services): Hono {
           },
           (e: unknown) => {
             const { body: env } = toEnvelope(e);
+            s.metrics.failure("execStream", env.error.code);
             send({ type: "error", ...env });
             finished = true;
             controller.close();
@@ -156,7 +157,7 @@ export function execRoutes(s: Services): Hono {
   app.post("/:id/commands/:pid/stdin", async (c) => {
     const { id, pid } = parseParams(c, PidParam);
     const q = parseQuery(c, StdinQuery);
-    const data = await readBytes(c, MAX_STDIN);
+    const data = await readBytes(c);
     const cmd = await s.sandboxes.use(id, async (_agent, commands) =>
       commands.writeStdin(pid, data, truthy(q.eof)),
     );

@@ -1,12 +1,13 @@
 /** Files in a sandbox: binary-safe download and upload (streamed), list, stat, mkdir, remove, rename. */
 import { Hono } from "hono";
 import type { Services } from "../services.js";
+import type { ApiEnv } from "../env.js";
 import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
-import { parseBody, parseQuery } from "../parse.js";
+import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { ForkdError } from "../../util/errors.js";
 
-export function fileRoutes(s: Services): Hono {
-  const app = new Hono();
+export function fileRoutes(s: Services): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
 
   app.get("/:id/files", async (c) => {
     const { path } = parseQuery(c, PathQuery);
@@ -46,9 +47,10 @@ export function fileRoutes(s: Services): Hono {
 
   app.put("/:id/files", async (c) => {
     const q = parseQuery(c, WriteQuery);
-    const body = c.req.raw.body;
+    // Streamed to the guest within the upload bound; past it the file is not replaced (413).
+    const body = bodyStream(c);
     const size = await s.sandboxes.use(c.req.param("id"), (agent) =>
-      agent.writeFile(q.path, body ? body : new Uint8Array(0), {
+      agent.writeFile(q.path, body ?? new Uint8Array(0), {
         mode: q.mode,
         makeParents: truthy(q.parents),
       }),

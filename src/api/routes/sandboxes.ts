@@ -2,26 +2,51 @@ import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
 import { Branch, CreateSandboxes, SetTimeout } from "../contract/schemas.js";
+import { noteTarget } from "../env.js";
+import type { ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
+import { forkable } from "../scope.js";
+import { isAdmin } from "../../access/caller.js";
 import { viewOf } from "../../sandbox/sandbox.js";
 
-export function sandboxRoutes(s: Services): Hono {
-  const app = new Hono();
+export function sandboxRoutes(s: Services): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
 
-  app.get("/", (c) => c.json({ sandboxes: s.sandboxes.list() }));
+  app.get("/", (c) => {
+    const caller = c.get("caller");
+    const all = s.sandboxes.list();
+    return c.json({ sandboxes: isAdmin(caller) ? all : all.filter((v) => v.owner === caller.tenant) });
+  });
 
   app.post("/", async (c) => {
     const body = await parseBody(c, CreateSandboxes);
-    const r = await s.sandboxes.fork(body.snapshot_tag, body.n, {
-      timeoutMs: body.timeout_ms ?? null,
-      metadata: body.metadata,
-      onIdle: body.on_idle,
-      limits: body.limits && {
-        memoryMiB: body.limits.memory_mib,
-        cpus: body.limits.cpus,
-        pids: body.limits.pids,
-      },
-    });
+    const caller = c.get("caller");
+    noteTarget(c, "snapshot", body.snapshot_tag);
+    await forkable(s, caller, body.snapshot_tag);
+    const quota = s.limits.quota.reserve(caller, body.n, () => ownedBy(s, caller.tenant));
+    let r;
+    try {
+      r = await s.sandboxes.fork(body.snapshot_tag, body.n, {
+        timeoutMs: body.timeout_ms ?? null,
+        metadata: body.metadata,
+        onIdle: body.on_idle,
+        owner: caller.tenant,
+        limits: body.limits && {
+          memoryMiB: body.limits.memory_mib,
+          cpus: body.limits.cpus,
+          pids: body.limits.pids,
+        },
+      });
+    } finally {
+      quota();
+    }
+    noteTarget(
+      c,
+      "sandboxes",
+      r.sandboxes.map((v) => v.id),
+    );
+    for (const v of r.sandboxes) s.metrics.fork(v.timings.totalMs / 1000);
+    for (const f of r.failures) s.metrics.failure("fork", f.code);
     if (r.sandboxes.length === 0) {
       const first = r.failures[0];
       throw new ForkdError(
@@ -38,6 +63,8 @@ export function sandboxRoutes(s: Services): Hono {
   app.post("/:id/branch", async (c) => {
     const body = await parseBody(c, Branch);
     const r = await s.sandboxes.branch(c.req.param("id"), body.tag, body.wait);
+    noteTarget(c, "snapshot", r.tag);
+    s.metrics.branchPause(r.pauseMs / 1000);
     return c.json(
       {
         tag: r.tag,
@@ -65,4 +92,9 @@ export function sandboxRoutes(s: Services): Hono {
   });
 
   return app;
+}
+
+/** Sandboxes of `tenant` that hold resources (running or paused). */
+function ownedBy(s: Services, tenant: string | null): number {
+  return s.sandboxes.list().filter((v) => v.owner === tenant && v.state !== "exited").length;
 }

@@ -8,15 +8,23 @@ import { compactSnapshot, deleteSnapshot } from "../../snapshot/chain.js";
 import { packSnapshot, unpackSnapshot } from "../../snapshot/pack.js";
 import { join } from "node:path";
 import { PassThrough, Readable } from "node:stream";
-import { parseBody, parseQuery } from "../parse.js";
+import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { toEnvelope } from "../errors.js";
+import { noteTarget } from "../env.js";
+import type { ApiEnv } from "../env.js";
+import { isAdmin } from "../../access/caller.js";
+import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } from "../scope.js";
 
-export function snapshotRoutes(s: Services): Hono {
-  const app = new Hono();
+export function snapshotRoutes(s: Services): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
 
-  app.get("/", async (c) =>
-    c.json({ snapshots: await s.store.list(), pending: await s.store.listPending() }),
-  );
+  app.get("/", async (c) => {
+    const caller = c.get("caller");
+    return c.json({
+      snapshots: (await s.store.list()).filter((m) => canSee(caller, m.owner)),
+      pending: visiblePending(caller, await s.store.listPending()),
+    });
+  });
 
   // ?stream=1: NDJSON progress lines ({"type":"progress","message"}), then {"type":"done",
   // "snapshot"} or {"type":"error","error"}; otherwise one JSON reply when ready.
@@ -29,7 +37,9 @@ export function snapshotRoutes(s: Services): Hono {
       warmEval: body.warm_eval ?? null,
       memoryMiB: body.memory_mib,
       vcpus: body.vcpus,
+      owner: c.get("caller").tenant,
     };
+    noteTarget(c, "snapshot", body.tag);
     const logLine = (line: string) => s.log.info(`snapshot ${body.tag}: ${line}`);
     if (c.req.query("stream") !== "1") {
       const meta = await createSnapshot(s.snapshotDeps, req, logLine);
@@ -65,18 +75,30 @@ export function snapshotRoutes(s: Services): Hono {
 
   app.get("/:tag", async (c) => {
     const tag = assertTag(c.req.param("tag"));
+    const caller = c.get("caller");
     if (!(await s.store.has(tag))) {
       const p = await s.store.pending(tag);
-      if (p) return c.json(p);
+      if (p) {
+        if (!canSee(caller, p.owner)) throw noSnapshot(tag);
+        return c.json(p);
+      }
     }
-    return c.json((await s.store.get(tag)).meta);
+    return c.json((await visibleSnapshot(s, caller, tag)).meta);
   });
 
-  app.get("/:tag/info", async (c) => c.json(await s.store.info(assertTag(c.req.param("tag")))));
+  app.get("/:tag/info", async (c) => {
+    const tag = assertTag(c.req.param("tag"));
+    const caller = c.get("caller");
+    await visibleSnapshot(s, caller, tag);
+    const info = await s.store.info(tag);
+    // Branches other tenants stacked on a shared snapshot are theirs to know about.
+    const visible = new Set((await s.store.list()).filter((m) => canSee(caller, m.owner)).map((m) => m.tag));
+    return c.json({ ...info, dependents: info.dependents.filter((t) => visible.has(t)) });
+  });
 
   app.get("/:tag/pack", async (c) => {
     const tag = assertTag(c.req.param("tag"));
-    await s.store.get(tag); // 404 / corrupt before the stream starts
+    await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt before the stream starts
     const out = new PassThrough();
     packSnapshot(s.store, tag, out).catch((e: unknown) => {
       s.log.warn("pack failed", { tag, error: String(e) });
@@ -92,24 +114,35 @@ export function snapshotRoutes(s: Services): Hono {
   });
 
   app.post("/unpack", async (c) => {
-    const body = c.req.raw.body;
+    const body = bodyStream(c);
     if (!body) throw new ForkdError("invalid_argument", "the request body must be a pack");
     const r = await unpackSnapshot(
-      { store: s.store, imagesDir: join(s.info.cacheDir, "images"), accel: s.info.accel.accel },
-      Readable.fromWeb(body),
+      {
+        store: s.store,
+        imagesDir: join(s.info.cacheDir, "images"),
+        accel: s.info.accel.accel,
+        owner: c.get("caller").tenant,
+      },
+      Readable.from(body),
     );
+    noteTarget(c, "published", r.published);
     return c.json(r, 201);
   });
 
+  // The copy belongs to the source's owner: a tenant compacts only its own snapshots.
   app.post("/:tag/compact", async (c) => {
     const tag = assertTag(c.req.param("tag"));
     const body = await parseBody(c, Compact);
+    await ownedSnapshot(s, c.get("caller"), tag);
+    noteTarget(c, "snapshot", body.tag);
     return c.json(await compactSnapshot(s.store, tag, body.tag), 201);
   });
 
   app.delete("/:tag", async (c) => {
     const tag = assertTag(c.req.param("tag"));
     const q = parseQuery(c, DeleteSnapshotQuery);
+    const caller = c.get("caller");
+    if (!isAdmin(caller)) await ownedSnapshot(s, caller, tag);
     const r = await deleteSnapshot(
       s.store,
       tag,

@@ -1,0 +1,34 @@
+/** Who is calling the API: set once per request at the edge, read by scoping, limits and audit. */
+
+export interface Caller {
+  /** For the audit log: "local" (unix socket), "admin" (FORKD_TOKEN), else the token's tenant. */
+  name: string;
+  /** The tenant whose sandboxes and snapshots this caller sees; null: all of them (admin). */
+  tenant: string | null;
+  /** The token's id (null for the socket and for FORKD_TOKEN). */
+  tokenId: string | null;
+  /** Rate and concurrency limits apply (TCP callers; the socket is the trusted local admin). */
+  limited: boolean;
+  /** Sandboxes this caller's tenant may hold at once (null: only the daemon's limit). */
+  maxSandboxes: number | null;
+}
+
+/** The unix socket's caller: root on this host, the local admin. */
+export const LOCAL: Caller = {
+  name: "local",
+  tenant: null,
+  tokenId: null,
+  limited: false,
+  maxSandboxes: null,
+};
+
+/** No valid token (only public routes are served to it). */
+export const ANONYMOUS: Caller = {
+  name: "anonymous",
+  tenant: "",
+  tokenId: null,
+  limited: true,
+  maxSandboxes: 0,
+};
+
+export const isAdmin = (c: Caller): boolean => c.tenant === null;

@@ -1,0 +1,227 @@
+/**
+ * API tokens for TCP callers. The daemon hands a token out once (`forkd token create`) and keeps
+ * only its sha256 in the tokens file, with the tenant it belongs to and its scope:
+ *
+ *   { "format": 1, "tokens": [ { "id": "tok-…", "tenant": "alice", "scope": "tenant",
+ *                                "sha256": "<hex>", "created": "<iso>", "max_sandboxes": 50 } ] }
+ *
+ * The file is written atomically (mode 0600) by the daemon; one written by hand is accepted only
+ * if it is a regular file owned by the daemon's user (or root) that nobody else may write.
+ */
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { lstat, readFile } from "node:fs/promises";
+import { z } from "zod";
+import { writeJsonAtomic } from "../util/atomic.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
+import type { Caller } from "./caller.js";
+
+export const TENANT_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
+export const TOKEN_ID_RE = /^tok-[a-z2-7]{12}$/;
+const MAX_TOKENS = 10_000;
+const MAX_FILE = 4 << 20;
+/** A bearer token longer than this is refused before it is hashed. */
+const MAX_PRESENTED = 512;
+export const MIN_TOKEN = 32;
+
+export const TenantName = z
+  .string()
+  .regex(TENANT_RE, "tenant must match " + TENANT_RE.source)
+  .describe("Tenant name: 1-64 characters, lowercase letters, digits, '_', '.', '-'.");
+export const TokenScope = z
+  .enum(["admin", "tenant"])
+  .describe("admin: every sandbox and snapshot, token management and /metrics; tenant: its own only.");
+
+const TokenEntry = z.strictObject({
+  id: z.string().regex(TOKEN_ID_RE),
+  tenant: TenantName,
+  scope: TokenScope,
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  created: z.string(),
+  /** Sandboxes this token's tenant may hold at once (absent: only the daemon's limit). */
+  max_sandboxes: z.number().int().min(0).max(1_000_000).optional(),
+});
+export type TokenEntry = z.infer<typeof TokenEntry>;
+/** What is shown of a token: everything but its hash. */
+export type TokenView = Omit<TokenEntry, "sha256">;
+
+const TokensFile = z.strictObject({ format: z.literal(1), tokens: z.array(TokenEntry).max(MAX_TOKENS) });
+
+const sha256 = (s: string): Buffer => createHash("sha256").update(s, "utf8").digest();
+const B32 = "abcdefghijklmnopqrstuvwxyz234567";
+
+/** Why `token` is not fit to guard a TCP listener, or null when it is. */
+export function weakTokenReason(token: string): string | null {
+  if (token.length < MIN_TOKEN) return `shorter than ${MIN_TOKEN} characters`;
+  if (token.length > MAX_PRESENTED) return `longer than ${MAX_PRESENTED} characters`;
+  if (!/^[\x21-\x7e]+$/.test(token)) return "not printable ASCII without spaces";
+  if (new Set(token).size < 10) return "fewer than 10 distinct characters (not random)";
+  if (/change.?me|placeholder|your.?token|example|password|secret|xxxx|1234567|abcdefg/i.test(token))
+    return "looks like a placeholder";
+  return null;
+}
+
+/** The token of an `Authorization: Bearer <token>` header, or null. */
+export function bearerOf(header: string | undefined): string | null {
+  if (!header) return null;
+  const m = /^Bearer +([\x21-\x7e]+) *$/i.exec(header);
+  if (!m || m[1] === undefined || m[1].length > MAX_PRESENTED) return null;
+  return m[1];
+}
+
+/** Constant-time equality of two secrets (compared as sha256 digests: equal length always). */
+export function secretEquals(a: string, b: string): boolean {
+  return timingSafeEqual(sha256(a), sha256(b));
+}
+
+/** The tokens file: loaded at start (and on SIGHUP), changed only through create/revoke. */
+export class TokenStore {
+  private entries: TokenEntry[] = [];
+  /** sha256 (hex) → entry. */
+  private byHash = new Map<string, TokenEntry>();
+  private writing: Promise<unknown> = Promise.resolve();
+
+  constructor(readonly path: string) {}
+
+  get size(): number {
+    return this.entries.length;
+  }
+
+  /** (Re)reads the file; a missing file is an empty one. Throws on a bad file, keeping the old state. */
+  async load(): Promise<void> {
+    let st;
+    try {
+      st = await lstat(this.path);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return this.set([]);
+      throw new ForkdError("invalid_argument", `cannot read tokens file ${this.path}: ${errorMessage(e)}`);
+    }
+    if (!st.isFile())
+      throw new ForkdError("invalid_argument", `tokens file ${this.path} is not a regular file`);
+    const uid = process.geteuid?.() ?? 0;
+    if (st.uid !== uid && st.uid !== 0)
+      throw new ForkdError(
+        "invalid_argument",
+        `tokens file ${this.path} is owned by uid ${st.uid}, not by us`,
+      );
+    if (st.mode & 0o022)
+      throw new ForkdError(
+        "invalid_argument",
+        `tokens file ${this.path} is writable by others (mode ${(st.mode & 0o777).toString(8)}); chmod 600 it`,
+      );
+    if (st.size > MAX_FILE) throw new ForkdError("invalid_argument", `tokens file ${this.path} is too large`);
+    let parsed;
+    try {
+      parsed = TokensFile.parse(JSON.parse(await readFile(this.path, "utf8")));
+    } catch (e) {
+      throw new ForkdError("invalid_argument", `tokens file ${this.path} is invalid: ${errorMessage(e)}`);
+    }
+    const ids = new Set(parsed.tokens.map((t) => t.id));
+    const hashes = new Set(parsed.tokens.map((t) => t.sha256));
+    if (ids.size !== parsed.tokens.length || hashes.size !== parsed.tokens.length)
+      throw new ForkdError("invalid_argument", `tokens file ${this.path} repeats a token id or hash`);
+    this.set(parsed.tokens);
+  }
+
+  private set(entries: TokenEntry[]): void {
+    this.entries = entries;
+    this.byHash = new Map(entries.map((e) => [e.sha256, e]));
+  }
+
+  list(): TokenView[] {
+    return this.entries.map(({ sha256: _h, ...view }) => view);
+  }
+
+  /**
+   * The entry whose token this is, or null. The presented token is hashed first, so the lookup
+   * only ever compares digests: timing can tell an attacker at most how much of sha256(guess)
+   * matches a stored digest, which does not help find a token. The final comparison is
+   * constant-time anyway.
+   */
+  find(presented: string): TokenEntry | null {
+    const digest = sha256(presented);
+    const e = this.byHash.get(digest.toString("hex"));
+    if (!e) return null;
+    return timingSafeEqual(digest, Buffer.from(e.sha256, "hex")) ? e : null;
+  }
+
+  /** Creates a token; the secret is returned here and never again. */
+  async create(o: {
+    tenant: string;
+    scope: "admin" | "tenant";
+    maxSandboxes?: number;
+  }): Promise<{ token: string; entry: TokenView }> {
+    return this.serial(async () => {
+      if (this.entries.length >= MAX_TOKENS)
+        throw new ForkdError("resource_exhausted", `at most ${MAX_TOKENS} tokens`);
+      const token = "fkd_" + randomBytes(32).toString("base64url");
+      const id =
+        "tok-" +
+        Array.from(randomBytes(12), (b) => B32[b & 31])
+          .join("")
+          .slice(0, 12);
+      const entry: TokenEntry = {
+        id,
+        tenant: TenantName.parse(o.tenant),
+        scope: o.scope,
+        sha256: sha256(token).toString("hex"),
+        created: new Date().toISOString(),
+        ...(o.maxSandboxes !== undefined ? { max_sandboxes: o.maxSandboxes } : {}),
+      };
+      await this.save([...this.entries, entry]);
+      const { sha256: _h, ...view } = entry;
+      return { token, entry: view };
+    });
+  }
+
+  async revoke(id: string): Promise<TokenView> {
+    return this.serial(async () => {
+      const e = this.entries.find((t) => t.id === id);
+      if (!e) throw new ForkdError("not_found", `no token ${id}`, { id });
+      await this.save(this.entries.filter((t) => t !== e));
+      const { sha256: _h, ...view } = e;
+      return view;
+    });
+  }
+
+  private async save(entries: TokenEntry[]): Promise<void> {
+    await writeJsonAtomic(this.path, { format: 1, tokens: entries }, 0o600);
+    this.set(entries);
+  }
+
+  /** Runs changes one at a time, so none is lost. */
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.writing.then(fn, fn);
+    this.writing = p.catch(() => undefined);
+    return p;
+  }
+}
+
+/** Turns a bearer header into a caller: FORKD_TOKEN is an admin, the file's tokens their entry. */
+export class Authenticator {
+  constructor(
+    readonly tokens: TokenStore,
+    private readonly adminToken?: string,
+  ) {}
+
+  /** Whether any token at all would be accepted. */
+  get hasTokens(): boolean {
+    return this.adminToken !== undefined || this.tokens.size > 0;
+  }
+
+  authenticate(header: string | undefined): Caller | null {
+    const presented = bearerOf(header);
+    if (presented === null) return null;
+    // Both checks always run, so the time taken does not tell which kind of token matched.
+    const admin = this.adminToken !== undefined && secretEquals(presented, this.adminToken);
+    const entry = this.tokens.find(presented);
+    if (admin) return { name: "admin", tenant: null, tokenId: null, limited: true, maxSandboxes: null };
+    if (!entry) return null;
+    return {
+      name: entry.tenant,
+      tenant: entry.scope === "admin" ? null : entry.tenant,
+      tokenId: entry.id,
+      limited: true,
+      maxSandboxes: entry.max_sandboxes ?? null,
+    };
+  }
+}

@@ -1,0 +1,130 @@
+/**
+ * The edge every request passes before any route: it names the request (id, contract route),
+ * finds its caller (the unix socket's local admin, or a bearer token on TCP), refuses what the
+ * caller may not do (401, 403), applies the caller's limits (429) and the body's bound (413),
+ * and afterwards records the call: latency and failures in the metrics, and an audit line for
+ * every mutating call, refused ones included.
+ */
+import { randomUUID } from "node:crypto";
+import type { MiddlewareHandler } from "hono";
+import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
+import type { Caller } from "../access/caller.js";
+import { ForkdError } from "../util/errors.js";
+import type { ApiContext, ApiEnv } from "./env.js";
+import { errorResponse } from "./errors.js";
+import { tooLarge } from "./parse.js";
+import { actionOf, matchRoute } from "./route-match.js";
+import type { Listener, Services } from "./services.js";
+
+const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
+/** Replies that go on after the handler returned (their in-flight slot is held until they end). */
+const STREAMED = /^application\/(x-ndjson|octet-stream|zstd)/;
+
+export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv> {
+  return async (c, next) => {
+    const t0 = performance.now();
+    const started = new Date();
+    c.set("requestId", randomUUID());
+    c.set("target", {});
+    const caller =
+      listener.auth === null
+        ? LOCAL
+        : (listener.auth.authenticate(c.req.header("authorization")) ?? ANONYMOUS);
+    c.set("caller", caller);
+    let release: (() => void) | null = null;
+    let early: Response | undefined;
+    try {
+      const refused = gate(s, c, caller);
+      if (refused instanceof Response) return (early = refused);
+      release = refused;
+      await next();
+      // A streamed reply holds its caller's in-flight slot until it ends or the client goes.
+      const body = c.res.body;
+      if (release && body && STREAMED.test(c.res.headers.get("content-type") ?? "")) {
+        const done = release;
+        release = null;
+        c.res = new Response(body.pipeThrough(onEnd(done)), c.res);
+      }
+      return undefined;
+    } finally {
+      release?.();
+      record(s, c, early ?? c.res, caller, started, t0);
+    }
+  };
+}
+
+/**
+ * Refuses what this caller may not do here, as the reply to send; else admits the request and
+ * returns what frees its limits' slots (null when it has none).
+ */
+function gate(s: Services, c: ApiContext, caller: Caller): Response | (() => void) | null {
+  const match = matchRoute(c.req.method, c.req.path);
+  if (!match) return errorResponse(c, new ForkdError("not_found", `no route ${c.req.method} ${c.req.path}`));
+  const spec = match.spec;
+  c.set("route", spec);
+  c.set("target", { ...match.params });
+  if (caller === ANONYMOUS && !spec.public) {
+    c.header("www-authenticate", 'Bearer realm="forkd"');
+    return errorResponse(c, new ForkdError("unauthenticated", "missing or wrong bearer token"));
+  }
+  if (spec.admin && !isAdmin(caller)) {
+    return errorResponse(c, new ForkdError("forbidden", `${actionOf(spec)} is for admin callers only`));
+  }
+  const limit = s.limits.body[spec.limit ?? "json"];
+  c.set("bodyLimit", limit);
+  const declared = Number(c.req.header("content-length") ?? "0");
+  if (declared > limit) return errorResponse(c, tooLarge(limit));
+  if (!caller.limited || caller === ANONYMOUS) return null;
+  const a = s.limits.rate.admit(caller.tokenId ?? caller.name, spec.heavy === true);
+  if (a.ok) return a.release;
+  c.header("retry-after", String(a.retryAfterS));
+  const why = {
+    rate: "too many requests",
+    inflight: "too many requests in flight",
+    heavy: "too many heavy operations in flight",
+  }[a.reason];
+  return errorResponse(
+    c,
+    new ForkdError("rate_limited", `${why} for this caller; retry after ${a.retryAfterS} s`, {
+      reason: a.reason,
+      retry_after_s: a.retryAfterS,
+    }),
+  );
+}
+
+/** A pass-through stream that calls `done` once when it ends, fails or is cancelled. */
+function onEnd(done: () => void): TransformStream<Uint8Array, Uint8Array> {
+  let called = false;
+  const once = () => {
+    if (!called) {
+      called = true;
+      done();
+    }
+  };
+  // `cancel` (the client went away) is called by Node's streams though older typings omit it.
+  const transformer = { flush: once, cancel: once };
+  return new TransformStream<Uint8Array, Uint8Array>(transformer);
+}
+
+function record(s: Services, c: ApiContext, res: Response, caller: Caller, started: Date, t0: number): void {
+  const seconds = (performance.now() - t0) / 1000;
+  const spec = c.get("route") as ApiContext["var"]["route"] | undefined;
+  const status = res.status;
+  const code = status >= 400 ? ((c.get("errorCode") as string | undefined) ?? "internal") : null;
+  const action = spec ? actionOf(spec) : `${c.req.method} (no route)`;
+  s.metrics.http(spec ? spec.path : "(no route)", c.req.method, status, seconds);
+  if (code !== null && spec) s.metrics.failure(spec.operationId, code);
+  if (!MUTATING.has(c.req.method)) return;
+  s.audit.append({
+    ts: started.toISOString(),
+    request_id: c.get("requestId"),
+    caller: caller.name,
+    token: caller.tokenId,
+    remote: c.env?.incoming?.socket?.remoteAddress ?? null,
+    action,
+    target: c.get("target"),
+    status,
+    result: code ?? "ok",
+    duration_ms: Math.round(seconds * 1000),
+  });
+}

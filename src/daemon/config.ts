@@ -1,0 +1,109 @@
+/**
+ * The daemon's access settings, read once from the environment and checked before anything
+ * listens: the TCP listener (FORKD_LISTEN, with tokens, optionally TLS), request limits and the
+ * audit log. Every number is validated; a bad setting stops the daemon with a clear message.
+ */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { isIP } from "node:net";
+import type { RateLimits } from "../access/rate-limit.js";
+import { weakTokenReason } from "../access/tokens.js";
+import { DEFAULT_BODY_LIMITS } from "../api/services.js";
+import type { BodyLimits } from "../api/services.js";
+import { ForkdError } from "../util/errors.js";
+
+export interface TcpConfig {
+  host: string;
+  port: number;
+  loopback: boolean;
+  tls: { cert: Buffer; key: Buffer } | null;
+  maxConnections: number;
+}
+
+export interface AccessConfig {
+  tcp: TcpConfig | null;
+  /** FORKD_TOKEN: an admin token (checked for strength). */
+  adminToken: string | undefined;
+  tokensFile: string;
+  body: BodyLimits;
+  rate: RateLimits;
+  audit: { dir: string; maxBytes: number; keep: number };
+}
+
+function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
+  const v = env[name];
+  if (v === undefined || v === "") return def;
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min)
+    throw new ForkdError(
+      "invalid_argument",
+      `${name} must be an integer >= ${min}, not ${JSON.stringify(v)}`,
+    );
+  return n;
+}
+
+export function isLoopback(host: string): boolean {
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return host === "::1";
+}
+
+export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string): Promise<AccessConfig> {
+  const adminToken = env.FORKD_TOKEN || undefined;
+  if (adminToken !== undefined) {
+    const weak = weakTokenReason(adminToken);
+    if (weak) throw new ForkdError("invalid_argument", `FORKD_TOKEN is refused: ${weak}`);
+  }
+  let tcp: TcpConfig | null = null;
+  const listen = env.FORKD_LISTEN;
+  if (listen) {
+    const m = /^\[?([^\]]*)\]?:(\d+)$/.exec(listen);
+    const port = Number(m?.[2]);
+    if (!m || m[1] === undefined || m[1] === "" || !(port >= 0 && port < 65536))
+      throw new ForkdError("invalid_argument", "FORKD_LISTEN must be HOST:PORT (IPv6: [ADDR]:PORT)");
+    const certPath = env.FORKD_TLS_CERT;
+    const keyPath = env.FORKD_TLS_KEY;
+    if (!certPath !== !keyPath)
+      throw new ForkdError("invalid_argument", "FORKD_TLS_CERT and FORKD_TLS_KEY go together");
+    const read = async (p: string, what: string) =>
+      readFile(p).catch((e: unknown) => {
+        throw new ForkdError("invalid_argument", `cannot read ${what} ${p}: ${String(e)}`);
+      });
+    tcp = {
+      host: m[1],
+      port,
+      loopback: isLoopback(m[1]),
+      tls:
+        certPath && keyPath
+          ? { cert: await read(certPath, "FORKD_TLS_CERT"), key: await read(keyPath, "FORKD_TLS_KEY") }
+          : null,
+      maxConnections: int(env, "FORKD_MAX_CONNECTIONS", 1024, 1),
+    };
+  } else if (env.FORKD_TLS_CERT || env.FORKD_TLS_KEY) {
+    throw new ForkdError("invalid_argument", "FORKD_TLS_CERT/FORKD_TLS_KEY need FORKD_LISTEN");
+  }
+  const d = DEFAULT_BODY_LIMITS;
+  return {
+    tcp,
+    adminToken,
+    tokensFile: env.FORKD_TOKENS_FILE || join(dataDir, "tokens.json"),
+    body: {
+      json: int(env, "FORKD_MAX_JSON_BYTES", d.json, 1024),
+      code: int(env, "FORKD_MAX_CODE_BYTES", d.code, 1024),
+      stdin: int(env, "FORKD_MAX_STDIN_BYTES", d.stdin, 1),
+      upload: int(env, "FORKD_MAX_UPLOAD_BYTES", d.upload, 1),
+      pack: int(env, "FORKD_MAX_PACK_BYTES", d.pack, 1),
+    },
+    rate: {
+      rps: int(env, "FORKD_RATE_RPS", 50),
+      burst: int(env, "FORKD_RATE_BURST", 100, 1),
+      maxInflight: int(env, "FORKD_MAX_INFLIGHT", 64),
+      maxHeavy: int(env, "FORKD_MAX_HEAVY", 8),
+    },
+    audit: {
+      dir: env.FORKD_AUDIT_DIR || join(dataDir, "audit"),
+      maxBytes: int(env, "FORKD_AUDIT_MAX_BYTES", 64 << 20, 4096),
+      keep: int(env, "FORKD_AUDIT_KEEP", 8, 1),
+    },
+  };
+}

@@ -1,0 +1,171 @@
+/**
+ * The daemon's Prometheus metrics (served at GET /metrics), on prom-client with a registry of
+ * our own (no global state). Gauges of current state are read from the services at scrape time;
+ * latencies and failures are recorded by the API layer as they happen (see ApiMetrics).
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { SharingProbe } from "./memory.js";
+
+export interface MetricsSources {
+  version: string;
+  /** Sandboxes by state (running, paused, exited). */
+  sandboxStates(): Record<string, number>;
+  /** Snapshots by status (ready, writing, failed). */
+  snapshotStatuses(): Promise<Record<string, number>>;
+  /** Pre-started VMMs waiting in the pool. */
+  poolSize(): number;
+  sharing: SharingProbe;
+  audit(): { written: number; dropped: number; failed: number };
+}
+
+const SANDBOX_STATES = ["running", "paused", "exited"];
+const SNAPSHOT_STATUSES = ["ready", "writing", "failed"];
+/** Seconds: forks and execs take milliseconds to minutes. */
+const LATENCY = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+/** Structurally the API layer's ApiMetrics (src/api/services.ts): the API imports nothing from here. */
+export class Metrics {
+  readonly registry = new Registry();
+  private readonly httpSeconds: Histogram<"route" | "method" | "code">;
+  private readonly forkSeconds: Histogram;
+  private readonly branchPauseSeconds: Histogram;
+  private readonly execSeconds: Histogram;
+  private readonly failures: Counter<"op" | "reason">;
+
+  constructor(src: MetricsSources) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    new Gauge({
+      name: "forkd_build_info",
+      help: "The daemon's version (always 1)",
+      labelNames: ["version"],
+      registers,
+    }).set({ version: src.version }, 1);
+    new Gauge({
+      name: "forkd_sandboxes",
+      help: "Sandboxes the daemon holds, by state",
+      labelNames: ["state"],
+      registers,
+      collect() {
+        const by = src.sandboxStates();
+        for (const state of new Set([...SANDBOX_STATES, ...Object.keys(by)]))
+          this.set({ state }, by[state] ?? 0);
+      },
+    });
+    new Gauge({
+      name: "forkd_snapshots",
+      help: "Snapshots, by status",
+      labelNames: ["status"],
+      registers,
+      async collect() {
+        const by = await src.snapshotStatuses();
+        for (const status of new Set([...SNAPSHOT_STATUSES, ...Object.keys(by)]))
+          this.set({ status }, by[status] ?? 0);
+      },
+    });
+    new Gauge({
+      name: "forkd_pool_vmms",
+      help: "Pre-started VMMs waiting in the warm pool",
+      registers,
+      collect() {
+        this.set(src.poolSize());
+      },
+    });
+    const sharing = (
+      name: string,
+      help: string,
+      pick: (s: Awaited<ReturnType<SharingProbe["sample"]>>) => number,
+    ) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        async collect() {
+          this.set(pick(await src.sharing.sample()));
+        },
+      });
+    sharing(
+      "forkd_memory_saved_bytes",
+      "Host memory saved by sharing snapshot pages: sum(Rss) - sum(Pss) over running VMMs (sampled at most every 10 s)",
+      (s) => s.savedBytes,
+    );
+    sharing(
+      "forkd_vmm_rss_bytes",
+      "Sum of Rss over running VMMs (shared pages counted in each)",
+      (s) => s.rssBytes,
+    );
+    sharing(
+      "forkd_vmm_pss_bytes",
+      "Sum of Pss over running VMMs (shared pages divided among them)",
+      (s) => s.pssBytes,
+    );
+    sharing(
+      "forkd_vmm_private_bytes",
+      "Sum of Private_Clean + Private_Dirty over running VMMs: what the children cost on their own",
+      (s) => s.privateBytes,
+    );
+    new Gauge({
+      name: "forkd_audit_lines",
+      help: "Audit log lines since start, by outcome (written, dropped: queue full or log closed, failed: write error)",
+      labelNames: ["outcome"],
+      registers,
+      collect() {
+        const a = src.audit();
+        this.set({ outcome: "written" }, a.written);
+        this.set({ outcome: "dropped" }, a.dropped);
+        this.set({ outcome: "failed" }, a.failed);
+      },
+    });
+    this.httpSeconds = new Histogram({
+      name: "forkd_http_request_duration_seconds",
+      help: "API requests until their reply's headers, by route template, method and status code",
+      labelNames: ["route", "method", "code"],
+      buckets: LATENCY,
+      registers,
+    });
+    this.forkSeconds = new Histogram({
+      name: "forkd_fork_seconds",
+      help: "Time to fork one child until its agent answered (per child)",
+      buckets: LATENCY,
+      registers,
+    });
+    this.branchPauseSeconds = new Histogram({
+      name: "forkd_branch_pause_seconds",
+      help: "How long a BRANCH paused its source sandbox",
+      buckets: LATENCY,
+      registers,
+    });
+    this.execSeconds = new Histogram({
+      name: "forkd_exec_seconds",
+      help: "Buffered and streamed exec, from start to exit",
+      buckets: LATENCY,
+      registers,
+    });
+    this.failures = new Counter({
+      name: "forkd_failures_total",
+      help: "Failed operations, by operation and reason (the error code)",
+      labelNames: ["op", "reason"],
+      registers,
+    });
+  }
+
+  http(route: string, method: string, code: number, seconds: number): void {
+    this.httpSeconds.observe({ route, method, code: String(code) }, seconds);
+  }
+  fork(seconds: number): void {
+    this.forkSeconds.observe(seconds);
+  }
+  branchPause(seconds: number): void {
+    this.branchPauseSeconds.observe(seconds);
+  }
+  exec(seconds: number): void {
+    this.execSeconds.observe(seconds);
+  }
+  failure(op: string, reason: string): void {
+    this.failures.inc({ op, reason });
+  }
+
+  async render(): Promise<{ contentType: string; text: string }> {
+    return { contentType: this.registry.contentType, text: await this.registry.metrics() };
+  }
+}
