@@ -59,9 +59,30 @@ export const SnapshotMetaSchema = z.object({
 
 export type SnapshotMeta = z.infer<typeof SnapshotMetaSchema>;
 
+/** JSON with every object's keys sorted: the same metadata hashes the same whatever built it. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (v !== null && typeof v === "object") {
+    const entries = Object.entries(v as Record<string, unknown>)
+      .filter(([, x]) => x !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
 function checksumOf(meta: Omit<SnapshotMeta, "checksum">): string {
+  const { checksum: _c, ...rest } = meta as SnapshotMeta;
+  return createHash("sha256").update(canonical(rest)).digest("hex");
+}
+
+/**
+ * The checksum snapshots written before keys were sorted carry: over the keys in the order they
+ * were written, which for every writer then was the schema's order (the order zod parses into).
+ */
+function legacyChecksumOf(parsed: Omit<SnapshotMeta, "checksum">): string {
   return createHash("sha256")
-    .update(JSON.stringify({ ...meta, checksum: undefined }))
+    .update(JSON.stringify({ ...parsed, checksum: undefined }))
     .digest("hex");
 }
 
@@ -88,7 +109,8 @@ export async function readMeta(path: string): Promise<SnapshotMeta> {
     throw new ForkdError("snapshot_corrupt", `${path} is not valid snapshot metadata`, {}, e);
   }
   const { checksum, ...rest } = parsed;
-  if (checksumOf(rest) !== checksum) throw new ForkdError("snapshot_corrupt", `${path}: checksum mismatch`);
+  if (checksumOf(rest) !== checksum && legacyChecksumOf(rest) !== checksum)
+    throw new ForkdError("snapshot_corrupt", `${path}: checksum mismatch`);
   return parsed;
 }
 
