@@ -32,12 +32,14 @@ export const PACK_FORMAT = "forkd-pack/1";
 const IMAGE_FILES = ["vmlinuz", "initrd.img", "rootfs.ext4", "manifest.json"] as const;
 const SNAPSHOT_FILES = ["meta.json", "memory", "vmstate", "disk.qcow2"] as const;
 const MAX_ENTRIES = 4096;
+/** A pack manifest names at most 64 snapshots of 4 files and an image: far below this. */
+const MAX_MANIFEST = 16 << 20;
 
 const FileSum = z.object({
   size: z.number().int().nonnegative(),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
-const Manifest = z.strictObject({
+export const PackManifestSchema = z.strictObject({
   format: z.literal(PACK_FORMAT),
   created: z.string(),
   tag: z.string(),
@@ -49,7 +51,8 @@ const Manifest = z.strictObject({
   }),
   files: z.record(z.string(), FileSum),
 });
-type Manifest = z.infer<typeof Manifest>;
+export type PackManifest = z.infer<typeof PackManifestSchema>;
+type Manifest = PackManifest;
 
 /** The chain of `tag`, root first. */
 async function chainOf(store: SnapshotStore, tag: string): Promise<SnapshotMeta[]> {
@@ -124,6 +127,33 @@ export async function packSnapshot(
   }
 }
 
+/**
+ * Whether `p` (relative, "/"-separated, no "./") is where a pack may have a file (`dir` false)
+ * or a directory (`dir` true). Every way into a staging directory (a tar listing, a registry
+ * manifest) goes through this before anything is written.
+ */
+export function isPackPath(p: string, dir: boolean): boolean {
+  const parts = p.split("/");
+  if (p.startsWith("/") || parts.some((x) => x === ".." || x === "." || x === "")) return false;
+  if (dir) {
+    return (
+      p === "image" ||
+      p === "snapshots" ||
+      (parts[0] === "snapshots" && parts.length === 2 && isValidTag(parts[1]))
+    );
+  }
+  return (
+    p === "manifest.json" ||
+    (parts[0] === "image" &&
+      parts.length === 2 &&
+      (IMAGE_FILES as readonly string[]).includes(parts[1] ?? "")) ||
+    (parts[0] === "snapshots" &&
+      parts.length === 3 &&
+      isValidTag(parts[1]) &&
+      (SNAPSHOT_FILES as readonly string[]).includes(parts[2] ?? ""))
+  );
+}
+
 /** Checks a tar listing: only plain files and directories, only where a pack has them. */
 export function checkListing(listing: string): void {
   const lines = listing.split("\n").filter((l) => l.length > 0);
@@ -140,23 +170,12 @@ export function checkListing(listing: string): void {
     }
     const p = name.replace(/^\.\//, "").replace(/\/$/, "");
     if (p === "" || p === ".") continue;
-    const parts = p.split("/");
-    if (p.startsWith("/") || parts.some((x) => x === ".." || x === "." || x === "")) {
+    if (p.startsWith("/") || p.split("/").some((x) => x === ".." || x === "." || x === "")) {
       throw new ForkdError("invalid_argument", `pack entry ${JSON.stringify(name)} escapes the pack`);
     }
-    const ok =
-      p === "manifest.json" ||
-      p === "image" ||
-      (parts[0] === "image" &&
-        parts.length === 2 &&
-        (IMAGE_FILES as readonly string[]).includes(parts[1] ?? "")) ||
-      p === "snapshots" ||
-      (parts[0] === "snapshots" && parts.length === 2 && isValidTag(parts[1])) ||
-      (parts[0] === "snapshots" &&
-        parts.length === 3 &&
-        isValidTag(parts[1]) &&
-        (SNAPSHOT_FILES as readonly string[]).includes(parts[2] ?? ""));
-    if (!ok) throw new ForkdError("invalid_argument", `unexpected pack entry ${JSON.stringify(name)}`);
+    if (!isPackPath(p, type === "d")) {
+      throw new ForkdError("invalid_argument", `unexpected pack entry ${JSON.stringify(name)}`);
+    }
   }
 }
 
@@ -168,15 +187,21 @@ export interface UnpackDeps {
   accel: "kvm" | "tcg";
 }
 
+/** What registering a staged pack did. */
+export interface Registered {
+  tag: string;
+  /** Tags registered now, root first (a shared base already here is not). */
+  published: string[];
+}
+
+/** A fresh staging directory name for an unpack or a pull. */
+export const stagingName = (what: string): string =>
+  `${what}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+
 /** Reads a pack from `input` and registers its chain. Returns the tags published. */
-export async function unpackSnapshot(
-  deps: UnpackDeps,
-  input: Readable,
-): Promise<{ tag: string; published: string[] }> {
-  const { store } = deps;
-  const dir = store.stagingDir(`unpack-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`);
+export async function unpackSnapshot(deps: UnpackDeps, input: Readable): Promise<Registered> {
+  const dir = deps.store.stagingDir(stagingName("unpack"));
   const archive = `${dir}.tar.zst`;
-  const published: string[] = [];
   try {
     await mkdir(dir, { mode: 0o700 });
     await pipeline(input, createWriteStream(archive, { mode: 0o600 }));
@@ -190,12 +215,42 @@ export async function unpackSnapshot(
       timeoutMs: 3_600_000,
     });
     await rm(archive, { force: true });
+    return await registerStaged(deps, dir);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+    await rm(archive, { force: true });
+  }
+}
 
-    let manifest: Manifest;
-    try {
-      manifest = Manifest.parse(JSON.parse(await readFile(join(dir, "manifest.json"), "utf8")));
-    } catch (e) {
-      throw new ForkdError("invalid_argument", `pack manifest is missing or invalid: ${errorMessage(e)}`);
+/** Reads and validates a staged pack's manifest.json (at most 16 MiB). */
+export function parsePackManifest(raw: string): PackManifest {
+  if (raw.length > MAX_MANIFEST) throw new ForkdError("invalid_argument", "pack manifest is too large");
+  try {
+    return PackManifestSchema.parse(JSON.parse(raw));
+  } catch (e) {
+    throw new ForkdError("invalid_argument", `pack manifest is missing or invalid: ${errorMessage(e)}`);
+  }
+}
+
+/**
+ * Registers the pack laid out in `dir` (manifest.json, image/, snapshots/<tag>/), whether it
+ * came from a tar (unpack) or a registry (pull): every file the manifest lists must be there
+ * with its size and sha256, and nothing else; the guest image is installed if this host lacks
+ * it; the chain is published root first, its disk layers rebased onto this host's paths. All or
+ * nothing: a failure removes what it published. The caller removes `dir`.
+ */
+export async function registerStaged(deps: UnpackDeps, dir: string): Promise<Registered> {
+  const { store } = deps;
+  const published: string[] = [];
+  try {
+    const manifest = parsePackManifest(await readFile(join(dir, "manifest.json"), "utf8").catch(() => ""));
+    for (const f of Object.keys(manifest.files)) {
+      if (f === "manifest.json" || !isPackPath(f, false)) {
+        throw new ForkdError(
+          "invalid_argument",
+          `pack manifest lists an unexpected path: ${JSON.stringify(f)}`,
+        );
+      }
     }
     // Every file the manifest names, with its size and hash; nothing else.
     const present = await listFiles(dir);
@@ -285,11 +340,8 @@ export async function unpackSnapshot(
     }
     return { tag: manifest.tag, published };
   } catch (e) {
-    for (const t of published.reverse()) await store.delete(t).catch(() => undefined);
+    for (const t of [...published].reverse()) await store.delete(t).catch(() => undefined);
     throw e;
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-    await rm(archive, { force: true });
   }
 }
 
