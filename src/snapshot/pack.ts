@@ -199,7 +199,11 @@ export const stagingName = (what: string): string =>
   `${what}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
 
 /** Reads a pack from `input` and registers its chain. Returns the tags published. */
-export async function unpackSnapshot(deps: UnpackDeps, input: Readable): Promise<Registered> {
+export async function unpackSnapshot(
+  deps: UnpackDeps,
+  input: Readable,
+  o: { as?: string } = {},
+): Promise<Registered> {
   const dir = deps.store.stagingDir(stagingName("unpack"));
   const archive = `${dir}.tar.zst`;
   try {
@@ -215,7 +219,7 @@ export async function unpackSnapshot(deps: UnpackDeps, input: Readable): Promise
       timeoutMs: 3_600_000,
     });
     await rm(archive, { force: true });
-    return await registerStaged(deps, dir);
+    return await registerStaged(deps, dir, o);
   } finally {
     await rm(dir, { recursive: true, force: true });
     await rm(archive, { force: true });
@@ -232,17 +236,60 @@ export function parsePackManifest(raw: string): PackManifest {
   }
 }
 
+export interface RegisterOptions {
+  /** Register the top of the chain under this tag instead of the pack's. */
+  as?: string;
+  /**
+   * Files this host already has may be missing from the staging directory (see `presentHere`):
+   * a pull does not download them.
+   */
+  allowPresent?: boolean;
+}
+
+/** The tag the chain's `i`-th snapshot is registered under. */
+const localTag = (manifest: PackManifest, i: number, as: string | undefined): string =>
+  (i === manifest.chain.length - 1 ? as : undefined) ?? (manifest.chain[i] as string);
+
+/**
+ * Files of a pack that registration will not use because this host has them: the guest image's
+ * when that image is installed, and the memory, device state and disk layer of a snapshot of
+ * the chain that is here already (registration then checks it is the same snapshot, or
+ * refuses). meta.json files are always needed.
+ */
+export async function presentHere(
+  deps: UnpackDeps,
+  manifest: PackManifest,
+  as?: string,
+): Promise<Set<string>> {
+  const out = new Set<string>();
+  if (await exists(join(deps.imagesDir, manifest.image.hash, "manifest.json"))) {
+    for (const f of IMAGE_FILES) out.add(`image/${f}`);
+  }
+  for (let i = 0; i < manifest.chain.length; i++) {
+    const t = manifest.chain[i] as string;
+    if (!isValidTag(t) || !(await deps.store.has(localTag(manifest, i, as)))) continue;
+    for (const f of ["memory", "vmstate", "disk.qcow2"]) out.add(`snapshots/${t}/${f}`);
+  }
+  return out;
+}
+
 /**
  * Registers the pack laid out in `dir` (manifest.json, image/, snapshots/<tag>/), whether it
  * came from a tar (unpack) or a registry (pull): every file the manifest lists must be there
- * with its size and sha256, and nothing else; the guest image is installed if this host lacks
- * it; the chain is published root first, its disk layers rebased onto this host's paths. All or
- * nothing: a failure removes what it published. The caller removes `dir`.
+ * with its size and sha256, and nothing else (with `allowPresent`, files this host has may be
+ * absent: `presentHere`); the guest image is installed if this host lacks it; the chain is
+ * published root first, its disk layers rebased onto this host's paths. All or nothing: a
+ * failure removes what it published. The caller removes `dir`.
  */
-export async function registerStaged(deps: UnpackDeps, dir: string): Promise<Registered> {
+export async function registerStaged(
+  deps: UnpackDeps,
+  dir: string,
+  o: RegisterOptions = {},
+): Promise<Registered> {
   const { store } = deps;
   const published: string[] = [];
   try {
+    if (o.as !== undefined && !isValidTag(o.as)) throw new ForkdError("invalid_argument", "bad tag");
     const manifest = parsePackManifest(await readFile(join(dir, "manifest.json"), "utf8").catch(() => ""));
     for (const f of Object.keys(manifest.files)) {
       if (f === "manifest.json" || !isPackPath(f, false)) {
@@ -259,7 +306,10 @@ export async function registerStaged(deps: UnpackDeps, dir: string): Promise<Reg
       if (!expected.has(f))
         throw new ForkdError("invalid_argument", `pack has a file its manifest does not list: ${f}`);
     }
+    const mayLack = o.allowPresent ? await presentHere(deps, manifest, o.as) : new Set<string>();
+    const have = new Set(present);
     for (const [f, sum] of Object.entries(manifest.files)) {
+      if (!have.has(f) && mayLack.has(f)) continue;
       const got = await sha256File(join(dir, f)).catch(() => null);
       if (!got || got.size !== sum.size || got.sha256 !== sum.sha256) {
         throw new ForkdError("invalid_argument", `pack file ${f} does not match its checksum`, { file: f });
@@ -298,21 +348,22 @@ export async function registerStaged(deps: UnpackDeps, dir: string): Promise<Reg
 
     // Root first: rebase each disk layer onto this host's paths, rewrite metadata, publish.
     let parentMeta: SnapshotMeta | null = null;
-    for (const m of metas) {
+    for (const [i, m] of metas.entries()) {
       const src = join(dir, "snapshots", m.tag);
-      if (await store.has(m.tag)) {
-        const local = (await store.get(m.tag)).meta;
+      const tag = localTag(manifest, i, o.as);
+      if (await store.has(tag)) {
+        const local = (await store.get(tag)).meta;
         const same =
           local.files.memory.sha256 === m.files.memory.sha256 &&
           local.files.vmstate.sha256 === m.files.vmstate.sha256;
         if (!same)
-          throw new ForkdError("conflict", `snapshot ${m.tag} already exists here with other content`, {
-            tag: m.tag,
+          throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, {
+            tag,
           });
         parentMeta = local; // shared base: already here
         continue;
       }
-      const release = await store.claim(m.tag);
+      const release = await store.claim(tag);
       try {
         const disk = join(src, "disk.qcow2");
         const backing = parentMeta ? store.filesFor(parentMeta.tag).disk : join(imageDir, "rootfs.ext4");
@@ -321,24 +372,25 @@ export async function registerStaged(deps: UnpackDeps, dir: string): Promise<Reg
         await rm(join(src, "meta.json"));
         const meta = await writeMeta(join(src, "meta.json"), {
           ...rest,
+          tag,
           image: { ...m.image, dir: imageDir },
           files: { ...m.files, disk: await sha256File(disk) },
           ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
         });
         await createOverlay(join(src, "child.qcow2"), {
-          backing: store.filesFor(m.tag).disk,
+          backing: store.filesFor(tag).disk,
           backingFormat: "qcow2",
           sizeBytes: m.diskSize,
           unsafe: true,
         });
-        await store.publish(src, m.tag);
-        published.push(m.tag);
+        await store.publish(src, tag);
+        published.push(tag);
         parentMeta = meta;
       } finally {
         release();
       }
     }
-    return { tag: manifest.tag, published };
+    return { tag: localTag(manifest, manifest.chain.length - 1, o.as), published };
   } catch (e) {
     for (const t of [...published].reverse()) await store.delete(t).catch(() => undefined);
     throw e;

@@ -1,0 +1,167 @@
+/**
+ * Registry blobs of snapshot files: each file zstd-compressed on its own, deterministically
+ * (one zstd version, level 3, single-threaded, from the file so the frame records its size), so
+ * the same file gives the same blob digest and a base shared by many snapshots is one blob.
+ *
+ * The mapping file sha256 → blob digest is kept in <data>/registry/blobs/<sha256>.json, keyed
+ * also by the compressor's identity, so pushing a base again costs a HEAD, not a compression.
+ * Each record also remembers the repositories the blob was pushed to (for cross-repository
+ * mounts). Decompression streams into a sparse file and stops at the size the manifest gives.
+ */
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createWriteStream } from "node:fs";
+import { mkdir, open, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { Transform } from "node:stream";
+import type { Readable } from "node:stream";
+import { z } from "zod";
+import { writeJsonAtomic } from "../util/atomic.js";
+import { ForkdError } from "../util/errors.js";
+import { run } from "../util/proc.js";
+
+const LEVEL = 3;
+const MAX_REPOS = 16;
+const SHA_RE = /^[0-9a-f]{64}$/;
+
+const BlobRecordSchema = z.object({
+  sha256: z.string().regex(SHA_RE),
+  size: z.number().int().nonnegative(),
+  compressor: z.string(),
+  digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+  compressedSize: z.number().int().nonnegative(),
+  /** `host/name` of repositories this blob was pushed to, most recent first. */
+  repos: z.array(z.string()).max(MAX_REPOS),
+});
+export type BlobRecord = z.infer<typeof BlobRecordSchema>;
+
+export class BlobCache {
+  private compressorId: Promise<string> | null = null;
+
+  constructor(private readonly dir: string) {}
+
+  /** zstd's version and our settings: a record made by another compressor does not count. */
+  compressor(): Promise<string> {
+    return (this.compressorId ??= run("zstd", ["-V"]).then(
+      ({ stdout }) => `${/v\d+\.\d+\.\d+/.exec(stdout)?.[0] ?? stdout.trim()} -${LEVEL} --single-thread`,
+    ));
+  }
+
+  private recordPath(sha256: string): string {
+    if (!SHA_RE.test(sha256)) throw new ForkdError("invalid_argument", "bad sha256");
+    return join(this.dir, `${sha256}.json`);
+  }
+
+  async lookup(sha256: string, size: number): Promise<BlobRecord | null> {
+    try {
+      const r = BlobRecordSchema.parse(JSON.parse(await readFile(this.recordPath(sha256), "utf8")));
+      return r.sha256 === sha256 && r.size === size && r.compressor === (await this.compressor()) ? r : null;
+    } catch {
+      return null;
+    }
+  }
+
+  private async save(r: BlobRecord): Promise<void> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    await writeJsonAtomic(this.recordPath(r.sha256), r, 0o600);
+  }
+
+  /** Notes that `repo` (host/name) has the blob now. */
+  async noteRepo(r: BlobRecord, repo: string): Promise<BlobRecord> {
+    const next = { ...r, repos: [repo, ...r.repos.filter((x) => x !== repo)].slice(0, MAX_REPOS) };
+    await this.save(next);
+    return next;
+  }
+
+  /** Compresses `path` (of the given sha256 and size) into `out` and records the mapping. */
+  async compress(path: string, sum: { sha256: string; size: number }, out: string): Promise<BlobRecord> {
+    const compressor = await this.compressor();
+    const z = spawn("zstd", ["-q", `-${LEVEL}`, "--single-thread", "--no-progress", "-c", path], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let err = "";
+    z.stderr.on("data", (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
+    const exited = new Promise<number | null>((r) => z.once("close", r));
+    const h = createHash("sha256");
+    let size = 0;
+    const count = new Transform({
+      transform(chunk: Buffer, _e, cb) {
+        h.update(chunk);
+        size += chunk.length;
+        cb(null, chunk);
+      },
+    });
+    try {
+      await pipeline(z.stdout, count, createWriteStream(out, { flags: "wx", mode: 0o600 }));
+    } finally {
+      if (z.exitCode === null) z.kill("SIGKILL");
+    }
+    if ((await exited) !== 0) throw new ForkdError("internal", `zstd failed on ${path}: ${err.trim()}`);
+    const digest = `sha256:${h.digest("hex")}`;
+    const prev = await this.lookup(sum.sha256, sum.size);
+    const r: BlobRecord = {
+      sha256: sum.sha256,
+      size: sum.size,
+      compressor,
+      digest,
+      compressedSize: size,
+      repos: prev?.digest === digest ? prev.repos : [],
+    };
+    await this.save(r);
+    return r;
+  }
+}
+
+/**
+ * Decompresses `input` (one zstd blob) into a new sparse file `out` that must come to exactly
+ * `size` bytes: output beyond it stops the decompressor at once (a small blob cannot fill the
+ * disk), all-zero chunks become holes.
+ */
+export async function decompressTo(input: Readable, out: string, size: number): Promise<void> {
+  const z = spawn("zstd", ["-d", "-q", "--no-progress", "-c"], { stdio: ["pipe", "pipe", "pipe"] });
+  let err = "";
+  z.stderr.on("data", (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
+  const exited = new Promise<number | null>((r) => z.once("close", r));
+  const fh = await open(out, "wx", 0o600);
+  let pos = 0;
+  let zero = Buffer.alloc(1 << 16);
+  const feeding = pipeline(input, z.stdin).catch((e: unknown) => {
+    z.kill("SIGKILL");
+    throw e;
+  });
+  try {
+    const writing = (async () => {
+      for await (const c of z.stdout as AsyncIterable<Buffer>) {
+        if (pos + c.length > size) {
+          throw new ForkdError(
+            "invalid_argument",
+            `${out}: decompresses to more than the ${size} bytes listed`,
+          );
+        }
+        if (zero.length < c.length) zero = Buffer.alloc(c.length);
+        if (!c.equals(zero.subarray(0, c.length))) await fh.write(c, 0, c.length, pos);
+        pos += c.length;
+      }
+    })();
+    await Promise.all([feeding, writing]).catch((e: unknown) => {
+      z.kill("SIGKILL");
+      throw e;
+    });
+    const code = await exited;
+    if (code !== 0) {
+      throw new ForkdError(
+        "invalid_argument",
+        `${out}: not a valid zstd blob: ${err.trim() || `exit ${code}`}`,
+      );
+    }
+    if (pos !== size) {
+      throw new ForkdError("invalid_argument", `${out}: decompresses to ${pos} bytes, ${size} listed`);
+    }
+    await fh.truncate(size);
+    await fh.sync();
+  } finally {
+    await fh.close();
+    if (z.exitCode === null) z.kill("SIGKILL");
+  }
+}
