@@ -9,6 +9,8 @@ import { SnapshotStore } from "../../src/snapshot/store.js";
 import { SandboxService } from "../../src/sandbox/service.js";
 import { QemuDriver } from "../../src/vmm/qemu.js";
 import { ImageBuilder } from "../../src/image/builder.js";
+import { BlobCache } from "../../src/snapshot/blobs.js";
+import { registrySettings } from "../../src/registry/settings.js";
 
 const TOKEN = "t".repeat(20) + "0123456789abcdef";
 
@@ -22,6 +24,7 @@ test("bearer token: missing or wrong is 401 with the envelope, right is served, 
     store,
     sandboxes: new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet }),
     log: quiet,
+    transfer: { store, blobs: new BlobCache(join(dir, "blobs")), registry: registrySettings({}) },
     snapshotDeps: { store, driver, images: new ImageBuilder(dir, dir), accel, qemuVersion: "0", runDir: dir },
     info: {
       version: "test",

@@ -3,13 +3,16 @@ import { ForkdError } from "../../util/errors.js";
 import { assertTag } from "../../util/ids.js";
 import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
-import { Compact, CreateSnapshot, DeleteSnapshotQuery, truthy } from "../contract/schemas.js";
+import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
 import { compactSnapshot, deleteSnapshot } from "../../snapshot/chain.js";
 import { packSnapshot, unpackSnapshot } from "../../snapshot/pack.js";
 import { join } from "node:path";
 import { PassThrough, Readable } from "node:stream";
 import { parseBody, parseQuery } from "../parse.js";
 import { toEnvelope } from "../errors.js";
+import { progressStream } from "../stream.js";
+import { pushSnapshot } from "../../snapshot/push.js";
+import { pullSnapshot } from "../../snapshot/pull.js";
 
 export function snapshotRoutes(s: Services): Hono {
   const app = new Hono();
@@ -99,6 +102,42 @@ export function snapshotRoutes(s: Services): Hono {
       Readable.fromWeb(body),
     );
     return c.json(r, 201);
+  });
+
+  // Synchronous (one JSON reply when done), or ?stream=1: NDJSON progress (api/stream.ts).
+  app.post("/:tag/push", async (c) => {
+    const tag = assertTag(c.req.param("tag"));
+    const body = await parseBody(c, Push);
+    await s.store.get(tag); // 404 / corrupt with a status, before any stream starts
+    const work = (progress: (line: string) => void) =>
+      pushSnapshot(s.transfer, tag, body.ref, { insecure: body.insecure }, (line) => {
+        s.log.info(`push ${tag}: ${line}`);
+        progress(line);
+      });
+    if (c.req.query("stream") === "1") return progressStream(200, "result", work);
+    return c.json(await work(() => undefined), 200);
+  });
+
+  app.post("/pull", async (c) => {
+    const body = await parseBody(c, Pull);
+    const deps = {
+      ...s.transfer,
+      imagesDir: join(s.info.cacheDir, "images"),
+      accel: s.info.accel.accel,
+    };
+    const req = {
+      ...(body.ref !== undefined ? { ref: body.ref } : {}),
+      ...(body.url !== undefined ? { url: body.url } : {}),
+      ...(body.tag !== undefined ? { tag: body.tag } : {}),
+      insecure: body.insecure,
+    };
+    const work = (progress: (line: string) => void) =>
+      pullSnapshot(deps, req, (line) => {
+        s.log.info(`pull: ${line}`);
+        progress(line);
+      });
+    if (c.req.query("stream") === "1") return progressStream(201, "result", work);
+    return c.json(await work(() => undefined), 201);
   });
 
   app.post("/:tag/compact", async (c) => {
