@@ -126,10 +126,7 @@ export async function decompressTo(input: Readable, out: string, size: number): 
   const fh = await open(out, "wx", 0o600);
   let pos = 0;
   let zero = Buffer.alloc(1 << 16);
-  const feeding = pipeline(input, z.stdin).catch((e: unknown) => {
-    z.kill("SIGKILL");
-    throw e;
-  });
+  const feeding = pipeline(input, z.stdin);
   try {
     const writing = (async () => {
       for await (const c of z.stdout as AsyncIterable<Buffer>) {
@@ -144,7 +141,16 @@ export async function decompressTo(input: Readable, out: string, size: number): 
         pos += c.length;
       }
     })();
-    await Promise.all([feeding, writing]).catch((e: unknown) => {
+    await Promise.all([feeding, writing]).catch(async (e: unknown) => {
+      // zstd quitting on bad input shows here as a broken pipe: say what zstd said.
+      const pipeCode = (e as NodeJS.ErrnoException | null)?.code;
+      if (pipeCode === "EPIPE" || pipeCode === "ERR_STREAM_PREMATURE_CLOSE") {
+        const t = setTimeout(() => z.kill("SIGKILL"), 2_000);
+        await exited;
+        clearTimeout(t);
+        if (err.trim())
+          throw new ForkdError("invalid_argument", `${out}: not a valid zstd blob: ${err.trim()}`);
+      }
       z.kill("SIGKILL");
       throw e;
     });
