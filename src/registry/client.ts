@@ -269,7 +269,8 @@ export class RegistryClient {
 
   /**
    * A blob's content as a stream, verified as it passes: more than `size` bytes, or a different
-   * digest at the end, is an error on the stream.
+   * digest at the end, is an error on the stream. The caller consumes it at once (before any
+   * other await): a small blob may end, and fail, right away.
    */
   async openBlob(digest: string, size: number): Promise<Readable> {
     checkDigest(digest);

@@ -109,7 +109,9 @@ export async function send(url: URL, o: SendOptions): Promise<Sent> {
         headers["content-type"] = b.type ?? "application/octet-stream";
         if (Buffer.isBuffer(b.data)) body = b.data;
         else {
-          body = Readable.toWeb(b.data.pipe(touching(watchdog))) as ReadableStream<Uint8Array>;
+          const t = touching(watchdog);
+          b.data.on("error", (e) => t.destroy(e));
+          body = Readable.toWeb(b.data.pipe(t)) as ReadableStream<Uint8Array>;
           duplex = "half";
         }
       }

@@ -12,6 +12,7 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { mkdir, open, readFile } from "node:fs/promises";
+import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { Transform } from "node:stream";
@@ -94,8 +95,9 @@ export class BlobCache {
     });
     try {
       await pipeline(z.stdout, count, createWriteStream(out, { flags: "wx", mode: 0o600 }));
-    } finally {
-      if (z.exitCode === null) z.kill("SIGKILL");
+    } catch (e) {
+      z.kill("SIGKILL");
+      throw e;
     }
     if ((await exited) !== 0) throw new ForkdError("internal", `zstd failed on ${path}: ${err.trim()}`);
     const digest = `sha256:${h.digest("hex")}`;
@@ -114,7 +116,8 @@ export class BlobCache {
 }
 
 /**
- * Decompresses `input` (one zstd blob) into a new sparse file `out` that must come to exactly
+ * Decompresses `input` (one zstd blob; consumed at once, so it may be a stream that was just
+ * opened) into a new sparse file `out` that must come to exactly
  * `size` bytes: output beyond it stops the decompressor at once (a small blob cannot fill the
  * disk), all-zero chunks become holes.
  */
@@ -123,10 +126,18 @@ export async function decompressTo(input: Readable, out: string, size: number): 
   let err = "";
   z.stderr.on("data", (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
   const exited = new Promise<number | null>((r) => z.once("close", r));
-  const fh = await open(out, "wx", 0o600);
+  // Consume `input` before any await: an error it emits meanwhile must find a listener.
+  const feeding = pipeline(input, z.stdin);
+  let fh: FileHandle;
+  try {
+    fh = await open(out, "wx", 0o600);
+  } catch (e) {
+    z.kill("SIGKILL");
+    await feeding.catch(() => undefined);
+    throw e;
+  }
   let pos = 0;
   let zero = Buffer.alloc(1 << 16);
-  const feeding = pipeline(input, z.stdin);
   try {
     const writing = (async () => {
       for await (const c of z.stdout as AsyncIterable<Buffer>) {

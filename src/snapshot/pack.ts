@@ -207,8 +207,9 @@ export async function unpackSnapshot(
   const dir = deps.store.stagingDir(stagingName("unpack"));
   const archive = `${dir}.tar.zst`;
   try {
-    await mkdir(dir, { mode: 0o700 });
+    // Consume `input` before anything else is awaited (its errors need a listener).
     await pipeline(input, createWriteStream(archive, { mode: 0o600 }));
+    await mkdir(dir, { mode: 0o700 });
     const { stdout: listing } = await run("tar", ["--zstd", "-tvf", archive], { timeoutMs: 600_000 }).catch(
       (e: unknown) => {
         throw new ForkdError("invalid_argument", `not a readable pack: ${errorMessage(e)}`);

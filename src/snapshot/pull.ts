@@ -121,11 +121,9 @@ async function pullUrl(
     },
   });
   progress(`downloading ${url.origin}${url.pathname}`);
-  const r = await unpackSnapshot(
-    deps,
-    bodyStream(s).pipe(bound),
-    req.tag !== undefined ? { as: req.tag } : {},
-  );
+  const body = bodyStream(s);
+  body.on("error", (e) => bound.destroy(e));
+  const r = await unpackSnapshot(deps, body.pipe(bound), req.tag !== undefined ? { as: req.tag } : {});
   progress(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`);
   return {
     ...r,
