@@ -128,6 +128,7 @@ export async function decompressTo(input: Readable, out: string, size: number): 
   const exited = new Promise<number | null>((r) => z.once("close", r));
   // Consume `input` before any await: an error it emits meanwhile must find a listener.
   const feeding = pipeline(input, z.stdin);
+  feeding.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   let fh: FileHandle;
   try {
     fh = await open(out, "wx", 0o600);

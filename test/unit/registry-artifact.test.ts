@@ -11,6 +11,7 @@ import { createReadStream } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { Readable } from "node:stream";
 import {
   ANNOTATION,
   MEDIA,
@@ -171,6 +172,14 @@ test("blobs: deterministic compression, cached digests; decompression is exact, 
         `${file} as ${size}`,
       );
     }
+    // A blob stream that fails at once (a small blob with the wrong digest): the error is the
+    // result, not an unhandled event or rejection.
+    const failing = new Readable({
+      read() {
+        this.destroy(new ForkdError("invalid_argument", "blob does not match its digest"));
+      },
+    });
+    await assert.rejects(decompressTo(failing, join(dir, "failing"), 10), /does not match its digest/);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
