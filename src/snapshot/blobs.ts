@@ -12,10 +12,9 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { mkdir, open, readFile } from "node:fs/promises";
-import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import { Transform } from "node:stream";
+import { Transform, Writable } from "node:stream";
 import type { Readable } from "node:stream";
 import { z } from "zod";
 import { writeJsonAtomic } from "../util/atomic.js";
@@ -126,33 +125,30 @@ export async function decompressTo(input: Readable, out: string, size: number): 
   let err = "";
   z.stderr.on("data", (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
   const exited = new Promise<number | null>((r) => z.once("close", r));
-  // Consume `input` before any await: an error it emits meanwhile must find a listener.
-  const feeding = pipeline(input, z.stdin);
-  feeding.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
-  let fh: FileHandle;
-  try {
-    fh = await open(out, "wx", 0o600);
-  } catch (e) {
-    z.kill("SIGKILL");
-    await feeding.catch(() => undefined);
-    throw e;
-  }
+  const file = open(out, "wx", 0o600);
+  file.catch(() => undefined); // awaited by the writes and below
   let pos = 0;
   let zero = Buffer.alloc(1 << 16);
-  try {
-    const writing = (async () => {
-      for await (const c of z.stdout as AsyncIterable<Buffer>) {
-        if (pos + c.length > size) {
-          throw new ForkdError(
-            "invalid_argument",
-            `${out}: decompresses to more than the ${size} bytes listed`,
-          );
-        }
-        if (zero.length < c.length) zero = Buffer.alloc(c.length);
-        if (!c.equals(zero.subarray(0, c.length))) await fh.write(c, 0, c.length, pos);
-        pos += c.length;
+  const sink = new Writable({
+    write(c: Buffer, _e, cb) {
+      if (pos + c.length > size) {
+        cb(new ForkdError("invalid_argument", `${out}: decompresses to more than the ${size} bytes listed`));
+        return;
       }
-    })();
+      const at = pos;
+      pos += c.length;
+      if (zero.length < c.length) zero = Buffer.alloc(c.length);
+      if (c.equals(zero.subarray(0, c.length))) return cb(); // a hole
+      file.then((fh) => fh.write(c, 0, c.length, at)).then(() => cb(), cb);
+    },
+  });
+  // Both pipes start now, before any await: an input that fails at once must find a listener,
+  // and Node discards a child's unread output when it exits.
+  const feeding = pipeline(input, z.stdin);
+  const writing = pipeline(z.stdout, sink);
+  feeding.catch(() => undefined);
+  writing.catch(() => undefined);
+  try {
     await Promise.all([feeding, writing]).catch(async (e: unknown) => {
       // zstd quitting on bad input shows here as a broken pipe: say what zstd said.
       const pipeCode = (e as NodeJS.ErrnoException | null)?.code;
@@ -176,10 +172,11 @@ export async function decompressTo(input: Readable, out: string, size: number): 
     if (pos !== size) {
       throw new ForkdError("invalid_argument", `${out}: decompresses to ${pos} bytes, ${size} listed`);
     }
+    const fh = await file;
     await fh.truncate(size);
     await fh.sync();
   } finally {
-    await fh.close();
     if (z.exitCode === null) z.kill("SIGKILL");
+    await (await file.catch(() => null))?.close();
   }
 }

@@ -172,6 +172,13 @@ test("blobs: deterministic compression, cached digests; decompression is exact, 
         `${file} as ${size}`,
       );
     }
+    // Small blobs (zstd is done before the output file is open): all of their bytes arrive.
+    const tiny = join(dir, "tiny");
+    await sh("sh", ["-c", `printf 'forkd %.0s' $(seq 1 40) > ${tiny}; zstd -q -f ${tiny} -o ${tiny}.zst`]);
+    for (let i = 0; i < 10; i++) {
+      await decompressTo(createReadStream(`${tiny}.zst`), join(dir, `tiny${i}`), 240);
+      assert.deepEqual(await readFile(join(dir, `tiny${i}`)), await readFile(tiny));
+    }
     // A blob stream that fails at once (a small blob with the wrong digest): the error is the
     // result, not an unhandled event or rejection.
     const failing = new Readable({
