@@ -7,7 +7,7 @@ need_root() { [ "$(id -u)" = 0 ] || { echo "setup-host: run as root (apt-get ins
 
 PKGS=(debootstrap qemu-utils e2fsprogs cpio zstd kmod busybox-static gcc libc6-dev make python3 python3-numpy python3-venv
       iproute2 util-linux ca-certificates
-      openssl python3-prometheus-client)
+      openssl python3-prometheus-client docker-registry)
 QEMU_PKG=qemu-system-x86
 
 missing=()
@@ -32,5 +32,10 @@ if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.
 fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
+# docker-registry is for the registry tests (they start their own on loopback): where its
+# package started a system service, stop it.
+if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+  systemctl disable --now docker-registry >/dev/null 2>&1 || true
+fi
 apt-get install -y -qq --no-install-recommends -t bookworm-backports "$QEMU_PKG" >/dev/null
 echo "setup-host: installed; QEMU $(qemu-system-x86_64 --version | head -n1)"

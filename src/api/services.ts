@@ -6,6 +6,7 @@ import type { AuditRecord } from "../audit/audit-log.js";
 import type { AccelChoice } from "../host/accel.js";
 import type { SnapshotDeps } from "../snapshot/create.js";
 import type { SnapshotStore } from "../snapshot/store.js";
+import type { TransferDeps } from "../snapshot/push.js";
 import type { Logger, SandboxService } from "../sandbox/service.js";
 
 /** Bounds on request bodies, in bytes (see docs/operations.md, "Limits"). */
@@ -55,6 +56,8 @@ export interface Services {
   store: SnapshotStore;
   sandboxes: SandboxService;
   snapshotDeps: SnapshotDeps;
+  /** Push and pull: the store, the blob digest cache and the registry settings. */
+  transfer: TransferDeps;
   log: Logger;
   info: {
     version: string;

@@ -16,6 +16,7 @@ import { printTable } from "./table.js";
 import { runDoctor } from "./doctor.js";
 import { quickstart } from "./quickstart.js";
 import { snapshotLayer } from "./layer.js";
+import { mib, streamTransfer } from "./transfer.js";
 import { buildOpenApi } from "../api/contract/openapi.js";
 
 const paths = defaultPaths();
@@ -432,6 +433,65 @@ program
     );
     const r = JSON.parse((await readAll(res)).toString("utf8")) as { tag: string; published: string[] };
     console.log(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`);
+  });
+
+program
+  .command("push")
+  .description(
+    "push a snapshot (its chain, disk layers and guest image) to an OCI registry; only missing blobs are uploaded",
+  )
+  .argument("<tag>")
+  .argument("<ref>", "HOST[:PORT]/NAME[:TAG]")
+  .option("--insecure", "allow plain http to a registry that is not on loopback")
+  .option("--json", "print the result as JSON")
+  .action(async (tag: string, ref: string, o: { insecure?: boolean; json?: boolean }) => {
+    await ensureDaemon(paths, endpoint, say);
+    const r = await streamTransfer<{
+      ref: string;
+      digest: string;
+      blobs: { total: number; uploaded: number; mounted: number; skipped: number };
+      bytes: { uploaded: number; skipped: number };
+    }>(
+      endpoint,
+      `/v1/snapshots/${encodeURIComponent(tag)}/push`,
+      { ref, insecure: o.insecure ?? false },
+      say,
+    );
+    if (o.json) return console.log(JSON.stringify(r, null, 2));
+    console.log(
+      `${r.ref}@${r.digest}: ${r.blobs.uploaded} of ${r.blobs.total} blobs uploaded (${mib(r.bytes.uploaded)}), ` +
+        `${r.blobs.skipped} already there, ${r.blobs.mounted} mounted`,
+    );
+  });
+
+program
+  .command("pull")
+  .description(
+    "register a snapshot from an OCI registry, or from a pack file at an https URL (verified first; all or nothing)",
+  )
+  .argument("<source>", "HOST[:PORT]/NAME[:TAG|@DIGEST], or https://…/FILE.tar.zst")
+  .option("--tag <tag>", "register the snapshot under this tag (its ancestors keep theirs)")
+  .option("--insecure", "allow plain http to a host that is not on loopback")
+  .option("--json", "print the result as JSON")
+  .action(async (source: string, o: { tag?: string; insecure?: boolean; json?: boolean }) => {
+    await ensureDaemon(paths, endpoint, say);
+    const isUrl = /^[a-z][a-z0-9+.-]*:\/\//i.test(source);
+    const r = await streamTransfer<{
+      tag: string;
+      published: string[];
+      blobs: { total: number; downloaded: number; reused: number };
+      bytes: { downloaded: number };
+    }>(
+      endpoint,
+      "/v1/snapshots/pull",
+      { ...(isUrl ? { url: source } : { ref: source }), tag: o.tag, insecure: o.insecure ?? false },
+      say,
+    );
+    if (o.json) return console.log(JSON.stringify(r, null, 2));
+    console.log(
+      `${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"}; ` +
+        `${r.blobs.downloaded} downloaded (${mib(r.bytes.downloaded)}), ${r.blobs.reused} here already)`,
+    );
   });
 
 program

@@ -28,6 +28,8 @@ import { findQemu, qemuVersion } from "../host/qemu-binary.js";
 import { ImageBuilder } from "../image/builder.js";
 import { SandboxService } from "../sandbox/service.js";
 import { SnapshotStore } from "../snapshot/store.js";
+import { BlobCache } from "../snapshot/blobs.js";
+import { registrySettings } from "../registry/settings.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
@@ -149,6 +151,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     store,
     sandboxes,
     log,
+    transfer: {
+      store,
+      blobs: new BlobCache(join(paths.dataDir, "registry", "blobs")),
+      registry: registrySettings(env),
+    },
     snapshotDeps: {
       store,
       driver,

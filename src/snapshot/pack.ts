@@ -32,12 +32,14 @@ export const PACK_FORMAT = "forkd-pack/1";
 const IMAGE_FILES = ["vmlinuz", "initrd.img", "rootfs.ext4", "manifest.json"] as const;
 const SNAPSHOT_FILES = ["meta.json", "memory", "vmstate", "disk.qcow2"] as const;
 const MAX_ENTRIES = 4096;
+/** A pack manifest names at most 64 snapshots of 4 files and an image: far below this. */
+const MAX_MANIFEST = 16 << 20;
 
 const FileSum = z.object({
   size: z.number().int().nonnegative(),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
-const Manifest = z.strictObject({
+export const PackManifestSchema = z.strictObject({
   format: z.literal(PACK_FORMAT),
   created: z.string(),
   tag: z.string(),
@@ -49,7 +51,8 @@ const Manifest = z.strictObject({
   }),
   files: z.record(z.string(), FileSum),
 });
-type Manifest = z.infer<typeof Manifest>;
+export type PackManifest = z.infer<typeof PackManifestSchema>;
+type Manifest = PackManifest;
 
 /** The chain of `tag`, root first. */
 async function chainOf(store: SnapshotStore, tag: string): Promise<SnapshotMeta[]> {
@@ -124,6 +127,33 @@ export async function packSnapshot(
   }
 }
 
+/**
+ * Whether `p` (relative, "/"-separated, no "./") is where a pack may have a file (`dir` false)
+ * or a directory (`dir` true). Every way into a staging directory (a tar listing, a registry
+ * manifest) goes through this before anything is written.
+ */
+export function isPackPath(p: string, dir: boolean): boolean {
+  const parts = p.split("/");
+  if (p.startsWith("/") || parts.some((x) => x === ".." || x === "." || x === "")) return false;
+  if (dir) {
+    return (
+      p === "image" ||
+      p === "snapshots" ||
+      (parts[0] === "snapshots" && parts.length === 2 && isValidTag(parts[1]))
+    );
+  }
+  return (
+    p === "manifest.json" ||
+    (parts[0] === "image" &&
+      parts.length === 2 &&
+      (IMAGE_FILES as readonly string[]).includes(parts[1] ?? "")) ||
+    (parts[0] === "snapshots" &&
+      parts.length === 3 &&
+      isValidTag(parts[1]) &&
+      (SNAPSHOT_FILES as readonly string[]).includes(parts[2] ?? ""))
+  );
+}
+
 /** Checks a tar listing: only plain files and directories, only where a pack has them. */
 export function checkListing(listing: string): void {
   const lines = listing.split("\n").filter((l) => l.length > 0);
@@ -140,23 +170,12 @@ export function checkListing(listing: string): void {
     }
     const p = name.replace(/^\.\//, "").replace(/\/$/, "");
     if (p === "" || p === ".") continue;
-    const parts = p.split("/");
-    if (p.startsWith("/") || parts.some((x) => x === ".." || x === "." || x === "")) {
+    if (p.startsWith("/") || p.split("/").some((x) => x === ".." || x === "." || x === "")) {
       throw new ForkdError("invalid_argument", `pack entry ${JSON.stringify(name)} escapes the pack`);
     }
-    const ok =
-      p === "manifest.json" ||
-      p === "image" ||
-      (parts[0] === "image" &&
-        parts.length === 2 &&
-        (IMAGE_FILES as readonly string[]).includes(parts[1] ?? "")) ||
-      p === "snapshots" ||
-      (parts[0] === "snapshots" && parts.length === 2 && isValidTag(parts[1])) ||
-      (parts[0] === "snapshots" &&
-        parts.length === 3 &&
-        isValidTag(parts[1]) &&
-        (SNAPSHOT_FILES as readonly string[]).includes(parts[2] ?? ""));
-    if (!ok) throw new ForkdError("invalid_argument", `unexpected pack entry ${JSON.stringify(name)}`);
+    if (!isPackPath(p, type === "d")) {
+      throw new ForkdError("invalid_argument", `unexpected pack entry ${JSON.stringify(name)}`);
+    }
   }
 }
 
@@ -173,18 +192,29 @@ export interface UnpackDeps {
   owner?: string | null;
 }
 
+/** What registering a staged pack did. */
+export interface Registered {
+  tag: string;
+  /** Tags registered now, root first (a shared base already here is not). */
+  published: string[];
+}
+
+/** A fresh staging directory name for an unpack or a pull. */
+export const stagingName = (what: string): string =>
+  `${what}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+
 /** Reads a pack from `input` and registers its chain. Returns the tags published. */
 export async function unpackSnapshot(
   deps: UnpackDeps,
   input: Readable,
-): Promise<{ tag: string; published: string[] }> {
-  const { store } = deps;
-  const dir = store.stagingDir(`unpack-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`);
+  o: { as?: string } = {},
+): Promise<Registered> {
+  const dir = deps.store.stagingDir(stagingName("unpack"));
   const archive = `${dir}.tar.zst`;
-  const published: string[] = [];
   try {
-    await mkdir(dir, { mode: 0o700 });
+    // Consume `input` before anything else is awaited (its errors need a listener).
     await pipeline(input, createWriteStream(archive, { mode: 0o600 }));
+    await mkdir(dir, { mode: 0o700 });
     const { stdout: listing } = await run("tar", ["--zstd", "-tvf", archive], { timeoutMs: 600_000 }).catch(
       (e: unknown) => {
         throw new ForkdError("invalid_argument", `not a readable pack: ${errorMessage(e)}`);
@@ -195,12 +225,85 @@ export async function unpackSnapshot(
       timeoutMs: 3_600_000,
     });
     await rm(archive, { force: true });
+    return await registerStaged(deps, dir, o);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+    await rm(archive, { force: true });
+  }
+}
 
-    let manifest: Manifest;
-    try {
-      manifest = Manifest.parse(JSON.parse(await readFile(join(dir, "manifest.json"), "utf8")));
-    } catch (e) {
-      throw new ForkdError("invalid_argument", `pack manifest is missing or invalid: ${errorMessage(e)}`);
+/** Reads and validates a staged pack's manifest.json (at most 16 MiB). */
+export function parsePackManifest(raw: string): PackManifest {
+  if (raw.length > MAX_MANIFEST) throw new ForkdError("invalid_argument", "pack manifest is too large");
+  try {
+    return PackManifestSchema.parse(JSON.parse(raw));
+  } catch (e) {
+    throw new ForkdError("invalid_argument", `pack manifest is missing or invalid: ${errorMessage(e)}`);
+  }
+}
+
+export interface RegisterOptions {
+  /** Register the top of the chain under this tag instead of the pack's. */
+  as?: string;
+  /**
+   * Files this host already has may be missing from the staging directory (see `presentHere`):
+   * a pull does not download them.
+   */
+  allowPresent?: boolean;
+}
+
+/** The tag the chain's `i`-th snapshot is registered under. */
+const localTag = (manifest: PackManifest, i: number, as: string | undefined): string =>
+  (i === manifest.chain.length - 1 ? as : undefined) ?? (manifest.chain[i] as string);
+
+/**
+ * Files of a pack that registration will not use because this host has them: the guest image's
+ * when that image is installed, and the memory, device state and disk layer of a snapshot of
+ * the chain that is here already (registration then checks it is the same snapshot, or
+ * refuses). meta.json files are always needed.
+ */
+export async function presentHere(
+  deps: UnpackDeps,
+  manifest: PackManifest,
+  as?: string,
+): Promise<Set<string>> {
+  const out = new Set<string>();
+  if (await exists(join(deps.imagesDir, manifest.image.hash, "manifest.json"))) {
+    for (const f of IMAGE_FILES) out.add(`image/${f}`);
+  }
+  for (let i = 0; i < manifest.chain.length; i++) {
+    const t = manifest.chain[i] as string;
+    if (!isValidTag(t) || !(await deps.store.has(localTag(manifest, i, as)))) continue;
+    for (const f of ["memory", "vmstate", "disk.qcow2"]) out.add(`snapshots/${t}/${f}`);
+  }
+  return out;
+}
+
+/**
+ * Registers the pack laid out in `dir` (manifest.json, image/, snapshots/<tag>/), whether it
+ * came from a tar (unpack) or a registry (pull): every file the manifest lists must be there
+ * with its size and sha256, and nothing else (with `allowPresent`, files this host has may be
+ * absent: `presentHere`); the guest image is installed if this host lacks it; the chain is
+ * published root first, its disk layers rebased onto this host's paths. All or nothing: a
+ * failure removes what it published. The caller removes `dir`.
+ */
+export async function registerStaged(
+  deps: UnpackDeps,
+  dir: string,
+  o: RegisterOptions = {},
+): Promise<Registered> {
+  const { store } = deps;
+  const published: string[] = [];
+  try {
+    if (o.as !== undefined && !isValidTag(o.as)) throw new ForkdError("invalid_argument", "bad tag");
+    const manifest = parsePackManifest(await readFile(join(dir, "manifest.json"), "utf8").catch(() => ""));
+    for (const f of Object.keys(manifest.files)) {
+      if (f === "manifest.json" || !isPackPath(f, false)) {
+        throw new ForkdError(
+          "invalid_argument",
+          `pack manifest lists an unexpected path: ${JSON.stringify(f)}`,
+        );
+      }
     }
     // Every file the manifest names, with its size and hash; nothing else.
     const present = await listFiles(dir);
@@ -209,7 +312,10 @@ export async function unpackSnapshot(
       if (!expected.has(f))
         throw new ForkdError("invalid_argument", `pack has a file its manifest does not list: ${f}`);
     }
+    const mayLack = o.allowPresent ? await presentHere(deps, manifest, o.as) : new Set<string>();
+    const have = new Set(present);
     for (const [f, sum] of Object.entries(manifest.files)) {
+      if (!have.has(f) && mayLack.has(f)) continue;
       const got = await sha256File(join(dir, f)).catch(() => null);
       if (!got || got.size !== sum.size || got.sha256 !== sum.sha256) {
         throw new ForkdError("invalid_argument", `pack file ${f} does not match its checksum`, { file: f });
@@ -248,10 +354,11 @@ export async function unpackSnapshot(
 
     // Root first: rebase each disk layer onto this host's paths, rewrite metadata, publish.
     let parentMeta: SnapshotMeta | null = null;
-    for (const m of metas) {
+    for (const [i, m] of metas.entries()) {
       const src = join(dir, "snapshots", m.tag);
-      if (await store.has(m.tag)) {
-        const local = (await store.get(m.tag)).meta;
+      const tag = localTag(manifest, i, o.as);
+      if (await store.has(tag)) {
+        const local = (await store.get(tag)).meta;
         const mine =
           !deps.owner || local.owner === null || local.owner === undefined || local.owner === deps.owner;
         const same =
@@ -259,13 +366,13 @@ export async function unpackSnapshot(
           local.files.memory.sha256 === m.files.memory.sha256 &&
           local.files.vmstate.sha256 === m.files.vmstate.sha256;
         if (!same)
-          throw new ForkdError("conflict", `snapshot ${m.tag} already exists here with other content`, {
-            tag: m.tag,
+          throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, {
+            tag,
           });
         parentMeta = local; // shared base: already here
         continue;
       }
-      const release = await store.claim(m.tag);
+      const release = await store.claim(tag);
       try {
         const disk = join(src, "disk.qcow2");
         const backing = parentMeta ? store.filesFor(parentMeta.tag).disk : join(imageDir, "rootfs.ext4");
@@ -274,31 +381,29 @@ export async function unpackSnapshot(
         await rm(join(src, "meta.json"));
         const meta = await writeMeta(join(src, "meta.json"), {
           ...rest,
+          tag,
           image: { ...m.image, dir: imageDir },
           files: { ...m.files, disk: await sha256File(disk) },
           ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
           owner: deps.owner ?? null,
         });
         await createOverlay(join(src, "child.qcow2"), {
-          backing: store.filesFor(m.tag).disk,
+          backing: store.filesFor(tag).disk,
           backingFormat: "qcow2",
           sizeBytes: m.diskSize,
           unsafe: true,
         });
-        await store.publish(src, m.tag);
-        published.push(m.tag);
+        await store.publish(src, tag);
+        published.push(tag);
         parentMeta = meta;
       } finally {
         release();
       }
     }
-    return { tag: manifest.tag, published };
+    return { tag: localTag(manifest, manifest.chain.length - 1, o.as), published };
   } catch (e) {
-    for (const t of published.reverse()) await store.delete(t).catch(() => undefined);
+    for (const t of [...published].reverse()) await store.delete(t).catch(() => undefined);
     throw e;
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-    await rm(archive, { force: true });
   }
 }
 

@@ -12,6 +12,8 @@ import type { BodyLimits, Listener, Services } from "../../src/api/services.js";
 import { ImageBuilder } from "../../src/image/builder.js";
 import { SandboxService } from "../../src/sandbox/service.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
+import { BlobCache } from "../../src/snapshot/blobs.js";
+import { registrySettings } from "../../src/registry/settings.js";
 import { QemuDriver } from "../../src/vmm/qemu.js";
 
 export const quiet = { info: () => undefined, warn: () => undefined };
@@ -42,6 +44,7 @@ export async function testServices(
     store,
     sandboxes,
     log: quiet,
+    transfer: { store, blobs: new BlobCache(join(dir, "blobs")), registry: registrySettings({}) },
     snapshotDeps: {
       store,
       driver,

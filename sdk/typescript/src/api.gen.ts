@@ -211,6 +211,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/snapshots/{tag}/push": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Push the snapshot (its chain, disk layers and guest image) to an OCI registry as an artifact; only blobs the repository lacks are uploaded. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
+        post: operations["pushSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/snapshots/pull": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Pull a snapshot from an OCI registry (ref) or a pack file (url): verified before anything is registered; all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
+        post: operations["pullSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes": {
         parameters: {
             query?: never;
@@ -717,6 +751,90 @@ export interface components {
             tag: string;
             /** @description Tags registered by this unpack (a shared base already here is not) */
             published: string[];
+        };
+        Push: {
+            /** @description HOST[:PORT]/NAME[:TAG] or HOST[:PORT]/NAME@sha256:<hex>; the host is never implied */
+            ref: string;
+            /**
+             * @description Allow plain http to a registry (or pack URL) that is not on loopback
+             * @default false
+             */
+            insecure: boolean;
+        };
+        Pushed: {
+            tag: string;
+            /** @description The reference pushed to */
+            ref: string;
+            /** @description Digest of the manifest pushed: pull by HOST/NAME@DIGEST */
+            digest: string;
+            blobs: {
+                /** @description Files of the pack (one blob each) */
+                total: number;
+                uploaded: number;
+                /** @description Mounted from another repository of the same registry */
+                mounted: number;
+                /** @description Already in the repository: not uploaded */
+                skipped: number;
+            };
+            bytes: {
+                /** @description Compressed bytes uploaded */
+                uploaded: number;
+                /** @description Compressed bytes of blobs mounted or already there */
+                skipped: number;
+            };
+        };
+        Pull: {
+            /** @description HOST[:PORT]/NAME[:TAG] or HOST[:PORT]/NAME@sha256:<hex>; the host is never implied */
+            ref?: string;
+            /** @description A pack file (forkd pack) at an https URL (http on loopback, or with insecure) */
+            url?: string;
+            /** @description Register the pulled snapshot under this tag (its ancestors keep theirs) */
+            tag?: string;
+            /**
+             * @description Allow plain http to a registry (or pack URL) that is not on loopback
+             * @default false
+             */
+            insecure: boolean;
+        };
+        Pulled: {
+            /** @description The snapshot pulled, as registered here */
+            tag: string;
+            /** @description Tags registered by this pull (a shared base already here is not) */
+            published: string[];
+            /** @description The reference or URL pulled */
+            source: string;
+            /** @description The manifest's digest (null for a URL) */
+            digest: string | null;
+            blobs: {
+                total: number;
+                downloaded: number;
+                /** @description Files this host had: not downloaded */
+                reused: number;
+            };
+            bytes: {
+                /** @description Compressed bytes downloaded */
+                downloaded: number;
+            };
+        };
+        TransferProgressEvent: {
+            /** @constant */
+            type: "progress";
+            message: string;
+        } | {
+            /** @constant */
+            type: "done";
+            result: components["schemas"]["Pushed"] | components["schemas"]["Pulled"];
+        } | {
+            error: {
+                /** @description Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal. */
+                code: string;
+                message: string;
+                details: {
+                    [key: string]: unknown;
+                };
+            };
+            /** @constant */
+            type: "error";
         };
         Compact: {
             /** @description Tag of the new, flattened snapshot */
@@ -1762,6 +1880,155 @@ export interface operations {
                 };
             };
             /** @description payload_too_large: the body is over its bound (pack) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    pushSnapshot: {
+        parameters: {
+            query?: {
+                stream?: "0" | "1";
+            };
+            header?: never;
+            path: {
+                /** @description Snapshot tag */
+                tag: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Push"];
+            };
+        };
+        responses: {
+            /** @description Push the snapshot (its chain, disk layers and guest image) to an OCI registry as an artifact; only blobs the repository lacks are uploaded. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pushed"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden: a tenant token on an admin-only route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    pullSnapshot: {
+        parameters: {
+            query?: {
+                stream?: "0" | "1";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Pull"];
+            };
+        };
+        responses: {
+            /** @description Pull a snapshot from an OCI registry (ref) or a pack file (url): verified before anything is registered; all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pulled"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden: a tenant token on an admin-only route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
             413: {
                 headers: {
                     [name: string]: unknown;

@@ -177,6 +177,36 @@ export const ROUTES: RouteSpec[] = [
     responses: { 201: json(S.Unpacked) },
   },
   {
+    operationId: "pushSnapshot",
+    method: "post",
+    path: "/v1/snapshots/{tag}/push",
+    summary:
+      "Push the snapshot (its chain, disk layers and guest image) to an OCI registry as an artifact; only blobs " +
+      "the repository lacks are uploaded. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent).",
+    // The daemon's registry credentials and network are the operator's: not for tenants.
+    admin: true,
+    heavy: true,
+    tag: "snapshots",
+    query: z.object({ stream: z.enum(["0", "1"]).optional() }),
+    body: json(S.Push),
+    responses: { 200: json(S.Pushed) },
+  },
+  {
+    operationId: "pullSnapshot",
+    method: "post",
+    path: "/v1/snapshots/pull",
+    summary:
+      "Pull a snapshot from an OCI registry (ref) or a pack file (url): verified before anything is registered; " +
+      "all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent).",
+    // The daemon's registry credentials and network are the operator's: not for tenants.
+    admin: true,
+    heavy: true,
+    tag: "snapshots",
+    query: z.object({ stream: z.enum(["0", "1"]).optional() }),
+    body: json(S.Pull),
+    responses: { 201: json(S.Pulled) },
+  },
+  {
     operationId: "deleteSnapshot",
     method: "delete",
     path: "/v1/snapshots/{tag}",

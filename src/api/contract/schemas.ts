@@ -278,6 +278,85 @@ export const Unpacked = named(
   "Unpacked",
 );
 
+const RegistryRefText = z
+  .string()
+  .min(1)
+  .max(512)
+  .describe("HOST[:PORT]/NAME[:TAG] or HOST[:PORT]/NAME@sha256:<hex>; the host is never implied");
+const Insecure = z
+  .boolean()
+  .default(false)
+  .describe("Allow plain http to a registry (or pack URL) that is not on loopback");
+
+export const Push = named(
+  z.strictObject({ ref: RegistryRefText, insecure: Insecure }),
+  "Push",
+  "Where to push a snapshot (its whole chain and guest image) as an OCI artifact.",
+);
+
+export const Pushed = named(
+  z.object({
+    tag: z.string(),
+    ref: z.string().describe("The reference pushed to"),
+    digest: z.string().describe("Digest of the manifest pushed: pull by HOST/NAME@DIGEST"),
+    blobs: z.object({
+      total: z.number().int().describe("Files of the pack (one blob each)"),
+      uploaded: z.number().int(),
+      mounted: z.number().int().describe("Mounted from another repository of the same registry"),
+      skipped: z.number().int().describe("Already in the repository: not uploaded"),
+    }),
+    bytes: z.object({
+      uploaded: z.number().int().describe("Compressed bytes uploaded"),
+      skipped: z.number().int().describe("Compressed bytes of blobs mounted or already there"),
+    }),
+  }),
+  "Pushed",
+);
+
+export const Pull = named(
+  z
+    .strictObject({
+      ref: RegistryRefText.optional(),
+      url: z
+        .string()
+        .max(4096)
+        .optional()
+        .describe("A pack file (forkd pack) at an https URL (http on loopback, or with insecure)"),
+      tag: Tag.optional().describe("Register the pulled snapshot under this tag (its ancestors keep theirs)"),
+      insecure: Insecure,
+    })
+    .refine((b) => (b.ref === undefined) !== (b.url === undefined), "give exactly one of ref and url"),
+  "Pull",
+);
+
+export const Pulled = named(
+  z.object({
+    tag: z.string().describe("The snapshot pulled, as registered here"),
+    published: z
+      .array(z.string())
+      .describe("Tags registered by this pull (a shared base already here is not)"),
+    source: z.string().describe("The reference or URL pulled"),
+    digest: z.string().nullable().describe("The manifest's digest (null for a URL)"),
+    blobs: z.object({
+      total: z.number().int(),
+      downloaded: z.number().int(),
+      reused: z.number().int().describe("Files this host had: not downloaded"),
+    }),
+    bytes: z.object({ downloaded: z.number().int().describe("Compressed bytes downloaded") }),
+  }),
+  "Pulled",
+);
+
+export const TransferProgressEvent = named(
+  z.discriminatedUnion("type", [
+    z.object({ type: z.literal("progress"), message: z.string() }),
+    z.object({ type: z.literal("done"), result: z.union([Pushed, Pulled]) }),
+    ErrorEnvelope.extend({ type: z.literal("error") }),
+  ]),
+  "TransferProgressEvent",
+  "One line of a push or pull with ?stream=1.",
+);
+
 export const Compact = named(
   z.strictObject({ tag: Tag.describe("Tag of the new, flattened snapshot") }),
   "Compact",

@@ -3,7 +3,7 @@ import { ForkdError } from "../../util/errors.js";
 import { assertTag } from "../../util/ids.js";
 import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
-import { Compact, CreateSnapshot, DeleteSnapshotQuery, truthy } from "../contract/schemas.js";
+import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
 import { compactSnapshot, deleteSnapshot } from "../../snapshot/chain.js";
 import { packSnapshot, unpackSnapshot } from "../../snapshot/pack.js";
 import { join } from "node:path";
@@ -14,6 +14,9 @@ import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { isAdmin } from "../../access/caller.js";
 import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } from "../scope.js";
+import { progressStream } from "../stream.js";
+import { pushSnapshot } from "../../snapshot/push.js";
+import { pullSnapshot } from "../../snapshot/pull.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -127,6 +130,45 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     );
     noteTarget(c, "published", r.published);
     return c.json(r, 201);
+  });
+
+  // Synchronous (one JSON reply when done), or ?stream=1: NDJSON progress (api/stream.ts).
+  app.post("/:tag/push", async (c) => {
+    const tag = assertTag(c.req.param("tag"));
+    const body = await parseBody(c, Push);
+    await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt with a status, before any stream starts
+    noteTarget(c, "snapshot", tag);
+    const work = (progress: (line: string) => void) =>
+      pushSnapshot(s.transfer, tag, body.ref, { insecure: body.insecure }, (line) => {
+        s.log.info(`push ${tag}: ${line}`);
+        progress(line);
+      });
+    if (c.req.query("stream") === "1") return progressStream(200, "result", work);
+    return c.json(await work(() => undefined), 200);
+  });
+
+  app.post("/pull", async (c) => {
+    const body = await parseBody(c, Pull);
+    const deps = {
+      ...s.transfer,
+      imagesDir: join(s.info.cacheDir, "images"),
+      accel: s.info.accel.accel,
+      owner: c.get("caller").tenant,
+    };
+    if (body.tag !== undefined) noteTarget(c, "snapshot", body.tag);
+    const req = {
+      ...(body.ref !== undefined ? { ref: body.ref } : {}),
+      ...(body.url !== undefined ? { url: body.url } : {}),
+      ...(body.tag !== undefined ? { tag: body.tag } : {}),
+      insecure: body.insecure,
+    };
+    const work = (progress: (line: string) => void) =>
+      pullSnapshot(deps, req, (line) => {
+        s.log.info(`pull: ${line}`);
+        progress(line);
+      });
+    if (c.req.query("stream") === "1") return progressStream(201, "result", work);
+    return c.json(await work(() => undefined), 201);
   });
 
   // The copy belongs to the source's owner: a tenant compacts only its own snapshots.

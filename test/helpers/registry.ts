@@ -1,0 +1,79 @@
+/**
+ * A real OCI registry for tests: Debian's docker-registry (distribution 2.8) serving plain http
+ * on a free loopback port, storing in a temp directory. Installed by scripts/setup-host.sh.
+ */
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { open, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { join } from "node:path";
+
+export const REGISTRY_BIN = "/usr/bin/docker-registry";
+
+export interface TestRegistry {
+  /** host:port, for references. */
+  host: string;
+  /** Where blobs live: <storage>/docker/registry/v2/blobs/sha256/<2>/<hex>/data */
+  storage: string;
+  blobPath(digest: string): string;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", () => r()));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+export async function startRegistry(dir: string): Promise<TestRegistry> {
+  const port = await freePort();
+  const storage = join(dir, "storage");
+  const config = join(dir, "config.yml");
+  await writeFile(
+    config,
+    [
+      "version: 0.1",
+      "log:",
+      "  level: warn",
+      "storage:",
+      "  filesystem:",
+      `    rootdirectory: ${storage}`,
+      "  delete:",
+      "    enabled: true",
+      "http:",
+      `  addr: 127.0.0.1:${port}`,
+      "",
+    ].join("\n"),
+  );
+  const log = await open(join(dir, "registry.log"), "a");
+  const proc: ChildProcess = spawn(REGISTRY_BIN, ["serve", config], { stdio: ["ignore", log.fd, log.fd] });
+  await log.close();
+  const exited = new Promise((r) => proc.once("exit", r));
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`docker-registry exited: see ${dir}/registry.log`);
+    const ok = await fetch(`http://127.0.0.1:${port}/v2/`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (ok) break;
+    if (Date.now() > deadline) throw new Error(`docker-registry did not answer: see ${dir}/registry.log`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    host: `127.0.0.1:${port}`,
+    storage,
+    blobPath: (digest) => {
+      const hex = digest.replace(/^sha256:/, "");
+      return join(storage, "docker/registry/v2/blobs/sha256", hex.slice(0, 2), hex, "data");
+    },
+    async stop() {
+      if (proc.exitCode === null) {
+        proc.kill("SIGTERM");
+        await exited;
+      }
+    },
+  };
+}
