@@ -15,7 +15,23 @@ export async function fakeSnapshot(
   await writeFile(f.vmstate, `devices of ${tag}`);
   await writeFile(f.disk, Buffer.alloc(512, 2));
   await writeFile(f.childDisk, Buffer.alloc(512, 3));
-  return writeMeta(f.meta, {
+  return writeMeta(
+    f.meta,
+    fakeMeta(tag, owner, {
+      memory: await sha256File(f.memory),
+      vmstate: await sha256File(f.vmstate),
+      disk: await sha256File(f.disk),
+    }),
+  );
+}
+
+/** Metadata of a fake snapshot (what fakeSnapshot writes), checksum not included. */
+export function fakeMeta(
+  tag: string,
+  owner: string | null,
+  files: SnapshotMeta["files"],
+): Omit<SnapshotMeta, "checksum"> {
+  return {
     format: SNAPSHOT_FORMAT,
     tag,
     template: "python",
@@ -27,12 +43,8 @@ export async function fakeSnapshot(
     warm: null,
     warmEval: null,
     diskSize: 1 << 20,
-    files: {
-      memory: await sha256File(f.memory),
-      vmstate: await sha256File(f.vmstate),
-      disk: await sha256File(f.disk),
-    },
+    files,
     timings: { bootMs: 0, warmMs: 0, freezeMs: 0 },
     owner,
-  });
+  };
 }

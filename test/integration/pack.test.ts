@@ -10,7 +10,7 @@ import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { checkedRequest } from "../helpers/contract.js";
+import { api, forkOne, sh } from "../helpers/vm.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
@@ -21,20 +21,6 @@ let a: TestDaemon;
 let b: TestDaemon;
 let work: string;
 const pack = () => join(work, "p2.forkd.tar.zst");
-
-const api = <T>(d: TestDaemon, method: string, path: string, body?: unknown) =>
-  checkedRequest<T>(d.ep, method, path, body, 900_000);
-const forkOne = async (d: TestDaemon, tag: string) => {
-  const r = await api<{ sandboxes: { id: string }[] }>(d, "POST", "/v1/sandboxes", {
-    snapshot_tag: tag,
-    n: 1,
-  });
-  const id = r.sandboxes[0]?.id;
-  assert.ok(id);
-  return id;
-};
-const sh = async (d: TestDaemon, id: string, cmd: string) =>
-  (await api<{ stdout: string }>(d, "POST", `/v1/sandboxes/${id}/exec`, { cmd })).stdout;
 
 before(async () => {
   work = await mkdtemp(join(tmpdir(), "forkd-pack-"));

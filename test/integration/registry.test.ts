@@ -17,7 +17,7 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { checkedRequest } from "../helpers/contract.js";
+import { api, forkOne, sh } from "../helpers/vm.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { startRegistry } from "../helpers/registry.js";
@@ -45,20 +45,6 @@ interface Pulled {
   blobs: { total: number; downloaded: number; reused: number };
   bytes: { downloaded: number };
 }
-
-const api = <T>(d: TestDaemon, method: string, path: string, body?: unknown) =>
-  checkedRequest<T>(d.ep, method, path, body, 1_800_000);
-const forkOne = async (d: TestDaemon, tag: string) => {
-  const r = await api<{ sandboxes: { id: string }[] }>(d, "POST", "/v1/sandboxes", {
-    snapshot_tag: tag,
-    n: 1,
-  });
-  const id = r.sandboxes[0]?.id;
-  assert.ok(id);
-  return id;
-};
-const sh = async (d: TestDaemon, id: string, cmd: string) =>
-  (await api<{ stdout: string }>(d, "POST", `/v1/sandboxes/${id}/exec`, { cmd })).stdout;
 
 /** A chain of 4 snapshot files per tag plus the 4 image files. */
 const FILES_PER_TAG = 4;

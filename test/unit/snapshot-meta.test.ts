@@ -6,25 +6,10 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import { readMeta, writeMeta } from "../../src/snapshot/meta.js";
-import type { SnapshotMeta } from "../../src/snapshot/meta.js";
+import { fakeMeta } from "../helpers/snapshots.js";
 
 const sum = { size: 1, sha256: "a".repeat(64) };
-const base: Omit<SnapshotMeta, "checksum"> = {
-  format: 1,
-  tag: "t",
-  template: "python",
-  created: "2026-11-30T00:00:00.000Z",
-  status: "ready",
-  machine: { memoryMiB: 256, vcpus: 1, accel: "tcg", cpu: "qemu64" },
-  image: { hash: "h", dir: "/d", kernelVersion: "6.1" },
-  qemu: { binary: "/q", version: "10.0" },
-  warm: null,
-  warmEval: null,
-  diskSize: 1024,
-  files: { memory: sum, vmstate: sum, disk: sum },
-  timings: { bootMs: 1, warmMs: 1, freezeMs: 1 },
-  owner: null,
-};
+const base = { ...fakeMeta("t", null, { memory: sum, vmstate: sum, disk: sum }), diskSize: 1024 };
 
 test("metadata checksums do not depend on the order its keys were written in", async () => {
   const dir = await mkdtemp(join(tmpdir(), "forkd-meta-"));

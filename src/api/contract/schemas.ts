@@ -153,6 +153,13 @@ export const CreateSnapshot = named(
 
 const FileSum = z.object({ size: z.number().int(), sha256: z.string() });
 
+/** Who owns a snapshot (tenant scoping). */
+const SnapshotOwner = z
+  .string()
+  .nullable()
+  .optional()
+  .describe("The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant.");
+
 export const Snapshot = named(
   z.object({
     format: z.number().int(),
@@ -188,13 +195,7 @@ export const Snapshot = named(
       })
       .optional()
       .describe("A branch: the sandbox it was taken from and what its pause cost."),
-    owner: z
-      .string()
-      .nullable()
-      .optional()
-      .describe(
-        "The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant.",
-      ),
+    owner: SnapshotOwner,
     checksum: z.string(),
   }),
   "Snapshot",
@@ -207,13 +208,7 @@ export const SnapshotStatus = named(
     started: z.string(),
     source: z.string().nullable().describe("The sandbox it is branched from"),
     error: z.object({ code: z.string(), message: z.string() }).nullable(),
-    owner: z
-      .string()
-      .nullable()
-      .optional()
-      .describe(
-        "The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant.",
-      ),
+    owner: SnapshotOwner,
   }),
   "SnapshotStatus",
   "A snapshot that is not ready: being written in the background, or failed (its files removed).",
