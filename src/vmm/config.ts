@@ -92,8 +92,11 @@ export function qemuArgs(l: VmLaunch): string[] {
     "-nodefaults",
     // QEMU's own seccomp filter: no obsolete system calls, no set*id/capabilities, no fork or
     // exec, no scheduler or memory-policy changes; a compromised VMM keeps only what it needs.
+    // (FORKD_QEMU_SECCOMP=off is for debugging only.)
     "-sandbox",
-    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+    process.env.FORKD_QEMU_SECCOMP === "off"
+      ? "off"
+      : "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
     "-no-user-config",
     "-display",
     "none",
