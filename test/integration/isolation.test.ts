@@ -83,6 +83,8 @@ step("each child's VMM: its own uid, no capabilities, seccomp, its own cgroup", 
   assert.notEqual(sa.Uid, sb.Uid, "a uid per VMM");
   const cg = await readFile(`/proc/${a.pid}/cgroup`, "utf8");
   assert.match(cg, new RegExp(`memory:/forkd/${a.id}$`, "m"));
+  // The guest's workload runs in its own cgroup, mounted with favordynmods (cheap moves).
+  assert.match((await sh(a.id, "grep cgroup2 /proc/mounts")).stdout, /favordynmods/);
   assert.equal(a.limits.memory_mib, 256 + 384, "default: guest RAM + 384 MiB");
   assert.equal(a.limits.pids, 1024);
   // Both still work.
@@ -170,4 +172,6 @@ step("a CPU quota bounds the VMM's CPU time", async () => {
   const cpu = ((await ticks()) - t0) / 100;
   const wall = (Date.now() - w0) / 1000;
   assert.ok(cpu / wall < 0.35, `used ${(cpu / wall).toFixed(2)} cores under a 0.25 quota`);
+  // And it did run busy (a VMM that never ran would pass the bound above).
+  assert.ok(cpu / wall > 0.1, `used only ${(cpu / wall).toFixed(2)} cores: the busy loop did not run`);
 });

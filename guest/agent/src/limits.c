@@ -39,7 +39,10 @@ static int put(const char *path, const char *value)
 void limits_init(void)
 {
 	mkdir(CG, 0755);
-	if (mount("cgroup2", CG, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 && errno != EBUSY) {
+	/* favordynmods: every command moves into WORK as it starts; without it each move waits for an
+	 * RCU grace period (~4 ms under TCG, ~2 ms with it, measured in a guest). */
+	if (mount("cgroup2", CG, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "favordynmods") < 0 &&
+	    mount("cgroup2", CG, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 && errno != EBUSY) {
 		logmsg("mount cgroup2: %s (no workload limits)", strerror(errno));
 		return;
 	}
