@@ -77,6 +77,8 @@ export interface PingResult {
 export interface Identity {
   hostname: string;
   sandboxId: string;
+  /** The host set the NIC's link up: reply only once the guest has carrier (wait at most this long, ms). */
+  netUpWaitMs?: number;
 }
 
 type StreamHandler = (frame: Frame) => void;
@@ -269,6 +271,7 @@ export class AgentClient extends EventEmitter {
         [Tag.TIME_NS, BigInt(Date.now()) * 1_000_000n],
         [Tag.HOSTNAME, id.hostname],
         [Tag.SANDBOX_ID, id.sandboxId],
+        ...(id.netUpWaitMs ? [[Tag.NET_UP, BigInt(id.netUpWaitMs)] as const] : []),
       ],
       timeoutMs,
     );

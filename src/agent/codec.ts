@@ -54,6 +54,7 @@ export const Tag = {
   HOSTNAME: 15,
   SANDBOX_ID: 16,
   SIGNAL: 17,
+  NET_UP: 18,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,

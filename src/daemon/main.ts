@@ -20,6 +20,7 @@ import { ForkdError } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
 import { findJailer, findMemsnap } from "../host/native.js";
+import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
 
@@ -56,8 +57,17 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   if (accel.accel === "tcg" && !accel.forced) {
     log.warn(`no usable KVM: running guests under TCG software emulation (slow). Reason: ${accel.reason}`);
   }
-  const driver = new QemuDriver(qemu, { jailer: await findJailer(env) });
+  const jailer = await findJailer(env);
+  const driver = new QemuDriver(qemu, { jailer });
   const store = new SnapshotStore(snapshotsDir(paths));
+  const network = await NetworkService.start({
+    dataDir: paths.dataDir,
+    env,
+    log,
+    qemuBinary: qemu,
+    jailer,
+    protectedPorts: listenPort(env.FORKD_LISTEN),
+  });
   const sandboxes = new SandboxService({
     root: sandboxesDir(paths),
     store,
@@ -68,9 +78,12 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
     maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
     memsnap: await findMemsnap(env),
+    network,
   });
   const cleaned = await store.recover();
   const { adopted, removed } = await sandboxes.recover();
+  // After re-adopting children: their slots keep their rules, every other one is reclaimed.
+  await network.reclaim();
   log.info("state recovered", {
     adopted: adopted.length,
     removed: removed.length,
@@ -149,10 +162,17 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       clearTimeout(cut);
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
+      await network.close();
       await rm(paths.socket, { force: true });
       await releaseLock();
     },
   };
+}
+
+/** The TCP port of FORKD_LISTEN (HOST:PORT), which no sandbox may reach. */
+function listenPort(v: string | undefined): number[] {
+  const port = Number(/:(\d+)$/.exec(v ?? "")?.[1]);
+  return Number.isInteger(port) && port > 0 && port < 65536 ? [port] : [];
 }
 
 function listen(server: Server, path: string): Promise<void> {

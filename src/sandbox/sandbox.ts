@@ -1,5 +1,8 @@
 /** A live sandbox: its persisted record, its VMM process and its agent connection. */
 import type { AgentClient } from "../agent/client.js";
+import { recordView } from "../net/service.js";
+import type { Attachment, NetworkRecord, NetworkView } from "../net/service.js";
+import type { NicMeta } from "../snapshot/meta.js";
 import type { QemuVm } from "../vmm/qemu.js";
 import type { CommandTable } from "./commands.js";
 
@@ -26,6 +29,8 @@ export interface SandboxRecord {
   memoryFile?: string;
   /** Set while paused: what resume() starts it from. */
   paused?: PausedImage;
+  /** Its network (absent in records written before networking: none). */
+  network?: NetworkRecord;
 }
 
 /** A paused sandbox's saved state (files in its own directory). */
@@ -36,6 +41,8 @@ export interface PausedImage {
   /** The top layer of its disk chain. */
   disk: string;
   machine: { memoryMiB: number; vcpus: number; accel: "kvm" | "tcg"; cpu: string };
+  /** Its network device, as saved (absent: it has none). */
+  nic?: NicMeta;
 }
 
 export interface Sandbox {
@@ -44,6 +51,8 @@ export interface Sandbox {
   /** Its VMM and agent connection; null while paused (no process). */
   vm: QemuVm | null;
   agent: AgentClient | null;
+  /** Its network on the host while its VMM runs (slot, relays); null otherwise. */
+  net: Attachment | null;
   state: SandboxState;
   /** Why it stopped running, when it did without being asked. */
   exitReason: string | null;
@@ -70,6 +79,7 @@ export interface SandboxView {
   timeout_ms: number | null;
   expires_at: string | null;
   metadata: Record<string, string>;
+  network: NetworkView;
 }
 
 /** When the idle timeout kills `s` if nothing uses it first (null: never, or in use now). */
@@ -91,4 +101,5 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),
   metadata: s.record.metadata ?? {},
+  network: ((v) => (s.state === "running" ? v : { ...v, ports: [] }))(recordView(s.record.network)),
 });

@@ -8,7 +8,7 @@ import { open } from "node:fs/promises";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isAlive, processCmdline, processStartTime } from "../util/proc.js";
 import { sleep } from "../util/time.js";
-import { qemuArgs, vmFiles } from "./config.js";
+import { NETDEV_ID, qemuArgs, vmFiles } from "./config.js";
 import type { VmLaunch } from "./config.js";
 import { QmpClient } from "./qmp.js";
 import type { QmpEvent } from "./qmp.js";
@@ -164,6 +164,14 @@ export class QemuVm {
     await done;
   }
 
+  /**
+   * Sets the guest NIC's link (carrier) up or down. On a paused VM the guest sees the change
+   * when it runs.
+   */
+  async setLink(up: boolean): Promise<void> {
+    await this.qmp.execute("set_link", { name: NETDEV_ID, up });
+  }
+
   async status(): Promise<string> {
     return (await this.qmp.execute<{ status: string }>("query-status")).status;
   }
@@ -234,13 +242,20 @@ export class QemuDriver {
    * Starts QEMU and connects QMP. With `incoming`, the VM is left paused after its state loads:
    * the caller connects the agent, then resumes.
    */
-  async launch(l: VmLaunch, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<QemuVm> {
+  async launch(
+    l: VmLaunch,
+    opts: { timeoutMs?: number; signal?: AbortSignal; binary?: string } = {},
+  ): Promise<QemuVm> {
     const files = vmFiles(l.dir);
-    const log = await open(files.log, "a", 0o600);
     const jailer = this.opts.jailer;
+    if (l.netns && !jailer) {
+      throw new ForkdError("unavailable", "starting a VMM in a network namespace needs the jailer");
+    }
+    const binary = opts.binary ?? this.binary;
     const [cmd, args] = jailer
-      ? [jailer, ["--no-thp", "--", this.binary, ...qemuArgs(l)]]
-      : [this.binary, qemuArgs(l)];
+      ? [jailer, ["--no-thp", ...(l.netns ? ["--netns", l.netns] : []), "--", binary, ...qemuArgs(l)]]
+      : [binary, qemuArgs(l)];
+    const log = await open(files.log, "a", 0o600);
     const child = spawn(cmd, args, {
       detached: true,
       stdio: ["ignore", log.fd, log.fd],
@@ -250,7 +265,7 @@ export class QemuDriver {
     child.unref();
     const pid = child.pid;
     if (pid === undefined) {
-      throw new ForkdError("vmm_error", `cannot start ${this.binary}`);
+      throw new ForkdError("vmm_error", `cannot start ${binary}`);
     }
     let exited = false;
     let vm: QemuVm | null = null;

@@ -4,6 +4,7 @@ import type { Services } from "../services.js";
 import { Branch, CreateSandboxes, SetTimeout } from "../contract/schemas.js";
 import { parseBody } from "../parse.js";
 import { viewOf } from "../../sandbox/sandbox.js";
+import { parseNetwork } from "../../net/policy.js";
 
 export function sandboxRoutes(s: Services): Hono {
   const app = new Hono();
@@ -16,6 +17,7 @@ export function sandboxRoutes(s: Services): Hono {
       timeoutMs: body.timeout_ms ?? null,
       metadata: body.metadata,
       onIdle: body.on_idle,
+      network: parseNetwork(body.network),
     });
     if (r.sandboxes.length === 0) {
       const first = r.failures[0];
