@@ -21,7 +21,6 @@ import type { NetCapabilities } from "./capability.js";
 import { freePort, PortRelay } from "./expose.js";
 import { GUEST_NET, sameGuestNet } from "./guest.js";
 import type { GuestNet } from "./guest.js";
-import type { NsTableOptions } from "./nft.js";
 import { cidrContains, egressView, parseCidr, parseIpv4 } from "./policy.js";
 import type { Egress, NetMode, NetworkSpec } from "./policy.js";
 import { SlotPool } from "./pool.js";

@@ -31,7 +31,7 @@ export const inNetns = (netns: string, cmd: string, args: string[]): Promise<unk
 /** Forgets connection-tracking state (exit status 1 only means there was none). */
 export async function conntrackFlush(args: string[], netns?: string): Promise<void> {
   const [cmd, full] = netns ? ["ip", ["netns", "exec", netns, "conntrack", ...args]] : ["conntrack", args];
-  await run(cmd, full as string[], { timeoutMs: T }).catch(() => undefined);
+  await run(cmd, full, { timeoutMs: T }).catch(() => undefined);
 }
 
 /** Network namespaces bound under /run/netns. */

@@ -149,7 +149,7 @@ export function netdevArg(g: GuestNet, b: NetBackend): string {
     case "none":
       return `hubport,id=${NETDEV_ID},hubid=0`;
     case "tap":
-      return `tap,id=${NETDEV_ID},ifname=${esc(b.ifname)},script=no,downscript=no,vhost=off`;
+      return `tap,id=${NETDEV_ID},ifname=${esc(b.ifname)},script=no,downscript=no,vhost=off,vnet_hdr=off`;
     case "user": {
       const parts = [
         `user,id=${NETDEV_ID}`,

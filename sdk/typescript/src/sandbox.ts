@@ -6,7 +6,13 @@ import { ConflictError, ForkdError, InvalidArgumentError, NotFoundError } from "
 import { Files } from "./files.js";
 import { Transport } from "./transport.js";
 import type { ConnectionOpts } from "./transport.js";
-import type { BranchResultWire, EvalResultWire, ForkResultWire, SandboxWire } from "./types.js";
+import type {
+  BranchResultWire,
+  EvalResultWire,
+  ForkResultWire,
+  NetworkRequestWire,
+  SandboxWire,
+} from "./types.js";
 
 /** The snapshot `Sandbox.create()` uses when given none. Created on first use (python template). */
 export const DEFAULT_SNAPSHOT = "default";
@@ -19,6 +25,24 @@ export interface SandboxOpts extends ConnectionOpts {
   metadata?: Record<string, string>;
   /** What the idle timeout does: "kill" (default) or "pause" (Sandbox.resume(id) brings it back). */
   onIdle?: "kill" | "pause";
+  /**
+   * Its network (default: none). E.g. `{ mode: "netns", egress: { mode: "list", allow: [{ cidr:
+   * "203.0.113.0/24", ports: [443] }] }, expose: [8000] }`; see docs/api.md.
+   */
+  network?: NetworkOpts;
+}
+
+/** A sandbox's network as asked for at creation (the API's NetworkRequest). */
+export type NetworkOpts = NetworkRequestWire;
+
+/** A sandbox's network as it is. */
+export interface NetworkInfo {
+  mode: "none" | "user" | "netns";
+  /** The guest's address (the same in every sandbox); null without a network. */
+  guestIp: string | null;
+  egress: SandboxWire["network"]["egress"];
+  /** Exposed guest ports and the "host:port" where each answers (while it runs). */
+  ports: Array<{ port: number; host: string }>;
 }
 
 export interface SandboxInfo {
@@ -37,6 +61,7 @@ export interface SandboxInfo {
   metadata: Record<string, string>;
   /** Fork timings measured by the daemon (ms). */
   timings: SandboxWire["timings"];
+  network: NetworkInfo;
 }
 
 export interface BranchOpts {
@@ -78,6 +103,12 @@ export function infoOf(w: SandboxWire): SandboxInfo {
     endAt: w.expires_at ? new Date(w.expires_at) : null,
     metadata: w.metadata,
     timings: w.timings,
+    network: {
+      mode: w.network.mode,
+      guestIp: w.network.guest_ip,
+      egress: w.network.egress,
+      ports: w.network.ports,
+    },
   };
 }
 
@@ -209,6 +240,23 @@ export class Sandbox {
     return infoOf(await this.t.json<SandboxWire>("GET", `/v1/sandboxes/${this.sandboxId}`));
   }
 
+  /**
+   * Where an exposed guest port answers, as "host:port" (E2B: `getHost(port)`). The port must be
+   * in the sandbox's `network.expose`.
+   */
+  async getHost(port: number): Promise<string> {
+    const info = await this.getInfo();
+    const p = info.network.ports.find((x) => x.port === port);
+    if (!p) {
+      const exposed = info.network.ports.map((x) => x.port).join(", ") || "none";
+      throw new InvalidArgumentError(
+        `port ${port} of sandbox ${this.sandboxId} is not exposed (exposed: ${exposed}); pass network.expose when creating it`,
+        { code: "invalid_argument" },
+      );
+    }
+    return p.host;
+  }
+
   async isRunning(): Promise<boolean> {
     try {
       return (await this.getInfo()).state === "running";
@@ -267,6 +315,7 @@ export async function forkWith(
       ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
       ...(opts.metadata ? { metadata: opts.metadata } : {}),
       ...(opts.onIdle ? { on_idle: opts.onIdle } : {}),
+      ...(opts.network ? { network: opts.network } : {}),
     },
     timeoutMs: 0,
   });
