@@ -30,6 +30,7 @@ export function createApp(s: Services): Hono {
       accel_reason: s.info.accel.reason,
       sandboxes: s.sandboxes.list().length,
       pool: s.sandboxes.poolStatus(),
+      network: s.sandboxes.networkStatus(),
     }),
   );
 

@@ -251,6 +251,11 @@ export class SandboxService {
     return this.pool.status();
   }
 
+  /** Which network modes this host gives, and its netns slots. */
+  networkStatus(): ReturnType<NetworkService["status"]> {
+    return this.net.status();
+  }
+
   /** Running sandboxes of `tag` plus children of it being forked right now. */
   countByTag(tag: string): number {
     let n = this.startingByTag.get(tag) ?? 0;

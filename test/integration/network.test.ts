@@ -383,3 +383,41 @@ step("killed children give their slots back: rules emptied, slots reused", async
   const r = await probe(again.id, [`${OUTSIDE}:${ALLOWED_PORT}`]);
   assert.match(r.get(`${OUTSIDE}:${ALLOWED_PORT}`) ?? "", /^FAIL/, "the new policy, not the old one");
 });
+
+step(
+  "user mode with egress allow runs in a slot: the outside is reachable, the host's loopback is not",
+  async () => {
+    const ua = await spawnOne("ua", { mode: "user", egress: { mode: "allow", dns: false } });
+    assert.equal(ua.network.mode, "user");
+    // slirp alone would map 10.0.2.2 to the host's loopback; in a slot it is the slot's own.
+    const r = await probe(sid("ua"), [`${OUTSIDE}:${ALLOWED_PORT}`, `10.0.2.2:${hostServicePort}`]);
+    assert.equal(r.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server");
+    assert.match(r.get(`10.0.2.2:${hostServicePort}`) ?? "", /^FAIL/);
+    await api("DELETE", `/v1/sandboxes/${sid("ua")}`);
+  },
+);
+
+step(
+  "after kill -9 the daemon re-adopts a child with its slot, rules and exposed port; strays go",
+  async () => {
+    const k = await spawnOne("k", { mode: "netns", egress: { mode: "deny" }, expose: [8000] });
+    await startGuestServer(sid("k"));
+    const host = k.network.ports[0]?.host ?? "";
+    assert.equal(await waitFor("k's server", () => readLine(host)), `guest ${sid("k")}`);
+    const id = instanceId(d.dataDir, {});
+    // A half-made slot, as a crash while creating one would leave.
+    const stray = `forkd-${id}-63`;
+    await run("ip", ["netns", "add", stray]);
+    await d.kill9();
+    assert.equal(await readLine(host, 2_000), null, "the relay died with the daemon");
+    await d.start();
+    assert.equal(await waitFor("k's relay", () => readLine(host)), `guest ${sid("k")}`);
+    const view = await api<View>("GET", `/v1/sandboxes/${sid("k")}`);
+    assert.deepEqual(view.network.ports, [{ port: 8000, host }]);
+    const r = await probe(sid("k"), [`${OUTSIDE}:${ALLOWED_PORT}`]);
+    assert.match(r.get(`${OUTSIDE}:${ALLOWED_PORT}`) ?? "", /^FAIL/, "still egress deny");
+    const names = (await run("ip", ["netns", "list"])).stdout;
+    assert.doesNotMatch(names, new RegExp(`^${stray}\\b`, "m"));
+    await api("DELETE", `/v1/sandboxes/${sid("k")}`);
+  },
+);

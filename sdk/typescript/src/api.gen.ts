@@ -476,6 +476,16 @@ export interface components {
             pool: {
                 [key: string]: number;
             };
+            /** @description Which network modes this host gives, and its netns slots. */
+            network: {
+                user: boolean;
+                netns: boolean;
+                slots: {
+                    free: number;
+                    busy: number;
+                    max: number;
+                } | null;
+            };
         };
         Version: {
             version: string;

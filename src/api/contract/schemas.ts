@@ -67,6 +67,13 @@ export const Health = named(
     accel_reason: z.string(),
     sandboxes: z.number().int(),
     pool: z.record(z.string(), z.number().int()).describe("Pre-started VMMs waiting, by snapshot tag."),
+    network: z
+      .object({
+        user: z.boolean(),
+        netns: z.boolean(),
+        slots: z.object({ free: z.number().int(), busy: z.number().int(), max: z.number().int() }).nullable(),
+      })
+      .describe("Which network modes this host gives, and its netns slots."),
   }),
   "Health",
 );
