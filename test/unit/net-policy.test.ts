@@ -12,6 +12,9 @@ import {
   parsePortSpec,
 } from "../../src/net/policy.js";
 import { ForkdError } from "../../src/util/errors.js";
+import { GUEST_NET } from "../../src/net/guest.js";
+import { NetworkService } from "../../src/net/service.js";
+import { nicMeta } from "../../src/snapshot/meta.js";
 
 const invalid = (fn: () => unknown, re: RegExp) =>
   assert.throws(
@@ -143,4 +146,31 @@ test("exposed ports: deduplicated, sorted, bounded", () => {
   invalid(() => parseNetwork({ mode: "netns", expose: [0] }), /not a port/);
   const many = Array.from({ length: MAX_EXPOSE + 1 }, (_, i) => 1000 + i);
   invalid(() => parseNetwork({ mode: "netns", expose: many }), /at most 16/);
+});
+
+test("a snapshot without a NIC forks only without a network; a mode the host lacks is unavailable", () => {
+  const net = NetworkService.disabled({ info: () => undefined, warn: () => undefined });
+  const netns = parseNetwork({ mode: "netns" });
+  // Snapshots made before networking have no `nic`: refused before anything starts.
+  assert.throws(
+    () => net.check(netns, undefined, "old"),
+    (e: unknown) =>
+      e instanceof ForkdError && e.code === "invalid_argument" && /made before networking/.test(e.message),
+  );
+  net.check(NO_NETWORK, undefined, "old");
+  const nic = nicMeta(GUEST_NET, false);
+  for (const spec of [netns, parseNetwork({ mode: "user", egress: { mode: "deny" } })]) {
+    assert.throws(
+      () => net.check(spec, nic, "new"),
+      (e: unknown) =>
+        e instanceof ForkdError &&
+        e.code === "unavailable" &&
+        e.message.includes(`"${spec.mode}" is unavailable`) &&
+        typeof e.details.reason === "string",
+    );
+  }
+  assert.throws(
+    () => net.check(netns, { ...nic, addr: "10.9.9.9" }, "other"),
+    (e: unknown) => e instanceof ForkdError && /another guest network/.test(e.message),
+  );
 });
