@@ -513,7 +513,9 @@ export class SandboxService {
           ? { ...snap.meta.nic, linkUp: (s.record.network?.mode ?? "none") !== "none" }
           : undefined,
       };
-      s.record = { ...s.record, paused };
+      // Its slot is given back; the network it asked for (and its host ports) comes back on resume.
+      const network = s.record.network ? { ...s.record.network, slot: null } : undefined;
+      s.record = { ...s.record, paused, network };
       await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
       s.state = "paused";
       // The previous paused image (if it was resumed from one) is no longer mapped by anyone.
