@@ -43,7 +43,11 @@ const r1 = (x: number) => Math.round(x * 10) / 10;
 const log = (s: string) => process.stderr.write(s + "\n");
 
 interface ForkReply {
-  sandboxes: Array<{ id: string; from_pool: boolean; timings: { totalMs: number; readyMs: number } }>;
+  sandboxes: Array<{
+    id: string;
+    from_pool: boolean;
+    timings: { launchMs: number; restoreMs: number; readyMs: number; totalMs: number };
+  }>;
   failures: Array<{ message: string }>;
 }
 
@@ -59,6 +63,8 @@ async function main(): Promise<void> {
     for (const mode of modes) {
       const client: number[] = [];
       const daemon: number[] = [];
+      const launch: number[] = [];
+      const ready: number[] = [];
       let pooled = 0;
       for (let i = 0; i < samples + 1; i++) {
         const t0 = nowMs();
@@ -73,6 +79,8 @@ async function main(): Promise<void> {
         if (i > 0) {
           client.push(ms);
           daemon.push(sb.timings.totalMs);
+          launch.push(sb.timings.launchMs);
+          ready.push(sb.timings.readyMs);
           if (sb.from_pool) pooled++;
         }
         await d.api("DELETE", `/v1/sandboxes/${sb.id}`);
@@ -86,6 +94,10 @@ async function main(): Promise<void> {
         client_p90_ms: r1(pct(client, 90)),
         daemon_total_p50_ms: r1(pct(daemon, 50)),
         daemon_total_p90_ms: r1(pct(daemon, 90)),
+        // launch: slot and policy, QEMU started, sockets connected (a pooled VMM: hand-over only);
+        // ready: restore, link, resume, the agent's reply (with carrier), relays listening.
+        launch_p50_ms: r1(pct(launch, 50)),
+        ready_p50_ms: r1(pct(ready, 50)),
       };
       log(`${mode}: ${JSON.stringify(results[mode])}`);
     }

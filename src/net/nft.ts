@@ -13,7 +13,8 @@
  *   postrouting  slot block → anywhere else: masquerade
  * Slot namespace table `ip forkd` (plumbing; the guest sits behind the tap):
  *   guest → veth0 masqueraded to the slot's address; DNS to 10.0.2.3 DNATed to the host's
- *   resolver when allowed; exposed ports DNATed from the slot's address to the guest.
+ *   resolver (passed or refused by the host's policy); exposed ports DNATed from the slot's
+ *   address to the guest.
  */
 import type { GuestNet } from "./guest.js";
 import { guestSubnet } from "./guest.js";
@@ -137,9 +138,12 @@ export function slotPolicy(
 }
 
 export interface NsTableOptions {
-  /** What the VMM in the slot uses: a tap (netns), its own sockets (user), or nothing yet (free). */
-  backend: "tap" | "user" | "idle";
-  /** DNS target for the guest's 10.0.2.3 (tap only): the host's resolver, or null (refused). */
+  /** What the VMM in the slot uses: a tap (netns, and free slots) or its own sockets (user). */
+  backend: "tap" | "user";
+  /**
+   * DNS target for the guest's 10.0.2.3 (tap only): the host's resolver (whether the query then
+   * passes is the host's policy), or null (no resolver: refused in the slot).
+   */
   dnsTo: string | null;
   /** Guest TCP ports the host may connect to, at the slot's address. */
   expose: number[];

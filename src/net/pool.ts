@@ -37,7 +37,9 @@ export interface SlotPoolOptions {
   log: PoolLog;
 }
 
-const IDLE: NsTableOptions = { backend: "idle", dnsTo: null, expose: [] };
+/** Whether two uses give a slot's namespace the same table. */
+const sameNs = (a: NsTableOptions, b: NsTableOptions): boolean =>
+  a.backend === b.backend && a.dnsTo === b.dnsTo && a.expose.join() === b.expose.join();
 
 export class SlotPool {
   private readonly free: number[] = [];
@@ -49,7 +51,16 @@ export class SlotPool {
   /** Host-table changes one at a time (concurrent nft transactions can fail each other). */
   private hostQueue: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly o: SlotPoolOptions) {}
+  /**
+   * A free slot's namespace table, which is also a netns child's without exposed ports (applying
+   * nothing at acquire then): a tap with no VMM on it forwards nothing, and DNS is DNATed to the
+   * resolver whatever the policy (the host's rules decide whether it passes).
+   */
+  private readonly idle: NsTableOptions;
+
+  constructor(private readonly o: SlotPoolOptions) {
+    this.idle = { backend: "tap", dnsTo: o.resolver, expose: [] };
+  }
 
   private host(script: string): Promise<unknown> {
     const next = this.hostQueue.then(() => nft(script));
@@ -130,7 +141,7 @@ export class SlotPool {
         "net.ipv6.conf.default.disable_ipv6=1",
         "net.ipv4.ip_forward=1",
       ]);
-      await nft(nsTable(g, s, IDLE), s.netns);
+      await nft(nsTable(g, s, this.idle), s.netns);
       await ipBatch([
         `link add ${s.hostIf} type veth peer name ${s.nsIf} netns ${s.netns}`,
         `addr add ${s.hostAddr}/30 dev ${s.hostIf}`,
@@ -183,7 +194,7 @@ export class SlotPool {
     const s = slotOf(this.o.inst, index);
     try {
       await this.host(slotPolicy(this.o.inst, index, use.egress, this.o.resolver));
-      await nft(nsTable(this.o.guest, s, use.ns), s.netns);
+      if (!sameNs(use.ns, this.idle)) await nft(nsTable(this.o.guest, s, use.ns), s.netns);
     } catch (e) {
       this.release(index);
       throw new ForkdError("unavailable", `cannot apply the network policy: ${errorMessage(e)}`, {}, e);
@@ -205,12 +216,13 @@ export class SlotPool {
    * deleted and made again later.
    */
   release(index: number): void {
-    if (!this.busy.delete(index)) return;
+    const use = this.busy.get(index);
+    if (!use || !this.busy.delete(index)) return;
     const s = slotOf(this.o.inst, index);
     void (async () => {
       try {
         await this.host(slotPolicy(this.o.inst, index, null, this.o.resolver));
-        await nft(nsTable(this.o.guest, s, IDLE), s.netns);
+        if (!sameNs(use.ns, this.idle)) await nft(nsTable(this.o.guest, s, this.idle), s.netns);
         await conntrackFlush(["-F"], s.netns);
         await conntrackFlush(["-D", "-s", s.nsAddr]);
         await conntrackFlush(["-D", "-d", s.nsAddr]);

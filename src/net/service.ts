@@ -249,7 +249,7 @@ export class NetworkService {
       egress: spec.egress,
       ns: {
         backend: tap ? "tap" : "user",
-        dnsTo: tap && spec.egress.dns ? this.caps.resolver : null,
+        dnsTo: this.caps.resolver,
         expose: spec.expose,
       },
     };
@@ -282,7 +282,7 @@ export class NetworkService {
       egress: r.egress,
       ns: {
         backend: tap ? "tap" : "user",
-        dnsTo: tap && r.egress.dns ? this.caps.resolver : null,
+        dnsTo: this.caps.resolver,
         expose: r.expose,
       },
     });

@@ -18,20 +18,24 @@ export const ipBatch = (lines: string[], netns?: string): Promise<unknown> =>
     input: lines.join("\n") + "\n",
   });
 
-/** Applies an nft script (one atomic transaction), in the host or in a slot's namespace. */
-export const nft = (script: string, netns?: string): Promise<unknown> =>
-  netns
-    ? run("ip", ["netns", "exec", netns, "nft", "-f", "-"], { timeoutMs: T, input: script })
-    : run("nft", ["-f", "-"], { timeoutMs: T, input: script });
+/**
+ * Runs a program inside a slot's namespace (nsenter: only setns and exec; `ip netns exec` also
+ * makes a mount namespace and remounts /sys, which costs each call more).
+ */
+export const inNetns = (netns: string, cmd: string, args: string[], input?: string): Promise<RunResult> =>
+  run("nsenter", [`--net=${NETNS_DIR}/${netns}`, "--", cmd, ...args], { timeoutMs: T, input });
 
-/** Runs a program inside a slot's namespace. */
-export const inNetns = (netns: string, cmd: string, args: string[]): Promise<unknown> =>
-  run("ip", ["netns", "exec", netns, cmd, ...args], { timeoutMs: T });
+/** Applies an nft script (one atomic transaction), in the host or in a slot's namespace. */
+export const nft = (script: string, netns?: string): Promise<RunResult> =>
+  netns
+    ? inNetns(netns, "nft", ["-f", "-"], script)
+    : run("nft", ["-f", "-"], { timeoutMs: T, input: script });
 
 /** Forgets connection-tracking state (exit status 1 only means there was none). */
 export async function conntrackFlush(args: string[], netns?: string): Promise<void> {
-  const [cmd, full] = netns ? ["ip", ["netns", "exec", netns, "conntrack", ...args]] : ["conntrack", args];
-  await run(cmd, full, { timeoutMs: T }).catch(() => undefined);
+  await (netns ? inNetns(netns, "conntrack", args) : run("conntrack", args, { timeoutMs: T })).catch(
+    () => undefined,
+  );
 }
 
 /** Network namespaces bound under /run/netns. */

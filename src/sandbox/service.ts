@@ -370,6 +370,11 @@ export class SandboxService {
       p = pooled ?? (await this.prepare(snap, net));
     } catch (e) {
       await net?.release();
+      if (pooled) {
+        pooled.agent.close();
+        await pooled.vm.kill().catch(() => undefined);
+        await rm(pooled.dir, { recursive: true, force: true });
+      }
       throw e;
     }
     const launchMs = since(t0);
