@@ -245,15 +245,7 @@ export class NetworkService {
     const pool = this.pool;
     if (!pool) throw unavailable(spec.mode, this.caps.netns.reason);
     const tap = spec.mode === "netns";
-    const use: SlotUse = {
-      egress: spec.egress,
-      ns: {
-        backend: tap ? "tap" : "user",
-        dnsTo: this.caps.resolver,
-        expose: spec.expose,
-      },
-    };
-    const slot = await pool.acquire(use);
+    const slot = await pool.acquire({ egress: spec.egress, ns: this.nsUse(tap, spec.expose) });
     const backend: NetBackend = tap
       ? { kind: "tap", ifname: slot.tapIf }
       : {
@@ -277,16 +269,18 @@ export class NetworkService {
         ports: r.ports,
       });
     }
-    const tap = r.mode === "netns";
-    this.pool.adopt(r.slot, {
-      egress: r.egress,
-      ns: {
-        backend: tap ? "tap" : "user",
-        dnsTo: this.caps.resolver,
-        expose: r.expose,
-      },
-    });
+    this.pool.adopt(r.slot, { egress: r.egress, ns: this.nsUse(r.mode === "netns", r.expose) });
     return this.slotted(slotOf(this.instance, r.slot), { kind: "none" }, undefined, spec, r.guestIp, r);
+  }
+
+  /**
+   * A slot namespace's table for a child. slirp without exposed ports needs nothing of it (its
+   * sockets are the namespace's own), so it gets the free slot's table and taking the slot
+   * changes nothing there.
+   */
+  private nsUse(tap: boolean, expose: number[]): SlotUse["ns"] {
+    const backend = tap || expose.length === 0 ? "tap" : "user";
+    return { backend, dnsTo: this.caps.resolver, expose };
   }
 
   /** After adopt()s: takes the kernel state of this instance back (see SlotPool.reclaim). */

@@ -21,6 +21,7 @@ import { join } from "node:path";
 import { Sandbox } from "@forkd/sdk";
 import { instanceId, instanceOf, slotOf } from "../../src/net/slots.js";
 import { run } from "../../src/util/proc.js";
+import { REPO_DIR } from "../../src/host/paths.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
@@ -316,6 +317,20 @@ step("an exposed guest port answers on the host, and getHost() says where", asyn
   assert.match(where, /^127\.0\.0\.1:\d+$/);
   assert.equal(await readLine(where), `guest ${sid("a")}`);
   await assert.rejects(sb.getHost(9999), /not exposed/);
+  // The Python SDK says the same.
+  const py = await run(
+    "python3",
+    [
+      "-c",
+      "import sys; sys.path.insert(0, sys.argv[3]); from forkd import Sandbox; " +
+        "print(Sandbox.connect(sys.argv[1], socket_path=sys.argv[2]).get_host(8000))",
+      sid("a"),
+      d.ep.socket ?? "",
+      join(REPO_DIR, "sdk/python/src"),
+    ],
+    { timeoutMs: 30_000 },
+  ).catch((e: unknown) => ({ stdout: String(e) }));
+  assert.equal(py.stdout.trim(), where);
   const view = await api<View>("GET", `/v1/sandboxes/${sid("a")}`);
   assert.deepEqual(view.network.ports, [{ port: 8000, host: where }]);
 });
