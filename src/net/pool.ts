@@ -203,13 +203,6 @@ export class SlotPool {
     return s;
   }
 
-  /** Changes what a busy slot forwards to its guest (exposed ports). */
-  async update(index: number, use: SlotUse): Promise<void> {
-    if (!this.busy.has(index)) throw new ForkdError("internal", `slot ${index} is not in use`);
-    this.busy.set(index, use);
-    await nft(nsTable(this.o.guest, slotOf(this.o.inst, index), use.ns), slotOf(this.o.inst, index).netns);
-  }
-
   /**
    * Gives a slot back (its VMM has exited). Recycled in the background: rules to "nothing",
    * connection tracking in the slot and on the host forgotten; a slot that cannot be reset is
