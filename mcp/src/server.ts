@@ -102,10 +102,34 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
         snapshot: Tag,
         n: z.number().int().min(1).max(100).default(1),
         idle_timeout_ms: z.number().int().optional().describe("Kill a sandbox unused for this long"),
+        network: z
+          .object({
+            mode: z.enum(["none", "user", "netns"]),
+            egress: z
+              .object({
+                mode: z.enum(["deny", "allow", "list"]),
+                allow: z
+                  .array(
+                    z.object({
+                      cidr: z.string(),
+                      ports: z.array(z.union([z.number(), z.string()])).optional(),
+                    }),
+                  )
+                  .optional(),
+                dns: z.boolean().optional(),
+              })
+              .optional(),
+            expose: z.array(z.number().int()).optional(),
+          })
+          .optional()
+          .describe(
+            "Network (default none): user or netns, egress deny/allow/list of {cidr, ports}, guest ports to expose " +
+              "(get_sandbox then shows where each answers)",
+          ),
       },
     },
     guard(async (a) => {
-      const kids = await fork(a.snapshot, a.n, { ...conn, timeoutMs: a.idle_timeout_ms });
+      const kids = await fork(a.snapshot, a.n, { ...conn, timeoutMs: a.idle_timeout_ms, network: a.network });
       return json({ sandbox_ids: kids.map((k) => k.sandboxId) });
     }),
   );
@@ -129,7 +153,7 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
   server.registerTool(
     "get_sandbox",
     {
-      description: "One sandbox's state, snapshot, timings and idle timeout.",
+      description: "One sandbox's state, snapshot, timings, idle timeout and network (exposed ports).",
       inputSchema: { sandbox_id: SandboxId },
     },
     guard(async (a) => json(await Sandbox.getInfo(a.sandbox_id, conn))),

@@ -11,6 +11,12 @@
  * --cgroup DIR    join the cgroup DIR (writes our pid to DIR/cgroup.procs); repeatable, one per
  *                 cgroup v1 controller hierarchy, or one cgroup v2 directory. Done first, so
  *                 every thread and allocation of the VMM is charged to it.
+ * --netns PATH    join the network namespace at PATH (e.g. /run/netns/NAME, from `ip netns add`)
+ *                 with setns(CLONE_NEWNET): the VMM's tap device and any socket it opens
+ *                 (user-mode networking) live in that namespace only (src/net/).
+ * --tap NAME      open the (persistent) tap device NAME of that namespace, as root, and hand it
+ *                 to the program as file descriptor 3 (`-netdev tap,fd=3`): the jailed VMM has
+ *                 no CAP_NET_ADMIN to attach it itself. No vnet header (IFF_NO_PI only).
  * --hide DIR      in a new private mount namespace, mount an empty tmpfs over DIR (the daemon's
  *                 data and cache directories): other VMs' files are not there to be opened.
  * --bind PATH     re-expose PATH (read-write) at the same place under a hidden DIR; the VM's own
@@ -27,7 +33,10 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +61,9 @@ static int fail(const char *what, const char *arg) {
 
 static int usage(void) {
   fprintf(stderr,
-          "usage: forkd-jailer [--no-thp] [--cgroup DIR]... [--hide DIR]... [--bind PATH]...\n"
-          "                    [--bind-ro PATH]... [--uid N --gid N [--groups G,...]] -- PROGRAM [ARGS...]\n");
+          "usage: forkd-jailer [--no-thp] [--cgroup DIR]... [--netns PATH [--tap NAME]] [--hide DIR]...\n"
+          "                    [--bind PATH]... [--bind-ro PATH]... [--uid N --gid N [--groups G,...]]\n"
+          "                    -- PROGRAM [ARGS...]\n");
   return 2;
 }
 
@@ -81,6 +91,44 @@ static int join_cgroup(const char *dir) {
   close(fd);
   errno = e;
   return rc;
+}
+
+/* Moves this process into the network namespace bound at `path`. */
+static int join_netns(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = setns(fd, CLONE_NEWNET);
+  int e = errno;
+  close(fd);
+  errno = e;
+  return rc;
+}
+
+/* Attaches to the tap NAME of the current network namespace and leaves it open as fd 3, inherited
+ * across execve. Called after every other descriptor we opened is closed, so 3 holds nothing else
+ * of ours. */
+#define TAP_FD 3
+static int open_tap(const char *name) {
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  if (strlen(name) >= sizeof ifr.ifr_name) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  strcpy(ifr.ifr_name, name);
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+  int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (fd == TAP_FD) return fcntl(fd, F_SETFD, 0);
+  if (dup2(fd, TAP_FD) != TAP_FD) return -1; /* dup2's copy has no FD_CLOEXEC */
+  close(fd);
+  return 0;
 }
 
 /* mkdir -p of PATH's parents (inside a fresh tmpfs; mode 0755 holds nothing but mount points). */
@@ -115,7 +163,6 @@ static int expose(const struct bind *b) {
   unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (b->ro ? MS_RDONLY : 0);
   return mount(NULL, b->path, NULL, flags, NULL);
 }
-
 int main(int argc, char **argv) {
   int no_thp = 0;
   const char *cgroups[MAX_ITEMS];
@@ -124,6 +171,8 @@ int main(int argc, char **argv) {
   int ncg = 0, nhide = 0, nbind = 0;
   unsigned long uid = 0, gid = 0;
   const char *groups = NULL;
+  const char *netns = NULL;
+  const char *tap = NULL;
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -139,6 +188,10 @@ int main(int argc, char **argv) {
     const char *v = argv[++i];
     if (strcmp(a, "--cgroup") == 0 && ncg < MAX_ITEMS) {
       cgroups[ncg++] = v;
+    } else if (strcmp(a, "--netns") == 0 && v[0] == '/') {
+      netns = v;
+    } else if (strcmp(a, "--tap") == 0 && v[0] != '\0') {
+      tap = v;
     } else if (strcmp(a, "--hide") == 0 && nhide < MAX_ITEMS && v[0] == '/') {
       hides[nhide++] = v;
     } else if ((strcmp(a, "--bind") == 0 || strcmp(a, "--bind-ro") == 0) && nbind < MAX_ITEMS && v[0] == '/') {
@@ -154,10 +207,11 @@ int main(int argc, char **argv) {
       return usage();
     }
   }
-  if (i >= argc || (uid == 0) != (gid == 0)) return usage();
+  if (i >= argc || (uid == 0) != (gid == 0) || (tap && !netns)) return usage();
 
   for (int k = 0; k < ncg; k++)
     if (join_cgroup(cgroups[k]) != 0) return fail("cannot join cgroup", cgroups[k]);
+  if (netns && join_netns(netns) != 0) return fail("cannot join network namespace", netns);
 
   if (nhide > 0) {
     if (unshare(CLONE_NEWNS) != 0) return fail("unshare(CLONE_NEWNS)", NULL);
@@ -179,6 +233,8 @@ int main(int argc, char **argv) {
       close(binds[k].fd);
     }
   }
+
+  if (tap && open_tap(tap) != 0) return fail("cannot open tap", tap);
 
   if (no_thp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) return fail("PR_SET_THP_DISABLE", NULL);
 

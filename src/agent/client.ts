@@ -79,6 +79,8 @@ export interface Identity {
   sandboxId: string;
   /** Processes the guest workload may have (its cgroup's pids.max); absent: the guest default. */
   pidsMax?: number;
+  /** The host set the NIC's link up: reply only once the guest has carrier (wait at most this long, ms). */
+  netUpWaitMs?: number;
 }
 
 type StreamHandler = (frame: Frame) => void;
@@ -272,6 +274,7 @@ export class AgentClient extends EventEmitter {
         [Tag.HOSTNAME, id.hostname],
         [Tag.SANDBOX_ID, id.sandboxId],
         ...(id.pidsMax !== undefined ? ([[Tag.PIDS_MAX, BigInt(id.pidsMax)]] as const) : []),
+        ...(id.netUpWaitMs ? [[Tag.NET_UP, BigInt(id.netUpWaitMs)] as const] : []),
       ],
       timeoutMs,
     );

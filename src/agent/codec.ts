@@ -56,6 +56,7 @@ export const Tag = {
   SIGNAL: 17,
   /** The workload cgroup's pids.max (IDENTITY; 0: unlimited). */
   PIDS_MAX: 18,
+  NET_UP: 19,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,

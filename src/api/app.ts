@@ -43,6 +43,7 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
       accel_reason: s.info.accel.reason,
       sandboxes: sandboxes.length,
       pool: isAdmin(caller) ? s.sandboxes.poolStatus() : {},
+      network: isAdmin(caller) ? s.sandboxes.networkStatus() : undefined,
     });
   });
 

@@ -17,6 +17,8 @@ import { runDoctor } from "./doctor.js";
 import { quickstart } from "./quickstart.js";
 import { snapshotLayer } from "./layer.js";
 import { mib, streamTransfer } from "./transfer.js";
+import { networkFromFlags } from "./network.js";
+import type { NetworkFlags } from "./network.js";
 import { buildOpenApi } from "../api/contract/openapi.js";
 
 const paths = defaultPaths();
@@ -41,6 +43,7 @@ interface SandboxView {
   state: string;
   created: string;
   timings: { totalMs: number; readyMs: number };
+  network: { mode: string; ports: Array<{ port: number; host: string }> };
 }
 
 const program = new Command("forkd")
@@ -169,25 +172,37 @@ program
   .description("fork N sandboxes from a snapshot")
   .requiredOption("--tag <tag>", "snapshot tag")
   .option("-n <n>", "number of children (1..1000)", (v) => parseInt(v, 10), 1)
+  .option("--net <mode>", "network: none (default), user or netns")
+  .option("--egress <mode>", "egress policy: deny, allow (default with a network) or list")
+  .option(
+    "--allow <cidr[:ports]...>",
+    "allow-list entries, e.g. 203.0.113.0/24:443,8000-8100 (implies --egress list)",
+  )
+  .option("--dns", "answer DNS (default with --egress allow)")
+  .option("--no-dns", "do not answer DNS")
+  .option("--expose <port...>", "guest TCP ports to expose on the host")
   .option("--json", "JSON output")
-  .action(async (o: { tag: string; n: number; json?: boolean }) => {
+  .action(async (o: { tag: string; n: number; json?: boolean } & NetworkFlags) => {
     const t0 = Date.now();
+    const network = networkFromFlags(o);
     const r = await api<{ sandboxes: SandboxView[]; failures: { index: number; message: string }[] }>(
       "POST",
       "/v1/sandboxes",
-      { snapshot_tag: o.tag, n: o.n },
+      { snapshot_tag: o.tag, n: o.n, ...(network ? { network } : {}) },
     );
     if (o.json) {
       console.log(JSON.stringify(r, null, 2));
     } else {
       printTable(
-        ["ID", "PID", "TAG", "READY_MS", "TOTAL_MS"],
+        ["ID", "PID", "TAG", "NET", "READY_MS", "TOTAL_MS", "PORTS"],
         r.sandboxes.map((s) => [
           s.id,
           String(s.pid),
           s.tag,
+          s.network.mode,
           String(Math.round(s.timings.readyMs)),
           String(Math.round(s.timings.totalMs)),
+          s.network.ports.map((p) => `${p.port}->${p.host}`).join(" "),
         ]),
       );
       say(`${r.sandboxes.length} of ${o.n} children ready in ${Date.now() - t0} ms`);

@@ -34,6 +34,7 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
 import { findJailer, findMemsnap } from "../host/native.js";
+import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
 
@@ -90,8 +91,17 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   if (!jailOpts) log.warn("VMMs are not jailed (the daemon is not root, or FORKD_JAIL=off)");
   if (cgroups.mode === "none") log.warn(`no per-sandbox resource limits: ${cgroups.reason ?? ""}`);
   const jail = new Jail(jailOpts, cgroups);
-  const driver = new QemuDriver(qemu, { jailer: await findJailer(env), jail });
+  const jailer = await findJailer(env);
+  const driver = new QemuDriver(qemu, { jailer, jail });
   const store = new SnapshotStore(snapshotsDir(paths));
+  const network = await NetworkService.start({
+    dataDir: paths.dataDir,
+    env,
+    log,
+    qemuBinary: qemu,
+    jailer,
+    protectedPorts: cfg.tcp ? [cfg.tcp.port] : [],
+  });
   const sandboxes = new SandboxService({
     root: sandboxesDir(paths),
     store,
@@ -103,9 +113,12 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
     maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
     memsnap: await findMemsnap(env),
+    network,
   });
   const cleaned = await store.recover();
   const { adopted, removed } = await sandboxes.recover();
+  // After re-adopting children: their slots keep their rules, every other one is reclaimed.
+  await network.reclaim();
   log.info("state recovered", {
     adopted: adopted.length,
     removed: removed.length,
@@ -232,6 +245,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
       await audit.close();
+      await network.close();
       await rm(paths.socket, { force: true });
       await releaseLock();
     },

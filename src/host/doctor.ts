@@ -1,5 +1,5 @@
 /** Host prerequisite checks, each with a fix hint. Used by `forkd doctor`. */
-import { access, constants, readdir, readFile, statfs } from "node:fs/promises";
+import { readdir, readFile, statfs } from "node:fs/promises";
 import { join } from "node:path";
 import type { Paths } from "./paths.js";
 import { chooseAccel } from "./accel.js";
@@ -7,6 +7,7 @@ import { findJailer, findMemsnap, NATIVE_FIX } from "./native.js";
 import { findQemu, qemuVersion } from "./qemu-binary.js";
 import { run } from "../util/proc.js";
 import { errorMessage } from "../util/errors.js";
+import { detectNetwork } from "../net/capability.js";
 
 export type CheckStatus = "ok" | "warn" | "fail";
 
@@ -158,15 +159,28 @@ export async function runChecks(paths: Paths): Promise<Check[]> {
         : "built automatically by the first `forkd snapshot` (needs root for debootstrap)",
   });
   try {
-    await access("/dev/net/tun", constants.R_OK | constants.W_OK);
-    add({ name: "/dev/net/tun", status: "ok", detail: "present" });
-  } catch {
+    const jailer = await findJailer().catch(() => null);
+    const net = await detectNetwork({ qemuBinary: qemu, jailer });
     add({
-      name: "/dev/net/tun",
-      status: "warn",
-      detail: "missing",
-      fix: "needed later for per-sandbox networking",
+      name: "network: user",
+      status: net.user.ok ? "ok" : "warn",
+      detail: net.user.reason,
+      fix: net.user.ok ? undefined : "install Debian's qemu-system-x86 (its full build has slirp)",
     });
+    add({
+      name: "network: netns",
+      status: net.netns.ok ? "ok" : "warn",
+      detail: net.netns.reason,
+      fix: net.netns.ok ? undefined : `run the daemon as root; ${SETUP} (iproute2, nftables)`,
+    });
+    add({
+      name: "network: dns",
+      status: net.dns.ok ? "ok" : "warn",
+      detail: net.dns.reason,
+      fix: net.dns.ok ? undefined : "point /etc/resolv.conf at a non-loopback resolver for netns children",
+    });
+  } catch (e) {
+    add({ name: "network", status: "warn", detail: errorMessage(e) });
   }
   return checks;
 }

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
 import { linkOrCopy } from "../util/fs.js";
-import { sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
+import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
@@ -129,6 +129,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       pauseMs,
       bytes: cap.bytes,
       owner,
+      linkUp: (s.record.network?.mode ?? "none") !== "none",
     };
     const done = capture.written
       .then(() => finish(deps, args))
@@ -165,6 +166,8 @@ interface FinishArgs {
   pauseMs: number;
   bytes: number;
   owner: string | null;
+  /** The source's NIC link state, which its device state saved. */
+  linkUp: boolean;
 }
 
 /** Builds and publishes the snapshot from what the pause captured (source already running). */
@@ -215,6 +218,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     files: { memory, vmstate, disk },
     timings: { bootMs: 0, warmMs: 0, freezeMs: a.pauseMs },
     stateFormat: "devices",
+    nic: src.nic ? nicMeta(src.nic, a.linkUp) : undefined,
     parent: { tag: src.tag, checksum: src.checksum },
     branch: { sandbox: a.sandbox, pauseMs: a.pauseMs, privateBytes: a.bytes, finishMs: since(t0) },
     owner: a.owner,

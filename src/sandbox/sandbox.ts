@@ -1,5 +1,8 @@
 /** A live sandbox: its persisted record, its VMM process and its agent connection. */
 import type { AgentClient } from "../agent/client.js";
+import { recordView } from "../net/service.js";
+import type { Attachment, NetworkRecord, NetworkView } from "../net/service.js";
+import type { NicMeta } from "../snapshot/meta.js";
 import type { QemuVm } from "../vmm/qemu.js";
 import type { CommandTable } from "./commands.js";
 
@@ -30,6 +33,8 @@ export interface SandboxRecord {
   paused?: PausedImage;
   /** The tenant whose token created it (null or absent: an admin). */
   owner?: string | null;
+  /** Its network (absent in records written before networking: none). */
+  network?: NetworkRecord;
 }
 
 /** A paused sandbox's saved state (files in its own directory). */
@@ -40,6 +45,8 @@ export interface PausedImage {
   /** The top layer of its disk chain. */
   disk: string;
   machine: { memoryMiB: number; vcpus: number; accel: "kvm" | "tcg"; cpu: string };
+  /** Its network device, as saved (absent: it has none). */
+  nic?: NicMeta;
 }
 
 export interface Sandbox {
@@ -48,6 +55,8 @@ export interface Sandbox {
   /** Its VMM and agent connection; null while paused (no process). */
   vm: QemuVm | null;
   agent: AgentClient | null;
+  /** Its network on the host while its VMM runs (slot, relays); null otherwise. */
+  net: Attachment | null;
   state: SandboxState;
   /** Why it stopped running, when it did without being asked. */
   exitReason: string | null;
@@ -99,6 +108,7 @@ export interface SandboxView {
   metadata: Record<string, string>;
   owner: string | null;
   limits: { memory_mib: number | null; cpus: number | null; pids: number | null };
+  network: NetworkView;
 }
 
 /** When the idle timeout kills `s` if nothing uses it first (null: never, or in use now). */
@@ -126,4 +136,5 @@ export const viewOf = (s: Sandbox): SandboxView => ({
     cpus: s.record.limits?.cpus ?? null,
     pids: s.record.limits?.pids ?? null,
   },
+  network: ((v) => (s.state === "running" ? v : { ...v, ports: [] }))(recordView(s.record.network)),
 });

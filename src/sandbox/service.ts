@@ -16,6 +16,10 @@ import { branchSandbox, memoryFileOf, startCapture } from "./branch.js";
 import { nowMs, since, sleep } from "../util/time.js";
 import { pidsReferencing, run } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
+import { guestNetOf, NetworkService } from "../net/service.js";
+import type { Attachment } from "../net/service.js";
+import { NO_NETWORK } from "../net/policy.js";
+import type { NetworkSpec } from "../net/policy.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
 import { expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
@@ -48,6 +52,8 @@ export interface ForkOptions {
   owner?: string | null;
   /** Limits; unset fields take the defaults (limitsFor). */
   limits?: SandboxLimits;
+  /** The children's network (default none). */
+  network?: NetworkSpec;
 }
 
 /** Threads of one VMM process (QEMU: vCPUs, its I/O thread pool of up to 64, a few more). */
@@ -94,7 +100,12 @@ export interface SandboxServiceOptions {
   writingWaitMs?: number;
   /** native/memsnap/forkd-memsnap, for BRANCH. */
   memsnap?: string;
+  /** Host networking (absent: children can only have network none). */
+  network?: NetworkService;
 }
+
+/** How long a child whose link is set up may take to see its carrier (the fork waits for it). */
+const NET_UP_WAIT_MS = 2_000;
 
 export class SandboxService {
   private readonly live = new Map<string, Sandbox>();
@@ -104,8 +115,10 @@ export class SandboxService {
   private readonly startingByTag = new Map<string, number>();
 
   private sweeper: NodeJS.Timeout | null = null;
+  private readonly net: NetworkService;
 
   constructor(private readonly o: SandboxServiceOptions) {
+    this.net = o.network ?? NetworkService.disabled(o.log);
     this.pool = new WarmPool(o.poolSize ?? 0, async (tag) => this.prepare(await o.store.get(tag)), o.log);
     this.sweeper = setInterval(() => void this.sweep(), SWEEP_MS);
     this.sweeper.unref();
@@ -286,6 +299,11 @@ export class SandboxService {
     return this.pool.status();
   }
 
+  /** Which network modes this host gives, and its netns slots. */
+  networkStatus(): ReturnType<NetworkService["status"]> {
+    return this.net.status();
+  }
+
   /** Running sandboxes of `tag` plus children of it being forked right now. */
   countByTag(tag: string): number {
     let n = this.startingByTag.get(tag) ?? 0;
@@ -304,6 +322,7 @@ export class SandboxService {
     }
     // A snapshot still being written (an async branch) is waited for, briefly; never half-read.
     const snap = await this.o.store.getReady(tag, this.o.writingWaitMs ?? 60_000);
+    this.net.check(opts.network ?? NO_NETWORK, snap.meta.nic, tag);
     const max = this.o.maxSandboxes ?? 1000;
     const running = this.live.size + this.starting;
     if (running + n > max) {
@@ -346,8 +365,11 @@ export class SandboxService {
     return out;
   }
 
-  /** Starts a VMM for a child of `snap`, waiting for device state (also used by the pool). */
-  private async prepare(snap: Snapshot): Promise<Prepared> {
+  /**
+   * Starts a VMM for a child of `snap`, waiting for device state (also used by the pool: there
+   * `net` is absent, and a NIC gets no connectivity).
+   */
+  private async prepare(snap: Snapshot, net?: Attachment): Promise<Prepared> {
     const id = newSandboxId();
     const dir = join(this.o.root, id);
     const t0 = nowMs();
@@ -356,16 +378,23 @@ export class SandboxService {
       await mkdir(dir, { mode: 0o700 });
       const disk = join(dir, "disk.qcow2");
       await cloneOverlay(snap.files.childDisk, disk);
-      vm = await this.o.driver.launch({
-        dir,
-        machine: snap.meta.machine,
-        memory: { path: snap.files.memory, mode: "child" },
-        disk,
-        incoming: true,
-        tbSizeMiB: this.o.tbSizeMiB,
-        devicesOnlyState: snap.meta.stateFormat === "devices",
-        jail: await this.jailFor(snap, limitsFor(snap.meta.machine)),
-      });
+      vm = await this.o.driver.launch(
+        {
+          dir,
+          machine: snap.meta.machine,
+          memory: { path: snap.files.memory, mode: "child" },
+          disk,
+          incoming: true,
+          tbSizeMiB: this.o.tbSizeMiB,
+          devicesOnlyState: snap.meta.stateFormat === "devices",
+          nic: snap.meta.nic
+            ? { guest: guestNetOf(snap.meta.nic), backend: net?.backend ?? { kind: "none" } }
+            : undefined,
+          netns: net?.netns,
+          jail: await this.jailFor(snap, limitsFor(snap.meta.machine)),
+        },
+        { binary: net?.binary },
+      );
       // Connect to the agent before the guest runs, so it never sees its host end closed.
       const agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
       return { id, dir, vm, agent, launchMs: since(t0) };
@@ -383,9 +412,25 @@ export class SandboxService {
 
   private async forkOne(snap: Snapshot, opts: ForkOptions): Promise<Sandbox> {
     const tag = snap.meta.tag;
+    const nic = snap.meta.nic;
+    const spec = opts.network ?? NO_NETWORK;
     const t0 = nowMs();
-    const pooled = this.pool.take(tag);
-    const p = pooled ?? (await this.prepare(snap));
+    // Pre-started VMMs have no network backend: they serve children without one.
+    const pooled = spec.mode === "none" ? this.pool.take(tag) : null;
+    let net: Attachment | null = null;
+    let p: Prepared;
+    try {
+      net = await this.net.attach(spec, nic);
+      p = pooled ?? (await this.prepare(snap, net));
+    } catch (e) {
+      await net?.release();
+      if (pooled) {
+        pooled.agent.close();
+        await pooled.vm.kill().catch(() => undefined);
+        await rm(pooled.dir, { recursive: true, force: true });
+      }
+      throw e;
+    }
     const launchMs = since(t0);
     const limits = limitsFor(snap.meta.machine, opts.limits);
     try {
@@ -393,6 +438,8 @@ export class SandboxService {
       if (opts.limits && this.o.cgroups) await this.o.cgroups.apply(p.id, limits);
       const t1 = nowMs();
       await p.vm.restoreState(snap.files.vmstate);
+      // The link as the snapshot saved it, unless this child wants the other state.
+      if (nic && nic.linkUp !== net.linkUp) await p.vm.setLink(net.linkUp);
       await p.vm.resume();
       const restoreMs = since(t1);
       await p.agent.identity(
@@ -400,9 +447,11 @@ export class SandboxService {
           hostname: p.id,
           sandboxId: p.id,
           ...(typeof opts.limits?.pids === "number" ? { pidsMax: opts.limits.pids } : {}),
+          netUpWaitMs: nic && net.linkUp ? NET_UP_WAIT_MS : undefined,
         },
         this.o.readyTimeoutMs ?? 60_000,
       );
+      await net.start();
       const readyMs = since(t1);
       const record: SandboxRecord = {
         format: 1,
@@ -422,12 +471,14 @@ export class SandboxService {
           cpus: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.cpus ?? null) : null,
           pids: opts.limits?.pids ?? GUEST_DEFAULT_PIDS,
         },
+        network: net.record(),
       };
       await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
-      return this.register(record, p.dir, p.vm, p.agent);
+      return this.register(record, p.dir, p.vm, p.agent, net);
     } catch (e) {
       p.agent.close();
       await p.vm.kill().catch(() => undefined);
+      await net.release();
       await rm(p.dir, { recursive: true, force: true });
       throw e;
     }
@@ -438,12 +489,14 @@ export class SandboxService {
     dir: string,
     vm: QemuVm | null,
     agent: AgentClient | null,
+    net: Attachment | null,
   ): Sandbox {
     const s: Sandbox = {
       record,
       dir,
       vm,
       agent,
+      net,
       state: "running",
       exitReason: null,
       exitedAt: null,
@@ -480,6 +533,9 @@ export class SandboxService {
     s.commands.clear();
     s.agent?.close();
     if (kill) await s.vm?.kill().catch(() => undefined);
+    // Its VMM is gone: its slot can go to another child.
+    await s.net?.release();
+    s.net = null;
     // Its files go once any branch of it still being finished has read them.
     if (s.finishing.size > 0)
       void settled(s)
@@ -525,6 +581,9 @@ export class SandboxService {
       s.commands.clear();
       await capture.written;
       await vm.stop(); // quit: flushes and closes its disk
+      // Nothing runs: its slot and relays go back; resume() sets a network up again.
+      await plain.net?.release();
+      plain.net = null;
       await run(this.o.memsnap, ["apply", base, diff, join(dir, "memory")], { timeoutMs: 600_000 });
       await rm(diff, { force: true });
       const paused: PausedImage = {
@@ -533,8 +592,13 @@ export class SandboxService {
         vmstate: join(dir, "vmstate"),
         disk,
         machine: snap.meta.machine,
+        nic: snap.meta.nic
+          ? { ...snap.meta.nic, linkUp: (s.record.network?.mode ?? "none") !== "none" }
+          : undefined,
       };
-      s.record = { ...s.record, paused };
+      // Its slot is given back; the network it asked for (and its host ports) comes back on resume.
+      const network = s.record.network ? { ...s.record.network, slot: null } : undefined;
+      s.record = { ...s.record, paused, network };
       await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
       s.state = "paused";
       // The previous paused image (if it was resumed from one) is no longer mapped by any VMM;
@@ -572,30 +636,53 @@ export class SandboxService {
     }
     s.transition = "resume";
     let vm: QemuVm | null = null;
+    let net: Attachment | null = null;
     try {
-      vm = await this.o.driver.launch({
-        dir: s.dir,
-        machine: p.machine,
-        memory: { path: p.memory, mode: "child" },
-        disk: p.disk,
-        incoming: true,
-        tbSizeMiB: this.o.tbSizeMiB,
-        devicesOnlyState: true,
-        jail: await this.jailFor(
-          await this.o.store.get(s.record.tag),
-          limitsFor(p.machine, s.record.limits ?? {}),
-        ),
-      });
+      const prior = s.record.network;
+      const spec: NetworkSpec = prior
+        ? { mode: prior.mode, egress: prior.egress, expose: prior.expose }
+        : NO_NETWORK;
+      net = await this.net.attach(spec, p.nic, prior);
+      vm = await this.o.driver.launch(
+        {
+          dir: s.dir,
+          machine: p.machine,
+          memory: { path: p.memory, mode: "child" },
+          disk: p.disk,
+          incoming: true,
+          tbSizeMiB: this.o.tbSizeMiB,
+          devicesOnlyState: true,
+          nic: p.nic ? { guest: guestNetOf(p.nic), backend: net.backend } : undefined,
+          netns: net.netns,
+          jail: await this.jailFor(
+            await this.o.store.get(s.record.tag),
+            limitsFor(p.machine, s.record.limits ?? {}),
+          ),
+        },
+        { binary: net.binary },
+      );
       const agent = await AgentClient.connect(vmFiles(s.dir).agent, 10_000);
       await vm.restoreState(p.vmstate);
+      if (p.nic && p.nic.linkUp !== net.linkUp) await vm.setLink(net.linkUp);
       await vm.resume();
       // Same identity; the clock has moved on (and the RNG is reseeded) while it was paused.
-      await agent.identity({ hostname: id, sandboxId: id }, this.o.readyTimeoutMs ?? 60_000);
+      await agent.identity(
+        { hostname: id, sandboxId: id, netUpWaitMs: p.nic && net.linkUp ? NET_UP_WAIT_MS : undefined },
+        this.o.readyTimeoutMs ?? 60_000,
+      );
+      await net.start();
       const { paused: _p, ...rest } = s.record;
-      s.record = { ...rest, pid: vm.pid, pidStartTime: vm.id.startTime, memoryFile: p.memory };
+      s.record = {
+        ...rest,
+        pid: vm.pid,
+        pidStartTime: vm.id.startTime,
+        memoryFile: p.memory,
+        network: net.record(),
+      };
       await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
       s.vm = vm;
       s.agent = agent;
+      s.net = net;
       s.state = "running";
       s.lastUsed = Date.now();
       const started = vm;
@@ -606,6 +693,7 @@ export class SandboxService {
       return viewOf(s);
     } catch (e) {
       await vm?.kill().catch(() => undefined);
+      await net?.release();
       throw e;
     } finally {
       s.transition = null;
@@ -635,7 +723,7 @@ export class SandboxService {
         if (record.id !== name) throw new Error("record id mismatch");
         if (record.paused) {
           // Nothing runs: it waits for resume() with its state on disk.
-          this.register(record, dir, null, null).state = "paused";
+          this.register(record, dir, null, null, null).state = "paused";
           adopted.push(name);
           continue;
         }
@@ -643,7 +731,13 @@ export class SandboxService {
         if (!vm) throw new Error("VMM process is gone");
         const agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
         await agent.ping(15_000);
-        this.register(record, dir, vm, agent);
+        const net = record.network ? this.net.adopt(record.network) : null;
+        this.register(record, dir, vm, agent, net);
+        await net
+          ?.start()
+          .catch((e: unknown) =>
+            this.o.log.warn("recover: exposed ports not relayed", { id: name, error: errorMessage(e) }),
+          );
         adopted.push(name);
       } catch (e) {
         this.o.log.warn("recover: removing sandbox", { id: name, reason: errorMessage(e) });

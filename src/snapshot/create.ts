@@ -12,11 +12,12 @@ import type { AccelChoice } from "../host/accel.js";
 import type { ImageBuilder, ProgressFn } from "../image/builder.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
+import { GUEST_NET, guestNetArg } from "../net/guest.js";
 import { defaultCpu, kernelCmdline, vmFiles } from "../vmm/config.js";
 import type { MachineConfig } from "../vmm/config.js";
 import { readTail } from "../vmm/qemu.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
-import { SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
+import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import { snapshotFiles } from "./store.js";
 import type { SnapshotStore } from "./store.js";
@@ -80,8 +81,10 @@ export async function createSnapshot(
       boot: {
         kernel: image.kernel,
         initrd: image.initrd,
-        append: kernelCmdline(machine.accel, deps.accel.tscKhz),
+        append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
       },
+      // The parent has the device children need, with no connectivity (warm-ups run offline).
+      nic: { guest: GUEST_NET, backend: { kind: "none" } },
     });
     agent = await AgentClient.connect(vmFiles(runtime).agent, 10_000);
     await waitReady(vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
@@ -124,6 +127,10 @@ export async function createSnapshot(
     progress("freeze: syncing guest disks and saving device state");
     const t2 = nowMs();
     await agent.sync();
+    // Frozen with the link down: children without a network (the default) need no change, and
+    // none of them pays for the guest handling the carrier change (it is done before the freeze).
+    await vm.setLink(false);
+    await waitCarrier(agent, false, 10_000);
     // Keep the agent connected through the save: children restore with the host end connected
     // (they connect before they resume), so the guest never sees its port close and reopen.
     await vm.saveState(files.vmstate);
@@ -163,6 +170,7 @@ export async function createSnapshot(
       files: { memory, vmstate, disk },
       timings: { bootMs, warmMs, freezeMs },
       owner: req.owner ?? null,
+      nic: nicMeta(GUEST_NET, false),
     });
     await deps.store.publish(staging, req.tag);
     progress(`snapshot ${req.tag} ready`);
@@ -180,6 +188,21 @@ export async function createSnapshot(
     await rm(runtime, { recursive: true, force: true });
     release();
   }
+}
+
+/** Waits until the guest has seen its NIC's carrier go `up` or down. */
+async function waitCarrier(agent: AgentClient, up: boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let state = "";
+  while (Date.now() < deadline) {
+    state = (await agent.readFile("/sys/class/net/eth0/operstate", { maxBytes: 64 })).toString().trim();
+    if ((state === "up") === up) return;
+    await sleep(20);
+  }
+  throw new ForkdError(
+    "guest_error",
+    `the guest's eth0 is still ${state || "unknown"} after ${timeoutMs} ms`,
+  );
 }
 
 /** Pings until the agent and its warm interpreter answer, or the VM dies, or time runs out. */

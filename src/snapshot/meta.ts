@@ -41,6 +41,22 @@ export const SnapshotMetaSchema = z.object({
    * migration.send-configuration=off). Absent in snapshots made before branching existed.
    */
   stateFormat: z.enum(["migration", "devices"]).optional(),
+  /**
+   * The guest network device and the guest's fixed network configuration, which every child
+   * inherits; `linkUp` is the link state saved in vmstate (a fork that wants the other one sets
+   * it). Absent in snapshots made before networking: they have no NIC and fork with network none.
+   */
+  nic: z
+    .object({
+      addr: z.string().max(15),
+      prefix: z.number().int().min(1).max(30),
+      gateway: z.string().max(15),
+      dns: z.string().max(15),
+      gatewayMac: z.string().regex(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/),
+      mac: z.string().regex(/^([0-9a-f]{2}:){5}[0-9a-f]{2}$/),
+      linkUp: z.boolean(),
+    })
+    .optional(),
   /** A branch's parent snapshot (whose disk layer its own disk layer is stacked on). */
   parent: z.object({ tag: z.string(), checksum: z.string() }).nullable().optional(),
   /** A branch: the sandbox it was taken from and what the pause cost. */
@@ -58,6 +74,21 @@ export const SnapshotMetaSchema = z.object({
 });
 
 export type SnapshotMeta = z.infer<typeof SnapshotMetaSchema>;
+export type NicMeta = NonNullable<SnapshotMeta["nic"]>;
+
+/**
+ * A snapshot's `nic`, its keys in the schema's order: the checksum is taken over the JSON text,
+ * and a parsed meta has the schema's key order.
+ */
+export const nicMeta = (g: Omit<NicMeta, "linkUp">, linkUp: boolean): NicMeta => ({
+  addr: g.addr,
+  prefix: g.prefix,
+  gateway: g.gateway,
+  dns: g.dns,
+  gatewayMac: g.gatewayMac,
+  mac: g.mac,
+  linkUp,
+});
 
 /** JSON with every object's keys sorted: the same metadata hashes the same whatever built it. */
 function canonical(v: unknown): string {

@@ -9,14 +9,17 @@ export interface RunResult {
   stderr: string;
 }
 
-/** Runs a program (no shell) and returns its output; a non-zero exit or timeout is an error. */
+/**
+ * Runs a program (no shell) and returns its output; a non-zero exit or timeout is an error.
+ * `input` is written to its standard input (which is then closed).
+ */
 export function run(
   file: string,
   args: string[],
-  opts: { timeoutMs?: number; cwd?: string } = {},
+  opts: { timeoutMs?: number; cwd?: string; input?: string } = {},
 ): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    execFile(
+    const child = execFile(
       file,
       args,
       { timeout: opts.timeoutMs ?? 60_000, maxBuffer: 16 << 20, cwd: opts.cwd, killSignal: "SIGKILL" },
@@ -37,6 +40,8 @@ export function run(
         resolve({ stdout, stderr });
       },
     );
+    child.stdin?.on("error", () => undefined); // a program that exits without reading its input
+    child.stdin?.end(opts.input ?? "");
   });
 }
 

@@ -5,6 +5,8 @@
 import type { VmLimits } from "../host/cgroups.js";
 import { join } from "node:path";
 import type { Accel } from "../host/accel.js";
+import type { GuestNet } from "../net/guest.js";
+import { guestSubnet } from "../net/guest.js";
 
 export interface MachineConfig {
   memoryMiB: number;
@@ -27,6 +29,31 @@ export function defaultCpu(accel: Accel, env: NodeJS.ProcessEnv = process.env): 
   if (env.FORKD_CPU) return env.FORKD_CPU;
   return accel === "kvm" ? "host" : "Nehalem-v1,+arat";
 }
+
+/**
+ * The host side of the guest's network device. The device (and its MAC) is the same in a parent
+ * and all its children; the backend is each VMM's own:
+ *   - none: a hub port with nothing else on the hub. Frames the guest sends go nowhere and no
+ *     host code parses them (unlike a restricted slirp); QEMU opens no socket or device for it.
+ *   - user: QEMU's user-mode stack (slirp) in the VMM process: restrict=on allows nothing out;
+ *     `forwards` are hostfwd listeners.
+ *   - tap: the tap device `ifname` of the namespace the VMM was started in (`netns`), which the
+ *     jailer opens as root and hands over on TAP_FD (the VMM itself is unprivileged).
+ */
+export type NetBackend =
+  | { kind: "none" }
+  | {
+      kind: "user";
+      restrict: boolean;
+      forwards: Array<{ hostAddr: string; hostPort: number; guestPort: number }>;
+    }
+  | { kind: "tap"; ifname: string };
+
+/** The descriptor forkd-jailer hands a tap to the VMM on (native/jailer: TAP_FD). */
+export const TAP_FD = 3;
+
+/** The id of the guest NIC's netdev (QMP set_link names it). */
+export const NETDEV_ID = "n0";
 
 export interface VmLaunch {
   /** Directory for this VM's sockets and logs. */
@@ -52,6 +79,10 @@ export interface VmLaunch {
    * chain and guest image, read-only) visible, its own uid, and these host-side limits.
    */
   jail?: { reads: string[]; limits: VmLimits };
+  /** A network device (absent: none, as in snapshots made before networking). */
+  nic?: { guest: GuestNet; backend: NetBackend };
+  /** A network namespace (/run/netns/NAME) the VMM starts in (needs the jailer). */
+  netns?: string;
 }
 
 export const vmFiles = (dir: string) => ({
@@ -118,6 +149,7 @@ export function qemuArgs(l: VmLaunch): string[] {
     "-qmp",
     `unix:${esc(f.qmp)},server=on,wait=off`,
   ];
+  if (l.nic) args.push("-netdev", netdevArg(l.nic.guest, l.nic.backend), "-device", nicArg(l.nic.guest));
   if (l.boot) args.push("-kernel", l.boot.kernel, "-initrd", l.boot.initrd, "-append", l.boot.append);
   if (l.incoming) {
     // The stream is loaded over QMP (restoreState): x-ignore-shared must be set first.
@@ -125,6 +157,30 @@ export function qemuArgs(l: VmLaunch): string[] {
     if (l.devicesOnlyState) args.push("-global", "migration.send-configuration=off");
   }
   return args;
+}
+
+export const nicArg = (g: GuestNet): string => `virtio-net-device,netdev=${NETDEV_ID},mac=${g.mac}`;
+
+export function netdevArg(g: GuestNet, b: NetBackend): string {
+  switch (b.kind) {
+    case "none":
+      return `hubport,id=${NETDEV_ID},hubid=0`;
+    case "tap":
+      // Opened by the jailer (forkd-jailer --tap) and inherited as this descriptor.
+      return `tap,id=${NETDEV_ID},fd=${TAP_FD},vhost=off`;
+    case "user": {
+      const parts = [
+        `user,id=${NETDEV_ID}`,
+        `net=${guestSubnet(g)}`,
+        `host=${g.gateway}`,
+        `dns=${g.dns}`,
+        "ipv6=off",
+        `restrict=${b.restrict ? "on" : "off"}`,
+        ...b.forwards.map((f) => `hostfwd=tcp:${f.hostAddr}:${f.hostPort}-${g.addr}:${f.guestPort}`),
+      ];
+      return parts.join(",");
+    }
+  }
 }
 
 /**
@@ -143,9 +199,22 @@ export function guestMitigations(accel: Accel, env: NodeJS.ProcessEnv = process.
   return accel !== "tcg";
 }
 
-/** The guest kernel command line. */
-export function kernelCmdline(accel: Accel, tscKhz: number, env: NodeJS.ProcessEnv = process.env): string {
-  const parts = ["console=ttyS0", "root=/dev/vda", "rw", "quiet", "panic=-1", "random.trust_cpu=on"];
+/** The guest kernel command line (`extra`: options for the guest's agent, e.g. forkd.net=). */
+export function kernelCmdline(
+  accel: Accel,
+  tscKhz: number,
+  env: NodeJS.ProcessEnv = process.env,
+  extra: string[] = [],
+): string {
+  const parts = [
+    "console=ttyS0",
+    "root=/dev/vda",
+    "rw",
+    "quiet",
+    "panic=-1",
+    "random.trust_cpu=on",
+    ...extra,
+  ];
   // Under TCG the microvm guest hangs at "Marking TSC unstable" without an early TSC frequency.
   // Under TCG the guest's clocksource watchdog sees the emulated TSC skew against jiffies while
   // the VM is slow (booting, or 100 children starting at once), marks it unstable, and falls

@@ -8,7 +8,7 @@ import { open } from "node:fs/promises";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isAlive, processCmdline, processStartTime } from "../util/proc.js";
 import { sleep } from "../util/time.js";
-import { qemuArgs, vmFiles } from "./config.js";
+import { NETDEV_ID, qemuArgs, vmFiles } from "./config.js";
 import type { VmLaunch } from "./config.js";
 import { QmpClient } from "./qmp.js";
 import type { QmpEvent } from "./qmp.js";
@@ -191,6 +191,14 @@ export class QemuVm {
     await done;
   }
 
+  /**
+   * Sets the guest NIC's link (carrier) up or down. On a paused VM the guest sees the change
+   * when it runs.
+   */
+  async setLink(up: boolean): Promise<void> {
+    await this.qmp.execute("set_link", { name: NETDEV_ID, up });
+  }
+
   async status(): Promise<string> {
     return (await this.qmp.execute<{ status: string }>("query-status")).status;
   }
@@ -263,15 +271,28 @@ export class QemuDriver {
    * Starts QEMU and connects QMP. With `incoming`, the VM is left paused after its state loads:
    * the caller connects the agent, then resumes.
    */
-  async launch(l: VmLaunch, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<QemuVm> {
+  async launch(
+    l: VmLaunch,
+    opts: { timeoutMs?: number; signal?: AbortSignal; binary?: string } = {},
+  ): Promise<QemuVm> {
     const files = vmFiles(l.dir);
-    const log = await open(files.log, "a", 0o600);
     const jailer = this.opts.jailer;
     const jail =
       jailer && this.opts.jail && l.jail ? await this.opts.jail.prepare({ dir: l.dir, ...l.jail }) : null;
+    if (l.netns && !jailer) {
+      throw new ForkdError("unavailable", "starting a VMM in a network namespace needs the jailer");
+    }
+    const binary = opts.binary ?? this.binary;
+    // The jailer joins the slot's namespace and opens its tap as root (TAP_FD), before it drops
+    // to the VM's uid: a jailed VMM could not attach the tap itself.
+    const net = [
+      ...(l.netns ? ["--netns", l.netns] : []),
+      ...(l.nic?.backend.kind === "tap" ? ["--tap", l.nic.backend.ifname] : []),
+    ];
     const [cmd, args] = jailer
-      ? [jailer, [...(jail?.args ?? ["--no-thp"]), "--", this.binary, ...qemuArgs(l)]]
-      : [this.binary, qemuArgs(l)];
+      ? [jailer, [...(jail?.args ?? ["--no-thp"]), ...net, "--", binary, ...qemuArgs(l)]]
+      : [binary, qemuArgs(l)];
+    const log = await open(files.log, "a", 0o600);
     const child = spawn(cmd, args, {
       detached: true,
       stdio: ["ignore", log.fd, log.fd],
@@ -281,7 +302,7 @@ export class QemuDriver {
     child.unref();
     const pid = child.pid;
     if (pid === undefined) {
-      throw new ForkdError("vmm_error", `cannot start ${this.binary}`);
+      throw new ForkdError("vmm_error", `cannot start ${binary}`);
     }
     let exited = false;
     let vm: QemuVm | null = null;

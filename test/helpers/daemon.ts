@@ -12,6 +12,8 @@ import { promisify } from "node:util";
 import { apiRequest } from "../../src/client/http.js";
 import type { Endpoint } from "../../src/client/http.js";
 import { REPO_DIR } from "../../src/host/paths.js";
+import { teardownInstance } from "../../src/net/pool.js";
+import { instanceId, instanceOf } from "../../src/net/slots.js";
 
 export const CLI = join(REPO_DIR, "dist/src/cli/main.js");
 
@@ -81,6 +83,10 @@ export async function makeDaemon(extraEnv: Record<string, string> = {}): Promise
       if (d.proc.exitCode === null) await d.kill9();
       // Belt and braces: no VM of this data dir may outlive the test.
       await promisify(execFile)("pkill", ["-9", "-f", dataDir]).catch(() => undefined);
+      // Its network slots (namespaces, interfaces, host rules), left for a next daemon otherwise.
+      if (process.getuid?.() === 0) {
+        await teardownInstance(instanceOf(instanceId(dataDir, env), 1, {})).catch(() => undefined);
+      }
       if (keep) process.stderr.write(`test artefacts kept in ${dataDir}\n`);
       else await rm(dataDir, { recursive: true, force: true });
     },

@@ -34,6 +34,7 @@ enum {
 	F_ARG = 1, F_ENV = 2, F_CWD = 3, F_SHELL = 4, F_TIMEOUT_MS = 5, F_STDIN = 6,
 	F_PATH = 7, F_PATH2 = 8, F_MODE = 9, F_FLAGS = 10, F_DATA = 11, F_CODE = 12,
 	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17, F_PIDS_MAX = 18,
+	F_NET_UP = 19,
 	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
@@ -152,9 +153,11 @@ int eval_ready(void);
 int eval_reaped(pid_t pid, int status);
 void eval_poll(int64_t now);
 
-/* ---- identity.c / init.c ---- */
+/* ---- identity.c / init.c / net.c ---- */
 void identity(const struct msg *m);
 void init_system(void);
 void lo_up(void);
+void net_setup(void); /* eth0 from forkd.net= on the kernel command line, if both exist */
+int net_wait_up(int64_t timeout_ms);
 
 #endif

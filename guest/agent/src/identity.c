@@ -78,6 +78,11 @@ void identity(const struct msg *m)
 		send_error(m->stream, EINVAL, "TIME_NS must be an i64");
 		return;
 	}
+	int64_t net_up = 0; /* ms to wait for eth0's carrier (0: do not) */
+	if (field_i64(m, F_NET_UP, 0, &net_up) < 0) {
+		send_error(m->stream, EINVAL, "NET_UP must be an i64");
+		return;
+	}
 	/* every step is attempted; the first failure is reported */
 	if (add_entropy(seed, slen, &step) < 0)
 		err = errno;
@@ -91,6 +96,11 @@ void identity(const struct msg *m)
 	if (field_get(m, F_HOSTNAME, &host, &hlen) && sethostname((const char *)host, hlen) < 0 && !err) {
 		err = errno;
 		step = "sethostname";
+	}
+	/* The host set the NIC's link up: the reply means the network is usable. */
+	if (net_up > 0 && net_wait_up(net_up > 5000 ? 5000 : net_up) < 0 && !err) {
+		err = errno;
+		step = "waiting for eth0 carrier";
 	}
 	if (err)
 		send_error(m->stream, err, "%s: %s", step, strerror(err));

@@ -1,4 +1,4 @@
-/* PID 1 duties: mount the basic file systems, hostname, loopback. */
+/* PID 1 duties: mount the basic file systems, hostname, loopback, the network interface. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <net/if.h>
@@ -65,4 +65,5 @@ void init_system(void)
 		logmsg("sethostname: %s", strerror(errno));
 	lo_up();
 	limits_init();
+	net_setup();
 }

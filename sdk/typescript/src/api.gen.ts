@@ -562,6 +562,16 @@ export interface components {
             pool: {
                 [key: string]: number;
             };
+            /** @description Which network modes this host gives, and its netns slots (admins only). */
+            network?: {
+                user: boolean;
+                netns: boolean;
+                slots: {
+                    free: number;
+                    busy: number;
+                    max: number;
+                } | null;
+            };
         };
         Version: {
             version: string;
@@ -684,6 +694,16 @@ export interface components {
             };
             /** @description The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant. */
             owner?: string | null;
+            /** @description The guest's network device and fixed configuration, the same in every child. Absent in snapshots made before networking: their children can only have network none. */
+            nic?: {
+                mac: string;
+                addr: string;
+                prefix: number;
+                gateway: string;
+                dns: string;
+                gatewayMac: string;
+                linkUp: boolean;
+            };
             checksum: string;
         };
         SnapshotStatus: {
@@ -848,6 +868,31 @@ export interface components {
             /** @description Processes of the guest workload (commands, the interpreter, all they start): a fork bomb fails with EAGAIN inside the sandbox, which stays usable. Default 1024. */
             pids?: number;
         };
+        /** @description A child's network. The guest always has the same address (10.0.2.15). */
+        NetworkRequest: {
+            /**
+             * @description none: no connectivity (link down). user: QEMU user-mode networking. netns: the VMM in its own network namespace with a tap, NAT and the egress policy enforced on the host.
+             * @default none
+             * @enum {string}
+             */
+            mode: "none" | "user" | "netns";
+            /** @description What the guest may reach (default: allow). Never the host's own services or other sandboxes, except a host address listed as a /32. */
+            egress?: {
+                /** @enum {string} */
+                mode: "deny" | "allow" | "list";
+                /** @description The allow-list (mode "list") */
+                allow?: {
+                    /** @description IPv4 network, e.g. "203.0.113.0/24" (a bare address is /32) */
+                    cidr: string;
+                    /** @description TCP and UDP ports or ranges ("8000-8100"); absent: everything */
+                    ports?: (number | string)[];
+                }[];
+                /** @description Whether the guest's resolver answers (default: yes for "allow", no for "list"; never for "deny") */
+                dns?: boolean;
+            };
+            /** @description Guest TCP ports reachable from the host (see the sandbox's network.ports). */
+            expose?: number[];
+        };
         CreateSandboxes: {
             /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
             snapshot_tag: string;
@@ -866,6 +911,27 @@ export interface components {
              */
             on_idle: "kill" | "pause";
             limits?: components["schemas"]["SandboxLimits"];
+            network?: components["schemas"]["NetworkRequest"];
+        };
+        SandboxNetwork: {
+            /** @enum {string} */
+            mode: "none" | "user" | "netns";
+            guest_ip: string | null;
+            egress: {
+                /** @enum {string} */
+                mode: "deny" | "allow" | "list";
+                allow: {
+                    cidr: string;
+                    ports?: (number | string)[];
+                }[];
+                dns: boolean;
+            } | null;
+            /** @description Exposed guest ports, while the sandbox runs. */
+            ports: {
+                port: number;
+                /** @description "host:port" where it answers */
+                host: string;
+            }[];
         };
         Sandbox: {
             id: string;
@@ -896,6 +962,7 @@ export interface components {
                 cpus: number | null;
                 pids: number | null;
             };
+            network: components["schemas"]["SandboxNetwork"];
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];

@@ -3,7 +3,15 @@
  * moving over is a change of import. Talks to the forkd daemon's REST API only.
  */
 export { Sandbox, ForkError, DEFAULT_SNAPSHOT } from "./sandbox.js";
-export type { SandboxOpts, SandboxInfo, RunCodeOpts, BranchOpts, BranchInfo } from "./sandbox.js";
+export type {
+  SandboxOpts,
+  SandboxInfo,
+  RunCodeOpts,
+  BranchOpts,
+  BranchInfo,
+  NetworkOpts,
+  NetworkInfo,
+} from "./sandbox.js";
 export { Controller, fork } from "./controller.js";
 export type { CreateSnapshotOpts, SnapshotInfo } from "./controller.js";
 export { Commands, CommandHandle } from "./commands.js";

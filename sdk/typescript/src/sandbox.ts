@@ -6,7 +6,13 @@ import { ConflictError, ForkdError, InvalidArgumentError, NotFoundError } from "
 import { Files } from "./files.js";
 import { Transport } from "./transport.js";
 import type { ConnectionOpts } from "./transport.js";
-import type { BranchResultWire, EvalResultWire, ForkResultWire, SandboxWire } from "./types.js";
+import type {
+  BranchResultWire,
+  EvalResultWire,
+  ForkResultWire,
+  NetworkRequestWire,
+  SandboxWire,
+} from "./types.js";
 
 /** The snapshot `Sandbox.create()` uses when given none. Created on first use (python template). */
 export const DEFAULT_SNAPSHOT = "default";
@@ -25,6 +31,24 @@ export interface SandboxOpts extends ConnectionOpts {
    * guest workload (default 1024).
    */
   limits?: { memoryMiB?: number; cpus?: number; pids?: number };
+  /**
+   * Its network (default: none). E.g. `{ mode: "netns", egress: { mode: "list", allow: [{ cidr:
+   * "203.0.113.0/24", ports: [443] }] }, expose: [8000] }`; see docs/api.md.
+   */
+  network?: NetworkOpts;
+}
+
+/** A sandbox's network as asked for at creation (the API's NetworkRequest). */
+export type NetworkOpts = NetworkRequestWire;
+
+/** A sandbox's network as it is. */
+export interface NetworkInfo {
+  mode: "none" | "user" | "netns";
+  /** The guest's address (the same in every sandbox); null without a network. */
+  guestIp: string | null;
+  egress: SandboxWire["network"]["egress"];
+  /** Exposed guest ports and the "host:port" where each answers (while it runs). */
+  ports: Array<{ port: number; host: string }>;
 }
 
 export interface SandboxInfo {
@@ -43,6 +67,7 @@ export interface SandboxInfo {
   metadata: Record<string, string>;
   /** Fork timings measured by the daemon (ms). */
   timings: SandboxWire["timings"];
+  network: NetworkInfo;
 }
 
 export interface BranchOpts {
@@ -84,6 +109,12 @@ export function infoOf(w: SandboxWire): SandboxInfo {
     endAt: w.expires_at ? new Date(w.expires_at) : null,
     metadata: w.metadata,
     timings: w.timings,
+    network: {
+      mode: w.network.mode,
+      guestIp: w.network.guest_ip,
+      egress: w.network.egress,
+      ports: w.network.ports,
+    },
   };
 }
 
@@ -215,6 +246,23 @@ export class Sandbox {
     return infoOf(await this.t.json<SandboxWire>("GET", `/v1/sandboxes/${this.sandboxId}`));
   }
 
+  /**
+   * Where an exposed guest port answers, as "host:port" (E2B: `getHost(port)`). The port must be
+   * in the sandbox's `network.expose`.
+   */
+  async getHost(port: number): Promise<string> {
+    const info = await this.getInfo();
+    const p = info.network.ports.find((x) => x.port === port);
+    if (!p) {
+      const exposed = info.network.ports.map((x) => x.port).join(", ") || "none";
+      throw new InvalidArgumentError(
+        `port ${port} of sandbox ${this.sandboxId} is not exposed (exposed: ${exposed}); pass network.expose when creating it`,
+        { code: "invalid_argument" },
+      );
+    }
+    return p.host;
+  }
+
   async isRunning(): Promise<boolean> {
     try {
       return (await this.getInfo()).state === "running";
@@ -282,6 +330,7 @@ export async function forkWith(
             },
           }
         : {}),
+      ...(opts.network ? { network: opts.network } : {}),
     },
     timeoutMs: 0,
   });

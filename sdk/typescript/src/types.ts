@@ -16,3 +16,4 @@ export type SnapshotProgressWire = Schemas["SnapshotProgressEvent"];
 export type HealthWire = Schemas["Health"];
 export type VersionWire = Schemas["Version"];
 export type BranchResultWire = Schemas["BranchResult"];
+export type NetworkRequestWire = Schemas["NetworkRequest"];

@@ -11,6 +11,7 @@ import { z } from "zod";
 import { SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
 import { MAX_FORK } from "../../sandbox/limits.js";
 import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
+import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/policy.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -68,6 +69,14 @@ export const Health = named(
     accel_reason: z.string(),
     sandboxes: z.number().int(),
     pool: z.record(z.string(), z.number().int()).describe("Pre-started VMMs waiting, by snapshot tag."),
+    network: z
+      .object({
+        user: z.boolean(),
+        netns: z.boolean(),
+        slots: z.object({ free: z.number().int(), busy: z.number().int(), max: z.number().int() }).nullable(),
+      })
+      .optional()
+      .describe("Which network modes this host gives, and its netns slots (admins only)."),
   }),
   "Health",
 );
@@ -196,6 +205,21 @@ export const Snapshot = named(
       .optional()
       .describe("A branch: the sandbox it was taken from and what its pause cost."),
     owner: SnapshotOwner,
+    nic: z
+      .object({
+        mac: z.string(),
+        addr: z.string(),
+        prefix: z.number().int(),
+        gateway: z.string(),
+        dns: z.string(),
+        gatewayMac: z.string(),
+        linkUp: z.boolean(),
+      })
+      .optional()
+      .describe(
+        "The guest's network device and fixed configuration, the same in every child. Absent in " +
+          "snapshots made before networking: their children can only have network none.",
+      ),
     checksum: z.string(),
   }),
   "Snapshot",
@@ -390,6 +414,61 @@ export const SandboxLimits = named(
   "Host-side limits of one sandbox (its VMM's cgroup). Guest vCPUs and RAM come from its snapshot.",
 );
 
+const Port = z.number().int().min(1).max(65535);
+
+export const NetworkRequest = named(
+  z
+    .strictObject({
+      mode: z
+        .enum(["none", "user", "netns"])
+        .default("none")
+        .describe(
+          "none: no connectivity (link down). user: QEMU user-mode networking. netns: the VMM in its " +
+            "own network namespace with a tap, NAT and the egress policy enforced on the host.",
+        ),
+      egress: z
+        .strictObject({
+          mode: z.enum(["deny", "allow", "list"]),
+          allow: z
+            .array(
+              z.strictObject({
+                cidr: z
+                  .string()
+                  .max(18)
+                  .describe('IPv4 network, e.g. "203.0.113.0/24" (a bare address is /32)'),
+                ports: z
+                  .array(z.union([Port, z.string().regex(/^\d{1,5}-\d{1,5}$/)]))
+                  .min(1)
+                  .max(MAX_PORTS_PER_RULE)
+                  .optional()
+                  .describe('TCP and UDP ports or ranges ("8000-8100"); absent: everything'),
+              }),
+            )
+            .max(MAX_ALLOW_RULES)
+            .optional()
+            .describe('The allow-list (mode "list")'),
+          dns: z
+            .boolean()
+            .optional()
+            .describe(
+              'Whether the guest\'s resolver answers (default: yes for "allow", no for "list"; never for "deny")',
+            ),
+        })
+        .optional()
+        .describe(
+          "What the guest may reach (default: allow). Never the host's own services or other " +
+            "sandboxes, except a host address listed as a /32.",
+        ),
+      expose: z
+        .array(Port)
+        .max(MAX_EXPOSE)
+        .optional()
+        .describe("Guest TCP ports reachable from the host (see the sandbox's network.ports)."),
+    })
+    .describe("A child's network. The guest always has the same address (10.0.2.15)."),
+  "NetworkRequest",
+);
+
 export const CreateSandboxes = named(
   z.strictObject({
     snapshot_tag: Tag,
@@ -407,8 +486,29 @@ export const CreateSandboxes = named(
       .default("kill")
       .describe("What the idle timeout does: kill the sandbox, or pause it (resume brings it back)."),
     limits: SandboxLimits.optional(),
+    network: NetworkRequest.optional(),
   }),
   "CreateSandboxes",
+);
+
+export const SandboxNetwork = named(
+  z.object({
+    mode: z.enum(["none", "user", "netns"]),
+    guest_ip: z.string().nullable(),
+    egress: z
+      .object({
+        mode: z.enum(["deny", "allow", "list"]),
+        allow: z.array(
+          z.object({ cidr: z.string(), ports: z.array(z.union([z.number().int(), z.string()])).optional() }),
+        ),
+        dns: z.boolean(),
+      })
+      .nullable(),
+    ports: z
+      .array(z.object({ port: z.number().int(), host: z.string().describe('"host:port" where it answers') }))
+      .describe("Exposed guest ports, while the sandbox runs."),
+  }),
+  "SandboxNetwork",
 );
 
 export const Sandbox = named(
@@ -437,6 +537,7 @@ export const Sandbox = named(
         pids: z.number().int().nullable(),
       })
       .describe("The host-side limits in force (null: not limited, or the host has no cgroups)."),
+    network: SandboxNetwork,
   }),
   "Sandbox",
 );

@@ -8,6 +8,7 @@ import { parseBody } from "../parse.js";
 import { forkable } from "../scope.js";
 import { isAdmin } from "../../access/caller.js";
 import { viewOf } from "../../sandbox/sandbox.js";
+import { parseNetwork } from "../../net/policy.js";
 
 export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -36,6 +37,7 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
           cpus: body.limits.cpus,
           pids: body.limits.pids,
         },
+        network: parseNetwork(body.network),
       });
     } finally {
       quota();

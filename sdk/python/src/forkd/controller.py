@@ -48,5 +48,5 @@ class Controller:
     def delete_snapshot(self, tag):
         self._t.json("DELETE", "/v1/snapshots/" + tag)
 
-    def fork(self, snapshot, n, timeout=None, metadata=None):
-        return _fork_fn(snapshot, n, timeout=timeout, metadata=metadata, **self._conn)
+    def fork(self, snapshot, n, timeout=None, metadata=None, network=None):
+        return _fork_fn(snapshot, n, timeout=timeout, metadata=metadata, network=network, **self._conn)

@@ -30,6 +30,9 @@ class SandboxInfo:
         self.end_at = _when(w["expires_at"])
         self.metadata = w["metadata"]
         self.timings = w["timings"]
+        net = w.get("network") or {"mode": "none", "guest_ip": None, "egress": None, "ports": []}
+        # {"mode", "guest_ip", "egress", "ports": [{"port", "host"}]}: exposed ports while it runs.
+        self.network = net
 
     def __repr__(self):
         return "SandboxInfo(sandbox_id=%r, snapshot=%r, state=%r)" % (self.sandbox_id, self.snapshot, self.state)
@@ -62,19 +65,19 @@ class Sandbox:
 
     def __init__(self, template=None, timeout=None, metadata=None, envs=None, api_key=None,
                  request_timeout=None, snapshot=None, url=None, token=None, socket_path=None,
-                 sandbox_id=None, on_idle=None, limits=None, _transport_obj=None):
+                 sandbox_id=None, on_idle=None, limits=None, network=None, _transport_obj=None):
         self._t = _transport_obj or _transport(url, token, socket_path, api_key, request_timeout)
         self._envs = dict(envs or {})
         if sandbox_id is None:
             explicit = snapshot or template or os.environ.get("FORKD_SNAPSHOT")
             tag = explicit or DEFAULT_SNAPSHOT
             try:
-                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle, limits)[0]
+                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle, limits=limits, network=network)[0]
             except NotFoundError:
                 if explicit:
                     raise
                 _ensure_default(self._t)
-                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle, limits)[0]
+                sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle, limits=limits, network=network)[0]
         self.sandbox_id = sandbox_id
         self.commands = Commands(self._t, sandbox_id)
         self.files = Files(self._t, sandbox_id)
@@ -152,6 +155,18 @@ class Sandbox:
     get_info = _class_or_instance(_get_info_class, _get_info_instance)
     get_info.__doc__ = "A sandbox's state (Sandbox.get_info(id) or sb.get_info()), also one that exited."
 
+    def get_host(self, port):
+        """Where an exposed guest port answers, as "host:port" (E2B: get_host(port)). The port must be
+        in network={"expose": [...]} given when the sandbox was created."""
+        ports = self.get_info().network.get("ports") or []
+        for p in ports:
+            if p["port"] == port:
+                return p["host"]
+        raise InvalidArgumentError(
+            "port %s of sandbox %s is not exposed (exposed: %s); pass network.expose when creating it"
+            % (port, self.sandbox_id, ", ".join(str(p["port"]) for p in ports) or "none"),
+            code="invalid_argument")
+
     def is_running(self):
         try:
             return self.get_info().state == "running"
@@ -224,13 +239,15 @@ def _kill(t, sandbox_id):
         return False
 
 
-def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None, limits=None):
+def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None, limits=None, network=None):
     body = {"snapshot_tag": tag, "n": n}
     if limits:
         # {"memory_mib": ..., "cpus": ..., "pids": ...}: host-side limits (see the REST API).
         body["limits"] = dict(limits)
     if on_idle:
         body["on_idle"] = on_idle
+    if network:
+        body["network"] = dict(network)
     if timeout is not None:
         body["timeout_ms"] = int(timeout * 1000)
     if metadata:
@@ -257,8 +274,10 @@ def _ensure_default(t):
 
 
 def fork(snapshot, n, timeout=None, metadata=None, url=None, token=None, socket_path=None, api_key=None,
-         limits=None):
+         limits=None, network=None):
     """Forks n children of snapshot in one request (they start in parallel); returns them when every
-    one answers. If some fail, raises ForkError whose .sandboxes holds the ones running."""
+    one answers. If some fail, raises ForkError whose .sandboxes holds the ones running.
+    network: e.g. {"mode": "netns", "egress": {"mode": "deny"}, "expose": [8000]} (default none)."""
     t = _transport(url, token, socket_path, api_key)
-    return [Sandbox(sandbox_id=i, _transport_obj=t) for i in _fork(t, snapshot, n, timeout, metadata, None, limits)]
+    return [Sandbox(sandbox_id=i, _transport_obj=t)
+            for i in _fork(t, snapshot, n, timeout, metadata, limits=limits, network=network)]

@@ -1,0 +1,438 @@
+/**
+ * Networking per child with real VMs: netns children with the same guest address reaching an
+ * allowed server outside and not each other, an egress allow-list enforced on the host, exposed
+ * guest ports answering on the host, user mode with egress deny, none, the host's own services
+ * out of reach, and slots recycled after use.
+ *
+ * "Outside" is a network namespace of the test's own (a veth to the host, like any next hop):
+ * a server there is a destination a child reaches through its slot's NAT and the host's policy,
+ * not one of the host's own services (those are refused to every child). Needs root and nft;
+ * skipped otherwise.
+ */
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { connect, createServer } from "node:net";
+import type { Server } from "node:net";
+import { join } from "node:path";
+import { Sandbox } from "@forkd/sdk";
+import { instanceId, instanceOf, slotOf } from "../../src/net/slots.js";
+import { run } from "../../src/util/proc.js";
+import { REPO_DIR } from "../../src/host/paths.js";
+import { checkedRequest } from "../helpers/contract.js";
+import { makeDaemon } from "../helpers/daemon.js";
+import type { TestDaemon } from "../helpers/daemon.js";
+import { ApiError, rawRequest, readAll } from "../../src/client/http.js";
+
+const TAG = "nettest";
+const SKIP = process.getuid?.() !== 0 ? "needs root (network namespaces, nftables)" : false;
+
+interface View {
+  id: string;
+  network: {
+    mode: string;
+    guest_ip: string | null;
+    egress: { mode: string; dns: boolean } | null;
+    ports: Array<{ port: number; host: string }>;
+  };
+}
+interface ExecOut {
+  exit_code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+let d: TestDaemon;
+let failed = false;
+// The test's "outside": namespace, addresses, servers.
+const OUT_NS = `fkit-${randomBytes(3).toString("hex")}`;
+const OUT_HOST_IF = `${OUT_NS}h`;
+const OUT_NET = 10 + (randomBytes(1)[0] ?? 0);
+const OUTSIDE = `10.252.${OUT_NET}.2`;
+const OUTSIDE_GW = `10.252.${OUT_NET}.1`;
+const ALLOWED_PORT = 18081;
+const DENIED_PORT = 18082;
+let servers: ChildProcess | null = null;
+let hostService: Server | null = null;
+let hostServicePort = 0;
+const ids: Record<string, string> = {};
+
+const api = <T>(method: string, path: string, body?: unknown) => checkedRequest<T>(d.ep, method, path, body);
+const sid = (name: string): string => {
+  const v = ids[name];
+  if (!v) throw new Error(`no sandbox ${name}: an earlier step failed`);
+  return v;
+};
+const exec = (id: string, cmd: string[], timeoutMs = 120_000) =>
+  api<ExecOut>("POST", `/v1/sandboxes/${id}/exec`, { cmd, timeout_ms: timeoutMs });
+
+/** Connects from the guest to each "host:port"; one line each: OPEN <first line received>, or the error. */
+const PROBE = `
+import socket, sys
+for t in sys.argv[1:]:
+    h, p = t.rsplit(":", 1)
+    try:
+        s = socket.create_connection((h, int(p)), 5)
+        s.settimeout(5)
+        try:
+            data = s.recv(200).decode(errors="replace").strip()
+        except Exception:
+            data = ""
+        s.close()
+        print(t, "OPEN", data)
+    except Exception as e:
+        print(t, "FAIL", type(e).__name__)
+`;
+
+/** A guest TCP server: says "guest <hostname>" to every connection. */
+const GUEST_SERVER = `
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8000)); s.listen(16)
+import os
+name = os.uname().nodename
+while True:
+    c, _ = s.accept()
+    c.sendall(("guest " + name + "\\n").encode()); c.close()
+`;
+
+async function probe(id: string, targets: string[]): Promise<Map<string, string>> {
+  const r = await exec(id, ["python3", "/tmp/probe.py", ...targets]);
+  assert.equal(r.exit_code, 0, r.stderr);
+  const out = new Map<string, string>();
+  for (const line of r.stdout.trim().split("\n")) {
+    const [t, ...rest] = line.split(" ");
+    if (t) out.set(t, rest.join(" "));
+  }
+  return out;
+}
+
+async function putFile(id: string, path: string, text: string): Promise<void> {
+  const res = await rawRequest(
+    d.ep,
+    "PUT",
+    `/v1/sandboxes/${id}/files?path=${encodeURIComponent(path)}`,
+    text,
+    60_000,
+    {
+      "content-type": "application/octet-stream",
+    },
+  );
+  const body = (await readAll(res)).toString();
+  assert.ok(res.statusCode === 200 || res.statusCode === 201, body);
+}
+
+/** Reads the first line a TCP server at host:port sends (null if it cannot connect). */
+function readLine(hostPort: string, timeoutMs = 5_000): Promise<string | null> {
+  const [host, port] = [
+    hostPort.slice(0, hostPort.lastIndexOf(":")),
+    Number(hostPort.slice(hostPort.lastIndexOf(":") + 1)),
+  ];
+  return new Promise((resolve) => {
+    const s = connect({ host, port });
+    let buf = "";
+    const t = setTimeout(() => {
+      s.destroy();
+      resolve(null);
+    }, timeoutMs);
+    s.on("data", (c: Buffer) => (buf += c.toString()));
+    s.on("error", () => {
+      clearTimeout(t);
+      resolve(null);
+    });
+    s.on("close", () => {
+      clearTimeout(t);
+      resolve(buf.trim() || null);
+    });
+  });
+}
+
+async function waitFor<T>(what: string, fn: () => Promise<T | null>, timeoutMs = 120_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v !== null) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+async function startGuestServer(id: string): Promise<void> {
+  await putFile(id, "/tmp/server.py", GUEST_SERVER);
+  await exec(id, ["sh", "-c", "nohup python3 /tmp/server.py >/dev/null 2>&1 &"]);
+}
+
+/** The slot a sandbox's VMM runs in, from its record (the API does not show slots). */
+async function slotAddr(id: string): Promise<{ index: number; nsAddr: string; hostAddr: string }> {
+  const rec = JSON.parse(await readFile(join(d.dataDir, "sandboxes", id, "sandbox.json"), "utf8")) as {
+    network: { slot: number };
+  };
+  const s = slotOf(instanceOf(instanceId(d.dataDir, {}), 64, {}), rec.network.slot);
+  return { index: s.index, nsAddr: s.nsAddr, hostAddr: s.hostAddr };
+}
+
+async function spawnOne(name: string, network: unknown): Promise<View> {
+  const r = await api<{ sandboxes: View[]; failures: unknown[] }>("POST", "/v1/sandboxes", {
+    snapshot_tag: TAG,
+    network,
+  });
+  assert.deepEqual(r.failures, []);
+  const v = r.sandboxes[0];
+  assert.ok(v);
+  ids[name] = v.id;
+  await putFile(v.id, "/tmp/probe.py", PROBE);
+  return v;
+}
+
+const step = (name: string, fn: () => Promise<void>): void =>
+  void test(name, { skip: SKIP }, async () => {
+    try {
+      await fn();
+    } catch (e) {
+      failed = true;
+      throw e;
+    }
+  });
+
+before(async () => {
+  if (SKIP) return;
+  // The outside: a namespace with two servers, routed from the host over a veth.
+  await run("ip", ["netns", "add", OUT_NS]);
+  await run("ip", ["link", "add", OUT_HOST_IF, "type", "veth", "peer", "name", "eth0", "netns", OUT_NS]);
+  await run("ip", ["addr", "add", `${OUTSIDE_GW}/30`, "dev", OUT_HOST_IF]);
+  await run("ip", ["link", "set", OUT_HOST_IF, "up"]);
+  await run("ip", ["-n", OUT_NS, "addr", "add", `${OUTSIDE}/30`, "dev", "eth0"]);
+  await run("ip", ["-n", OUT_NS, "link", "set", "eth0", "up"]);
+  await run("ip", ["-n", OUT_NS, "link", "set", "lo", "up"]);
+  await run("ip", ["-n", OUT_NS, "route", "add", "default", "via", OUTSIDE_GW]);
+  const py = `
+import socket, threading
+def serve(port, word):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("${OUTSIDE}", port)); s.listen(64)
+    while True:
+        c, _ = s.accept(); c.sendall((word + "\\n").encode()); c.close()
+threading.Thread(target=serve, args=(${DENIED_PORT}, "denied-server"), daemon=True).start()
+serve(${ALLOWED_PORT}, "allowed-server")
+`;
+  servers = spawn("ip", ["netns", "exec", OUT_NS, "python3", "-c", py], { stdio: "ignore" });
+  await waitFor("the outside servers", async () => readLine(`${OUTSIDE}:${DENIED_PORT}`, 1_000));
+  // A service of the host itself, on every address.
+  hostService = createServer((c) => c.end("host-service\n"));
+  await new Promise<void>((r) => hostService?.listen(0, "0.0.0.0", () => r()));
+  const a = hostService.address();
+  hostServicePort = typeof a === "object" && a ? a.port : 0;
+  d = await makeDaemon({ FORKD_NET_SLOTS: "2", FORKD_POOL_SIZE: "1" });
+});
+
+after(async () => {
+  if (SKIP) return;
+  await d?.destroy(failed);
+  servers?.kill("SIGKILL");
+  hostService?.close();
+  await run("ip", ["netns", "del", OUT_NS]).catch(() => undefined);
+  await run("ip", ["link", "del", OUT_HOST_IF]).catch(() => undefined);
+});
+
+step("a snapshot has a NIC, with the link saved down", async () => {
+  const snap = await api<{ nic?: { addr: string; linkUp: boolean } }>("POST", "/v1/snapshots", {
+    tag: TAG,
+    memory_mib: 512,
+  });
+  assert.equal(snap.nic?.addr, "10.0.2.15");
+  assert.equal(snap.nic?.linkUp, false);
+});
+
+step(
+  "two netns children have the same address; both reach the allowed server, neither the other",
+  async () => {
+    const net = {
+      mode: "netns",
+      egress: { mode: "list", allow: [{ cidr: `${OUTSIDE}/32`, ports: [ALLOWED_PORT] }] },
+      expose: [8000],
+    };
+    const [a, b] = await Promise.all([spawnOne("a", net), spawnOne("b", net)]);
+    for (const v of [a, b]) {
+      assert.equal(v.network.mode, "netns");
+      assert.equal(v.network.guest_ip, "10.0.2.15");
+      assert.equal(v.network.egress?.mode, "list");
+      const r = await exec(v.id, [
+        "python3",
+        "-c",
+        "import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.connect(('10.0.2.2',9));print(s.getsockname()[0])",
+      ]);
+      assert.equal(r.stdout.trim(), "10.0.2.15", "the guest's own address");
+    }
+    await Promise.all([startGuestServer(sid("a")), startGuestServer(sid("b"))]);
+    const slotA = await slotAddr(sid("a"));
+    const slotB = await slotAddr(sid("b"));
+    assert.notEqual(slotA.nsAddr, slotB.nsAddr);
+    // Both guest servers answer from the host (so "unreachable" below is the policy's doing).
+    const portOf = (v: View) => v.network.ports.find((p) => p.port === 8000)?.host ?? "";
+    assert.equal(await waitFor("a's server", () => readLine(portOf(a))), `guest ${sid("a")}`);
+    assert.equal(await waitFor("b's server", () => readLine(portOf(b))), `guest ${sid("b")}`);
+    const allowed = `${OUTSIDE}:${ALLOWED_PORT}`;
+    const ra = await probe(sid("a"), [allowed, `${slotB.nsAddr}:8000`, `${slotB.hostAddr}:8000`]);
+    const rb = await probe(sid("b"), [allowed, `${slotA.nsAddr}:8000`, `${slotA.hostAddr}:8000`]);
+    assert.equal(ra.get(allowed), "OPEN allowed-server");
+    assert.equal(rb.get(allowed), "OPEN allowed-server");
+    assert.match(ra.get(`${slotB.nsAddr}:8000`) ?? "", /^FAIL/, "a reaches b");
+    assert.match(rb.get(`${slotA.nsAddr}:8000`) ?? "", /^FAIL/, "b reaches a");
+    assert.match(ra.get(`${slotB.hostAddr}:8000`) ?? "", /^FAIL/);
+  },
+);
+
+step("the allow-list is enforced on the host: a denied destination is unreachable, DNS off", async () => {
+  const r = await probe(sid("a"), [`${OUTSIDE}:${DENIED_PORT}`, `${OUTSIDE}:${ALLOWED_PORT}`, "10.0.2.3:53"]);
+  assert.match(r.get(`${OUTSIDE}:${DENIED_PORT}`) ?? "", /^FAIL/);
+  assert.equal(r.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server");
+  assert.match(r.get("10.0.2.3:53") ?? "", /^FAIL/);
+  // The same server port is open to a child whose policy allows it: the policy, not the server.
+  const c = await spawnOne("c", { mode: "netns", egress: { mode: "allow" } });
+  assert.deepEqual(c.network.egress, { mode: "allow", allow: [], dns: true });
+  const rc = await probe(sid("c"), [`${OUTSIDE}:${DENIED_PORT}`, `${OUTSIDE}:${ALLOWED_PORT}`]);
+  assert.equal(rc.get(`${OUTSIDE}:${DENIED_PORT}`), "OPEN denied-server");
+  assert.equal(rc.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server");
+});
+
+step("the host's own services are out of reach even with egress allow", async () => {
+  const { hostAddr } = await slotAddr(sid("c"));
+  const routes = (await run("ip", ["-4", "-o", "addr", "show", "scope", "global"])).stdout;
+  const hostIps = [...routes.matchAll(/inet (\d+\.\d+\.\d+\.\d+)\//g)]
+    .map((m) => m[1] ?? "")
+    .filter((ip) => ip && ip !== OUTSIDE_GW && ip !== hostAddr)
+    .slice(0, 2);
+  const targets = [`${hostAddr}:${hostServicePort}`, ...hostIps.map((ip) => `${ip}:${hostServicePort}`)];
+  assert.ok((await readLine(`127.0.0.1:${hostServicePort}`)) === "host-service", "the host service runs");
+  const r = await probe(sid("c"), targets);
+  for (const t of targets) assert.match(r.get(t) ?? "", /^FAIL/, `${t} from a child`);
+});
+
+step("an exposed guest port answers on the host, and getHost() says where", async () => {
+  const sb = await Sandbox.connect(sid("a"), { socket: d.ep.socket });
+  const where = await sb.getHost(8000);
+  assert.match(where, /^127\.0\.0\.1:\d+$/);
+  assert.equal(await readLine(where), `guest ${sid("a")}`);
+  await assert.rejects(sb.getHost(9999), /not exposed/);
+  // The Python SDK says the same.
+  const py = await run(
+    "python3",
+    [
+      "-c",
+      "import sys; sys.path.insert(0, sys.argv[3]); from forkd import Sandbox; " +
+        "print(Sandbox.connect(sys.argv[1], socket_path=sys.argv[2]).get_host(8000))",
+      sid("a"),
+      d.ep.socket ?? "",
+      join(REPO_DIR, "sdk/python/src"),
+    ],
+    { timeoutMs: 30_000 },
+  ).catch((e: unknown) => ({ stdout: String(e) }));
+  assert.equal(py.stdout.trim(), where);
+  const view = await api<View>("GET", `/v1/sandboxes/${sid("a")}`);
+  assert.deepEqual(view.network.ports, [{ port: 8000, host: where }]);
+});
+
+step("user mode with egress deny: no way out, no DNS; exposed ports still answer", async () => {
+  const u = await spawnOne("u", { mode: "user", egress: { mode: "deny" }, expose: [8000] });
+  assert.equal(u.network.mode, "user");
+  const r = await probe(sid("u"), [
+    `${OUTSIDE}:${ALLOWED_PORT}`,
+    `10.0.2.2:${hostServicePort}`,
+    "10.0.2.3:53",
+  ]);
+  for (const [t, res] of r) assert.match(res, /^FAIL/, t);
+  const dns = await exec(sid("u"), [
+    "python3",
+    "-c",
+    "import socket\ntry:\n socket.gethostbyname('example.com'); print('resolved')\nexcept Exception as e: print('no-dns')",
+  ]);
+  assert.equal(dns.stdout.trim(), "no-dns");
+  await startGuestServer(sid("u"));
+  const host = u.network.ports[0]?.host ?? "";
+  assert.equal(await waitFor("u's server", () => readLine(host)), `guest ${sid("u")}`);
+});
+
+step("network none: the link is down and nothing is reachable", async () => {
+  const n = await spawnOne("n", undefined);
+  assert.deepEqual(n.network, { mode: "none", guest_ip: null, egress: null, ports: [] });
+  const st = await exec(sid("n"), ["cat", "/sys/class/net/eth0/operstate"]);
+  assert.equal(st.stdout.trim(), "down");
+  const r = await probe(sid("n"), [`${OUTSIDE}:${ALLOWED_PORT}`]);
+  assert.match(r.get(`${OUTSIDE}:${ALLOWED_PORT}`) ?? "", /^FAIL OSError|^FAIL .*Unreach/);
+});
+
+step("bad network requests are refused with the field named", async () => {
+  for (const [network, re] of [
+    [{ mode: "netns", egress: { mode: "list", allow: [{ cidr: "10.0.0.1/8" }] } }, /host bits set/],
+    [{ mode: "netns", expose: [70000] }, /expose/],
+    [{ mode: "none", expose: [80] }, /cannot expose/],
+    [{ mode: "bridge" }, /mode/],
+    [{ mode: "netns", egress: { mode: "deny", dns: true } }, /answers no DNS/],
+  ] as const) {
+    await assert.rejects(
+      api("POST", "/v1/sandboxes", { snapshot_tag: TAG, network }),
+      (e: unknown) => e instanceof ApiError && e.status === 400 && re.test(e.message),
+    );
+  }
+});
+
+step("killed children give their slots back: rules emptied, slots reused", async () => {
+  const id = instanceId(d.dataDir, {});
+  const table = `forkd_${id}`;
+  const namespaces = async () =>
+    (await run("ip", ["netns", "list"])).stdout.split("\n").filter((l) => l.startsWith(`forkd-${id}-`))
+      .length;
+  const used = await Promise.all(["a", "b", "c"].map(async (n) => (await slotAddr(sid(n))).index));
+  const chain = async (i: number) => (await run("nft", ["list", "chain", "inet", table, `s${i}`])).stdout;
+  for (const i of used) assert.match(await chain(i), /accept/, `slot ${i} has its policy`);
+  for (const n of ["a", "b", "c", "u", "n"]) await api("DELETE", `/v1/sandboxes/${sid(n)}`);
+  const before = await namespaces();
+  for (const i of used) {
+    await waitFor(`slot ${i} emptied`, async () => (/accept/.test(await chain(i)) ? null : true), 30_000);
+  }
+  const again = await spawnOne("again", { mode: "netns", egress: { mode: "deny" } });
+  assert.equal(await namespaces(), before, "recycled slots serve new children: none was added");
+  const r = await probe(again.id, [`${OUTSIDE}:${ALLOWED_PORT}`]);
+  assert.match(r.get(`${OUTSIDE}:${ALLOWED_PORT}`) ?? "", /^FAIL/, "the new policy, not the old one");
+});
+
+step(
+  "user mode with egress allow runs in a slot: the outside is reachable, the host's loopback is not",
+  async () => {
+    const ua = await spawnOne("ua", { mode: "user", egress: { mode: "allow", dns: false } });
+    assert.equal(ua.network.mode, "user");
+    // slirp alone would map 10.0.2.2 to the host's loopback; in a slot it is the slot's own.
+    const r = await probe(sid("ua"), [`${OUTSIDE}:${ALLOWED_PORT}`, `10.0.2.2:${hostServicePort}`]);
+    assert.equal(r.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server");
+    assert.match(r.get(`10.0.2.2:${hostServicePort}`) ?? "", /^FAIL/);
+    await api("DELETE", `/v1/sandboxes/${sid("ua")}`);
+  },
+);
+
+step(
+  "after kill -9 the daemon re-adopts a child with its slot, rules and exposed port; strays go",
+  async () => {
+    const k = await spawnOne("k", { mode: "netns", egress: { mode: "deny" }, expose: [8000] });
+    await startGuestServer(sid("k"));
+    const host = k.network.ports[0]?.host ?? "";
+    assert.equal(await waitFor("k's server", () => readLine(host)), `guest ${sid("k")}`);
+    const id = instanceId(d.dataDir, {});
+    // A half-made slot, as a crash while creating one would leave.
+    const stray = `forkd-${id}-63`;
+    await run("ip", ["netns", "add", stray]);
+    await d.kill9();
+    assert.equal(await readLine(host, 2_000), null, "the relay died with the daemon");
+    await d.start();
+    assert.equal(await waitFor("k's relay", () => readLine(host)), `guest ${sid("k")}`);
+    const view = await api<View>("GET", `/v1/sandboxes/${sid("k")}`);
+    assert.deepEqual(view.network.ports, [{ port: 8000, host }]);
+    const r = await probe(sid("k"), [`${OUTSIDE}:${ALLOWED_PORT}`]);
+    assert.match(r.get(`${OUTSIDE}:${ALLOWED_PORT}`) ?? "", /^FAIL/, "still egress deny");
+    const names = (await run("ip", ["netns", "list"])).stdout;
+    assert.doesNotMatch(names, new RegExp(`^${stray}\\b`, "m"));
+    await api("DELETE", `/v1/sandboxes/${sid("k")}`);
+  },
+);
