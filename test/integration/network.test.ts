@@ -14,7 +14,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
+import { readFile, readlink, stat } from "node:fs/promises";
 import { connect, createServer } from "node:net";
 import type { Server } from "node:net";
 import { join } from "node:path";
@@ -166,12 +166,14 @@ async function startGuestServer(id: string): Promise<void> {
 }
 
 /** The slot a sandbox's VMM runs in, from its record (the API does not show slots). */
-async function slotAddr(id: string): Promise<{ index: number; nsAddr: string; hostAddr: string }> {
+async function slotAddr(
+  id: string,
+): Promise<{ index: number; nsAddr: string; hostAddr: string; netnsPath: string }> {
   const rec = JSON.parse(await readFile(join(d.dataDir, "sandboxes", id, "sandbox.json"), "utf8")) as {
     network: { slot: number };
   };
   const s = slotOf(instanceOf(instanceId(d.dataDir, {}), 64, {}), rec.network.slot);
-  return { index: s.index, nsAddr: s.nsAddr, hostAddr: s.hostAddr };
+  return { index: s.index, nsAddr: s.nsAddr, hostAddr: s.hostAddr, netnsPath: s.netnsPath };
 }
 
 async function spawnOne(name: string, network: unknown): Promise<View> {
@@ -270,6 +272,20 @@ step(
     const slotA = await slotAddr(sid("a"));
     const slotB = await slotAddr(sid("b"));
     assert.notEqual(slotA.nsAddr, slotB.nsAddr);
+    // Each VMM is jailed in its slot: an unprivileged uid without capabilities, in the slot's
+    // namespace, holding the tap the jailer attached for it (it could not attach one itself).
+    for (const [v, slot] of [
+      [a, slotA],
+      [b, slotB],
+    ] as const) {
+      const { pid } = await api<{ pid: number }>("GET", `/v1/sandboxes/${v.id}`);
+      const status = await readFile(`/proc/${pid}/status`, "utf8");
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
+      assert.ok(uid > 0, `VMM uid ${uid}`);
+      assert.match(status, /^CapEff:\s+0+$/m);
+      assert.equal((await stat(`/proc/${pid}/ns/net`)).ino, (await stat(slot.netnsPath)).ino);
+      assert.equal(await readlink(`/proc/${pid}/fd/3`), "/dev/net/tun");
+    }
     // Both guest servers answer from the host (so "unreachable" below is the policy's doing).
     const portOf = (v: View) => v.network.ports.find((p) => p.port === 8000)?.host ?? "";
     assert.equal(await waitFor("a's server", () => readLine(portOf(a))), `guest ${sid("a")}`);
