@@ -18,6 +18,8 @@ import { quickstart } from "./quickstart.js";
 import { snapshotLayer } from "./layer.js";
 import { mib, streamTransfer } from "./transfer.js";
 import { networkFromFlags } from "./network.js";
+import { limitsFromFlags } from "./limits.js";
+import type { LimitFlags } from "./limits.js";
 import type { NetworkFlags } from "./network.js";
 import { buildOpenApi } from "../api/contract/openapi.js";
 
@@ -181,14 +183,19 @@ program
   .option("--dns", "answer DNS (default with --egress allow)")
   .option("--no-dns", "do not answer DNS")
   .option("--expose <port...>", "guest TCP ports to expose on the host")
+  .option("--memory <mib>", "host memory limit of each VMM in MiB (default guest RAM + 384)", Number)
+  .option("--cpus <cores>", "CPU quota of each in cores, e.g. 0.5", parseFloat)
+  .option("--pids <n>", "processes of each guest workload (default 1024)", Number)
+  .option("--disk <mib>", "host disk each may write, in MiB (default: the snapshot's disk size)", Number)
   .option("--json", "JSON output")
-  .action(async (o: { tag: string; n: number; json?: boolean } & NetworkFlags) => {
+  .action(async (o: { tag: string; n: number; json?: boolean } & NetworkFlags & LimitFlags) => {
     const t0 = Date.now();
     const network = networkFromFlags(o);
+    const limits = limitsFromFlags(o);
     const r = await api<{ sandboxes: SandboxView[]; failures: { index: number; message: string }[] }>(
       "POST",
       "/v1/sandboxes",
-      { snapshot_tag: o.tag, n: o.n, ...(network ? { network } : {}) },
+      { snapshot_tag: o.tag, n: o.n, ...(network ? { network } : {}), ...(limits ? { limits } : {}) },
     );
     if (o.json) {
       console.log(JSON.stringify(r, null, 2));

@@ -28,6 +28,8 @@ const exec = promisify(execFile);
 export interface BranchDeps {
   store: SnapshotStore;
   memsnap: string;
+  /** Called (paused) once the source writes to a new top disk layer. */
+  newTopLayer?: () => Promise<void>;
   log: {
     info(m: string, f?: Record<string, unknown>): void;
     warn(m: string, f?: Record<string, unknown>): void;
@@ -98,6 +100,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     let cap: CaptureStats;
     try {
       frozen = await vm.freezeDisk(newTop);
+      await deps.newTopLayer?.();
       await vm.saveDevicesState(join(staging, "vmstate"));
       cap = await capture.go();
     } catch (e) {

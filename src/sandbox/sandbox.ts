@@ -89,6 +89,8 @@ export interface SandboxLimits {
   cpus?: number | null;
   /** Processes of its guest workload (commands, the interpreter, and all they start). */
   pids?: number | null;
+  /** Host disk its own disk layers may take (what it wrote since the fork; null: unbounded). */
+  diskMiB?: number | null;
 }
 
 /** The guest's own workload pids.max when the request sets none (guest/agent/src/limits.c). */
@@ -107,7 +109,7 @@ export interface SandboxView {
   expires_at: string | null;
   metadata: Record<string, string>;
   owner: string | null;
-  limits: { memory_mib: number | null; cpus: number | null; pids: number | null };
+  limits: { memory_mib: number | null; cpus: number | null; pids: number | null; disk_mib: number | null };
   network: NetworkView;
 }
 
@@ -135,6 +137,7 @@ export const viewOf = (s: Sandbox): SandboxView => ({
     memory_mib: s.record.limits?.memoryMiB ?? null,
     cpus: s.record.limits?.cpus ?? null,
     pids: s.record.limits?.pids ?? null,
+    disk_mib: s.record.limits?.diskMiB ?? null,
   },
   network: ((v) => (s.state === "running" ? v : { ...v, ports: [] }))(recordView(s.record.network)),
 });

@@ -4,7 +4,7 @@
  * API layer only calls it.
  */
 import type { Cgroups, VmLimits } from "../host/cgroups.js";
-import { mkdir, readdir, readFile, rm } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import { cloneOverlay } from "../disk/overlay.js";
@@ -265,7 +265,13 @@ export class SandboxService {
     let started;
     try {
       started = await branchSandbox(
-        { store: this.o.store, memsnap: this.o.memsnap, log: this.o.log },
+        {
+          store: this.o.store,
+          memsnap: this.o.memsnap,
+          log: this.o.log,
+          // Its writes now go to a new top layer: the limit counts the frozen one too.
+          newTopLayer: () => this.armDiskLimit(s),
+        },
         s,
         name,
       );
@@ -470,11 +476,20 @@ export class SandboxService {
           memoryMiB: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.memoryMiB ?? null) : null,
           cpus: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.cpus ?? null) : null,
           pids: opts.limits?.pids ?? GUEST_DEFAULT_PIDS,
+          diskMiB: opts.limits?.diskMiB ?? null,
         },
         network: net.record(),
       };
       await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
-      return this.register(record, p.dir, p.vm, p.agent, net);
+      const s = this.register(record, p.dir, p.vm, p.agent, net);
+      try {
+        await this.armDiskLimit(s);
+      } catch (e) {
+        this.live.delete(record.id);
+        await this.retire(s, "failed to start", true);
+        throw e;
+      }
+      return s;
     } catch (e) {
       p.agent.close();
       await p.vm.kill().catch(() => undefined);
@@ -510,7 +525,34 @@ export class SandboxService {
     vm?.onExit(() => {
       if (s.vm === vm) void this.onExit(s);
     });
+    vm?.onDiskWriteThreshold(() => void this.diskLimitHit(s, vm));
     return s;
+  }
+
+  /**
+   * Holds what the sandbox wrote to disk (its own layers: the top one and those branches froze)
+   * to `limits.diskMiB`: QEMU reports the first write to the top layer past what is left, and the
+   * sandbox is killed with that reason. Re-armed whenever its top layer changes (a branch, a
+   * resume) and after a daemon restart.
+   */
+  private async armDiskLimit(s: Sandbox): Promise<void> {
+    const mib = s.record.limits?.diskMiB;
+    const vm = s.vm;
+    if (!mib || !vm || s.state !== "running") return;
+    const top = await vm.diskTop();
+    let lower = 0;
+    for (const f of await vm.diskFiles())
+      if (f !== top && f.startsWith(s.dir + "/")) lower += (await stat(f)).size;
+    const left = mib * 1024 * 1024 - lower;
+    if (left <= (await stat(top)).size) await this.diskLimitHit(s, vm);
+    else await vm.setDiskWriteThreshold(left);
+  }
+
+  private async diskLimitHit(s: Sandbox, vm: QemuVm): Promise<void> {
+    if (s.vm !== vm || s.state !== "running") return;
+    const reason = `killed by the host: disk limit of ${s.record.limits?.diskMiB ?? "?"} MiB exceeded`;
+    this.o.log.warn("sandbox exceeded its disk limit", { id: s.record.id, pid: s.record.pid });
+    await this.retire(s, reason, true);
   }
 
   /** A VM that exited without being asked: keep the record (with why), free its files. */
@@ -689,6 +731,8 @@ export class SandboxService {
       vm.onExit(() => {
         if (s.vm === started) void this.onExit(s);
       });
+      vm.onDiskWriteThreshold(() => void this.diskLimitHit(s, started));
+      await this.armDiskLimit(s);
       this.o.log.info("sandbox resumed", { id });
       return viewOf(s);
     } catch (e) {
@@ -732,7 +776,11 @@ export class SandboxService {
         const agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
         await agent.ping(15_000);
         const net = record.network ? this.net.adopt(record.network) : null;
-        this.register(record, dir, vm, agent, net);
+        const s = this.register(record, dir, vm, agent, net);
+        // The threshold still holds in QEMU, but one crossed while no daemon listened went unheard.
+        await this.armDiskLimit(s).catch((e: unknown) =>
+          this.o.log.warn("recover: disk limit not armed", { id: name, error: errorMessage(e) }),
+        );
         await net
           ?.start()
           .catch((e: unknown) =>

@@ -114,6 +114,41 @@ export class QemuVm {
     return top;
   }
 
+  /** The files of every qcow2 layer of the disk (top, its own earlier layers, the snapshot's). */
+  async diskFiles(): Promise<string[]> {
+    const nodes = await this.qmp.execute<Array<{ drv: string; file: string }>>("query-named-block-nodes", {
+      flat: true,
+    });
+    return [...new Set(nodes.filter((n) => n.drv === "qcow2").map((n) => n.file))];
+  }
+
+  /**
+   * Arms QEMU's write threshold on the file of the disk's top layer: the first write that reaches
+   * past `offset` bytes of that file raises BLOCK_WRITE_THRESHOLD (once per arming; see
+   * onDiskWriteThreshold). qcow2 allocates new clusters at the file's end, so the offset bounds
+   * what the layer holds.
+   */
+  async setDiskWriteThreshold(offset: number): Promise<void> {
+    const top = await this.diskTop();
+    const nodes = await this.qmp.execute<Array<{ "node-name": string; drv: string; file: string }>>(
+      "query-named-block-nodes",
+      { flat: true },
+    );
+    const node = nodes.find((n) => n.drv === "file" && n.file === top);
+    if (!node) throw new ForkdError("vmm_error", `the disk's top layer ${top} has no file node`);
+    await this.qmp.execute("block-set-write-threshold", {
+      "node-name": node["node-name"],
+      "write-threshold": offset,
+    });
+  }
+
+  /** Calls `fn` whenever a write crosses the threshold set by setDiskWriteThreshold. */
+  onDiskWriteThreshold(fn: () => void): void {
+    this.qmp.on("event", (e: QmpEvent) => {
+      if (e.event === "BLOCK_WRITE_THRESHOLD") fn();
+    });
+  }
+
   /**
    * Freezes the disk's current top layer (paused VM): writes go to `newTop`, an existing empty
    * qcow2 layer whose backing file is the current top, which becomes read-only. Returns the old

@@ -3,7 +3,7 @@
  * unprivileged uid with no capabilities, QEMU's seccomp filter and a mount namespace that shows
  * only its own files; one child's QEMU cannot open another's disk, sockets or memory. A child
  * over its memory limit is killed alone and the API says why; a fork bomb hits its pids limit
- * and the sandbox stays usable; a CPU quota holds.
+ * and the sandbox stays usable; a CPU quota holds; a child over its disk limit is killed alone.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -26,7 +26,7 @@ interface View {
   pid: number;
   state: string;
   exit_reason: string | null;
-  limits: { memory_mib: number | null; cpus: number | null; pids: number | null };
+  limits: { memory_mib: number | null; cpus: number | null; pids: number | null; disk_mib: number | null };
 }
 interface ExecOut {
   exit_code: number | null;
@@ -174,4 +174,30 @@ step("a CPU quota bounds the VMM's CPU time", async () => {
   assert.ok(cpu / wall < 0.35, `used ${(cpu / wall).toFixed(2)} cores under a 0.25 quota`);
   // And it did run busy (a VMM that never ran would pass the bound above).
   assert.ok(cpu / wall > 0.1, `used only ${(cpu / wall).toFixed(2)} cores: the busy loop did not run`);
+});
+
+step("a child over its disk limit is killed alone, and its branches' frozen layers count", async () => {
+  const w = await fork({ limits: { disk_mib: 48 } });
+  assert.equal(w.limits.disk_mib, 48);
+  const write = (file: string, mib: number) =>
+    sh(w.id, `dd if=/dev/urandom of=${file} bs=1M count=${mib} conv=fsync status=none && echo written`);
+  assert.equal((await write("/root/a", 16)).stdout, "written\n", "within the limit");
+  // A branch freezes the 16 MiB layer; writes go to a new one, and the limit counts both.
+  const br = await api<{ tag: string }>("POST", `/v1/sandboxes/${w.id}/branch`, { tag: "iso-disk" });
+  assert.equal(br.tag, "iso-disk");
+  assert.equal((await sh(w.id, "echo alive")).stdout, "alive\n");
+  await write("/root/b", 40).catch(() => undefined); // 40 MiB alone would fit; 16 + 40 does not
+  let v = await api<View>("GET", `/v1/sandboxes/${w.id}`);
+  for (let i = 0; i < 50 && v.state !== "exited"; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    v = await api<View>("GET", `/v1/sandboxes/${w.id}`);
+  }
+  assert.equal(v.state, "exited");
+  assert.equal(v.exit_reason, "killed by the host: disk limit of 48 MiB exceeded");
+  // Its siblings and its branch are untouched: a child of the branch has the 16 MiB file.
+  for (const s of [a, b]) assert.equal((await sh(s.id, "echo still")).stdout, "still\n");
+  const c = (await api<{ sandboxes: View[] }>("POST", "/v1/sandboxes", { snapshot_tag: "iso-disk" }))
+    .sandboxes[0]!;
+  assert.equal((await sh(c.id, "stat -c %s /root/a")).stdout, `${16 << 20}\n`);
+  assert.equal(c.limits.disk_mib, null);
 });

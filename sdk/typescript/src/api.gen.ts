@@ -867,6 +867,8 @@ export interface components {
             cpus?: number;
             /** @description Processes of the guest workload (commands, the interpreter, all they start): a fork bomb fails with EAGAIN inside the sandbox, which stays usable. Default 1024. */
             pids?: number;
+            /** @description Host disk the sandbox's own disk layers may take: what it wrote since its fork (also in layers its branches froze). Past it the host kills the sandbox; exit_reason says so. Default: bounded only by the snapshot's disk size. */
+            disk_mib?: number;
         };
         /** @description A child's network. The guest always has the same address (10.0.2.15). */
         NetworkRequest: {
@@ -961,6 +963,7 @@ export interface components {
                 memory_mib: number | null;
                 cpus: number | null;
                 pids: number | null;
+                disk_mib: number | null;
             };
             network: components["schemas"]["SandboxNetwork"];
         };

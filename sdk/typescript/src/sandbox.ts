@@ -28,9 +28,10 @@ export interface SandboxOpts extends ConnectionOpts {
   /**
    * Host-side limits: memory of its VMM in MiB (default guest RAM + 384; past it the sandbox is
    * killed and its exit reason says so), a CPU quota in cores, and the number of processes of its
-   * guest workload (default 1024).
+   * guest workload (default 1024), and the host disk its own disk layers may take (what it wrote
+   * since the fork; past it the sandbox is killed, its exit reason says so).
    */
-  limits?: { memoryMiB?: number; cpus?: number; pids?: number };
+  limits?: { memoryMiB?: number; cpus?: number; pids?: number; diskMiB?: number };
   /**
    * Its network (default: none). E.g. `{ mode: "netns", egress: { mode: "list", allow: [{ cidr:
    * "203.0.113.0/24", ports: [443] }] }, expose: [8000] }`; see docs/api.md.
@@ -327,6 +328,7 @@ export async function forkWith(
               ...(opts.limits.memoryMiB !== undefined ? { memory_mib: opts.limits.memoryMiB } : {}),
               ...(opts.limits.cpus !== undefined ? { cpus: opts.limits.cpus } : {}),
               ...(opts.limits.pids !== undefined ? { pids: opts.limits.pids } : {}),
+              ...(opts.limits.diskMiB !== undefined ? { disk_mib: opts.limits.diskMiB } : {}),
             },
           }
         : {}),

@@ -409,6 +409,15 @@ export const SandboxLimits = named(
       .describe(
         "Processes of the guest workload (commands, the interpreter, all they start): a fork bomb fails with EAGAIN inside the sandbox, which stays usable. Default 1024.",
       ),
+    disk_mib: z
+      .number()
+      .int()
+      .min(1)
+      .max(1 << 24)
+      .optional()
+      .describe(
+        "Host disk the sandbox's own disk layers may take: what it wrote since its fork (also in layers its branches froze). Past it the host kills the sandbox; exit_reason says so. Default: bounded only by the snapshot's disk size.",
+      ),
   }),
   "SandboxLimits",
   "Host-side limits of one sandbox (its VMM's cgroup). Guest vCPUs and RAM come from its snapshot.",
@@ -535,6 +544,7 @@ export const Sandbox = named(
         memory_mib: z.number().int().nullable(),
         cpus: z.number().nullable(),
         pids: z.number().int().nullable(),
+        disk_mib: z.number().int().nullable(),
       })
       .describe("The host-side limits in force (null: not limited, or the host has no cgroups)."),
     network: SandboxNetwork,

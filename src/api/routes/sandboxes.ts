@@ -36,6 +36,7 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
           memoryMiB: body.limits.memory_mib,
           cpus: body.limits.cpus,
           pids: body.limits.pids,
+          diskMiB: body.limits.disk_mib,
         },
         network: parseNetwork(body.network),
       });

@@ -242,7 +242,7 @@ def _kill(t, sandbox_id):
 def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None, limits=None, network=None):
     body = {"snapshot_tag": tag, "n": n}
     if limits:
-        # {"memory_mib": ..., "cpus": ..., "pids": ...}: host-side limits (see the REST API).
+        # {"memory_mib": ..., "cpus": ..., "pids": ..., "disk_mib": ...}: host-side limits (see the REST API).
         body["limits"] = dict(limits)
     if on_idle:
         body["on_idle"] = on_idle
