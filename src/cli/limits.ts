@@ -5,6 +5,8 @@ export interface LimitFlags {
   cpus?: number;
   pids?: number;
   disk?: number;
+  /** Seconds. */
+  lifetime?: number;
 }
 
 /** The request body's `limits`, or undefined when no flag sets one. */
@@ -14,5 +16,6 @@ export function limitsFromFlags(o: LimitFlags): Record<string, number> | undefin
   if (o.cpus !== undefined) l.cpus = o.cpus;
   if (o.pids !== undefined) l.pids = o.pids;
   if (o.disk !== undefined) l.disk_mib = o.disk;
+  if (o.lifetime !== undefined) l.lifetime_ms = Math.round(o.lifetime * 1000);
   return Object.keys(l).length > 0 ? l : undefined;
 }

@@ -187,6 +187,7 @@ program
   .option("--cpus <cores>", "CPU quota of each in cores, e.g. 0.5", parseFloat)
   .option("--pids <n>", "processes of each guest workload (default 1024)", Number)
   .option("--disk <mib>", "host disk each may write, in MiB (default: the snapshot's disk size)", Number)
+  .option("--lifetime <s>", "kill each this many seconds after its creation, whatever it does", Number)
   .option("--json", "JSON output")
   .action(async (o: { tag: string; n: number; json?: boolean } & NetworkFlags & LimitFlags) => {
     const t0 = Date.now();

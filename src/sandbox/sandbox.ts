@@ -91,6 +91,8 @@ export interface SandboxLimits {
   pids?: number | null;
   /** Host disk its own disk layers may take (what it wrote since the fork; null: unbounded). */
   diskMiB?: number | null;
+  /** Killed this long after its creation, in use, idle or paused (null: no lifetime). */
+  lifetimeMs?: number | null;
 }
 
 /** The guest's own workload pids.max when the request sets none (guest/agent/src/limits.c). */
@@ -109,8 +111,21 @@ export interface SandboxView {
   expires_at: string | null;
   metadata: Record<string, string>;
   owner: string | null;
-  limits: { memory_mib: number | null; cpus: number | null; pids: number | null; disk_mib: number | null };
+  limits: {
+    memory_mib: number | null;
+    cpus: number | null;
+    pids: number | null;
+    disk_mib: number | null;
+    lifetime_ms: number | null;
+  };
+  ends_at: string | null;
   network: NetworkView;
+}
+
+/** When its lifetime ends and the host kills `s` (null: it has none). */
+export function endsAt(s: Sandbox): number | null {
+  const l = s.record.limits?.lifetimeMs ?? null;
+  return l === null ? null : Date.parse(s.record.created) + l;
 }
 
 /** When the idle timeout kills `s` if nothing uses it first (null: never, or in use now). */
@@ -131,6 +146,7 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   from_pool: s.record.fromPool ?? false,
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),
+  ends_at: ((at) => (at === null ? null : new Date(at).toISOString()))(endsAt(s)),
   metadata: s.record.metadata ?? {},
   owner: s.record.owner ?? null,
   limits: {
@@ -138,6 +154,7 @@ export const viewOf = (s: Sandbox): SandboxView => ({
     cpus: s.record.limits?.cpus ?? null,
     pids: s.record.limits?.pids ?? null,
     disk_mib: s.record.limits?.diskMiB ?? null,
+    lifetime_ms: s.record.limits?.lifetimeMs ?? null,
   },
   network: ((v) => (s.state === "running" ? v : { ...v, ports: [] }))(recordView(s.record.network)),
 });

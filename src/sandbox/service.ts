@@ -21,7 +21,7 @@ import type { Attachment } from "../net/service.js";
 import { NO_NETWORK } from "../net/policy.js";
 import type { NetworkSpec } from "../net/policy.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
-import { expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
+import { endsAt, expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
 import { CommandTable } from "./commands.js";
 import { WarmPool } from "./pool.js";
@@ -129,12 +129,20 @@ export class SandboxService {
     this.sweeper = null;
   }
 
-  /** Kills sandboxes idle past their timeout; forgets exited ones after a while. */
+  /**
+   * Kills sandboxes past their lifetime (running or paused) or idle past their timeout; forgets
+   * exited ones after a while.
+   */
   private async sweep(): Promise<void> {
     const now = Date.now();
     for (const s of [...this.live.values()]) {
       const at = expiresAt(s);
-      if (at !== null && s.busy === 0 && s.transition === null && now >= at) {
+      const end = endsAt(s);
+      if (end !== null && now >= end && s.state !== "exited" && s.transition === null) {
+        const ms = s.record.limits?.lifetimeMs ?? 0;
+        this.o.log.info("sandbox lifetime over", { id: s.record.id, lifetime_ms: ms });
+        await this.retire(s, `killed by the host: lifetime of ${ms / 1000} s over`, true);
+      } else if (at !== null && s.busy === 0 && s.transition === null && now >= at) {
         this.o.log.info("sandbox idle timeout", {
           id: s.record.id,
           timeout_ms: s.record.timeoutMs,
@@ -477,6 +485,7 @@ export class SandboxService {
           cpus: this.o.cgroups && this.o.cgroups.mode !== "none" ? (limits.cpus ?? null) : null,
           pids: opts.limits?.pids ?? GUEST_DEFAULT_PIDS,
           diskMiB: opts.limits?.diskMiB ?? null,
+          lifetimeMs: opts.limits?.lifetimeMs ?? null,
         },
         network: net.record(),
       };

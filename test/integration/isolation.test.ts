@@ -3,7 +3,8 @@
  * unprivileged uid with no capabilities, QEMU's seccomp filter and a mount namespace that shows
  * only its own files; one child's QEMU cannot open another's disk, sockets or memory. A child
  * over its memory limit is killed alone and the API says why; a fork bomb hits its pids limit
- * and the sandbox stays usable; a CPU quota holds; a child over its disk limit is killed alone.
+ * and the sandbox stays usable; a CPU quota holds; a child over its disk limit is killed alone;
+ * a lifetime ends a sandbox whatever it is doing.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -26,7 +27,13 @@ interface View {
   pid: number;
   state: string;
   exit_reason: string | null;
-  limits: { memory_mib: number | null; cpus: number | null; pids: number | null; disk_mib: number | null };
+  limits: {
+    memory_mib: number | null;
+    cpus: number | null;
+    pids: number | null;
+    disk_mib: number | null;
+    lifetime_ms: number | null;
+  };
 }
 interface ExecOut {
   exit_code: number | null;
@@ -200,4 +207,29 @@ step("a child over its disk limit is killed alone, and its branches' frozen laye
     .sandboxes[0]!;
   assert.equal((await sh(c.id, "stat -c %s /root/a")).stdout, `${16 << 20}\n`);
   assert.equal(c.limits.disk_mib, null);
+});
+
+step("a lifetime ends a sandbox in use and a paused one; the API says why", async () => {
+  const busy = await fork({ limits: { lifetime_ms: 15000 } });
+  const idle = await fork({ limits: { lifetime_ms: 15000 } });
+  assert.equal(busy.limits.lifetime_ms, 15000);
+  const v0 = await api<View & { created: string; ends_at: string | null }>("GET", `/v1/sandboxes/${busy.id}`);
+  assert.equal(Date.parse(v0.ends_at ?? "") - Date.parse(v0.created), 15000);
+  await api("POST", `/v1/sandboxes/${idle.id}/pause`);
+  // A call in flight when the lifetime ends learns why.
+  await assert.rejects(
+    sh(busy.id, "sleep 60"),
+    (e: unknown) => e instanceof ApiError && /killed by the host: lifetime of 15 s over/.test(e.message),
+  );
+  for (const id of [busy.id, idle.id]) {
+    let v = await api<View>("GET", `/v1/sandboxes/${id}`);
+    for (let i = 0; i < 50 && v.state !== "exited"; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      v = await api<View>("GET", `/v1/sandboxes/${id}`);
+    }
+    assert.equal(v.state, "exited", id);
+    assert.equal(v.exit_reason, "killed by the host: lifetime of 15 s over");
+  }
+  // Its sandbox files are gone.
+  await assert.rejects(readFile(join(d.dataDir, "sandboxes", idle.id, "sandbox.json")));
 });

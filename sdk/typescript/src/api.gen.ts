@@ -869,6 +869,8 @@ export interface components {
             pids?: number;
             /** @description Host disk the sandbox's own disk layers may take: what it wrote since its fork (also in layers its branches froze). Past it the host kills the sandbox; exit_reason says so. Default: bounded only by the snapshot's disk size. */
             disk_mib?: number;
+            /** @description The host kills the sandbox this long after its creation, whether in use, idle or paused (ends_at in its view); exit_reason says so. Independent of the idle timeout. Default: none. */
+            lifetime_ms?: number;
         };
         /** @description A child's network. The guest always has the same address (10.0.2.15). */
         NetworkRequest: {
@@ -953,6 +955,8 @@ export interface components {
             timeout_ms: number | null;
             /** @description When the idle timeout kills it, unless it is used before. */
             expires_at: string | null;
+            /** @description When its lifetime (limits.lifetime_ms) ends and the host kills it. */
+            ends_at: string | null;
             metadata: {
                 [key: string]: string;
             };
@@ -964,6 +968,7 @@ export interface components {
                 cpus: number | null;
                 pids: number | null;
                 disk_mib: number | null;
+                lifetime_ms: number | null;
             };
             network: components["schemas"]["SandboxNetwork"];
         };

@@ -29,9 +29,10 @@ export interface SandboxOpts extends ConnectionOpts {
    * Host-side limits: memory of its VMM in MiB (default guest RAM + 384; past it the sandbox is
    * killed and its exit reason says so), a CPU quota in cores, and the number of processes of its
    * guest workload (default 1024), and the host disk its own disk layers may take (what it wrote
-   * since the fork; past it the sandbox is killed, its exit reason says so).
+   * since the fork; past it the sandbox is killed, its exit reason says so), and a lifetime after
+   * which it is killed whatever it does.
    */
-  limits?: { memoryMiB?: number; cpus?: number; pids?: number; diskMiB?: number };
+  limits?: { memoryMiB?: number; cpus?: number; pids?: number; diskMiB?: number; lifetimeMs?: number };
   /**
    * Its network (default: none). E.g. `{ mode: "netns", egress: { mode: "list", allow: [{ cidr:
    * "203.0.113.0/24", ports: [443] }] }, expose: [8000] }`; see docs/api.md.
@@ -63,11 +64,19 @@ export interface SandboxInfo {
   startedAt: Date;
   exitReason: string | null;
   timeoutMs: number | null;
-  /** When the idle timeout will kill it unless it is used first. */
+  /** When it will be killed: its idle timeout unless it is used first, or its lifetime's end. */
   endAt: Date | null;
   metadata: Record<string, string>;
   /** Fork timings measured by the daemon (ms). */
   timings: SandboxWire["timings"];
+  /** The host-side limits in force (null: not limited). */
+  limits: {
+    memoryMiB: number | null;
+    cpus: number | null;
+    pids: number | null;
+    diskMiB: number | null;
+    lifetimeMs: number | null;
+  };
   network: NetworkInfo;
 }
 
@@ -97,6 +106,12 @@ export interface RunCodeOpts {
 }
 
 /** @internal */
+/** The earlier of two optional ISO times. */
+function earliest(a: string | null, b: string | null): Date | null {
+  const t = [a, b].filter((x): x is string => x !== null).map((x) => Date.parse(x));
+  return t.length > 0 ? new Date(Math.min(...t)) : null;
+}
+
 export function infoOf(w: SandboxWire): SandboxInfo {
   return {
     sandboxId: w.id,
@@ -107,7 +122,14 @@ export function infoOf(w: SandboxWire): SandboxInfo {
     startedAt: new Date(w.created),
     exitReason: w.exit_reason,
     timeoutMs: w.timeout_ms,
-    endAt: w.expires_at ? new Date(w.expires_at) : null,
+    endAt: earliest(w.expires_at, w.ends_at),
+    limits: {
+      memoryMiB: w.limits.memory_mib,
+      cpus: w.limits.cpus,
+      pids: w.limits.pids,
+      diskMiB: w.limits.disk_mib,
+      lifetimeMs: w.limits.lifetime_ms,
+    },
     metadata: w.metadata,
     timings: w.timings,
     network: {

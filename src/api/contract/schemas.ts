@@ -418,6 +418,15 @@ export const SandboxLimits = named(
       .describe(
         "Host disk the sandbox's own disk layers may take: what it wrote since its fork (also in layers its branches froze). Past it the host kills the sandbox; exit_reason says so. Default: bounded only by the snapshot's disk size.",
       ),
+    lifetime_ms: z
+      .number()
+      .int()
+      .min(1000)
+      .max(30 * 24 * 3600 * 1000)
+      .optional()
+      .describe(
+        "The host kills the sandbox this long after its creation, whether in use, idle or paused (ends_at in its view); exit_reason says so. Independent of the idle timeout. Default: none.",
+      ),
   }),
   "SandboxLimits",
   "Host-side limits of one sandbox (its VMM's cgroup). Guest vCPUs and RAM come from its snapshot.",
@@ -537,6 +546,10 @@ export const Sandbox = named(
     from_pool: z.boolean(),
     timeout_ms: z.number().int().nullable(),
     expires_at: z.string().nullable().describe("When the idle timeout kills it, unless it is used before."),
+    ends_at: z
+      .string()
+      .nullable()
+      .describe("When its lifetime (limits.lifetime_ms) ends and the host kills it."),
     metadata: z.record(z.string(), z.string()),
     owner: z.string().nullable().describe("The tenant whose token created it; null: an admin."),
     limits: z
@@ -545,6 +558,7 @@ export const Sandbox = named(
         cpus: z.number().nullable(),
         pids: z.number().int().nullable(),
         disk_mib: z.number().int().nullable(),
+        lifetime_ms: z.number().int().nullable(),
       })
       .describe("The host-side limits in force (null: not limited, or the host has no cgroups)."),
     network: SandboxNetwork,

@@ -37,6 +37,7 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
           cpus: body.limits.cpus,
           pids: body.limits.pids,
           diskMiB: body.limits.disk_mib,
+          lifetimeMs: body.limits.lifetime_ms,
         },
         network: parseNetwork(body.network),
       });

@@ -27,7 +27,11 @@ class SandboxInfo:
         self.started_at = _when(w["created"])
         self.exit_reason = w["exit_reason"]
         self.timeout = w["timeout_ms"] / 1000 if w["timeout_ms"] is not None else None
-        self.end_at = _when(w["expires_at"])
+        # When it will be killed: its idle timeout unless it is used first, or its lifetime's end.
+        ends = [t for t in (_when(w["expires_at"]), _when(w.get("ends_at"))) if t is not None]
+        self.end_at = min(ends) if ends else None
+        # {"memory_mib", "cpus", "pids", "disk_mib", "lifetime_ms"}: the host-side limits in force.
+        self.limits = w.get("limits") or {}
         self.metadata = w["metadata"]
         self.timings = w["timings"]
         net = w.get("network") or {"mode": "none", "guest_ip": None, "egress": None, "ports": []}
