@@ -234,6 +234,16 @@ program
   });
 
 program
+  .command("expose")
+  .description("expose a guest TCP port of a running sandbox on the host; prints host:port")
+  .argument("<id>")
+  .argument("<port>", "guest TCP port", Number)
+  .action(async (id: string, port: number) => {
+    const v = await api<SandboxView>("POST", `/v1/sandboxes/${encodeURIComponent(id)}/ports`, { port });
+    console.log(v.network.ports.find((p) => p.port === port)?.host ?? "");
+  });
+
+program
   .command("kill")
   .description("kill sandboxes")
   .argument("[ids...]")

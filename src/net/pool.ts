@@ -203,6 +203,16 @@ export class SlotPool {
     return s;
   }
 
+  /** Replaces a busy slot's namespace table (a port exposed while its child runs). */
+  async setNs(index: number, ns: NsTableOptions): Promise<void> {
+    const use = this.busy.get(index);
+    if (!use) throw new ForkdError("conflict", `network slot ${index} is not in use`);
+    if (sameNs(use.ns, ns)) return;
+    const s = slotOf(this.o.inst, index);
+    await nft(nsTable(this.o.guest, s, ns), s.netns);
+    this.busy.set(index, { ...use, ns });
+  }
+
   /**
    * Gives a slot back (its VMM has exited). Recycled in the background: rules to "nothing",
    * connection tracking in the slot and on the host forgotten; a slot that cannot be reset is

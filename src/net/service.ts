@@ -65,7 +65,34 @@ export interface Attachment {
   record(): NetworkRecord;
   /** Gives everything back (VMM gone). Idempotent. */
   release(): Promise<void>;
+  /**
+   * Exposes one more guest TCP port while the VMM runs (record() then lists it). `vmm` adds a
+   * slirp forward where the backend is slirp's. One call at a time per attachment.
+   */
+  expose(port: number, vmm: HostForwarder): Promise<void>;
 }
+
+/** What adds a forward to a running VMM's user-mode stack (QemuVm). */
+export interface HostForwarder {
+  hostfwdAdd(rule: string): Promise<void>;
+}
+
+/** Runs `fn`s one after another (a failed one does not stop the next). */
+function serial(): <T>(fn: () => Promise<T>) => Promise<T> {
+  let tail: Promise<unknown> = Promise.resolve();
+  return (fn) => {
+    const next = tail.then(fn);
+    tail = next.catch(() => undefined);
+    return next;
+  };
+}
+
+const noNetwork = () =>
+  new ForkdError(
+    "invalid_argument",
+    "the sandbox has no network: a port can be exposed on sandboxes created with network mode user or netns",
+    { field: "port" },
+  );
 
 export interface NetworkServiceOptions {
   dataDir: string;
@@ -102,6 +129,7 @@ const NONE_ATTACHMENT: Attachment = {
     ports: {},
   }),
   release: async () => undefined,
+  expose: () => Promise.reject(noNetwork()),
 };
 
 export class NetworkService {
@@ -237,6 +265,7 @@ export class NetworkService {
       );
       return this.simple({ kind: "user", restrict: spec.egress.mode === "deny", forwards }, binary, {
         ...spec,
+        expose: [...spec.expose],
         guestIp,
         slot: null,
         ports,
@@ -264,9 +293,10 @@ export class NetworkService {
       // slirp with its own hostfwd: nothing on the host side to take back.
       return this.simple({ kind: "none" }, undefined, {
         ...spec,
+        expose: [...spec.expose],
         guestIp: r.guestIp,
         slot: r.slot,
-        ports: r.ports,
+        ports: { ...r.ports },
       });
     }
     this.pool.adopt(r.slot, { egress: r.egress, ns: this.nsUse(r.mode === "netns", r.expose) });
@@ -292,14 +322,24 @@ export class NetworkService {
     }
   }
 
+  /** slirp in the VMM, outside any slot: its hostfwd listeners are the exposed ports. */
   private simple(backend: NetBackend, binary: string | undefined, rec: NetworkRecord): Attachment {
+    const one = serial();
     return {
       backend,
       binary,
       linkUp: true,
       start: async () => undefined,
-      record: () => rec,
+      record: () => ({ ...rec, expose: [...rec.expose], ports: { ...rec.ports } }),
       release: async () => undefined,
+      expose: (port, vmm) =>
+        one(async () => {
+          if (rec.expose.includes(port)) return;
+          const hostPort = await freePort(this.exposeAddr);
+          await vmm.hostfwdAdd(`tcp:${this.exposeAddr}:${hostPort}-${rec.guestIp ?? ""}:${port}`);
+          rec.expose.push(port);
+          rec.ports[String(port)] = `${this.exposeAddr}:${hostPort}`;
+        }),
     };
   }
 
@@ -313,7 +353,17 @@ export class NetworkService {
   ): Attachment {
     const relays: PortRelay[] = [];
     const ports: Record<string, string> = {};
+    const expose = [...spec.expose];
+    const tap = spec.mode === "netns";
+    const one = serial();
     let released = false;
+    const relay = async (p: number) => {
+      const want = Number(prior?.ports[String(p)]?.split(":")[1] ?? 0);
+      const r = await PortRelay.listen(this.exposeAddr, want, { host: slot.nsAddr, port: p });
+      relays.push(r);
+      this.relays.add(r);
+      ports[String(p)] = `${r.hostAddr}:${r.hostPort}`;
+    };
     const release = async () => {
       if (released) return;
       released = true;
@@ -327,16 +377,27 @@ export class NetworkService {
       netns: slot.netnsPath,
       linkUp: true,
       start: async () => {
-        for (const p of spec.expose) {
-          const want = Number(prior?.ports[String(p)]?.split(":")[1] ?? 0);
-          const relay = await PortRelay.listen(this.exposeAddr, want, { host: slot.nsAddr, port: p });
-          relays.push(relay);
-          this.relays.add(relay);
-          ports[String(p)] = `${relay.hostAddr}:${relay.hostPort}`;
-        }
+        for (const p of expose) await relay(p);
       },
-      record: () => ({ ...spec, guestIp, slot: released ? null : slot.index, ports: { ...ports } }),
+      record: () => ({
+        ...spec,
+        expose: [...expose],
+        guestIp,
+        slot: released ? null : slot.index,
+        ports: { ...ports },
+      }),
       release,
+      expose: (port, vmm) =>
+        one(async () => {
+          if (expose.includes(port)) return;
+          if (released || !this.pool) throw new ForkdError("conflict", "the sandbox's network is gone");
+          const next = [...expose, port];
+          // slirp in the slot listens at the slot's address; a tap's guest is DNATed to there.
+          if (!tap) await vmm.hostfwdAdd(`tcp:${slot.nsAddr}:${port}-${guestIp ?? ""}:${port}`);
+          await this.pool.setNs(slot.index, this.nsUse(tap, next));
+          await relay(port);
+          expose.push(port);
+        }),
     };
   }
 

@@ -18,7 +18,7 @@ import { pidsReferencing, run } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import { guestNetOf, NetworkService } from "../net/service.js";
 import type { Attachment } from "../net/service.js";
-import { NO_NETWORK } from "../net/policy.js";
+import { MAX_EXPOSE, NO_NETWORK } from "../net/policy.js";
 import type { NetworkSpec } from "../net/policy.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
 import { endsAt, expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
@@ -297,6 +297,33 @@ export class SandboxService {
     const base = { tag: name, pauseMs: started.pauseMs, privateBytes: started.privateBytes };
     if (!wait) return { ...base, status: "writing", snapshot: null };
     return { ...base, status: "ready", snapshot: await started.done };
+  }
+
+  /**
+   * Exposes guest TCP port `port` of a running sandbox on the host (already exposed: nothing
+   * changes); the view's network.ports says where it answers. Kept across pause and resume.
+   */
+  async exposePort(id: string, port: number): Promise<SandboxView> {
+    const s = this.running(id);
+    if (s.transition)
+      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]}`, { id });
+    const net = s.net;
+    const rec = s.record.network;
+    if (!net || !rec || rec.mode === "none")
+      throw new ForkdError(
+        "invalid_argument",
+        `sandbox ${id} has no network: ports can be exposed on sandboxes created with network mode user or netns`,
+        { id, field: "port" },
+      );
+    if (rec.expose.includes(port)) return viewOf(s);
+    if (rec.expose.length >= MAX_EXPOSE)
+      throw new ForkdError("resource_exhausted", `sandbox ${id} exposes ${MAX_EXPOSE} ports already`, {
+        limit: MAX_EXPOSE,
+      });
+    await net.expose(port, s.vm);
+    s.record = { ...s.record, network: net.record() };
+    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+    return viewOf(s);
   }
 
   /** Sets (or with null clears) the idle timeout, counted from now; persisted with the record. */

@@ -234,6 +234,18 @@ export class QemuVm {
     await this.qmp.execute("set_link", { name: NETDEV_ID, up });
   }
 
+  /**
+   * Adds a forward to the NIC's user-mode stack, e.g. `tcp:127.0.0.1:40000-10.0.2.15:8000` (HMP
+   * `hostfwd_add`: QMP has no command for it). HMP reports failure as text.
+   */
+  async hostfwdAdd(rule: string): Promise<void> {
+    if (!/^tcp:[0-9.]+:\d+-[0-9.]+:\d+$/.test(rule)) throw new ForkdError("internal", `bad forward ${rule}`);
+    const out = await this.qmp.execute<string>("human-monitor-command", {
+      "command-line": `hostfwd_add ${NETDEV_ID} ${rule}`,
+    });
+    if (out.trim() !== "") throw new ForkdError("unavailable", `cannot forward ${rule}: ${out.trim()}`);
+  }
+
   async status(): Promise<string> {
     return (await this.qmp.execute<{ status: string }>("query-status")).status;
   }

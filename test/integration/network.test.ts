@@ -50,7 +50,8 @@ let failed = false;
 // The test's "outside": namespace, addresses, servers.
 const OUT_NS = `fkit-${randomBytes(3).toString("hex")}`;
 const OUT_HOST_IF = `${OUT_NS}h`;
-const OUT_NET = 10 + (randomBytes(1)[0] ?? 0);
+// A random /24 of 10.252.10-209.0 (the third octet must stay a byte).
+const OUT_NET = 10 + ((randomBytes(1)[0] ?? 0) % 200);
 const OUTSIDE = `10.252.${OUT_NET}.2`;
 const OUTSIDE_GW = `10.252.${OUT_NET}.1`;
 const ALLOWED_PORT = 18081;
@@ -89,9 +90,9 @@ for t in sys.argv[1:]:
 
 /** A guest TCP server: says "guest <hostname>" to every connection. */
 const GUEST_SERVER = `
-import socket
+import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 8000)); s.listen(16)
+s.bind(("0.0.0.0", int(sys.argv[1]) if len(sys.argv) > 1 else 8000)); s.listen(16)
 import os
 name = os.uname().nodename
 while True:
@@ -160,9 +161,9 @@ async function waitFor<T>(what: string, fn: () => Promise<T | null>, timeoutMs =
   }
 }
 
-async function startGuestServer(id: string): Promise<void> {
+async function startGuestServer(id: string, port = 8000): Promise<void> {
   await putFile(id, "/tmp/server.py", GUEST_SERVER);
-  await exec(id, ["sh", "-c", "nohup python3 /tmp/server.py >/dev/null 2>&1 &"]);
+  await exec(id, ["sh", "-c", `nohup python3 /tmp/server.py ${port} >/dev/null 2>&1 &`]);
 }
 
 /** The slot a sandbox's VMM runs in, from its record (the API does not show slots). */
@@ -332,7 +333,6 @@ step("an exposed guest port answers on the host, and getHost() says where", asyn
   const where = await sb.getHost(8000);
   assert.match(where, /^127\.0\.0\.1:\d+$/);
   assert.equal(await readLine(where), `guest ${sid("a")}`);
-  await assert.rejects(sb.getHost(9999), /not exposed/);
   // The Python SDK says the same.
   const py = await run(
     "python3",
@@ -349,6 +349,19 @@ step("an exposed guest port answers on the host, and getHost() says where", asyn
   assert.equal(py.stdout.trim(), where);
   const view = await api<View>("GET", `/v1/sandboxes/${sid("a")}`);
   assert.deepEqual(view.network.ports, [{ port: 8000, host: where }]);
+  // A port not exposed at creation is exposed while it runs: getHost() asks for it.
+  await startGuestServer(sid("a"), 8001);
+  const late = await sb.getHost(8001);
+  assert.notEqual(late, where);
+  assert.equal(await waitFor("a's late port", () => readLine(late)), `guest ${sid("a")}`);
+  const again = await api<View>("POST", `/v1/sandboxes/${sid("a")}/ports`, { port: 8001 });
+  assert.deepEqual(
+    again.network.ports.map((p) => p.port),
+    [8000, 8001],
+    "exposing it again changes nothing",
+  );
+  // b's same guest port is not reachable through a's exposure: each slot DNATs to its own guest.
+  assert.equal(await readLine(late), `guest ${sid("a")}`);
 });
 
 step("user mode with egress deny: no way out, no DNS; exposed ports still answer", async () => {
@@ -369,6 +382,12 @@ step("user mode with egress deny: no way out, no DNS; exposed ports still answer
   await startGuestServer(sid("u"));
   const host = u.network.ports[0]?.host ?? "";
   assert.equal(await waitFor("u's server", () => readLine(host)), `guest ${sid("u")}`);
+  // Exposed while it runs: a slirp forward added to the running VMM.
+  await startGuestServer(sid("u"), 8001);
+  const v = await api<View>("POST", `/v1/sandboxes/${sid("u")}/ports`, { port: 8001 });
+  const late = v.network.ports.find((p) => p.port === 8001)?.host ?? "";
+  assert.match(late, /^127\.0\.0\.1:\d+$/);
+  assert.equal(await waitFor("u's late port", () => readLine(late)), `guest ${sid("u")}`);
 });
 
 step("network none: the link is down and nothing is reachable", async () => {
@@ -378,6 +397,14 @@ step("network none: the link is down and nothing is reachable", async () => {
   assert.equal(st.stdout.trim(), "down");
   const r = await probe(sid("n"), [`${OUTSIDE}:${ALLOWED_PORT}`]);
   assert.match(r.get(`${OUTSIDE}:${ALLOWED_PORT}`) ?? "", /^FAIL OSError|^FAIL .*Unreach/);
+  await assert.rejects(
+    api("POST", `/v1/sandboxes/${sid("n")}/ports`, { port: 8000 }),
+    (e: unknown) => e instanceof ApiError && e.status === 400 && /has no network/.test(e.message),
+  );
+  await assert.rejects(
+    api("POST", `/v1/sandboxes/${sid("n")}/ports`, { port: 0 }),
+    (e: unknown) => e instanceof ApiError && e.status === 400,
+  );
 });
 
 step("bad network requests are refused with the field named", async () => {
@@ -424,6 +451,11 @@ step(
     const r = await probe(sid("ua"), [`${OUTSIDE}:${ALLOWED_PORT}`, `10.0.2.2:${hostServicePort}`]);
     assert.equal(r.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server");
     assert.match(r.get(`10.0.2.2:${hostServicePort}`) ?? "", /^FAIL/);
+    // Exposed while it runs: a slirp forward at the slot's address, the slot's table, a relay.
+    await startGuestServer(sid("ua"));
+    const v = await api<View>("POST", `/v1/sandboxes/${sid("ua")}/ports`, { port: 8000 });
+    const host = v.network.ports.find((p) => p.port === 8000)?.host ?? "";
+    assert.equal(await waitFor("ua's late port", () => readLine(host)), `guest ${sid("ua")}`);
     await api("DELETE", `/v1/sandboxes/${sid("ua")}`);
   },
 );
@@ -435,6 +467,13 @@ step(
     await startGuestServer(sid("k"));
     const host = k.network.ports[0]?.host ?? "";
     assert.equal(await waitFor("k's server", () => readLine(host)), `guest ${sid("k")}`);
+    // And one exposed while it runs, which the record keeps.
+    await startGuestServer(sid("k"), 8001);
+    const late =
+      (await api<View>("POST", `/v1/sandboxes/${sid("k")}/ports`, { port: 8001 })).network.ports.find(
+        (p) => p.port === 8001,
+      )?.host ?? "";
+    assert.equal(await waitFor("k's late port", () => readLine(late)), `guest ${sid("k")}`);
     const id = instanceId(d.dataDir, {});
     // A half-made slot, as a crash while creating one would leave.
     const stray = `forkd-${id}-63`;
@@ -443,8 +482,12 @@ step(
     assert.equal(await readLine(host, 2_000), null, "the relay died with the daemon");
     await d.start();
     assert.equal(await waitFor("k's relay", () => readLine(host)), `guest ${sid("k")}`);
+    assert.equal(await waitFor("k's late relay", () => readLine(late)), `guest ${sid("k")}`);
     const view = await api<View>("GET", `/v1/sandboxes/${sid("k")}`);
-    assert.deepEqual(view.network.ports, [{ port: 8000, host }]);
+    assert.deepEqual(view.network.ports, [
+      { port: 8000, host },
+      { port: 8001, host: late },
+    ]);
     const r = await probe(sid("k"), [`${OUTSIDE}:${ALLOWED_PORT}`]);
     assert.match(r.get(`${OUTSIDE}:${ALLOWED_PORT}`) ?? "", /^FAIL/, "still egress deny");
     const names = (await run("ip", ["netns", "list"])).stdout;

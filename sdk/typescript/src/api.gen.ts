@@ -332,6 +332,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Expose a guest TCP port of a running sandbox on the host (network user or netns); network.ports in the view says where it answers */
+        post: operations["exposePort"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/branch": {
         parameters: {
             query?: never;
@@ -1001,6 +1018,10 @@ export interface components {
             /** @description Memory the source had written since its fork (copied in the pause) */
             private_bytes: number;
             snapshot: components["schemas"]["Snapshot"] | null;
+        };
+        ExposePort: {
+            /** @description A guest TCP port */
+            port: number;
         };
         SetTimeout: {
             timeout_ms: number | null;
@@ -2470,6 +2491,71 @@ export interface operations {
         };
         responses: {
             /** @description Set (or clear) the idle timeout, counted from now */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    exposePort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExposePort"];
+            };
+        };
+        responses: {
+            /** @description Expose a guest TCP port of a running sandbox on the host (network user or netns); network.ports in the view says where it answers */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -270,20 +270,24 @@ export class Sandbox {
   }
 
   /**
-   * Where an exposed guest port answers, as "host:port" (E2B: `getHost(port)`). The port must be
-   * in the sandbox's `network.expose`.
+   * Where guest TCP port `port` answers on the host, as "host:port" (E2B: `getHost(port)`). A port
+   * not exposed yet is exposed now (the sandbox needs a network: mode user or netns).
    */
   async getHost(port: number): Promise<string> {
     const info = await this.getInfo();
     const p = info.network.ports.find((x) => x.port === port);
-    if (!p) {
-      const exposed = info.network.ports.map((x) => x.port).join(", ") || "none";
-      throw new InvalidArgumentError(
-        `port ${port} of sandbox ${this.sandboxId} is not exposed (exposed: ${exposed}); pass network.expose when creating it`,
-        { code: "invalid_argument" },
-      );
-    }
-    return p.host;
+    if (p) return p.host;
+    return this.expose(port);
+  }
+
+  /** Exposes guest TCP port `port` on the host while the sandbox lives; returns "host:port". */
+  async expose(port: number): Promise<string> {
+    const w = await this.t.json<SandboxWire>("POST", `/v1/sandboxes/${this.sandboxId}/ports`, {
+      json: { port },
+    });
+    const host = w.network.ports.find((x) => x.port === port)?.host;
+    if (!host) throw new InvalidArgumentError(`port ${port} was not exposed`, { code: "invalid_argument" });
+    return host;
   }
 
   async isRunning(): Promise<boolean> {

@@ -281,6 +281,16 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.Sandbox) },
   },
   {
+    operationId: "exposePort",
+    method: "post",
+    path: `${SB}/ports`,
+    summary:
+      "Expose a guest TCP port of a running sandbox on the host (network user or netns); network.ports in the view says where it answers",
+    tag: "sandboxes",
+    body: json(S.ExposePort),
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
     operationId: "branchSandbox",
     method: "post",
     path: `${SB}/branch`,

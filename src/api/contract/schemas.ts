@@ -602,6 +602,14 @@ export const BranchResult = named(
   "BranchResult",
 );
 
+export const ExposePort = named(
+  z.strictObject({
+    port: z.number().int().min(1).max(65535).describe("A guest TCP port"),
+  }),
+  "ExposePort",
+  "A guest TCP port to make reachable from the host.",
+);
+
 export const SetTimeout = named(
   z.strictObject({
     timeout_ms: z.number().int().min(1000).max(MAX_TIMEOUT_MS).nullable(),

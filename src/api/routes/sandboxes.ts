@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
-import { Branch, CreateSandboxes, SetTimeout } from "../contract/schemas.js";
+import { Branch, CreateSandboxes, ExposePort, SetTimeout } from "../contract/schemas.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
@@ -83,6 +83,11 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
 
   app.post("/:id/pause", async (c) => c.json(await s.sandboxes.pause(c.req.param("id"))));
   app.post("/:id/resume", async (c) => c.json(await s.sandboxes.resume(c.req.param("id"))));
+
+  app.post("/:id/ports", async (c) => {
+    const body = await parseBody(c, ExposePort);
+    return c.json(await s.sandboxes.exposePort(c.req.param("id"), body.port));
+  });
 
   app.post("/:id/timeout", async (c) => {
     const body = await parseBody(c, SetTimeout);

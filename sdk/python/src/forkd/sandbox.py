@@ -160,16 +160,20 @@ class Sandbox:
     get_info.__doc__ = "A sandbox's state (Sandbox.get_info(id) or sb.get_info()), also one that exited."
 
     def get_host(self, port):
-        """Where an exposed guest port answers, as "host:port" (E2B: get_host(port)). The port must be
-        in network={"expose": [...]} given when the sandbox was created."""
-        ports = self.get_info().network.get("ports") or []
-        for p in ports:
+        """Where guest TCP port `port` answers on the host, as "host:port" (E2B: get_host(port)). A port
+        not exposed yet is exposed now (the sandbox needs a network: mode user or netns)."""
+        for p in self.get_info().network.get("ports") or []:
             if p["port"] == port:
                 return p["host"]
-        raise InvalidArgumentError(
-            "port %s of sandbox %s is not exposed (exposed: %s); pass network.expose when creating it"
-            % (port, self.sandbox_id, ", ".join(str(p["port"]) for p in ports) or "none"),
-            code="invalid_argument")
+        return self.expose(port)
+
+    def expose(self, port):
+        """Exposes guest TCP port `port` on the host while the sandbox lives; returns "host:port"."""
+        w = self._t.json("POST", "/v1/sandboxes/%s/ports" % self.sandbox_id, json_body={"port": int(port)})
+        for p in (w.get("network") or {}).get("ports") or []:
+            if p["port"] == port:
+                return p["host"]
+        raise InvalidArgumentError("port %s was not exposed" % port, code="invalid_argument")
 
     def is_running(self):
         try:
