@@ -160,6 +160,17 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
   );
 
   server.registerTool(
+    "expose_port",
+    {
+      description:
+        "Make a guest TCP port of a running sandbox reachable from the host (for a server started in " +
+        "it); returns host:port. The sandbox needs a network (spawn_sandboxes with network mode user or netns).",
+      inputSchema: { sandbox_id: SandboxId, port: z.number().int().min(1).max(65535) },
+    },
+    guard(async (a) => json({ host: await (await sandbox(a.sandbox_id)).expose(a.port) })),
+  );
+
+  server.registerTool(
     "kill_sandbox",
     { description: "Kill a sandbox and delete its files.", inputSchema: { sandbox_id: SandboxId } },
     guard(async (a) => json({ killed: await Sandbox.kill(a.sandbox_id, conn) })),

@@ -19,6 +19,7 @@ const MAIN = join(REPO_DIR, "mcp", "dist", "main.js");
 const TOOLS = [
   "branch_sandbox",
   "create_snapshot",
+  "expose_port",
   "get_sandbox",
   "kill_sandbox",
   "list_sandboxes",
@@ -217,6 +218,13 @@ step("failures are readable tool errors, not crashes", async () => {
   const bad = await call("spawn_sandboxes", { snapshot: "../../etc", n: 1 });
   assert.equal(bad.isError, true);
   assert.match(bad.content[0]?.text ?? "", /invalid_argument/);
+  // A port of a sandbox without a network: the error says what it needs.
+  const [quiet] = (await ok<{ sandbox_ids: string[] }>("spawn_sandboxes", { snapshot: "mcp", n: 1 }))
+    .sandbox_ids;
+  const noNet = await call("expose_port", { sandbox_id: quiet ?? "", port: 8000 });
+  assert.equal(noNet.isError, true);
+  assert.match(noNet.content[0]?.text ?? "", /has no network/);
+  await ok("kill_sandbox", { sandbox_id: quiet ?? "" });
   // The server is still serving.
   assert.equal((await client.listTools()).tools.length, TOOLS.length);
 });
