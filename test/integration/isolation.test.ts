@@ -17,24 +17,13 @@ import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
+import type { SandboxView } from "../../src/sandbox/sandbox.js";
 
 const run = promisify(execFile);
 let d: TestDaemon;
 const { step, failed } = steps();
 
-interface View {
-  id: string;
-  pid: number;
-  state: string;
-  exit_reason: string | null;
-  limits: {
-    memory_mib: number | null;
-    cpus: number | null;
-    pids: number | null;
-    disk_mib: number | null;
-    lifetime_ms: number | null;
-  };
-}
+type View = Pick<SandboxView, "id" | "pid" | "state" | "exit_reason" | "limits">;
 interface ExecOut {
   exit_code: number | null;
   stdout: string;
