@@ -234,6 +234,20 @@ program
   });
 
 program
+  .command("egress")
+  .description("replace a running sandbox's egress policy (network netns, or user with allow/list)")
+  .argument("<id>")
+  .requiredOption("--egress <mode>", "deny, allow or list")
+  .option("--allow <cidr[:ports]...>", "allow-list entries, e.g. 203.0.113.0/24:443 (with --egress list)")
+  .option("--dns", "answer DNS")
+  .option("--no-dns", "do not answer DNS")
+  .action(async (id: string, o: NetworkFlags) => {
+    const egress = (networkFromFlags(o) as { egress?: unknown } | undefined)?.egress;
+    const v = await api<SandboxView>("POST", `/v1/sandboxes/${encodeURIComponent(id)}/egress`, egress);
+    console.log(JSON.stringify(v.network));
+  });
+
+program
   .command("expose")
   .description("expose a guest TCP port of a running sandbox on the host; prints host:port")
   .argument("<id>")

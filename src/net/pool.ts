@@ -203,6 +203,20 @@ export class SlotPool {
     return s;
   }
 
+  /**
+   * Replaces a busy slot's egress policy (one host nft transaction) and forgets the slot's
+   * connection tracking on the host, so flows the old policy let through meet the new one.
+   */
+  async setPolicy(index: number, egress: Egress): Promise<void> {
+    const use = this.busy.get(index);
+    if (!use) throw new ForkdError("conflict", `network slot ${index} is not in use`);
+    await this.host(slotPolicy(this.o.inst, index, egress, this.o.resolver));
+    this.busy.set(index, { ...use, egress });
+    const s = slotOf(this.o.inst, index);
+    await conntrackFlush(["-D", "-s", s.nsAddr]);
+    await conntrackFlush(["-D", "-d", s.nsAddr]);
+  }
+
   /** Replaces a busy slot's namespace table (a port exposed while its child runs). */
   async setNs(index: number, ns: NsTableOptions): Promise<void> {
     const use = this.busy.get(index);

@@ -70,6 +70,8 @@ export interface Attachment {
    * slirp forward where the backend is slirp's. One call at a time per attachment.
    */
   expose(port: number, vmm: HostForwarder): Promise<void>;
+  /** Replaces the egress policy while the VMM runs (only where the host enforces it: a slot). */
+  setEgress(egress: Egress): Promise<void>;
 }
 
 /** What adds a forward to a running VMM's user-mode stack (QemuVm). */
@@ -130,6 +132,7 @@ const NONE_ATTACHMENT: Attachment = {
   }),
   release: async () => undefined,
   expose: () => Promise.reject(noNetwork()),
+  setEgress: () => Promise.reject(noNetwork()),
 };
 
 export class NetworkService {
@@ -340,6 +343,14 @@ export class NetworkService {
           rec.expose.push(port);
           rec.ports[String(port)] = `${this.exposeAddr}:${hostPort}`;
         }),
+      setEgress: () =>
+        Promise.reject(
+          new ForkdError(
+            "conflict",
+            'the egress of a user-mode sandbox created with egress "deny" is fixed (slirp restrict=on, in the VMM); create it with egress "allow" or "list" (then it runs in a netns slot, where the host enforces a policy that can change)',
+            { field: "egress" },
+          ),
+        ),
     };
   }
 
@@ -354,6 +365,7 @@ export class NetworkService {
     const relays: PortRelay[] = [];
     const ports: Record<string, string> = {};
     const expose = [...spec.expose];
+    let egress = spec.egress;
     const tap = spec.mode === "netns";
     const one = serial();
     let released = false;
@@ -381,6 +393,7 @@ export class NetworkService {
       },
       record: () => ({
         ...spec,
+        egress,
         expose: [...expose],
         guestIp,
         slot: released ? null : slot.index,
@@ -397,6 +410,12 @@ export class NetworkService {
           await this.pool.setNs(slot.index, this.nsUse(tap, next));
           await relay(port);
           expose.push(port);
+        }),
+      setEgress: (next) =>
+        one(async () => {
+          if (released || !this.pool) throw new ForkdError("conflict", "the sandbox's network is gone");
+          await this.pool.setPolicy(slot.index, next);
+          egress = next;
         }),
     };
   }

@@ -19,7 +19,7 @@ import { vmFiles } from "../vmm/config.js";
 import { guestNetOf, NetworkService } from "../net/service.js";
 import type { Attachment } from "../net/service.js";
 import { MAX_EXPOSE, NO_NETWORK } from "../net/policy.js";
-import type { NetworkSpec } from "../net/policy.js";
+import type { Egress, NetworkSpec } from "../net/policy.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
 import { endsAt, expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
@@ -321,6 +321,28 @@ export class SandboxService {
         limit: MAX_EXPOSE,
       });
     await net.expose(port, s.vm);
+    s.record = { ...s.record, network: net.record() };
+    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+    return viewOf(s);
+  }
+
+  /**
+   * Replaces a running sandbox's egress policy (mode netns, or user with egress allow or list):
+   * the host's rules change in one transaction, and flows the old policy allowed are re-checked.
+   * Kept across pause, resume and a daemon restart.
+   */
+  async setEgress(id: string, egress: Egress): Promise<SandboxView> {
+    const s = this.running(id);
+    if (s.transition)
+      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]}`, { id });
+    const net = s.net;
+    const rec = s.record.network;
+    if (!net || !rec || rec.mode === "none")
+      throw new ForkdError("invalid_argument", `sandbox ${id} has no network: it has no egress to change`, {
+        id,
+        field: "egress",
+      });
+    await net.setEgress(egress);
     s.record = { ...s.record, network: net.record() };
     await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
     return viewOf(s);

@@ -56,6 +56,8 @@ const OUTSIDE = `10.252.${OUT_NET}.2`;
 const OUTSIDE_GW = `10.252.${OUT_NET}.1`;
 const ALLOWED_PORT = 18081;
 const DENIED_PORT = 18082;
+/** An echo server outside: a connection that stays open across a policy change. */
+const ECHO_PORT = 18083;
 let servers: ChildProcess | null = null;
 let hostService: Server | null = null;
 let hostServicePort = 0;
@@ -218,6 +220,17 @@ def serve(port, word):
     s.bind(("${OUTSIDE}", port)); s.listen(64)
     while True:
         c, _ = s.accept(); c.sendall((word + "\\n").encode()); c.close()
+def echo(c):
+    while True:
+        d = c.recv(100)
+        if not d: break
+        c.sendall(d)
+def echoes():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("${OUTSIDE}", ${ECHO_PORT})); s.listen(64)
+    while True:
+        c, _ = s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()
+threading.Thread(target=echoes, daemon=True).start()
 threading.Thread(target=serve, args=(${DENIED_PORT}, "denied-server"), daemon=True).start()
 serve(${ALLOWED_PORT}, "allowed-server")
 `;
@@ -388,6 +401,67 @@ step("user mode with egress deny: no way out, no DNS; exposed ports still answer
   const late = v.network.ports.find((p) => p.port === 8001)?.host ?? "";
   assert.match(late, /^127\.0\.0\.1:\d+$/);
   assert.equal(await waitFor("u's late port", () => readLine(late)), `guest ${sid("u")}`);
+});
+
+/** In the guest: one echo connection; "1" answered, then after /tmp/go, "2" (or the error). */
+const HOLD = `
+import socket, os, time
+s = socket.create_connection(("${OUTSIDE}", ${ECHO_PORT}), 5); s.settimeout(5)
+s.sendall(b"1"); open("/tmp/out1", "w").write(s.recv(10).decode())
+while not os.path.exists("/tmp/go"): time.sleep(0.1)
+try:
+    s.sendall(b"2"); r = s.recv(10).decode() or "closed"
+except Exception as e:
+    r = "FAIL " + type(e).__name__
+open("/tmp/out2", "w").write(r)
+`;
+
+step("the egress policy changes while a sandbox runs; flows it no longer allows stop", async () => {
+  const e = await spawnOne("e", { mode: "netns", egress: { mode: "allow" } });
+  const allowed = `${OUTSIDE}:${ALLOWED_PORT}`;
+  const denied = `${OUTSIDE}:${DENIED_PORT}`;
+  let r = await probe(e.id, [allowed, denied]);
+  assert.equal(r.get(allowed), "OPEN allowed-server");
+  assert.equal(r.get(denied), "OPEN denied-server");
+  // A connection open under "allow".
+  await putFile(e.id, "/tmp/hold.py", HOLD);
+  await exec(e.id, ["sh", "-c", "nohup python3 /tmp/hold.py >/tmp/hold.log 2>&1 &"]);
+  const cat = (f: string) => async () => {
+    const o = await exec(e.id, ["cat", f]);
+    return o.exit_code === 0 && o.stdout !== "" ? o.stdout : null;
+  };
+  assert.equal(await waitFor("the echo", cat("/tmp/out1"), 30_000), "1");
+  // Down to an allow-list of one port: the new connections follow it, the open one stops.
+  const v = await api<View>("POST", `/v1/sandboxes/${e.id}/egress`, {
+    mode: "list",
+    allow: [{ cidr: `${OUTSIDE}/32`, ports: [DENIED_PORT] }],
+  });
+  assert.deepEqual(v.network.egress, {
+    mode: "list",
+    allow: [{ cidr: `${OUTSIDE}/32`, ports: [DENIED_PORT] }],
+    dns: false,
+  });
+  await exec(e.id, ["touch", "/tmp/go"]);
+  assert.match(await waitFor("the echo after", cat("/tmp/out2"), 30_000), /^FAIL/);
+  r = await probe(e.id, [allowed, denied]);
+  assert.match(r.get(allowed) ?? "", /^FAIL/);
+  assert.equal(r.get(denied), "OPEN denied-server");
+  // Kept in the record (a restarted daemon or a resume applies it again).
+  const rec = JSON.parse(await readFile(join(d.dataDir, "sandboxes", e.id, "sandbox.json"), "utf8")) as {
+    network: { egress: { mode: string } };
+  };
+  assert.equal(rec.network.egress.mode, "list");
+  // A user-mode sandbox with egress deny has its policy in slirp: it cannot change (409).
+  await assert.rejects(
+    api("POST", `/v1/sandboxes/${sid("u")}/egress`, { mode: "allow" }),
+    (x: unknown) => x instanceof ApiError && x.status === 409 && /fixed/.test(x.message),
+  );
+  // Validated like at creation.
+  await assert.rejects(
+    api("POST", `/v1/sandboxes/${e.id}/egress`, { mode: "list", allow: [{ cidr: "10.0.0.1/8" }] }),
+    (x: unknown) => x instanceof ApiError && x.status === 400 && /host bits set/.test(x.message),
+  );
+  await api("DELETE", `/v1/sandboxes/${e.id}`);
 });
 
 step("network none: the link is down and nothing is reachable", async () => {

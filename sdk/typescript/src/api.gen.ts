@@ -349,6 +349,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/egress": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Replace a running sandbox's egress policy (network netns, or user created with egress allow or list); flows the old policy let through are checked again */
+        post: operations["setSandboxEgress"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/branch": {
         parameters: {
             query?: never;
@@ -889,6 +906,20 @@ export interface components {
             /** @description The host kills the sandbox this long after its creation, whether in use, idle or paused (ends_at in its view); exit_reason says so. Independent of the idle timeout. Default: none. */
             lifetime_ms?: number;
         };
+        /** @description What the guest may reach. Never the host's own services or other sandboxes, except a host address listed as a /32. */
+        EgressRequest: {
+            /** @enum {string} */
+            mode: "deny" | "allow" | "list";
+            /** @description The allow-list (mode "list") */
+            allow?: {
+                /** @description IPv4 network, e.g. "203.0.113.0/24" (a bare address is /32) */
+                cidr: string;
+                /** @description TCP and UDP ports or ranges ("8000-8100"); absent: everything */
+                ports?: (number | string)[];
+            }[];
+            /** @description Whether the guest's resolver answers (default: yes for "allow", no for "list"; never for "deny") */
+            dns?: boolean;
+        };
         /** @description A child's network. The guest always has the same address (10.0.2.15). */
         NetworkRequest: {
             /**
@@ -897,20 +928,8 @@ export interface components {
              * @enum {string}
              */
             mode: "none" | "user" | "netns";
-            /** @description What the guest may reach (default: allow). Never the host's own services or other sandboxes, except a host address listed as a /32. */
-            egress?: {
-                /** @enum {string} */
-                mode: "deny" | "allow" | "list";
-                /** @description The allow-list (mode "list") */
-                allow?: {
-                    /** @description IPv4 network, e.g. "203.0.113.0/24" (a bare address is /32) */
-                    cidr: string;
-                    /** @description TCP and UDP ports or ranges ("8000-8100"); absent: everything */
-                    ports?: (number | string)[];
-                }[];
-                /** @description Whether the guest's resolver answers (default: yes for "allow", no for "list"; never for "deny") */
-                dns?: boolean;
-            };
+            /** @description What the guest may reach (default: allow). */
+            egress?: components["schemas"]["EgressRequest"];
             /** @description Guest TCP ports reachable from the host (see the sandbox's network.ports). */
             expose?: number[];
         };
@@ -2556,6 +2575,71 @@ export interface operations {
         };
         responses: {
             /** @description Expose a guest TCP port of a running sandbox on the host (network user or netns); network.ports in the view says where it answers */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    setSandboxEgress: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EgressRequest"];
+            };
+        };
+        responses: {
+            /** @description Replace a running sandbox's egress policy (network netns, or user created with egress allow or list); flows the old policy let through are checked again */
             200: {
                 headers: {
                     [name: string]: unknown;

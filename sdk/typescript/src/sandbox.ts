@@ -280,6 +280,14 @@ export class Sandbox {
     return this.expose(port);
   }
 
+  /**
+   * Replaces the egress policy while it runs, e.g. `{ mode: "deny" }` once dependencies are
+   * installed (network netns, or user created with egress allow or list).
+   */
+  async setEgress(egress: NonNullable<NetworkOpts["egress"]>): Promise<void> {
+    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/egress`, { json: egress });
+  }
+
   /** Exposes guest TCP port `port` on the host while the sandbox lives; returns "host:port". */
   async expose(port: number): Promise<string> {
     const w = await this.t.json<SandboxWire>("POST", `/v1/sandboxes/${this.sandboxId}/ports`, {

@@ -291,6 +291,16 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.Sandbox) },
   },
   {
+    operationId: "setSandboxEgress",
+    method: "post",
+    path: `${SB}/egress`,
+    summary:
+      "Replace a running sandbox's egress policy (network netns, or user created with egress allow or list); flows the old policy let through are checked again",
+    tag: "sandboxes",
+    body: json(S.EgressRequest),
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
     operationId: "branchSandbox",
     method: "post",
     path: `${SB}/branch`,

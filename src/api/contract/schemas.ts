@@ -434,6 +434,39 @@ export const SandboxLimits = named(
 
 const Port = z.number().int().min(1).max(65535);
 
+export const EgressRequest = named(
+  z
+    .strictObject({
+      mode: z.enum(["deny", "allow", "list"]),
+      allow: z
+        .array(
+          z.strictObject({
+            cidr: z.string().max(18).describe('IPv4 network, e.g. "203.0.113.0/24" (a bare address is /32)'),
+            ports: z
+              .array(z.union([Port, z.string().regex(/^\d{1,5}-\d{1,5}$/)]))
+              .min(1)
+              .max(MAX_PORTS_PER_RULE)
+              .optional()
+              .describe('TCP and UDP ports or ranges ("8000-8100"); absent: everything'),
+          }),
+        )
+        .max(MAX_ALLOW_RULES)
+        .optional()
+        .describe('The allow-list (mode "list")'),
+      dns: z
+        .boolean()
+        .optional()
+        .describe(
+          'Whether the guest\'s resolver answers (default: yes for "allow", no for "list"; never for "deny")',
+        ),
+    })
+    .describe(
+      "What the guest may reach. Never the host's own services or other sandboxes, except a host " +
+        "address listed as a /32.",
+    ),
+  "EgressRequest",
+);
+
 export const NetworkRequest = named(
   z
     .strictObject({
@@ -444,39 +477,7 @@ export const NetworkRequest = named(
           "none: no connectivity (link down). user: QEMU user-mode networking. netns: the VMM in its " +
             "own network namespace with a tap, NAT and the egress policy enforced on the host.",
         ),
-      egress: z
-        .strictObject({
-          mode: z.enum(["deny", "allow", "list"]),
-          allow: z
-            .array(
-              z.strictObject({
-                cidr: z
-                  .string()
-                  .max(18)
-                  .describe('IPv4 network, e.g. "203.0.113.0/24" (a bare address is /32)'),
-                ports: z
-                  .array(z.union([Port, z.string().regex(/^\d{1,5}-\d{1,5}$/)]))
-                  .min(1)
-                  .max(MAX_PORTS_PER_RULE)
-                  .optional()
-                  .describe('TCP and UDP ports or ranges ("8000-8100"); absent: everything'),
-              }),
-            )
-            .max(MAX_ALLOW_RULES)
-            .optional()
-            .describe('The allow-list (mode "list")'),
-          dns: z
-            .boolean()
-            .optional()
-            .describe(
-              'Whether the guest\'s resolver answers (default: yes for "allow", no for "list"; never for "deny")',
-            ),
-        })
-        .optional()
-        .describe(
-          "What the guest may reach (default: allow). Never the host's own services or other " +
-            "sandboxes, except a host address listed as a /32.",
-        ),
+      egress: EgressRequest.optional().describe("What the guest may reach (default: allow)."),
       expose: z
         .array(Port)
         .max(MAX_EXPOSE)

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
-import { Branch, CreateSandboxes, ExposePort, SetTimeout } from "../contract/schemas.js";
+import { Branch, CreateSandboxes, EgressRequest, ExposePort, SetTimeout } from "../contract/schemas.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
@@ -87,6 +87,15 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   app.post("/:id/ports", async (c) => {
     const body = await parseBody(c, ExposePort);
     return c.json(await s.sandboxes.exposePort(c.req.param("id"), body.port));
+  });
+
+  app.post("/:id/egress", async (c) => {
+    const body = await parseBody(c, EgressRequest);
+    const id = c.req.param("id");
+    const mode = s.sandboxes.get(id).record.network?.mode ?? "none";
+    // The same validation as at creation (errors name network.egress...).
+    const { egress } = parseNetwork({ mode: mode === "none" ? "netns" : mode, egress: body });
+    return c.json(await s.sandboxes.setEgress(id, egress));
   });
 
   app.post("/:id/timeout", async (c) => {

@@ -167,6 +167,11 @@ class Sandbox:
                 return p["host"]
         return self.expose(port)
 
+    def set_egress(self, egress):
+        """Replaces the egress policy while it runs, e.g. {"mode": "deny"} once dependencies are
+        installed (network netns, or user created with egress allow or list)."""
+        self._t.json("POST", "/v1/sandboxes/%s/egress" % self.sandbox_id, json_body=dict(egress))
+
     def expose(self, port):
         """Exposes guest TCP port `port` on the host while the sandbox lives; returns "host:port"."""
         w = self._t.json("POST", "/v1/sandboxes/%s/ports" % self.sandbox_id, json_body={"port": int(port)})
