@@ -252,8 +252,14 @@ program
   .description("expose a guest TCP port of a running sandbox on the host; prints host:port")
   .argument("<id>")
   .argument("<port>", "guest TCP port", Number)
-  .action(async (id: string, port: number) => {
-    const v = await api<SandboxView>("POST", `/v1/sandboxes/${encodeURIComponent(id)}/ports`, { port });
+  .option("--remove", "stop exposing it")
+  .action(async (id: string, port: number, o: { remove?: boolean }) => {
+    const at = `/v1/sandboxes/${encodeURIComponent(id)}/ports`;
+    if (o.remove) {
+      await api<SandboxView>("DELETE", `${at}/${port}`);
+      return;
+    }
+    const v = await api<SandboxView>("POST", at, { port });
     console.log(v.network.ports.find((p) => p.port === port)?.host ?? "");
   });
 

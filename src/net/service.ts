@@ -70,6 +70,8 @@ export interface Attachment {
    * slirp forward where the backend is slirp's. One call at a time per attachment.
    */
   expose(port: number, vmm: HostForwarder): Promise<void>;
+  /** Stops exposing a guest port (not exposed: nothing changes). */
+  unexpose(port: number, vmm: HostForwarder): Promise<void>;
   /** Replaces the egress policy while the VMM runs (only where the host enforces it: a slot). */
   setEgress(egress: Egress): Promise<void>;
 }
@@ -77,6 +79,7 @@ export interface Attachment {
 /** What adds a forward to a running VMM's user-mode stack (QemuVm). */
 export interface HostForwarder {
   hostfwdAdd(rule: string): Promise<void>;
+  hostfwdRemove(rule: string): Promise<void>;
 }
 
 /** Runs `fn`s one after another (a failed one does not stop the next). */
@@ -132,6 +135,7 @@ const NONE_ATTACHMENT: Attachment = {
   }),
   release: async () => undefined,
   expose: () => Promise.reject(noNetwork()),
+  unexpose: async () => undefined,
   setEgress: () => Promise.reject(noNetwork()),
 };
 
@@ -343,6 +347,14 @@ export class NetworkService {
           rec.expose.push(port);
           rec.ports[String(port)] = `${this.exposeAddr}:${hostPort}`;
         }),
+      unexpose: (port, vmm) =>
+        one(async () => {
+          const at = rec.ports[String(port)];
+          if (!rec.expose.includes(port) || !at) return;
+          await vmm.hostfwdRemove(`tcp:${at}`);
+          rec.expose = rec.expose.filter((p) => p !== port);
+          delete rec.ports[String(port)];
+        }),
       setEgress: () =>
         Promise.reject(
           new ForkdError(
@@ -362,9 +374,9 @@ export class NetworkService {
     guestIp: string | null,
     prior: NetworkRecord | undefined,
   ): Attachment {
-    const relays: PortRelay[] = [];
+    const relays = new Map<number, PortRelay>();
     const ports: Record<string, string> = {};
-    const expose = [...spec.expose];
+    let expose = [...spec.expose];
     let egress = spec.egress;
     const tap = spec.mode === "netns";
     const one = serial();
@@ -372,15 +384,15 @@ export class NetworkService {
     const relay = async (p: number) => {
       const want = Number(prior?.ports[String(p)]?.split(":")[1] ?? 0);
       const r = await PortRelay.listen(this.exposeAddr, want, { host: slot.nsAddr, port: p });
-      relays.push(r);
+      relays.set(p, r);
       this.relays.add(r);
       ports[String(p)] = `${r.hostAddr}:${r.hostPort}`;
     };
     const release = async () => {
       if (released) return;
       released = true;
-      await Promise.all(relays.map((r) => r.close()));
-      for (const r of relays) this.relays.delete(r);
+      await Promise.all([...relays.values()].map((r) => r.close()));
+      for (const r of relays.values()) this.relays.delete(r);
       this.pool?.release(slot.index);
     };
     return {
@@ -410,6 +422,20 @@ export class NetworkService {
           await this.pool.setNs(slot.index, this.nsUse(tap, next));
           await relay(port);
           expose.push(port);
+        }),
+      unexpose: (port, vmm) =>
+        one(async () => {
+          if (!expose.includes(port)) return;
+          if (released || !this.pool) throw new ForkdError("conflict", "the sandbox's network is gone");
+          const next = expose.filter((p) => p !== port);
+          const r = relays.get(port);
+          await r?.close();
+          if (r) this.relays.delete(r);
+          relays.delete(port);
+          delete ports[String(port)];
+          expose = next;
+          await this.pool.setNs(slot.index, this.nsUse(tap, next));
+          if (!tap) await vmm.hostfwdRemove(`tcp:${slot.nsAddr}:${port}`);
         }),
       setEgress: (next) =>
         one(async () => {

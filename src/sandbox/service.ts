@@ -326,6 +326,19 @@ export class SandboxService {
     return viewOf(s);
   }
 
+  /** Stops exposing guest TCP port `port` of a running sandbox (not exposed: nothing changes). */
+  async unexposePort(id: string, port: number): Promise<SandboxView> {
+    const s = this.running(id);
+    if (s.transition)
+      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]}`, { id });
+    const net = s.net;
+    if (!net || !s.record.network?.expose.includes(port)) return viewOf(s);
+    await net.unexpose(port, s.vm);
+    s.record = { ...s.record, network: net.record() };
+    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+    return viewOf(s);
+  }
+
   /**
    * Replaces a running sandbox's egress policy (mode netns, or user with egress allow or list):
    * the host's rules change in one transaction, and flows the old policy allowed are re-checked.

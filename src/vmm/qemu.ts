@@ -234,6 +234,17 @@ export class QemuVm {
     await this.qmp.execute("set_link", { name: NETDEV_ID, up });
   }
 
+  /** Removes a forward added by hostfwdAdd: `tcp:HOSTADDR:HOSTPORT`. */
+  async hostfwdRemove(rule: string): Promise<void> {
+    if (!/^tcp:[0-9.]+:\d+$/.test(rule)) throw new ForkdError("internal", `bad forward ${rule}`);
+    const out = await this.qmp.execute<string>("human-monitor-command", {
+      "command-line": `hostfwd_remove ${NETDEV_ID} ${rule}`,
+    });
+    // "... removed", or "... not found" (gone already: what was asked for).
+    if (!/removed|not found/i.test(out) && out.trim() !== "")
+      throw new ForkdError("unavailable", `cannot remove forward ${rule}: ${out.trim()}`);
+  }
+
   /**
    * Adds a forward to the NIC's user-mode stack, e.g. `tcp:127.0.0.1:40000-10.0.2.15:8000` (HMP
    * `hostfwd_add`: QMP has no command for it). HMP reports failure as text.

@@ -375,6 +375,16 @@ step("an exposed guest port answers on the host, and getHost() says where", asyn
   );
   // b's same guest port is not reachable through a's exposure: each slot DNATs to its own guest.
   assert.equal(await readLine(late), `guest ${sid("a")}`);
+  // And no longer exposed: the host port is closed, the other one still answers.
+  await sb.unexpose(8001);
+  assert.equal(await readLine(late, 2_000), null);
+  assert.equal(await readLine(where), `guest ${sid("a")}`);
+  const after = await api<View>("DELETE", `/v1/sandboxes/${sid("a")}/ports/8001`);
+  assert.deepEqual(after.network.ports, [{ port: 8000, host: where }], "removing it again changes nothing");
+  await assert.rejects(
+    api("DELETE", `/v1/sandboxes/${sid("a")}/ports/http`),
+    (e: unknown) => e instanceof ApiError && e.status === 400,
+  );
 });
 
 step("user mode with egress deny: no way out, no DNS; exposed ports still answer", async () => {
@@ -401,6 +411,12 @@ step("user mode with egress deny: no way out, no DNS; exposed ports still answer
   const late = v.network.ports.find((p) => p.port === 8001)?.host ?? "";
   assert.match(late, /^127\.0\.0\.1:\d+$/);
   assert.equal(await waitFor("u's late port", () => readLine(late)), `guest ${sid("u")}`);
+  const gone = await api<View>("DELETE", `/v1/sandboxes/${sid("u")}/ports/8001`);
+  assert.deepEqual(
+    gone.network.ports.map((p) => p.port),
+    [8000],
+  );
+  assert.equal(await readLine(late, 2_000), null, "slirp's forward is removed");
 });
 
 /** In the guest: one echo connection; "1" answered, then after /tmp/go, "2" (or the error). */

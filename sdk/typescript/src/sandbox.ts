@@ -280,6 +280,11 @@ export class Sandbox {
     return this.expose(port);
   }
 
+  /** Stops exposing guest TCP port `port` on the host. */
+  async unexpose(port: number): Promise<void> {
+    await this.t.json("DELETE", `/v1/sandboxes/${this.sandboxId}/ports/${port}`);
+  }
+
   /**
    * Replaces the egress policy while it runs, e.g. `{ mode: "deny" }` once dependencies are
    * installed (network netns, or user created with egress allow or list).

@@ -291,6 +291,14 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.Sandbox) },
   },
   {
+    operationId: "unexposePort",
+    method: "delete",
+    path: `${SB}/ports/{port}`,
+    summary: "Stop exposing a guest TCP port on the host (not exposed: nothing changes)",
+    tag: "sandboxes",
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
     operationId: "setSandboxEgress",
     method: "post",
     path: `${SB}/egress`,
@@ -442,4 +450,5 @@ export const PATH_PARAMS: Record<string, { schema: z.ZodType; description: strin
   tag: { schema: S.Tag, description: "Snapshot tag" },
   pid: { schema: z.number().int().min(1), description: "Guest pid of a command started through the API" },
   token_id: { schema: S.TokenId, description: "An API token's id (not its secret)" },
+  port: { schema: z.number().int().min(1).max(65535), description: "A guest TCP port" },
 };

@@ -89,6 +89,13 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     return c.json(await s.sandboxes.exposePort(c.req.param("id"), body.port));
   });
 
+  app.delete("/:id/ports/:port", async (c) => {
+    const port = Number(c.req.param("port"));
+    if (!/^\d{1,5}$/.test(c.req.param("port")) || port < 1 || port > 65535)
+      throw new ForkdError("invalid_argument", "port must be a TCP port (1-65535)", { field: "port" });
+    return c.json(await s.sandboxes.unexposePort(c.req.param("id"), port));
+  });
+
   app.post("/:id/egress", async (c) => {
     const body = await parseBody(c, EgressRequest);
     const id = c.req.param("id");

@@ -167,6 +167,10 @@ class Sandbox:
                 return p["host"]
         return self.expose(port)
 
+    def unexpose(self, port):
+        """Stops exposing guest TCP port `port` on the host."""
+        self._t.json("DELETE", "/v1/sandboxes/%s/ports/%d" % (self.sandbox_id, int(port)))
+
     def set_egress(self, egress):
         """Replaces the egress policy while it runs, e.g. {"mode": "deny"} once dependencies are
         installed (network netns, or user created with egress allow or list)."""
