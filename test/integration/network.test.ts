@@ -467,6 +467,21 @@ step("the egress policy changes while a sandbox runs; flows it no longer allows 
     network: { egress: { mode: string } };
   };
   assert.equal(rec.network.egress.mode, "list");
+  // Paused and resumed: its VMM comes back jailed in a slot, with the new policy and its port.
+  await startGuestServer(e.id);
+  await api<View>("POST", `/v1/sandboxes/${e.id}/ports`, { port: 8000 });
+  await api("POST", `/v1/sandboxes/${e.id}/pause`);
+  const back = await api<View & { pid: number }>("POST", `/v1/sandboxes/${e.id}/resume`);
+  assert.equal(back.network.egress?.mode, "list");
+  const at = back.network.ports.find((p) => p.port === 8000)?.host ?? "";
+  assert.equal(await waitFor("e's port after resume", () => readLine(at)), `guest ${e.id}`);
+  r = await probe(e.id, [allowed, denied]);
+  assert.match(r.get(allowed) ?? "", /^FAIL/);
+  assert.equal(r.get(denied), "OPEN denied-server");
+  const slot = await slotAddr(e.id);
+  assert.equal((await stat(`/proc/${back.pid}/ns/net`)).ino, (await stat(slot.netnsPath)).ino);
+  assert.equal(await readlink(`/proc/${back.pid}/fd/3`), "/dev/net/tun");
+  assert.match(await readFile(`/proc/${back.pid}/status`, "utf8"), /^CapEff:\s+0+$/m);
   // A user-mode sandbox with egress deny has its policy in slirp: it cannot change (409).
   await assert.rejects(
     api("POST", `/v1/sandboxes/${sid("u")}/egress`, { mode: "allow" }),
