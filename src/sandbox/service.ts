@@ -17,7 +17,7 @@ import { nowMs, since, sleep } from "../util/time.js";
 import { pidsReferencing, run } from "../util/proc.js";
 import { vmFiles } from "../vmm/config.js";
 import { guestNetOf, NetworkService } from "../net/service.js";
-import type { Attachment } from "../net/service.js";
+import type { Attachment, NetworkRecord } from "../net/service.js";
 import { MAX_EXPOSE, NO_NETWORK } from "../net/policy.js";
 import type { Egress, NetworkSpec } from "../net/policy.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
@@ -303,7 +303,49 @@ export class SandboxService {
    * Exposes guest TCP port `port` of a running sandbox on the host (already exposed: nothing
    * changes); the view's network.ports says where it answers. Kept across pause and resume.
    */
-  async exposePort(id: string, port: number): Promise<SandboxView> {
+  exposePort(id: string, port: number): Promise<SandboxView> {
+    return this.changeNetwork(id, "port", "ports are exposed", async (net, rec, vm) => {
+      if (rec.expose.includes(port)) return false;
+      if (rec.expose.length >= MAX_EXPOSE)
+        throw new ForkdError("resource_exhausted", `sandbox ${id} exposes ${MAX_EXPOSE} ports already`, {
+          limit: MAX_EXPOSE,
+        });
+      await net.expose(port, vm);
+      return true;
+    });
+  }
+
+  /** Stops exposing guest TCP port `port` of a running sandbox (not exposed: nothing changes). */
+  unexposePort(id: string, port: number): Promise<SandboxView> {
+    return this.changeNetwork(id, "port", "ports are exposed", async (net, rec, vm) => {
+      if (!rec.expose.includes(port)) return false;
+      await net.unexpose(port, vm);
+      return true;
+    });
+  }
+
+  /**
+   * Replaces a running sandbox's egress policy (mode netns, or user with egress allow or list):
+   * the host's rules change in one transaction, and flows the old policy allowed are re-checked.
+   * Kept across pause, resume and a daemon restart.
+   */
+  setEgress(id: string, egress: Egress): Promise<SandboxView> {
+    return this.changeNetwork(id, "egress", "an egress policy is set", async (net) => {
+      await net.setEgress(egress);
+      return true;
+    });
+  }
+
+  /**
+   * Changes the network of a running sandbox (not while it is being paused, resumed or branched)
+   * with `change`, which says whether it changed anything; the record is then written again.
+   */
+  private async changeNetwork(
+    id: string,
+    field: string,
+    what: string,
+    change: (net: Attachment, rec: NetworkRecord, vm: QemuVm) => Promise<boolean>,
+  ): Promise<SandboxView> {
     const s = this.running(id);
     if (s.transition)
       throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]}`, { id });
@@ -312,52 +354,13 @@ export class SandboxService {
     if (!net || !rec || rec.mode === "none")
       throw new ForkdError(
         "invalid_argument",
-        `sandbox ${id} has no network: ports can be exposed on sandboxes created with network mode user or netns`,
-        { id, field: "port" },
+        `sandbox ${id} has no network: ${what} on sandboxes created with network mode user or netns`,
+        { id, field },
       );
-    if (rec.expose.includes(port)) return viewOf(s);
-    if (rec.expose.length >= MAX_EXPOSE)
-      throw new ForkdError("resource_exhausted", `sandbox ${id} exposes ${MAX_EXPOSE} ports already`, {
-        limit: MAX_EXPOSE,
-      });
-    await net.expose(port, s.vm);
-    s.record = { ...s.record, network: net.record() };
-    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
-    return viewOf(s);
-  }
-
-  /** Stops exposing guest TCP port `port` of a running sandbox (not exposed: nothing changes). */
-  async unexposePort(id: string, port: number): Promise<SandboxView> {
-    const s = this.running(id);
-    if (s.transition)
-      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]}`, { id });
-    const net = s.net;
-    if (!net || !s.record.network?.expose.includes(port)) return viewOf(s);
-    await net.unexpose(port, s.vm);
-    s.record = { ...s.record, network: net.record() };
-    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
-    return viewOf(s);
-  }
-
-  /**
-   * Replaces a running sandbox's egress policy (mode netns, or user with egress allow or list):
-   * the host's rules change in one transaction, and flows the old policy allowed are re-checked.
-   * Kept across pause, resume and a daemon restart.
-   */
-  async setEgress(id: string, egress: Egress): Promise<SandboxView> {
-    const s = this.running(id);
-    if (s.transition)
-      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]}`, { id });
-    const net = s.net;
-    const rec = s.record.network;
-    if (!net || !rec || rec.mode === "none")
-      throw new ForkdError("invalid_argument", `sandbox ${id} has no network: it has no egress to change`, {
-        id,
-        field: "egress",
-      });
-    await net.setEgress(egress);
-    s.record = { ...s.record, network: net.record() };
-    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+    if (await change(net, rec, s.vm)) {
+      s.record = { ...s.record, network: net.record() };
+      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+    }
     return viewOf(s);
   }
 
