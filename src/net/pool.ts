@@ -41,6 +41,12 @@ export interface SlotPoolOptions {
 const sameNs = (a: NsTableOptions, b: NsTableOptions): boolean =>
   a.backend === b.backend && a.dnsTo === b.dnsTo && a.expose.join() === b.expose.join();
 
+/** Forgets the host's connection tracking of a slot's flows: their next packets meet the policy. */
+async function forgetHostFlows(s: Slot): Promise<void> {
+  await conntrackFlush(["-D", "-s", s.nsAddr]);
+  await conntrackFlush(["-D", "-d", s.nsAddr]);
+}
+
 export class SlotPool {
   private readonly free: number[] = [];
   private readonly busy = new Map<number, SlotUse>();
@@ -212,9 +218,7 @@ export class SlotPool {
     if (!use) throw new ForkdError("conflict", `network slot ${index} is not in use`);
     await this.host(slotPolicy(this.o.inst, index, egress, this.o.resolver));
     this.busy.set(index, { ...use, egress });
-    const s = slotOf(this.o.inst, index);
-    await conntrackFlush(["-D", "-s", s.nsAddr]);
-    await conntrackFlush(["-D", "-d", s.nsAddr]);
+    await forgetHostFlows(slotOf(this.o.inst, index));
   }
 
   /** Replaces a busy slot's namespace table (a port exposed while its child runs). */
@@ -241,8 +245,7 @@ export class SlotPool {
         await this.host(slotPolicy(this.o.inst, index, null, this.o.resolver));
         if (!sameNs(use.ns, this.idle)) await nft(nsTable(this.o.guest, s, this.idle), s.netns);
         await conntrackFlush(["-F"], s.netns);
-        await conntrackFlush(["-D", "-s", s.nsAddr]);
-        await conntrackFlush(["-D", "-d", s.nsAddr]);
+        await forgetHostFlows(s);
         if (this.closed) return;
         this.free.push(index);
       } catch (e) {

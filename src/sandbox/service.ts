@@ -599,7 +599,8 @@ export class SandboxService {
     vm?.onExit(() => {
       if (s.vm === vm) void this.onExit(s);
     });
-    vm?.onDiskWriteThreshold(() => void this.diskLimitHit(s, vm));
+    // Only a sandbox with a disk limit arms a threshold (armDiskLimit).
+    if (record.limits?.diskMiB) vm?.onDiskWriteThreshold(() => void this.diskLimitHit(s, vm));
     return s;
   }
 
@@ -613,13 +614,12 @@ export class SandboxService {
     const mib = s.record.limits?.diskMiB;
     const vm = s.vm;
     if (!mib || !vm || s.state !== "running") return;
-    const top = await vm.diskTop();
+    const { top, topNode, files } = await vm.diskLayers();
     let lower = 0;
-    for (const f of await vm.diskFiles())
-      if (f !== top && f.startsWith(s.dir + "/")) lower += (await stat(f)).size;
+    for (const f of files) if (f !== top && f.startsWith(s.dir + "/")) lower += (await stat(f)).size;
     const left = mib * 1024 * 1024 - lower;
     if (left <= (await stat(top)).size) await this.diskLimitHit(s, vm);
-    else await vm.setDiskWriteThreshold(left);
+    else await vm.setWriteThreshold(topNode, left);
   }
 
   private async diskLimitHit(s: Sandbox, vm: QemuVm): Promise<void> {
@@ -805,7 +805,7 @@ export class SandboxService {
       vm.onExit(() => {
         if (s.vm === started) void this.onExit(s);
       });
-      vm.onDiskWriteThreshold(() => void this.diskLimitHit(s, started));
+      if (s.record.limits?.diskMiB) vm.onDiskWriteThreshold(() => void this.diskLimitHit(s, started));
       await this.armDiskLimit(s);
       this.o.log.info("sandbox resumed", { id });
       return viewOf(s);

@@ -114,21 +114,11 @@ export class QemuVm {
     return top;
   }
 
-  /** The files of every qcow2 layer of the disk (top, its own earlier layers, the snapshot's). */
-  async diskFiles(): Promise<string[]> {
-    const nodes = await this.qmp.execute<Array<{ drv: string; file: string }>>("query-named-block-nodes", {
-      flat: true,
-    });
-    return [...new Set(nodes.filter((n) => n.drv === "qcow2").map((n) => n.file))];
-  }
-
   /**
-   * Arms QEMU's write threshold on the file of the disk's top layer: the first write that reaches
-   * past `offset` bytes of that file raises BLOCK_WRITE_THRESHOLD (once per arming; see
-   * onDiskWriteThreshold). qcow2 allocates new clusters at the file's end, so the offset bounds
-   * what the layer holds.
+   * The disk's layers: the top one's file and the name of its file (protocol) node, and the files
+   * of every qcow2 layer (top, its own earlier layers, the snapshot's).
    */
-  async setDiskWriteThreshold(offset: number): Promise<void> {
+  async diskLayers(): Promise<{ top: string; topNode: string; files: string[] }> {
     const top = await this.diskTop();
     const nodes = await this.qmp.execute<Array<{ "node-name": string; drv: string; file: string }>>(
       "query-named-block-nodes",
@@ -136,10 +126,18 @@ export class QemuVm {
     );
     const node = nodes.find((n) => n.drv === "file" && n.file === top);
     if (!node) throw new ForkdError("vmm_error", `the disk's top layer ${top} has no file node`);
-    await this.qmp.execute("block-set-write-threshold", {
-      "node-name": node["node-name"],
-      "write-threshold": offset,
-    });
+    const files = [...new Set(nodes.filter((n) => n.drv === "qcow2").map((n) => n.file))];
+    return { top, topNode: node["node-name"], files };
+  }
+
+  /**
+   * Arms QEMU's write threshold on a file node (diskLayers().topNode): the first write that
+   * reaches past `offset` bytes of that file raises BLOCK_WRITE_THRESHOLD (once per arming; see
+   * onDiskWriteThreshold). qcow2 allocates new clusters at the file's end, so the offset bounds
+   * what the layer holds.
+   */
+  async setWriteThreshold(node: string, offset: number): Promise<void> {
+    await this.qmp.execute("block-set-write-threshold", { "node-name": node, "write-threshold": offset });
   }
 
   /** Calls `fn` whenever a write crosses the threshold set by setDiskWriteThreshold. */

@@ -424,7 +424,9 @@ const HOLD = `
 import socket, os, time
 s = socket.create_connection(("${OUTSIDE}", ${ECHO_PORT}), 5); s.settimeout(5)
 s.sendall(b"1"); open("/tmp/out1", "w").write(s.recv(10).decode())
-while not os.path.exists("/tmp/go"): time.sleep(0.1)
+for _ in range(1200):  # at most 2 minutes
+    if os.path.exists("/tmp/go"): break
+    time.sleep(0.1)
 try:
     s.sendall(b"2"); r = s.recv(10).decode() or "closed"
 except Exception as e:
