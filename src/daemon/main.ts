@@ -245,7 +245,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
       await audit.close();
-      await network.close();
+      // Slots stay for children left running (a restarted daemon re-adopts them); with none
+      // left, this daemon's namespaces, interfaces and host table go, so a stopped daemon leaves
+      // nothing in the kernel (left-over slot routes would also push other daemons' blocks aside).
+      if (sandboxes.list().some((v) => v.state === "running")) await network.close();
+      else await network.teardown();
       await rm(paths.socket, { force: true });
       await releaseLock();
     },
