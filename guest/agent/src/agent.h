@@ -16,7 +16,7 @@
 
 /* Request types (host to guest). */
 enum {
-	T_PING = 0x01, T_IDENTITY = 0x02, T_SYNC = 0x03,
+	T_PING = 0x01, T_IDENTITY = 0x02, T_SYNC = 0x03, T_WINDOW = 0x04, T_CANCEL = 0x05,
 	T_EXEC = 0x10, T_STDIN = 0x11, T_SIGNAL = 0x12,
 	T_READ = 0x20, T_WRITE_OPEN = 0x21, T_WRITE_DATA = 0x22, T_WRITE_END = 0x23,
 	T_LIST = 0x24, T_STAT = 0x25, T_MKDIR = 0x26, T_REMOVE = 0x27, T_RENAME = 0x28,
@@ -34,7 +34,7 @@ enum {
 	F_ARG = 1, F_ENV = 2, F_CWD = 3, F_SHELL = 4, F_TIMEOUT_MS = 5, F_STDIN = 6,
 	F_PATH = 7, F_PATH2 = 8, F_MODE = 9, F_FLAGS = 10, F_DATA = 11, F_CODE = 12,
 	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17, F_PIDS_MAX = 18,
-	F_NET_UP = 19,
+	F_NET_UP = 19, F_WINDOW = 20,
 	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
@@ -89,6 +89,8 @@ enum { K_EXEC = 1, K_READ, K_WRITE, K_EVAL };
 struct stream {
 	uint32_t id;
 	uint8_t kind;
+	uint8_t flow;   /* the host paces this stream with WINDOW credits */
+	int64_t credit; /* bytes of output the host still accepts (when flow) */
 };
 extern struct stream *g_streams[MAX_STREAMS];
 /* Claim a stream id: 0, or -1 with an ERROR (EBUSY) already sent. */
@@ -104,6 +106,15 @@ int64_t now_ms(void);
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern const char *g_python, *g_evalsrv;
 void dispatch(const struct msg *m);
+
+/* ---- flow.c: per-stream credit (WINDOW) ---- */
+/* Reads EXEC/READ's optional WINDOW field: 1 ok, 0 error sent. */
+int flow_init(struct stream *s, const struct msg *m);
+size_t flow_allow(const struct stream *s, size_t want); /* bytes that may be sent now */
+void flow_used(struct stream *s, size_t n);
+void flow_window(const struct msg *m);  /* T_WINDOW */
+void flow_cancel(const struct msg *m);  /* T_CANCEL */
+void flow_disconnected(void);           /* the host that gave the credits is gone */
 
 /* ---- port.c ---- */
 void port_setup(const char *path, int fd);
@@ -128,6 +139,7 @@ void exec_signal(const struct msg *m);
 int exec_reaped(pid_t pid, int status);
 void exec_poll(int64_t now);
 size_t exec_stdin_backlog(void);
+void exec_cancel(struct stream *s); /* kill the group, forget the stream, no reply */
 
 /* ---- files.c ---- */
 void file_read(const struct msg *m);
@@ -140,6 +152,7 @@ void file_mkdir(const struct msg *m);
 void file_remove(const struct msg *m);
 void file_rename(const struct msg *m);
 void files_poll(int64_t now);
+void file_read_cancel(struct stream *s); /* close, forget the stream, no reply */
 int mkdir_p(const char *path, mode_t mode);
 
 /* ---- eval.c ---- */

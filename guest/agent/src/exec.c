@@ -172,6 +172,10 @@ void exec_start(const struct msg *m)
 		goto nomem;
 	e->s = (struct stream){ .id = m->stream, .kind = K_EXEC };
 	e->out_fd = e->err_fd = e->in_fd = -1;
+	if (!flow_init(&e->s, m)) {
+		free(e);
+		return;
+	}
 	if (stream_add(&e->s) < 0) {
 		free(e);
 		return;
@@ -240,6 +244,8 @@ void exec_start(const struct msg *m)
 		e->deadline = now_ms() + (timeout < INT32_MAX * 1000LL ? timeout : INT32_MAX * 1000LL);
 	fb_begin(RP_STARTED, m->stream);
 	fb_i64(F_PID, e->pid);
+	if (e->s.flow)
+		fb_i64(F_WINDOW, e->s.credit); /* says: this agent honours the window */
 	fb_end();
 	free_strv(argv);
 	free_strv(env);
@@ -356,18 +362,20 @@ size_t exec_stdin_backlog(void)
 static int pump(struct exec *e, int which)
 {
 	int *fd = which ? &e->err_fd : &e->out_fd;
-	if (*fd < 0)
+	size_t max = flow_allow(&e->s, CHUNK);
+	if (*fd < 0 || !max)
 		return 0;
 	fb_begin(which ? RP_STDERR : RP_STDOUT, e->s.id);
-	uint8_t *p = fb_reserve(F_DATA, CHUNK);
+	uint8_t *p = fb_reserve(F_DATA, max);
 	if (!p) {
 		fb_abort();
 		return 0;
 	}
-	ssize_t n = read(*fd, p, CHUNK);
+	ssize_t n = read(*fd, p, max);
 	if (n > 0) {
 		fb_commit((size_t)n);
 		fb_end();
+		flow_used(&e->s, (size_t)n);
 		e->budget[which] -= e->budget[which] < (size_t)n ? e->budget[which] : (size_t)n;
 		return 1;
 	}
@@ -401,6 +409,8 @@ static int drain(struct exec *e)
 		while ((w ? e->err_fd : e->out_fd) >= 0) {
 			if (!outq_has_room())
 				return 0; /* wait for the host to take output */
+			if (e->budget[w] && !flow_allow(&e->s, 1))
+				return 0; /* wait for the host's credit */
 			if (!e->budget[w] || !pump(e, w))
 				break;
 		}
@@ -415,6 +425,18 @@ static int drain(struct exec *e)
 	closefd(&e->err_fd);
 	stdin_drop(e);
 	return 1;
+}
+
+void exec_cancel(struct stream *s)
+{
+	struct exec *e = (struct exec *)s;
+	if (!e->exited)
+		killpg(e->pid, SIGKILL);
+	closefd(&e->out_fd);
+	closefd(&e->err_fd);
+	stdin_drop(e);
+	stream_del(&e->s);
+	free(e);
 }
 
 void exec_poll(int64_t now)
@@ -439,10 +461,12 @@ void exec_poll(int64_t now)
 				want_timeout(e->deadline);
 			}
 		}
-		/* backpressure: stop reading output while the port queue is full */
-		if (room && e->out_fd >= 0)
+		/* backpressure: stop reading output while the port queue is full or the host's
+		 * window for this stream is used up (the command then blocks on its full pipe) */
+		int take = room && flow_allow(&e->s, 1);
+		if (take && e->out_fd >= 0)
 			poll_add(e->out_fd, POLLIN, on_out, e);
-		if (room && e->err_fd >= 0)
+		if (take && e->err_fd >= 0)
 			poll_add(e->err_fd, POLLIN, on_out, e);
 		if (e->in_fd >= 0 && e->in_off < e->in_len)
 			poll_add(e->in_fd, POLLOUT, on_in, e);

@@ -16,6 +16,7 @@ struct rfile { /* READ in progress: one chunk per loop iteration */
 	struct stream s;
 	int fd;
 	int64_t size;
+	int echoed; /* the first DATA said WINDOW */
 };
 
 struct wfile { /* WRITE_OPEN .. WRITE_END */
@@ -114,7 +115,7 @@ void file_read(const struct msg *m)
 		} else {
 			r->s = (struct stream){ .id = m->stream, .kind = K_READ };
 			r->fd = fd;
-			if (stream_add(&r->s) == 0)
+			if (flow_init(&r->s, m) && stream_add(&r->s) == 0)
 				fd = -1; /* owned by the stream now */
 			else
 				free(r);
@@ -128,16 +129,21 @@ void file_read(const struct msg *m)
 /* Send one chunk; returns 1 when the read is finished. */
 static int read_chunk(struct rfile *r)
 {
+	size_t max = flow_allow(&r->s, CHUNK);
 	fb_begin(RP_DATA, r->s.id);
-	uint8_t *p = fb_reserve(F_DATA, CHUNK);
+	if (r->s.flow && !r->echoed)
+		fb_i64(F_WINDOW, r->s.credit); /* says: this agent honours the window */
+	uint8_t *p = fb_reserve(F_DATA, max);
 	if (!p) {
 		fb_abort();
 		return 0;
 	}
-	ssize_t n = read(r->fd, p, CHUNK);
+	ssize_t n = read(r->fd, p, max);
 	if (n > 0) {
 		fb_commit((size_t)n);
 		fb_end();
+		flow_used(&r->s, (size_t)n);
+		r->echoed = 1;
 		r->size += n;
 		return 0;
 	}
@@ -163,6 +169,8 @@ void files_poll(int64_t now)
 			continue;
 		if (!outq_has_room())
 			return; /* the port's POLLOUT wakes us */
+		if (!flow_allow(&r->s, 1))
+			continue; /* a WINDOW from the host wakes us */
 		if (read_chunk(r)) {
 			stream_del(&r->s);
 			free(r);
@@ -170,6 +178,14 @@ void files_poll(int64_t now)
 			want_timeout(now); /* more to do: do not block in poll */
 		}
 	}
+}
+
+void file_read_cancel(struct stream *s)
+{
+	struct rfile *r = (struct rfile *)s;
+	close(r->fd);
+	stream_del(&r->s);
+	free(r);
 }
 
 /* ---- WRITE ---- */

@@ -135,6 +135,7 @@ static void disconnected(void)
 	retry_at = now_ms() + backoff;
 	reader_reset();
 	outq_clear();
+	flow_disconnected();
 	if (is_socket) {
 		close(fd);
 		fd = -1;

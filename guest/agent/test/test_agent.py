@@ -24,7 +24,7 @@ EVALSRV = os.path.join(HERE, "..", "..", "evalsrv", "forkd_eval.py")
 PYTHON = "/usr/bin/python3"
 
 # types
-PING, IDENTITY, SYNC = 0x01, 0x02, 0x03
+PING, IDENTITY, SYNC, WINDOW, CANCEL = 0x01, 0x02, 0x03, 0x04, 0x05
 EXEC, STDIN, SIGNAL = 0x10, 0x11, 0x12
 READ, WRITE_OPEN, WRITE_DATA, WRITE_END = 0x20, 0x21, 0x22, 0x23
 LIST, STAT, MKDIR, REMOVE, RENAME, EVAL = 0x24, 0x25, 0x26, 0x27, 0x28, 0x30
@@ -32,10 +32,10 @@ OK, DATA, END, ERROR, STARTED, STDOUT, STDERR, EXIT = 0x81, 0x82, 0x83, 0x8F, 0x
 TERMINAL = {OK, END, ERROR, EXIT}
 # tags
 ARG, ENV, CWD, SHELL, TIMEOUT_MS, STDIN_F, PATH, PATH2, MODE, FLAGS, DATA_F, CODE = range(1, 13)
-SEED, TIME_NS, HOSTNAME, SANDBOX_ID, SIGNAL_F = 13, 14, 15, 16, 17
+SEED, TIME_NS, HOSTNAME, SANDBOX_ID, SIGNAL_F, WINDOW_F = 13, 14, 15, 16, 17, 20
 VERSION, PID, EXIT_CODE, EXIT_SIGNAL, TIMED_OUT, ERRNO, MESSAGE = 32, 33, 34, 35, 36, 37, 38
 SIZE, MTIME_NS, FILE_TYPE, NAME, JSON_F, UPTIME_MS, EVAL_READY = 39, 40, 41, 42, 44, 45, 46
-INT_TAGS = {TIMEOUT_MS, STDIN_F, MODE, FLAGS, TIME_NS, SIGNAL_F, VERSION, PID, EXIT_CODE,
+INT_TAGS = {TIMEOUT_MS, STDIN_F, MODE, FLAGS, TIME_NS, SIGNAL_F, WINDOW_F, VERSION, PID, EXIT_CODE,
             EXIT_SIGNAL, TIMED_OUT, ERRNO, SIZE, MTIME_NS, FILE_TYPE, UPTIME_MS, EVAL_READY}
 MAX_FRAME = 1024 * 1024 + 64
 
@@ -290,6 +290,120 @@ def t_concurrent(a):
 def t_big_output(a):
     out, _, ex, _ = a.run([(SHELL, "head -c 20000000 /dev/zero")], timeout=60)
     check(len(out) == 20000000 and ex.get(EXIT_CODE) == 0, (len(out), ex))
+
+
+def quiet(a, stream, secs):
+    """Nothing arrives on `stream` for `secs`."""
+    try:
+        f = a.q(stream).get(timeout=secs)
+    except queue.Empty:
+        return
+    raise AssertionError("frame past the window: %r" % f)
+
+
+def data_of(frames, types=(STDOUT, STDERR, DATA)):
+    return sum(len(f.get(DATA_F)) for f in frames if f.type in types)
+
+
+def take(a, stream, n, timeout=20):
+    """Frames of `stream` until `n` output bytes came (not more), or its terminal frame."""
+    frames, got, deadline = [], 0, time.time() + timeout
+    while got < n:
+        f = a.recv(stream, max(0.1, deadline - time.time()))
+        frames.append(f)
+        got += data_of([f])
+        if f.type in TERMINAL:
+            break
+    check(got == n, "%d bytes within a window of %d" % (got, n))
+    return frames
+
+
+def t_window_exec(a):
+    """A paced exec sends no more than its window; credit releases the rest; others run on."""
+    total, w = 3000000, 100000
+    s = a.stream()
+    a.send(EXEC, s, [(SHELL, "head -c %d /dev/zero; echo tail >&2" % total), (WINDOW_F, w)])
+    st = a.recv(s)
+    check(st.type == STARTED and st.get(WINDOW_F) == w, "STARTED echoes the window: %r" % st)
+    got = take(a, s, w)
+    check(all(f.type == STDOUT for f in got), got)
+    quiet(a, s, 0.7)
+    # Another stream is not held up by the stalled one.
+    out, _, ex, _ = a.run([(SHELL, "echo other")], timeout=10)
+    check(out == b"other\n" and ex.get(EXIT_CODE) == 0, "a second exec ran: %r" % ex)
+    quiet(a, s, 0.1)
+    # Credit a little: exactly that much more comes, in chunks that never exceed it.
+    a.send(WINDOW, s, [(WINDOW_F, 5000)])
+    take(a, s, 5000)
+    quiet(a, s, 0.3)
+    a.send(WINDOW, s, [(WINDOW_F, 1 << 30)])
+    rest = a.until_end(s, timeout=60)
+    out = data_of(rest, (STDOUT,))
+    err = b"".join(f.get(DATA_F) for f in rest if f.type == STDERR)
+    check(w + 5000 + out == total and err == b"tail\n", (out, err))
+    check(rest[-1].type == EXIT and rest[-1].get(EXIT_CODE) == 0, rest[-1])
+    # An unpaced exec (no WINDOW, an old host) says nothing of windows.
+    _, _, _, frames = a.run([(ARG, "true")])
+    check(frames[0].get(WINDOW_F) is None, frames[0])
+    # A bad WINDOW is refused; a WINDOW for an unknown stream or a bad one is ignored.
+    expect_error(a.call(EXEC, [(ARG, "true"), (WINDOW_F, b"x")]), 22, "WINDOW not an i64")
+    a.send(WINDOW, 999999, [(WINDOW_F, 10)])
+    a.send(WINDOW, 999998, [])
+    check(a.call(PING).type == OK, "alive")
+
+
+def t_window_exit(a):
+    """Output left when a paced command exits waits for credit; EXIT comes after it."""
+    s = a.stream()
+    a.send(EXEC, s, [(SHELL, "head -c 60000 /dev/zero"), (WINDOW_F, 1000)])
+    check(a.recv(s).type == STARTED, "started")
+    take(a, s, 1000)
+    quiet(a, s, 0.7)  # the command has exited by now; its pipe holds the rest
+    a.send(WINDOW, s, [(WINDOW_F, 1 << 20)])
+    rest = a.until_end(s)
+    check(data_of(rest) == 59000 and rest[-1].type == EXIT and rest[-1].get(EXIT_CODE) == 0,
+          (data_of(rest), rest[-1]))
+
+
+def t_window_read(a, tmp):
+    path = os.path.join(tmp, "paced.bin")
+    blob = os.urandom(300000)
+    with open(path, "wb") as f:
+        f.write(blob)
+    s = a.stream()
+    a.send(READ, s, [(PATH, path), (WINDOW_F, 70000)])
+    got = take(a, s, 70000)
+    check(got[0].type == DATA and got[0].get(WINDOW_F) == 70000, "first DATA echoes: %r" % got[0])
+    check(all(f.get(WINDOW_F) is None for f in got[1:]), "only the first DATA says WINDOW")
+    quiet(a, s, 0.5)
+    a.send(WINDOW, s, [(WINDOW_F, 1 << 20)])
+    rest = a.until_end(s)
+    data = b"".join(f.get(DATA_F) for f in got + rest if f.type == DATA)
+    check(data == blob and rest[-1].type == END and rest[-1].get(SIZE) == len(blob), len(data))
+    # CANCEL: the read stops without a reply and its stream id is free again.
+    s = a.stream()
+    a.send(READ, s, [(PATH, path), (WINDOW_F, 1000)])
+    take(a, s, 1000)
+    a.send(CANCEL, s)
+    quiet(a, s, 0.5)
+    a.send(READ, s, [(PATH, path), (WINDOW_F, 1 << 20)])
+    frames = a.until_end(s)
+    check(frames[-1].type == END and frames[-1].get(SIZE) == len(blob), frames[-1])
+
+
+def t_cancel_exec(a):
+    s = a.stream()
+    a.send(EXEC, s, [(SHELL, "sleep 100 & echo $!; sleep 100"), (WINDOW_F, 1 << 20)])
+    check(a.recv(s).type == STARTED, "started")
+    bg = int(a.recv(s).get(DATA_F))
+    a.send(CANCEL, s)
+    deadline = time.time() + 5
+    while not gone(bg):
+        check(time.time() < deadline, "CANCEL left the command's group running")
+        time.sleep(0.05)
+    quiet(a, s, 0.3)
+    out, _, ex, _ = a.run([(ARG, "echo"), (ARG, "reused")], timeout=10)
+    check(out == b"reused\n", out)
 
 
 def t_files(a, tmp):
@@ -559,6 +673,10 @@ def main():
                  ("concurrent", lambda: t_concurrent(a)),
                  ("big output", lambda: t_big_output(a)),
                  ("files", lambda: t_files(a, tmp)),
+                 ("window exec", lambda: t_window_exec(a)),
+                 ("window exit", lambda: t_window_exit(a)),
+                 ("window read", lambda: t_window_read(a, tmp)),
+                 ("cancel exec", lambda: t_cancel_exec(a)),
                  ("protocol errors", lambda: t_protocol_errors(a)),
                  ("limits", lambda: t_limits(a)),
                  ("eval", lambda: t_eval(a, have_numpy)),
