@@ -113,7 +113,7 @@ int flow_init(struct stream *s, const struct msg *m);
 size_t flow_allow(const struct stream *s, size_t want); /* bytes that may be sent now */
 void flow_used(struct stream *s, size_t n);
 void flow_window(const struct msg *m);  /* T_WINDOW */
-void flow_cancel(const struct msg *m);  /* T_CANCEL */
+void flow_cancel(const struct msg *m);  /* T_CANCEL: EXEC, READ or WRITE */
 void flow_disconnected(void);           /* the host that gave the credits is gone */
 
 /* ---- port.c ---- */
@@ -153,6 +153,7 @@ void file_remove(const struct msg *m);
 void file_rename(const struct msg *m);
 void files_poll(int64_t now);
 void file_read_cancel(struct stream *s); /* close, forget the stream, no reply */
+void file_write_cancel(struct stream *s); /* remove the temporary file, forget the stream */
 int mkdir_p(const char *path, mode_t mode);
 
 /* ---- eval.c ---- */

@@ -259,6 +259,11 @@ static void wfile_free(struct wfile *w)
 	free(w);
 }
 
+void file_write_cancel(struct stream *s)
+{
+	wfile_free((struct wfile *)s);
+}
+
 void file_write_data(const struct msg *m)
 {
 	struct wfile *w = (struct wfile *)stream_find(m->stream, K_WRITE);

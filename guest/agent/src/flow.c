@@ -40,18 +40,20 @@ void flow_used(struct stream *s, size_t n)
 		s->credit -= (int64_t)n;
 }
 
-static struct stream *find_paced(uint32_t id)
+static struct stream *find(uint32_t id, int writes_too)
 {
-	for (int i = 0; i < MAX_STREAMS; i++)
-		if (g_streams[i] && g_streams[i]->id == id &&
-		    (g_streams[i]->kind == K_EXEC || g_streams[i]->kind == K_READ))
-			return g_streams[i];
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct stream *s = g_streams[i];
+		if (s && s->id == id &&
+		    (s->kind == K_EXEC || s->kind == K_READ || (writes_too && s->kind == K_WRITE)))
+			return s;
+	}
 	return NULL;
 }
 
 void flow_window(const struct msg *m)
 {
-	struct stream *s = find_paced(m->stream);
+	struct stream *s = find(m->stream, 0);
 	int64_t add;
 	/* no reply either way: an ERROR would end the stream */
 	if (!s || !s->flow || field_i64(m, F_WINDOW, 0, &add) <= 0 || add <= 0)
@@ -61,24 +63,26 @@ void flow_window(const struct msg *m)
 
 void flow_cancel(const struct msg *m)
 {
-	struct stream *s = find_paced(m->stream);
+	struct stream *s = find(m->stream, 1);
 	if (!s)
 		return;
 	if (s->kind == K_EXEC)
 		exec_cancel(s);
-	else
+	else if (s->kind == K_READ)
 		file_read_cancel(s);
+	else
+		file_write_cancel(s);
 }
 
 void flow_disconnected(void)
 {
 	for (int i = 0; i < MAX_STREAMS; i++) {
 		struct stream *s = g_streams[i];
-		if (!s || !s->flow)
-			continue;
-		if (s->kind == K_READ)
+		if (s && s->kind == K_WRITE)
+			file_write_cancel(s); /* nobody will finish it */
+		else if (s && s->flow && s->kind == K_READ)
 			file_read_cancel(s); /* nobody to read it for */
-		else
+		else if (s && s->flow)
 			s->flow = 0; /* commands keep running; their output is discarded */
 	}
 }

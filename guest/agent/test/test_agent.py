@@ -406,6 +406,21 @@ def t_cancel_exec(a):
     check(out == b"reused\n", out)
 
 
+def t_cancel_write(a, tmp):
+    """An abandoned write leaves neither its target nor its temporary file."""
+    d = os.path.join(tmp, "cancelled")
+    os.mkdir(d)
+    s = a.stream()
+    a.send(WRITE_OPEN, s, [(PATH, os.path.join(d, "f"))])
+    a.send(WRITE_DATA, s, [(DATA_F, b"x" * 1000)])
+    check(a.call(PING).type == OK and len(os.listdir(d)) == 1, "temp file while writing")
+    a.send(CANCEL, s)
+    a.send(WRITE_END, s)  # no longer in flight: discarded
+    check(a.call(PING).type == OK, "alive")
+    quiet(a, s, 0.3)
+    check(os.listdir(d) == [], "left behind: %r" % os.listdir(d))
+
+
 def t_files(a, tmp):
     blob = bytes(range(256)) * (5 * 4096)  # 5 MiB, every byte value
     path = os.path.join(tmp, "sub", "dir", "blob.bin")
@@ -677,6 +692,7 @@ def main():
                  ("window exit", lambda: t_window_exit(a)),
                  ("window read", lambda: t_window_read(a, tmp)),
                  ("cancel exec", lambda: t_cancel_exec(a)),
+                 ("cancel write", lambda: t_cancel_write(a, tmp)),
                  ("protocol errors", lambda: t_protocol_errors(a)),
                  ("limits", lambda: t_limits(a)),
                  ("eval", lambda: t_eval(a, have_numpy)),
