@@ -1,16 +1,24 @@
 /**
  * Host side of the guest agent protocol over a VM's virtio-serial unix socket.
- * One connection multiplexes many concurrent streams; every request has a deadline; anything
- * malformed from the guest breaks the connection and fails the requests on it.
+ * One connection multiplexes many concurrent streams; every request has a deadline. Output
+ * streams are paced by their consumers (flow.ts). Anything malformed from the guest fails the
+ * requests in flight and the connection is made again and resynchronised (a few times a
+ * minute at most; past that the client gives up and emits "broken" with the reason).
  */
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Socket } from "node:net";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { dialUnix } from "../util/net.js";
+import { PausableTimer } from "../util/pausable-timer.js";
+import { sleep } from "../util/time.js";
 import { CHUNK, FrameDecoder, Msg, Tag, encodeFrame, field, intField, strField } from "./codec.js";
 import type { Field, FieldInput, Frame } from "./codec.js";
 import { errnoCode, errnoName } from "./errno.js";
+import { StreamFlow, WINDOW, isThenable } from "./flow.js";
+import type { Consumed } from "./flow.js";
+
+export type { Consumed } from "./flow.js";
 
 export interface ExecRequest {
   /** argv, or a shell string run with /bin/sh -c. */
@@ -21,6 +29,8 @@ export interface ExecRequest {
   timeoutMs?: number;
   /** Keep stdin open for writeStdin(); otherwise it is /dev/null. */
   stdin?: boolean;
+  /** How long the guest has to answer STARTED (default 30 s). */
+  startTimeoutMs?: number;
 }
 
 export interface ExecResult {
@@ -29,9 +39,14 @@ export interface ExecResult {
   timedOut: boolean;
 }
 
+/**
+ * Output handlers. A handler that returns a promise paces the stream: its bytes count as held
+ * until the promise settles, and the guest stops sending once a window's worth is held.
+ * A consumer's exception is its own: it does not break the connection.
+ */
 export interface ExecHandlers {
-  onStdout?: (chunk: Buffer) => void;
-  onStderr?: (chunk: Buffer) => void;
+  onStdout?: (chunk: Buffer) => Consumed;
+  onStderr?: (chunk: Buffer) => Consumed;
 }
 
 export interface ExecHandle {
@@ -83,11 +98,26 @@ export interface Identity {
   netUpWaitMs?: number;
 }
 
-type StreamHandler = (frame: Frame) => void;
+/** A stream's handler: a frame for it, or the error that ended the connection under it. */
+type StreamHandler = (frame: Frame | ForkdError) => void;
 
 const FILE_TYPES = { 1: "file", 2: "dir", 3: "symlink", 4: "other" } as const;
 const DEFAULT_TIMEOUT_MS = 30_000;
 const MAX_STREAMS = 1024;
+/** A guest that has not answered EXEC with STARTED (or ERROR) by then is not going to. */
+const STARTED_TIMEOUT_MS = 30_000;
+/** Past an exec's own timeout, the guest has this long to report it. */
+const EXEC_GRACE_MS = 10_000;
+/** An unpaced stream (an old agent) holding more than this pauses the whole connection. */
+const HOLD_CAP = 4 * WINDOW;
+/** Reconnections after garbage from the guest allowed within RESYNC_WINDOW_MS. */
+const RESYNC_MAX = 3;
+const RESYNC_WINDOW_MS = 60_000;
+/** Before dialling again: lets the agent see the host end close and drop its partial frames. */
+const RESYNC_DELAY_MS = 250;
+const RESYNC_PING_MS = 5_000;
+/** Frames queued while reconnecting before writers are asked to wait (send() returns false). */
+const PENDING_SOFT_MAX = 1 << 20;
 
 export function guestError(fields: Field[]): ForkdError {
   const errno = intField(fields, Tag.ERRNO) ?? 0;
@@ -95,14 +125,39 @@ export function guestError(fields: Field[]): ForkdError {
   return new ForkdError(errnoCode(errno), message, { errno, errno_name: errnoName(errno) });
 }
 
+const asProtocolError = (e: unknown): ForkdError =>
+  e instanceof ForkdError ? e : new ForkdError("agent_protocol", errorMessage(e));
+
+/** Calls a consumer's handler; its exception is its own (the bytes count as consumed). */
+function consume(fn: ((chunk: Buffer) => Consumed) | undefined, chunk: Buffer): Consumed {
+  try {
+    const r = fn?.(chunk);
+    if (isThenable(r)) return Promise.resolve(r).catch(() => undefined);
+    return undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export class AgentClient extends EventEmitter {
   private socket: Socket | null = null;
-  private readonly decoder = new FrameDecoder();
+  private decoder = new FrameDecoder();
   private readonly streams = new Map<number, StreamHandler>();
+  private readonly flows = new Map<number, StreamFlow>();
   private nextStream = 1;
   private closedError: ForkdError | null = null;
+  /** Frames sent while reconnecting; written once the channel answers again. */
+  private pending: Buffer[] | null = null;
+  private pendingBytes = 0;
+  /** While reconnecting: fails the resynchronising PING (garbage again, or closed). */
+  private probeFail: ((e: ForkdError) => void) | null = null;
+  private readonly resyncs: number[] = [];
+  private paused = false;
 
-  private constructor(readonly socketPath: string) {
+  private constructor(
+    readonly socketPath: string,
+    private readonly redial: (() => Promise<Socket>) | null,
+  ) {
     super();
   }
 
@@ -110,17 +165,18 @@ export class AgentClient extends EventEmitter {
    * Connects to the agent's socket, retrying while it does not exist yet (QEMU still starting).
    */
   static async connect(socketPath: string, timeoutMs = 10_000, signal?: AbortSignal): Promise<AgentClient> {
-    const client = new AgentClient(socketPath);
-    client.socket = await dialUnix(socketPath, timeoutMs, "agent", signal);
-    client.attach();
+    const client = new AgentClient(socketPath, () => dialUnix(socketPath, 5_000, "agent"));
+    client.attach(await dialUnix(socketPath, timeoutMs, "agent", signal));
     return client;
   }
 
-  /** Wraps an already connected stream (tests: one end of a socketpair to an agent process). */
-  static fromSocket(socket: Socket, label = "socket"): AgentClient {
-    const client = new AgentClient(label);
-    client.socket = socket;
-    client.attach();
+  /**
+   * Wraps an already connected stream (tests: one end of a socketpair to an agent process).
+   * Without `redial`, garbage from the guest closes the client for good.
+   */
+  static fromSocket(socket: Socket, label = "socket", redial?: () => Promise<Socket>): AgentClient {
+    const client = new AgentClient(label, redial ?? null);
+    client.attach(socket);
     return client;
   }
 
@@ -128,53 +184,179 @@ export class AgentClient extends EventEmitter {
     return this.closedError !== null;
   }
 
-  private attach(): void {
-    const s = this.socket!;
-    s.setNoDelay(true);
+  private attach(s: Socket): void {
+    this.socket = s;
+    this.decoder = new FrameDecoder();
+    s.setNoDelay?.(true);
+    if (this.paused) s.pause();
     s.on("data", (chunk: Buffer) => {
-      let frames: Frame[];
-      try {
-        frames = this.decoder.push(chunk);
-      } catch (e) {
-        this.fail(e instanceof ForkdError ? e : new ForkdError("agent_protocol", errorMessage(e)));
-        return;
-      }
-      for (const f of frames) {
-        const h = this.streams.get(f.stream);
-        if (h) {
-          try {
-            h(f);
-          } catch (e) {
-            this.fail(e instanceof ForkdError ? e : new ForkdError("agent_protocol", errorMessage(e)));
-            return;
-          }
-        }
-        // Frames for unknown streams (late output after a timeout) are dropped.
-      }
+      if (this.socket === s) this.onData(chunk);
     });
-    s.on("error", (e) => this.fail(new ForkdError("unavailable", `agent connection: ${e.message}`)));
-    s.on("close", () => this.fail(new ForkdError("unavailable", "agent connection closed")));
+    s.on("error", (e) => {
+      if (this.socket === s) this.fail(new ForkdError("unavailable", `agent connection: ${e.message}`));
+    });
+    s.on("close", () => {
+      if (this.socket === s) this.fail(new ForkdError("unavailable", "agent connection closed"));
+    });
   }
 
-  /** Breaks the connection: every pending request fails with `err`. Idempotent. */
-  private fail(err: ForkdError): void {
+  private onData(chunk: Buffer): void {
+    let frames: Frame[];
+    try {
+      frames = this.decoder.push(chunk);
+    } catch (e) {
+      this.corrupted(asProtocolError(e));
+      return;
+    }
+    const s = this.socket;
+    for (const f of frames) {
+      const h = this.streams.get(f.stream);
+      if (h) {
+        try {
+          h(f);
+        } catch (e) {
+          this.corrupted(asProtocolError(e));
+          return;
+        }
+        if (this.socket !== s) return; // a handler's frame was nonsense: reconnected
+      }
+      // Frames for unknown streams (late output after a timeout) are dropped.
+    }
+  }
+
+  /** Detaches and closes the current socket without that counting as the connection's end. */
+  private dropSocket(): void {
+    const s = this.socket;
+    this.socket = null;
+    s?.destroy();
+  }
+
+  /**
+   * The guest sent something that is not the protocol: the byte stream cannot be trusted from
+   * here on. Fail what is in flight, connect again (the agent drops partial frames when the host
+   * end closes) and check the channel with a PING, at most RESYNC_MAX times a minute.
+   */
+  private corrupted(err: ForkdError): void {
     if (this.closedError) return;
-    this.closedError = err;
-    this.socket?.destroy();
+    if (this.probeFail) {
+      this.probeFail(err);
+      return;
+    }
+    const now = Date.now();
+    while (this.resyncs.length > 0 && this.resyncs[0]! < now - RESYNC_WINDOW_MS) this.resyncs.shift();
+    if (!this.redial || this.resyncs.length >= RESYNC_MAX) {
+      this.giveUp(err);
+      return;
+    }
+    this.resyncs.push(now);
+    this.dropSocket();
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.setPaused(false);
+    const abandoned = [...this.streams.keys()];
+    this.failStreams(
+      new ForkdError("agent_protocol", `the guest corrupted its agent channel (${err.message}); reconnected`),
+    );
+    void this.resync(abandoned);
+  }
+
+  /** Corrupted too often (or cannot reconnect): closed for good, and the owner is told why. */
+  private giveUp(err: ForkdError): void {
+    const n = this.resyncs.length + 1;
+    const reason = this.redial
+      ? `the guest corrupted its agent channel ${n} times within ${RESYNC_WINDOW_MS / 1000} s (${err.message})`
+      : `the guest corrupted its agent channel (${err.message})`;
+    this.fail(new ForkdError("agent_protocol", reason));
+    this.emit("broken", reason);
+  }
+
+  private async resync(abandoned: number[]): Promise<void> {
+    for (;;) {
+      let error: ForkdError;
+      try {
+        await sleep(RESYNC_DELAY_MS);
+        if (this.closedError) return;
+        const s = await this.redial!();
+        if (this.closedError) {
+          s.destroy();
+          return;
+        }
+        this.attach(s);
+        await this.probe();
+        break;
+      } catch (e) {
+        if (this.closedError) return;
+        error = e instanceof ForkdError ? e : new ForkdError("unavailable", errorMessage(e));
+      }
+      this.dropSocket();
+      if (error.code === "unavailable") {
+        // Its socket is gone: the VMM is (the sandbox service hears of that from the VMM).
+        this.fail(new ForkdError("unavailable", `agent reconnection: ${error.message}`));
+        return;
+      }
+      const now = Date.now();
+      while (this.resyncs.length > 0 && this.resyncs[0]! < now - RESYNC_WINDOW_MS) this.resyncs.shift();
+      if (this.resyncs.length >= RESYNC_MAX) {
+        this.giveUp(error);
+        return;
+      }
+      this.resyncs.push(now);
+    }
+    const queued = this.pending ?? [];
+    this.pending = null;
+    this.pendingBytes = 0;
+    // What failed under the garbage may still run in the guest: stop it.
+    for (const id of abandoned) this.socket?.write(encodeFrame(Msg.CANCEL, id));
+    for (const b of queued) this.socket?.write(b);
+    this.emit("resynced");
+  }
+
+  /** A PING on the new connection, written ahead of what is queued. */
+  private probe(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      let stream = 0;
+      const done = (e: ForkdError | null) => {
+        clearTimeout(timer);
+        this.probeFail = null;
+        this.streams.delete(stream);
+        if (e) reject(e);
+        else resolve();
+      };
+      const timer = setTimeout(
+        () => done(new ForkdError("timeout", `agent did not answer PING within ${RESYNC_PING_MS} ms`)),
+        RESYNC_PING_MS,
+      );
+      this.probeFail = done;
+      stream = this.openStream((f) => {
+        if (f instanceof ForkdError) return done(f);
+        if (f.type === Msg.OK) return done(null);
+        done(new ForkdError("agent_protocol", `unexpected frame 0x${f.type.toString(16)} for PING`));
+      });
+      this.socket!.write(encodeFrame(Msg.PING, stream));
+    });
+  }
+
+  private failStreams(err: ForkdError): void {
     const handlers = [...this.streams.values()];
     this.streams.clear();
-    const errFrame: Frame = {
-      type: -1,
-      stream: 0,
-      fields: [],
-    };
+    this.flows.clear();
     for (const h of handlers) {
       try {
-        h(errFrame);
+        h(err);
       } catch {
         /* handlers reject their own promises */
       }
     }
+  }
+
+  /** Breaks the connection for good: every pending request fails with `err`. Idempotent. */
+  private fail(err: ForkdError): void {
+    if (this.closedError) return;
+    this.closedError = err;
+    this.dropSocket();
+    this.pending = null;
+    this.probeFail?.(err);
+    this.failStreams(err);
     this.emit("close", err);
   }
 
@@ -195,15 +377,44 @@ export class AgentClient extends EventEmitter {
     return id;
   }
 
+  /** Writes a frame (queued while reconnecting). False: wait for drain() before more. */
   private send(type: number, stream: number, fields: readonly FieldInput[] = []): boolean {
     if (this.closedError) throw this.closedError;
-    return this.socket!.write(encodeFrame(type, stream, fields));
+    const frame = encodeFrame(type, stream, fields);
+    if (this.pending) {
+      this.pending.push(frame);
+      this.pendingBytes += frame.length;
+      return this.pendingBytes < PENDING_SOFT_MAX;
+    }
+    return this.socket!.write(frame);
   }
 
+  /** Tells the agent the host has given up `stream` (it stops the command, read or write). */
+  private abandon(stream: number): void {
+    if (stream === 0 || this.closedError) return;
+    this.send(Msg.CANCEL, stream);
+  }
+
+  /**
+   * Resolves once more can be written (or the connection ended). Callers race it with their
+   * own deadline.
+   */
   private async drain(): Promise<void> {
+    if (this.closedError) return;
+    if (this.pending) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          this.off("resynced", done);
+          this.off("close", done);
+          resolve();
+        };
+        this.on("resynced", done);
+        this.on("close", done);
+      });
+      return;
+    }
     const s = this.socket;
-    if (!s || this.closedError) return;
-    if (s.writableNeedDrain) {
+    if (s?.writableNeedDrain) {
       await new Promise<void>((resolve) => {
         const done = () => {
           s.off("drain", done);
@@ -214,6 +425,35 @@ export class AgentClient extends EventEmitter {
         s.on("close", done);
       });
     }
+  }
+
+  /** A flow for `stream` that credits the guest and keeps the connection's pause up to date. */
+  private flowFor(stream: () => number, changed: (f: StreamFlow) => void): StreamFlow {
+    const flow: StreamFlow = new StreamFlow(
+      (bytes) => {
+        const id = stream();
+        if (this.streams.has(id) && !this.closedError) this.send(Msg.WINDOW, id, [[Tag.WINDOW, bytes]]);
+      },
+      () => {
+        changed(flow);
+        this.updatePause();
+      },
+    );
+    return flow;
+  }
+
+  /** Pauses reading from the guest while an unpaced stream's consumer holds too much. */
+  private updatePause(): void {
+    let over = false;
+    for (const f of this.flows.values()) if (f.held > HOLD_CAP) over = true;
+    this.setPaused(over);
+  }
+
+  private setPaused(p: boolean): void {
+    if (p === this.paused) return;
+    this.paused = p;
+    if (p) this.socket?.pause();
+    else this.socket?.resume();
   }
 
   /**
@@ -242,7 +482,7 @@ export class AgentClient extends EventEmitter {
       };
       try {
         stream = this.openStream((f) => {
-          if (f.type === -1) return finish(this.closedError);
+          if (f instanceof ForkdError) return finish(f);
           if (f.type === Msg.OK || f.type === Msg.END) return finish(null, f.fields);
           if (f.type === Msg.ERROR) return finish(guestError(f.fields));
           if (onFrame) return onFrame(f);
@@ -284,8 +524,13 @@ export class AgentClient extends EventEmitter {
     await this.request(Msg.SYNC, [], timeoutMs);
   }
 
+  /**
+   * Runs a command. Its output is paced by `handlers` (see ExecHandlers). Deadlines: STARTED
+   * within STARTED_TIMEOUT_MS; with `timeoutMs`, EXIT within it plus EXEC_GRACE_MS, not counting
+   * the time the consumer held a full window (the guest is then waiting on us).
+   */
   exec(req: ExecRequest, handlers: ExecHandlers = {}): ExecHandle {
-    const fields: FieldInput[] = [];
+    const fields: FieldInput[] = [[Tag.WINDOW, WINDOW]];
     if (req.shell !== undefined) fields.push([Tag.SHELL, req.shell]);
     for (const a of req.argv ?? []) fields.push([Tag.ARG, a]);
     for (const [k, v] of Object.entries(req.env ?? {})) fields.push([Tag.ENV, `${k}=${v}`]);
@@ -301,35 +546,54 @@ export class AgentClient extends EventEmitter {
     });
     started.catch(() => undefined); // observed through `result` too
     let stream = 0;
-    // The guest enforces the command's timeout; ours is a backstop for a guest that never answers.
-    const backstopMs = req.timeoutMs !== undefined ? req.timeoutMs + 10_000 : undefined;
     const result = new Promise<ExecResult>((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
+      let backstop: PausableTimer | undefined;
+      const flow = this.flowFor(
+        () => stream,
+        (f) => (f.full ? backstop?.pause() : backstop?.resume()),
+      );
       const finish = (err: ForkdError | null, r?: ExecResult) => {
-        clearTimeout(timer);
+        clearTimeout(startTimer);
+        backstop?.clear();
+        flow.end();
         this.streams.delete(stream);
+        this.flows.delete(stream);
+        this.updatePause();
         if (err) {
           rejectStarted(err);
           reject(err);
         } else resolve(r!);
       };
-      if (backstopMs !== undefined) {
-        timer = setTimeout(
-          () => finish(new ForkdError("timeout", `guest did not finish exec within ${backstopMs} ms`)),
-          backstopMs,
-        );
+      const giveUp = (msg: string) => {
+        this.abandon(stream);
+        finish(new ForkdError("timeout", msg));
+      };
+      const startMs = req.startTimeoutMs ?? STARTED_TIMEOUT_MS;
+      const startTimer = setTimeout(
+        () => giveUp(`guest did not start the command within ${startMs} ms`),
+        startMs,
+      );
+      // The guest enforces the command's timeout; ours is a backstop for a guest that never answers.
+      if (req.timeoutMs !== undefined) {
+        const ms = req.timeoutMs + EXEC_GRACE_MS;
+        backstop = new PausableTimer(ms, () => giveUp(`guest did not finish exec within ${ms} ms`));
       }
+      const output = (f: Frame, fn: ((chunk: Buffer) => Consumed) | undefined) => {
+        const d = field(f.fields, Tag.DATA) ?? Buffer.alloc(0);
+        flow.deliver(d.length, consume(fn, d));
+      };
       try {
         stream = this.openStream((f) => {
+          if (f instanceof ForkdError) return finish(f);
           switch (f.type) {
-            case -1:
-              return finish(this.closedError);
             case Msg.STARTED:
+              clearTimeout(startTimer);
+              if (intField(f.fields, Tag.WINDOW) !== undefined) flow.paced = true;
               return resolveStarted({ pid: intField(f.fields, Tag.PID) ?? -1 });
             case Msg.STDOUT:
-              return handlers.onStdout?.(field(f.fields, Tag.DATA) ?? Buffer.alloc(0));
+              return output(f, handlers.onStdout);
             case Msg.STDERR:
-              return handlers.onStderr?.(field(f.fields, Tag.DATA) ?? Buffer.alloc(0));
+              return output(f, handlers.onStderr);
             case Msg.EXIT: {
               const code = intField(f.fields, Tag.EXIT_CODE);
               const sig = intField(f.fields, Tag.EXIT_SIGNAL);
@@ -345,6 +609,7 @@ export class AgentClient extends EventEmitter {
               throw new ForkdError("agent_protocol", `unexpected frame 0x${f.type.toString(16)} in exec`);
           }
         });
+        this.flows.set(stream, flow);
         this.send(Msg.EXEC, stream, fields);
       } catch (e) {
         finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));
@@ -384,23 +649,72 @@ export class AgentClient extends EventEmitter {
     return Buffer.concat(chunks, total);
   }
 
-  /** Streams a file's bytes to `onChunk`; resolves with its size. */
-  async readFileStream(path: string, onChunk: (chunk: Buffer) => void, timeoutMs = 120_000): Promise<number> {
-    const failed: { error: Error | null } = { error: null };
-    const f = await this.request(Msg.READ, [[Tag.PATH, path]], timeoutMs, (frame) => {
-      if (frame.type !== Msg.DATA) throw new ForkdError("agent_protocol", "unexpected frame in read");
-      if (failed.error) return;
+  /**
+   * Streams a file's bytes to `onChunk` (which paces the read by returning a promise, see
+   * ExecHandlers); resolves with its size. `timeoutMs` bounds each wait for the guest: it runs
+   * while the consumer is ready for more and restarts with every chunk. An exception or a
+   * rejected promise from `onChunk` ends the read with that error.
+   */
+  readFileStream(path: string, onChunk: (chunk: Buffer) => Consumed, timeoutMs = 120_000): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      let stream = 0;
+      let over = false;
+      const flow = this.flowFor(
+        () => stream,
+        (f) => (f.full ? timer.pause() : timer.resume()),
+      );
+      const finish = (err: Error | null, size?: number) => {
+        if (over) return;
+        over = true;
+        timer.clear();
+        flow.end();
+        this.streams.delete(stream);
+        this.flows.delete(stream);
+        this.updatePause();
+        if (err) reject(err);
+        else resolve(size ?? 0);
+      };
+      const stop = (err: Error) => {
+        this.abandon(stream);
+        finish(err);
+      };
+      const timer = new PausableTimer(timeoutMs, () =>
+        stop(new ForkdError("timeout", `reading ${path}: the guest sent nothing for ${timeoutMs} ms`)),
+      );
       try {
-        onChunk(field(frame.fields, Tag.DATA) ?? Buffer.alloc(0));
+        stream = this.openStream((f) => {
+          if (f instanceof ForkdError) return finish(f);
+          if (f.type === Msg.END) return finish(null, intField(f.fields, Tag.SIZE) ?? 0);
+          if (f.type === Msg.ERROR) return finish(guestError(f.fields));
+          if (f.type !== Msg.DATA) throw new ForkdError("agent_protocol", "unexpected frame in read");
+          if (intField(f.fields, Tag.WINDOW) !== undefined) flow.paced = true;
+          timer.restart();
+          const d = field(f.fields, Tag.DATA) ?? Buffer.alloc(0);
+          let r: Consumed;
+          try {
+            r = onChunk(d);
+          } catch (e) {
+            return stop(e instanceof Error ? e : new Error(String(e)));
+          }
+          if (isThenable(r))
+            r = Promise.resolve(r).catch((e: unknown) => stop(e instanceof Error ? e : new Error(String(e))));
+          flow.deliver(d.length, r);
+        });
+        this.flows.set(stream, flow);
+        this.send(Msg.READ, stream, [
+          [Tag.PATH, path],
+          [Tag.WINDOW, WINDOW],
+        ]);
       } catch (e) {
-        failed.error = e instanceof Error ? e : new Error(String(e));
+        finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));
       }
     });
-    if (failed.error) throw failed.error;
-    return intField(f, Tag.SIZE) ?? 0;
   }
 
-  /** Writes a file atomically in the guest (temp file, fsync, rename). */
+  /**
+   * Writes a file atomically in the guest (temp file, fsync, rename). At `timeoutMs` it stops
+   * sending, tells the agent to drop the temporary file and closes `data`.
+   */
   async writeFile(
     path: string,
     data: Uint8Array | AsyncIterable<Uint8Array>,
@@ -411,41 +725,55 @@ export class AgentClient extends EventEmitter {
     let early: ForkdError | null = null;
     const done = new Promise<Field[]>((resolve, reject) => {
       const timer = setTimeout(() => {
-        this.streams.delete(stream);
-        reject(new ForkdError("timeout", `writing ${path} timed out after ${timeoutMs} ms`));
+        this.abandon(stream);
+        finish(new ForkdError("timeout", `writing ${path} timed out after ${timeoutMs} ms`));
       }, timeoutMs);
       const finish = (err: ForkdError | null, f?: Field[]) => {
         clearTimeout(timer);
         this.streams.delete(stream);
         if (err) {
-          early = err;
+          early ??= err;
           reject(err);
         } else resolve(f ?? []);
       };
-      stream = this.openStream((f) => {
-        if (f.type === -1) return finish(this.closedError);
-        if (f.type === Msg.OK) return finish(null, f.fields);
-        if (f.type === Msg.ERROR) return finish(guestError(f.fields));
-        throw new ForkdError("agent_protocol", "unexpected frame in write");
-      });
+      try {
+        stream = this.openStream((f) => {
+          if (f instanceof ForkdError) return finish(f);
+          if (f.type === Msg.OK) return finish(null, f.fields);
+          if (f.type === Msg.ERROR) return finish(guestError(f.fields));
+          throw new ForkdError("agent_protocol", "unexpected frame in write");
+        });
+        const fields: FieldInput[] = [[Tag.PATH, path]];
+        if (opts.mode !== undefined) fields.push([Tag.MODE, opts.mode]);
+        if (opts.makeParents) fields.push([Tag.FLAGS, 1]);
+        this.send(Msg.WRITE_OPEN, stream, fields);
+      } catch (e) {
+        finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));
+      }
     });
     done.catch(() => undefined);
-    const fields: FieldInput[] = [[Tag.PATH, path]];
-    if (opts.mode !== undefined) fields.push([Tag.MODE, opts.mode]);
-    if (opts.makeParents) fields.push([Tag.FLAGS, 1]);
-    this.send(Msg.WRITE_OPEN, stream, fields);
+    // Settles when the write is over, whichever way (the guest's reply, its error, the deadline).
+    const over = done.then(
+      () => null,
+      () => null,
+    );
     const sendChunk = async (buf: Uint8Array) => {
       for (let off = 0; off < buf.length && !early; off += CHUNK) {
         if (!this.send(Msg.WRITE_DATA, stream, [[Tag.DATA, buf.subarray(off, off + CHUNK)]]))
-          await this.drain();
+          await Promise.race([this.drain(), over]);
       }
     };
-    if (data instanceof Uint8Array) await sendChunk(data);
-    else
-      for await (const chunk of data) {
-        if (early) break;
-        await sendChunk(chunk);
+    if (!early && data instanceof Uint8Array) await sendChunk(data);
+    else if (!early && !(data instanceof Uint8Array)) {
+      const it = data[Symbol.asyncIterator]();
+      for (;;) {
+        const next = await Promise.race([it.next(), over]);
+        if (early || next === null || next.done) break;
+        await sendChunk(next.value);
       }
+      // Ended early: the rest of the upload is not wanted (closes the request body).
+      if (early) void Promise.resolve(it.return?.()).catch(() => undefined);
+    }
     if (!early && !this.closedError) this.send(Msg.WRITE_END, stream);
     const f = await done;
     return intField(f, Tag.SIZE) ?? 0;

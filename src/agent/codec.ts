@@ -13,6 +13,10 @@ export const Msg = {
   PING: 0x01,
   IDENTITY: 0x02,
   SYNC: 0x03,
+  /** Credit for a paced stream (host to guest). */
+  WINDOW: 0x04,
+  /** The host abandons a stream: the agent stops it without a reply. */
+  CANCEL: 0x05,
   EXEC: 0x10,
   STDIN: 0x11,
   SIGNAL: 0x12,
@@ -57,6 +61,8 @@ export const Tag = {
   /** The workload cgroup's pids.max (IDENTITY; 0: unlimited). */
   PIDS_MAX: 18,
   NET_UP: 19,
+  /** EXEC/READ: initial window; STARTED / first DATA: the agent honours it; WINDOW: credit. */
+  WINDOW: 20,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,
