@@ -5,6 +5,7 @@ import type { ApiEnv } from "../env.js";
 import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { ForkdError } from "../../util/errors.js";
+import { PacedReader } from "../paced-reader.js";
 
 export function fileRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -22,23 +23,32 @@ export function fileRoutes(s: Services): Hono<ApiEnv> {
       lease.release();
       throw e;
     }
-    let failed = false;
-    const stream = new ReadableStream<Uint8Array>({
-      start(controller) {
-        agent
-          .readFileStream(path, (chunk) => {
-            if (!failed) controller.enqueue(new Uint8Array(chunk));
-          })
-          .then(
-            () => controller.close(),
-            (e: unknown) => {
-              failed = true;
-              controller.error(e);
-            },
-          )
-          .finally(lease.release);
+    // Paced by the client: the file is read in the guest as fast as the client takes it.
+    const reader = new PacedReader();
+    const stream = new ReadableStream<Uint8Array>(
+      {
+        start(controller) {
+          agent
+            .readFileStream(path, (chunk) => {
+              // A client gone: the read stops (and the guest's stream is cancelled).
+              reader.checkGone();
+              return reader.enqueue(controller, new Uint8Array(chunk))?.then(() => reader.checkGone());
+            })
+            .then(
+              () => reader.close(controller),
+              (e: unknown) => reader.error(controller, e),
+            )
+            .finally(lease.release);
+        },
+        pull() {
+          reader.pulled();
+        },
+        cancel() {
+          reader.gone();
+        },
       },
-    });
+      reader.strategy,
+    );
     return new Response(stream, {
       status: 200,
       headers: { "content-type": "application/octet-stream", "x-forkd-file-size": String(st.size) },
