@@ -599,6 +599,7 @@ export class SandboxService {
     vm?.onExit(() => {
       if (s.vm === vm) void this.onExit(s);
     });
+    if (agent) this.watchAgent(s, agent);
     // Only a sandbox with a disk limit arms a threshold (armDiskLimit).
     if (record.limits?.diskMiB) vm?.onDiskWriteThreshold(() => void this.diskLimitHit(s, vm));
     return s;
@@ -627,6 +628,21 @@ export class SandboxService {
     const reason = `killed by the host: disk limit of ${s.record.limits?.diskMiB ?? "?"} MiB exceeded`;
     this.o.log.warn("sandbox exceeded its disk limit", { id: s.record.id, pid: s.record.pid });
     await this.retire(s, reason, true);
+  }
+
+  /**
+   * A guest that keeps corrupting its agent channel (the client gave up reconnecting) cannot be
+   * served: it is killed, and its exit reason says why.
+   */
+  private watchAgent(s: Sandbox, agent: AgentClient): void {
+    agent.once("broken", (why: string) => {
+      if (s.agent !== agent || s.state !== "running") return;
+      const reason = `killed by the host: ${why}`;
+      this.o.log.warn("sandbox agent channel broken", { id: s.record.id, reason });
+      this.retire(s, reason, true).catch((e: unknown) =>
+        this.o.log.warn("retire failed", { id: s.record.id, error: errorMessage(e) }),
+      );
+    });
   }
 
   /** A VM that exited without being asked: keep the record (with why), free its files. */
@@ -798,6 +814,7 @@ export class SandboxService {
       await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
       s.vm = vm;
       s.agent = agent;
+      this.watchAgent(s, agent);
       s.net = net;
       s.state = "running";
       s.lastUsed = Date.now();
