@@ -107,18 +107,27 @@ void want_timeout(int64_t deadline_ms)
 /* ---- children ---- */
 
 static int sig_fd = -1;
+static int reap_more; /* the last round stopped at its bound: reap again without waiting */
 
+#define REAP_BATCH 64
+
+/* Reaps at most REAP_BATCH children per loop turn: a fork bomb that orphans processes as fast
+ * as we reap them would otherwise keep us here forever, and its exec's timeout (checked by
+ * exec_poll) would never fire. */
 static void on_sigchld(void *ctx, int fd, short revents)
 {
 	(void)ctx; (void)revents;
 	struct signalfd_siginfo si;
-	while (read(fd, &si, sizeof si) == sizeof si)
+	while (fd >= 0 && read(fd, &si, sizeof si) == sizeof si)
 		;
-	int status;
-	pid_t pid;
-	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+	int status, n = 0;
+	pid_t pid = 0;
+	while (n < REAP_BATCH && (pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		n++;
 		if (!exec_reaped(pid, status))
 			eval_reaped(pid, status); /* orphans fall through and are discarded */
+	}
+	reap_more = n == REAP_BATCH;
 }
 
 /* ---- requests ---- */
@@ -249,6 +258,8 @@ int main(int argc, char **argv)
 			poll_add(sig_fd, POLLIN, on_sigchld, NULL);
 		else
 			want_timeout(now + 100);
+		if (reap_more)
+			want_timeout(now);
 		exec_poll(now);
 		files_poll(now);
 		eval_poll(now);
@@ -265,7 +276,7 @@ int main(int argc, char **argv)
 			}
 			continue;
 		}
-		if (sig_fd < 0)
+		if (sig_fd < 0 || reap_more)
 			on_sigchld(NULL, -1, 0);
 		/* callbacks may free the objects of later entries; they look them up again */
 		for (int i = 0; i < npfd; i++)
