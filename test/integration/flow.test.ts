@@ -101,7 +101,7 @@ step("a stalled reader of a 512 MiB exec stream: the guest waits, the daemon doe
       d.ep,
       "POST",
       `/v1/sandboxes/${a.id}/exec/stream`,
-      JSON.stringify({ cmd: `head -c ${total} /dev/zero` }),
+      JSON.stringify({ cmd: `exec head -c ${total} /dev/zero` }),
       0,
       { "content-type": "application/json" },
     ),
@@ -129,7 +129,7 @@ step("a stalled reader of a 512 MiB exec stream: the guest waits, the daemon doe
   await r.gotFirst;
   await sleep(500);
   assert.ok(pid > 0, "started first");
-  // `sh -c` runs its last command in place: the pid is head's. Its bytes written stop growing.
+  // `exec`: the pid is head's. The bytes it has written stop growing.
   const written = await throttled(
     a.id,
     `grep -s wchar /proc/${pid}/io | cut -d' ' -f2`,
@@ -230,7 +230,17 @@ step("a guest that keeps corrupting its agent channel is killed, and its exit re
 
 step("a fork bomb's exec ends at its timeout_ms with timed_out, not at the host's backstop", async () => {
   const c = await fork();
-  const r = await sh(c.id, "bomb(){ bomb | bomb & }; bomb; sleep 60", 5_000);
+  // Its processes die as fast as they are born, orphaned to the agent (PID 1), which must reap
+  // them all and still kill the group on time. The host's backstop is timeout_ms + 10 s: on time
+  // means well inside that grace.
+  const timeoutMs = 5_000;
+  const r = await api<ExecOut & { duration_ms: number }>(
+    "POST",
+    `/v1/sandboxes/${c.id}/exec`,
+    { cmd: "bomb(){ bomb | bomb & }; bomb; sleep 60", timeout_ms: timeoutMs },
+    60_000,
+  );
   assert.equal(r.timed_out, true);
+  assert.ok(r.duration_ms - timeoutMs < 5_000, `ended ${r.duration_ms - timeoutMs} ms after its timeout`);
   assert.equal((await sh(c.id, "echo alive")).stdout, "alive\n");
 });

@@ -1,7 +1,6 @@
 /* Entry point, the poll() event loop, the stream table, request dispatch and reaping. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -238,14 +237,6 @@ int main(int argc, char **argv)
 	sig_fd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (sig_fd < 0)
 		logmsg("signalfd: %s", strerror(errno)); /* children are then reaped on timer */
-
-	/* Real-time priority, not inherited by what it starts: a guest workload that keeps every CPU
-	 * busy (a fork bomb under TCG) would otherwise starve the loop that enforces its timeouts and
-	 * answers the host. The loop only runs when it has work and the kernel's RT throttling keeps
-	 * a share for everything else. */
-	struct sched_param sp = { .sched_priority = 10 };
-	if (sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) < 0 && errno != EPERM)
-		logmsg("sched_setscheduler: %s", strerror(errno));
 
 	port_setup(port_path, port_fd);
 	eval_init();
