@@ -457,6 +457,14 @@ void exec_poll(int64_t now)
 			if (now >= e->deadline) {
 				killpg(e->pid, SIGKILL);
 				e->timed_out = 1;
+				/* Answer now: SIGKILL cannot be refused, but under a fork bomb the main
+				 * process may wait seconds for a CPU to die on. Its zombie is reaped
+				 * later like any orphan's. */
+				int st;
+				e->exited = 1;
+				e->status = waitpid(e->pid, &st, WNOHANG) == e->pid ? st : SIGKILL;
+				want_timeout(now);
+				continue;
 			} else {
 				want_timeout(e->deadline);
 			}
