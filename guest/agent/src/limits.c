@@ -2,7 +2,8 @@
  * Guest-side limits of the workload: every process the agent starts (commands, the eval
  * server, and all they start) runs in the cgroup v2 group /sys/fs/cgroup/work, whose pids.max
  * the host sets at fork (IDENTITY's PIDS_MAX). A fork bomb then fails with EAGAIN inside that
- * group while the agent, outside it, keeps answering and can kill it. The host's own limits
+ * group while the agent, outside it, keeps answering and can kill it. The group also has the cpu
+ * controller: against the agent it weighs as one task, however many processes it has. The host's own limits
  * (the VMM's cgroup) bound what the guest as a whole can take; this keeps the sandbox usable.
  */
 #define _GNU_SOURCE
@@ -50,6 +51,11 @@ void limits_init(void)
 		logmsg("enable pids controller: %s (no workload limits)", strerror(errno));
 		return;
 	}
+	/* The whole workload then competes for CPU as one group with the agent (which stays in the
+	 * root group): a thousand busy processes get what one would, and the agent that enforces
+	 * their timeouts is not starved. */
+	if (put(CG "/cgroup.subtree_control", "+cpu") < 0)
+		logmsg("enable cpu controller: %s (the workload can starve the agent)", strerror(errno));
 	if ((mkdir(WORK, 0755) < 0 && errno != EEXIST) || put(WORK "/pids.max", DEFAULT_PIDS) < 0) {
 		logmsg("%s: %s (no workload limits)", WORK, strerror(errno));
 		return;
