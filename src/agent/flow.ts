@@ -6,7 +6,7 @@
  */
 
 /** Credit a paced stream starts with; also what the consumer may hold before the guest stops. */
-export const WINDOW = 1 << 20;
+export const WINDOW = 2 << 20;
 /** Credit is returned in batches of at least this many bytes. */
 const CREDIT_BATCH = WINDOW / 4;
 
