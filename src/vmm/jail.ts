@@ -3,7 +3,9 @@
  * builds the arguments for, and by QEMU's own seccomp filter, `-sandbox`):
  *   - its own unprivileged uid, from a pool, so no VMM can signal, ptrace or read the memory of
  *     another (/proc/PID/mem needs the same uid), nor open another's files (its directory is
- *     0700 and owned by its uid);
+ *     0700 and owned by its uid); the pool is the data directory's own (src/vmm/jail-uids.ts), so
+ *     neither can another daemon's VMM;
+ *   - an environment of its own (src/util/proc.ts childEnv), none of the daemon's settings;
  *   - a shared gid that may read snapshot and guest-image files (group-readable, never writable);
  *   - a private mount namespace in which the daemon's data and cache directories are empty
  *     tmpfs mounts, with only the VM's own directory (read-write) and what it reads (its
@@ -16,6 +18,8 @@ import { chmod, chown, readdir, stat } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import type { Cgroups } from "../host/cgroups.js";
 import type { VmLimits } from "../host/cgroups.js";
+import { ForkdError } from "../util/errors.js";
+import type { UidRange } from "./jail-uids.js";
 
 export interface JailOptions {
   /** First uid of the pool; VMMs get uidBase+1 .. uidBase+uidCount. uidBase is the shared gid. */
@@ -44,21 +48,13 @@ export interface JailedLaunch {
   release(): Promise<{ oomKilled: boolean; memoryLimitMiB: number | null }>;
 }
 
-/** Parses FORKD_JAIL_UIDS ("BASE:COUNT"); the default keeps far above any real or subuid range. */
-export function jailOptionsFromEnv(
-  env: NodeJS.ProcessEnv,
-  hide: string[],
-  groups: number[],
-): JailOptions | null {
-  if (env.FORKD_JAIL === "off" || process.getuid?.() !== 0) return null;
-  const spec = env.FORKD_JAIL_UIDS ?? "1900000000:65536";
-  const m = /^(\d{1,10}):(\d{1,6})$/.exec(spec);
-  const base = Number(m?.[1]);
-  const count = Number(m?.[2]);
-  if (!m || base < 1000 || count < 1 || base + count >= 2 ** 32 - 1) {
-    throw new Error(`FORKD_JAIL_UIDS must be BASE:COUNT with BASE >= 1000 (got ${JSON.stringify(spec)})`);
-  }
-  return { uidBase: base, uidCount: count, hide, groups };
+/** Whether VMMs are jailed: only a root daemon can, and FORKD_JAIL=off turns it off. */
+export const jailEnabled = (env: NodeJS.ProcessEnv): boolean =>
+  env.FORKD_JAIL !== "off" && process.getuid?.() === 0;
+
+/** The jail's options: its uids come from the data directory's range (claimUidRange). */
+export function jailOptions(uids: UidRange, hide: string[], groups: number[]): JailOptions {
+  return { uidBase: uids.base, uidCount: uids.count, hide, groups };
 }
 
 export class Jail {
@@ -98,7 +94,10 @@ export class Jail {
         return uid;
       }
     }
-    throw new Error(`all ${o.uidCount} jail uids are in use`);
+    throw new ForkdError(
+      "resource_exhausted",
+      `all ${o.uidCount} jail uids are in use (a larger range: FORKD_JAIL_UIDS, docs/operations.md)`,
+    );
   }
 
   async prepare(spec: JailSpec): Promise<JailedLaunch> {
