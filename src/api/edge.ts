@@ -26,6 +26,7 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
     const started = new Date();
     c.set("requestId", randomUUID());
     c.set("target", {});
+    c.set("hostDirs", s.info.hostDirs);
     const caller =
       listener.auth === null
         ? LOCAL

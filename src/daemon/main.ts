@@ -185,6 +185,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       qemu: { binary: qemu, version: qemuVer },
       startedAt: new Date().toISOString(),
       cacheDir: paths.cacheDir,
+      hostDirs: { data: paths.dataDir, cache: paths.cacheDir, forkd: paths.repoDir },
     },
     tokens,
     limits: { body: cfg.body, rate: new RateLimiter(cfg.rate), quota: new SandboxQuota() },

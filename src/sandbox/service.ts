@@ -229,17 +229,24 @@ export class SandboxService {
   }
 
   /**
-   * An agent connection lost because the sandbox's VMM died (a memory limit, a crash) is
-   * reported with why it died, once the daemon knows, instead of as a bare lost connection.
+   * A call cut because its sandbox ended under it fails with `unavailable` and why it ended,
+   * never with a bare lost connection: the host retired it (a kill, its lifetime, a limit: the
+   * reason is recorded before its agent connection is closed, so it is known at once), or its
+   * VMM died by itself (a memory limit, a crash: known once the daemon has seen the exit).
    */
   private async explain(id: string, e: unknown): Promise<unknown> {
     const s = this.live.get(id);
-    const vm = s?.vm;
-    if (!s || !vm || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
-    await vm.waitExit(1_000).catch(() => undefined);
-    if (!vm.exited) return e;
-    await vm.released;
-    for (let i = 0; i < 40 && s.state !== "exited"; i++) await sleep(25);
+    if (!s || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
+    const retired = () => s.state === "exited";
+    if (!retired()) {
+      const vm = s.vm;
+      if (!vm) return e;
+      await vm.waitExit(1_000).catch(() => undefined);
+      if (!vm.exited) return e;
+      await vm.released;
+      // onExit retires it once the jail has said why (the cgroup's verdict).
+      for (let i = 0; i < 400 && !retired(); i++) await sleep(25);
+    }
     return new ForkdError(
       "unavailable",
       `sandbox ${id} exited: ${s.exitReason ?? "vmm process exited"}`,
