@@ -5,6 +5,7 @@
 import { Hono } from "hono";
 import type { z } from "zod";
 import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
+import { withStartExplained } from "../../agent/exec-start.js";
 import type { CommandTable } from "../../sandbox/commands.js";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
@@ -33,7 +34,8 @@ function start(
   body: z.infer<typeof Exec>,
   handlers: ExecHandlers,
 ): ExecHandle {
-  const h = agent.exec(toRequest(body), handlers);
+  const req = toRequest(body);
+  const h = withStartExplained(agent, req, agent.exec(req, handlers));
   commands.track(body.cmd, body.keep_stdin_open, h);
   if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
   if (body.stdin !== undefined && !body.keep_stdin_open) h.closeStdin();
