@@ -38,13 +38,22 @@ export async function explainStartFailure(
   }
 }
 
-/** `h` whose result (and start) fail with explainStartFailure's error. */
-export function withStartExplained(agent: AgentClient, req: ExecRequest, h: ExecHandle): ExecHandle {
+/**
+ * `h` whose result (and start) fail with explainStartFailure's error, then `more`'s (the
+ * caller's own explanation: e.g. the sandbox ended under the command).
+ */
+export function withStartExplained(
+  agent: AgentClient,
+  req: ExecRequest,
+  h: ExecHandle,
+  more: (e: unknown) => Promise<unknown> = async (e) => e,
+): ExecHandle {
+  const explain = async (e: unknown) => more(await explainStartFailure(agent, req, e));
   const result = h.result.catch(async (e: unknown) => {
-    throw await explainStartFailure(agent, req, e);
+    throw await explain(e);
   });
   const started = h.started.catch(async (e: unknown) => {
-    throw await explainStartFailure(agent, req, e);
+    throw await explain(e);
   });
   started.catch(() => undefined); // observed through `result` too
   return { ...h, result, started };

@@ -8,7 +8,7 @@ import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ForkdError } from "../util/errors.js";
 import { assertTemplate } from "../util/ids.js";
-import { childEnv, proxyEnv } from "../util/proc.js";
+import { childEnv, downloadEnv } from "../util/proc.js";
 
 export interface GuestImage {
   hash: string;
@@ -68,10 +68,10 @@ export class ImageBuilder {
     const script = join(this.repoDir, "guest/image/build.sh");
     const mirror = this.opts.mirror ? ["--mirror", this.opts.mirror] : [];
     const out = await new Promise<string>((resolve, reject) => {
-      // It downloads packages: proxy settings, and nothing else of the daemon's environment.
+      // It downloads packages: proxy and TLS trust settings, nothing else of the daemon's.
       const child = spawn("bash", [script, "--template", template, "--cache", this.cacheDir, ...mirror], {
         stdio: ["ignore", "pipe", "pipe"],
-        env: childEnv(proxyEnv(this.opts.env), this.opts.env),
+        env: childEnv(downloadEnv(this.opts.env), this.opts.env),
       });
       let stdout = "";
       let errTail = "";

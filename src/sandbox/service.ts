@@ -197,9 +197,15 @@ export class SandboxService {
 
   /**
    * The sandbox's agent for one API operation: the sandbox counts as in use (never idle) until
-   * release() is called, and its idle timeout restarts then.
+   * release() is called, and its idle timeout restarts then. `explain` turns a failure of the
+   * operation into what the caller is told (see explain()).
    */
-  lease(id: string): { agent: AgentClient; commands: CommandTable; release: () => void } {
+  lease(id: string): {
+    agent: AgentClient;
+    commands: CommandTable;
+    release: () => void;
+    explain: (e: unknown) => Promise<unknown>;
+  } {
     const s = this.running(id);
     s.busy++;
     s.lastUsed = Date.now();
@@ -207,6 +213,7 @@ export class SandboxService {
     return {
       agent: s.agent,
       commands: s.commands,
+      explain: (e) => this.explain(id, e),
       release: () => {
         if (released) return;
         released = true;

@@ -10,14 +10,17 @@ import { ForkdError } from "./errors.js";
 
 /** What every child may inherit from the daemon: what programs need to run, nothing of forkd's. */
 export const CHILD_ENV_KEYS = ["PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"] as const;
-/** Proxy settings, for the children that download (guest image builds). */
-export const PROXY_ENV_KEYS = [
+/** Proxy and TLS trust settings, for the children that download (guest image builds). */
+export const DOWNLOAD_ENV_KEYS = [
   "http_proxy",
   "https_proxy",
   "no_proxy",
   "HTTP_PROXY",
   "HTTPS_PROXY",
   "NO_PROXY",
+  "SSL_CERT_FILE",
+  "SSL_CERT_DIR",
+  "CURL_CA_BUNDLE",
 ];
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -45,10 +48,10 @@ export function childEnv(
   return env;
 }
 
-/** The proxy variables set in `from` (for childEnv's `extra`). */
-export function proxyEnv(from: NodeJS.ProcessEnv = process.env): Record<string, string> {
+/** The DOWNLOAD_ENV_KEYS set in `from` (for childEnv's `extra`). */
+export function downloadEnv(from: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const env: Record<string, string> = {};
-  for (const k of PROXY_ENV_KEYS) {
+  for (const k of DOWNLOAD_ENV_KEYS) {
     const v = from[k];
     if (v !== undefined) env[k] = v;
   }

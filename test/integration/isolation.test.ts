@@ -137,6 +137,19 @@ step("a VMM's environment is its own: no admin token, nothing of the daemon's", 
   }
 });
 
+step("a cwd that is not there is named as the cause, not the shell", async () => {
+  const r = await api("POST", `/v1/sandboxes/${a.id}/exec`, { cmd: "pwd", cwd: "/nope" }).catch(
+    (e: unknown) => e,
+  );
+  assert.ok(r instanceof ApiError, String(r));
+  assert.equal(r.status, 400);
+  assert.equal(r.message, "cwd /nope does not exist in the sandbox (ENOENT)");
+  assert.equal(
+    (await api<ExecOut>("POST", `/v1/sandboxes/${a.id}/exec`, { cmd: "pwd", cwd: "/tmp" })).stdout,
+    "/tmp\n",
+  );
+});
+
 step("two daemons on one host: their VMMs never share a uid or a gid", async () => {
   const d2 = await makeDaemon({ FORKD_POOL_SIZE: "0" });
   try {
@@ -266,8 +279,16 @@ step("a lifetime ends a sandbox in use and a paused one; the API says why", asyn
   // A call in flight when the lifetime ends fails with why (never an exit status, never a bare
   // lost connection, whenever its VMM's exit is seen). In flight: its command is running while
   // the sandbox still is (the command outlives any lifetime: it waits for a file never written).
-  const call = sh(busy.id, "while [ ! -e /never ]; do sleep 1; done; echo finished");
+  const forever = "while [ ! -e /never ]; do sleep 1; done; echo finished";
+  const call = sh(busy.id, forever);
   call.catch(() => undefined);
+  const streamed = api<{ type: string; error?: { code: string; message: string } }[]>(
+    "POST",
+    `/v1/sandboxes/${busy.id}/exec/stream`,
+    { cmd: `${forever} # streamed`, timeout_ms: 120_000 },
+    150_000,
+  );
+  streamed.catch(() => undefined);
   let running = false;
   for (let i = 0; i < 600 && !running; i++) {
     const [cmds, v] = await Promise.all([
@@ -275,7 +296,7 @@ step("a lifetime ends a sandbox in use and a paused one; the API says why", asyn
       api<View>("GET", `/v1/sandboxes/${busy.id}`),
     ]);
     assert.equal(v.state, "running", "the command did not start before the lifetime ended");
-    running = cmds.commands.some((c) => c.cmd.includes("/never"));
+    running = cmds.commands.filter((c) => c.cmd.includes("/never")).length === 2;
     if (!running) await new Promise((r) => setTimeout(r, 100));
   }
   assert.ok(running, "the command never started");
@@ -287,6 +308,12 @@ step("a lifetime ends a sandbox in use and a paused one; the API says why", asyn
     assert.equal(e.details.exit_reason, "killed by the host: lifetime of 15 s over");
     return true;
   });
+  // The streamed call ends with the same error as its last event.
+  const events = await streamed;
+  const last = events[events.length - 1];
+  assert.equal(last?.type, "error", JSON.stringify(events));
+  assert.equal(last.error?.code, "unavailable");
+  assert.match(last.error?.message ?? "", /^sandbox \S+ exited: killed by the host: lifetime of 15 s over$/);
   for (const id of [busy.id, idle.id]) {
     let v = await api<View>("GET", `/v1/sandboxes/${id}`);
     for (let i = 0; i < 50 && v.state !== "exited"; i++) {

@@ -9,7 +9,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApp } from "../../src/api/app.js";
-import { redactHostPaths } from "../../src/api/redact.js";
+import { redactHostPaths, redactNdjson } from "../../src/api/redact.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 import { ImageBuilder } from "../../src/image/builder.js";
 import { ForkdError } from "../../src/util/errors.js";
@@ -105,4 +105,47 @@ test("an unknown template is invalid_argument naming the known ones", async () =
   assert.equal(r.status, 400);
   assert.equal(r.error.code, "invalid_argument");
   assert.match(r.error.message, /^unknown template "nope"; known: /);
+});
+
+test("a tenant's NDJSON: message events rewritten at any chunking, output lines untouched", async () => {
+  const dirs = { data: "/var/lib/forkd" };
+  const lines = [
+    { type: "started", pid: 7 },
+    {
+      type: "stdout",
+      data: Buffer.from("/var/lib/forkd/x is the guest's own business\n").toString("base64"),
+    },
+    { type: "progress", message: "boot: /var/lib/forkd/run/p-1/qmp.sock" },
+    { type: "stderr", data: "x".repeat(5000) },
+    {
+      type: "error",
+      error: { code: "vmm_error", message: "QEMU: /var/lib/forkd/run/p-1/qemu.log", details: {} },
+    },
+  ];
+  const input = Buffer.from(lines.map((l) => JSON.stringify(l) + "\n").join(""));
+  const want = lines
+    .map((l) =>
+      JSON.stringify(
+        l.type === "progress"
+          ? { ...l, message: "boot: <data>/…/qmp.sock" }
+          : l.type === "error"
+            ? { type: "error", error: { code: "vmm_error", message: "QEMU: <data>/…/qemu.log", details: {} } }
+            : l,
+      ),
+    )
+    .join("\n")
+    .concat("\n");
+  for (const size of [1, 2, 7, 64, 1000, input.length]) {
+    const chunks: Uint8Array[] = [];
+    for (let i = 0; i < input.length; i += size) chunks.push(new Uint8Array(input.subarray(i, i + size)));
+    const out = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (const ch of chunks) c.enqueue(ch);
+        c.close();
+      },
+    }).pipeThrough(redactNdjson(dirs));
+    const got: Buffer[] = [];
+    for await (const ch of out) got.push(Buffer.from(ch));
+    assert.equal(Buffer.concat(got).toString(), want, `chunks of ${size}`);
+  }
 });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { childEnv, proxyEnv, run } from "../../src/util/proc.js";
+import { childEnv, downloadEnv, run } from "../../src/util/proc.js";
 
 const daemonEnv: NodeJS.ProcessEnv = {
   PATH: "/opt/x/bin:/usr/bin",
@@ -27,7 +27,7 @@ test("a child's environment: PATH, locale, TMPDIR and what is asked for; nothing
     MALLOC_ARENA_MAX: "2",
   });
   // Proxies only where asked (image builds), and a FORKD_ setting can never be passed on.
-  assert.deepEqual(childEnv(proxyEnv(daemonEnv), daemonEnv).https_proxy, "http://proxy:3128");
+  assert.deepEqual(childEnv(downloadEnv(daemonEnv), daemonEnv).https_proxy, "http://proxy:3128");
   assert.equal(childEnv({}, daemonEnv).https_proxy, undefined);
   assert.throws(() => childEnv({ FORKD_TOKEN: "x" }, daemonEnv), /must not reach a child/);
   assert.throws(() => childEnv({ forkd_token: "x" }, daemonEnv), /must not reach a child/);

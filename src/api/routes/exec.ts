@@ -27,15 +27,19 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
   };
 }
 
-/** Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. */
+/**
+ * Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. Its failure
+ * says why: a bad cwd, or (`explain`: the lease's) the sandbox ending under it.
+ */
 function start(
   agent: AgentClient,
   commands: CommandTable,
   body: z.infer<typeof Exec>,
   handlers: ExecHandlers,
+  explain: (e: unknown) => Promise<unknown> = async (e) => e,
 ): ExecHandle {
   const req = toRequest(body);
-  const h = withStartExplained(agent, req, agent.exec(req, handlers));
+  const h = withStartExplained(agent, req, agent.exec(req, handlers), explain);
   commands.track(body.cmd, body.keep_stdin_open, h);
   if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
   if (body.stdin !== undefined && !body.keep_stdin_open) h.closeStdin();
@@ -102,10 +106,16 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
           if (!finished) controller.enqueue(enc.encode(JSON.stringify(o) + "\n"));
         };
         const t0 = performance.now();
-        handle = start(lease.agent, lease.commands, body, {
-          onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }),
-          onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }),
-        });
+        handle = start(
+          lease.agent,
+          lease.commands,
+          body,
+          {
+            onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }),
+            onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }),
+          },
+          lease.explain,
+        );
         handle.started.then(
           (p) => send({ type: "started", pid: p.pid }),
           () => undefined,
