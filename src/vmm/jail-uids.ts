@@ -81,7 +81,7 @@ export interface HostProcess {
 export const foreignIn = (r: UidRange, procs: HostProcess[]): HostProcess | undefined =>
   procs.find((p) => !p.ours && p.uid >= r.base && p.uid <= r.base + r.count);
 
-/** Every process on the host with its real uid; `ours` if its command line is under `dataDir`. */
+/** Every process on the host with its real uid; `ours` if its command line names a path under `dataDir`. */
 export async function hostProcesses(dataDir: string): Promise<HostProcess[]> {
   const out: HostProcess[] = [];
   const mine = dataDir.endsWith("/") ? dataDir : `${dataDir}/`;
@@ -93,7 +93,8 @@ export async function hostProcesses(dataDir: string): Promise<HostProcess[]> {
       const uid = Number(m[1]);
       if (uid < 1000) continue; // never a jail uid: no need to read its command line
       const cmd = (await readFile(`/proc/${name}/cmdline`, "utf8")).split("\0");
-      out.push({ pid: Number(name), uid, ours: cmd.some((a) => a.startsWith(mine)) });
+      // A VMM's arguments name its files (path=DIR/sandboxes/ID/qmp.sock, ...).
+      out.push({ pid: Number(name), uid, ours: cmd.some((a) => a.includes(mine)) });
     } catch {
       /* gone meanwhile */
     }

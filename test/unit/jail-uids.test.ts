@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,6 +15,7 @@ import {
   claimUidRange,
   derivedBlock,
   foreignIn,
+  hostProcesses,
   overlaps,
   parseUidRange,
 } from "../../src/vmm/jail-uids.js";
@@ -119,5 +121,40 @@ test("a block some other process runs as is not taken (a VMM of a stopped daemon
       claimUidRange(a!, { FORKD_JAIL_UIDS: `${r0.base}:10` }, procs),
       /overlaps uids in use: process 4242 runs as uid/,
     );
+  });
+});
+
+test("host processes: a process naming a path under the data directory is its own", async (t) => {
+  if (process.getuid?.() !== 0) return t.skip("needs root (runs a process as a jail uid)");
+  await withDirs(2, async ([a, b]) => {
+    const uid = blockRange(derivedBlock(a!)).base + 1;
+    // Like a VMM: its data directory only inside an argument (`path=...`).
+    const child = spawn(
+      "setpriv",
+      [
+        `--reuid=${uid}`,
+        `--regid=${uid}`,
+        "--clear-groups",
+        "--",
+        "sh",
+        "-c",
+        "sleep 30",
+        `path=${a}/sandboxes/x/qmp.sock,server=on`,
+      ],
+      { stdio: "ignore" },
+    );
+    try {
+      let mine: HostProcess | undefined;
+      for (let i = 0; i < 100 && !mine; i++) {
+        mine = (await hostProcesses(a!)).find((p) => p.pid === child.pid && p.uid === uid);
+        if (!mine) await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.equal(mine?.ours, true);
+      const other = (await hostProcesses(b!)).find((p) => p.pid === child.pid);
+      assert.equal(other?.ours, false, "another data directory's");
+      assert.equal(foreignIn(blockRange(derivedBlock(a!)), await hostProcesses(b!))?.pid, child.pid);
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 });
