@@ -176,6 +176,19 @@ step("two daemons on one host: their VMMs never share a uid or a gid", async () 
     assert.equal(kill.ok, false, "a VMM could signal another daemon's");
     assert.match(kill.out, /not permitted/);
     assert.equal((await sh(a.id, "echo mine")).stdout, "mine\n");
+    // Restarted (kill -9), d2 keeps its range: its adopted child's and a new one's gid agree.
+    await d2.kill9();
+    await d2.start();
+    const again = (
+      await checkedRequest<{ sandboxes: View[] }>(d2.ep, "POST", "/v1/sandboxes", { snapshot_tag: "iso" })
+    ).sandboxes[0]!;
+    const [adopted, fresh] = [await status(other.pid), await status(again.pid)];
+    assert.equal(gidOf(fresh), gidOf(adopted), "the restarted daemon took another range");
+    assert.notEqual(uidOf(fresh), uidOf(adopted));
+    const out = await checkedRequest<ExecOut>(d2.ep, "POST", `/v1/sandboxes/${other.id}/exec`, {
+      cmd: "echo adopted",
+    });
+    assert.equal(out.stdout, "adopted\n");
   } finally {
     await d2.destroy(failed());
   }
