@@ -6,7 +6,7 @@
  */
 import { Cgroups } from "../host/cgroups.js";
 import { hideRoots, Jail, jailEnabled, jailOptions } from "../vmm/jail.js";
-import { claimUidRange } from "../vmm/jail-uids.js";
+import { claimUidRange, jailGid } from "../vmm/jail-uids.js";
 import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
@@ -87,9 +87,14 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   // Its VMMs' uids are this data directory's alone: no two daemons' VMMs share one.
   const uids = jailEnabled(env) ? await claimUidRange(paths.dataDir, env) : null;
   const jailOpts = uids
-    ? jailOptions(uids, await hideRoots([paths.dataDir, paths.cacheDir]), kvmGroup ? [kvmGroup] : [])
+    ? jailOptions(
+        uids,
+        jailGid(env, uids),
+        await hideRoots([paths.dataDir, paths.cacheDir]),
+        kvmGroup ? [kvmGroup] : [],
+      )
     : null;
-  if (uids) log.info("jail uids", { base: uids.base, count: uids.count });
+  if (jailOpts) log.info("jail", { uid_base: jailOpts.uidBase, uids: jailOpts.uidCount, gid: jailOpts.gid });
   if (!jailOpts) log.warn("VMMs are not jailed (the daemon is not root, or FORKD_JAIL=off)");
   if (cgroups.mode === "none") log.warn(`no per-sandbox resource limits: ${cgroups.reason ?? ""}`);
   const jail = new Jail(jailOpts, cgroups);

@@ -2,7 +2,7 @@
  * Which uids a daemon's jailed VMMs run as. Two daemons on one host (two data directories) must
  * never share one: a VMM could then signal, ptrace or read the environment of the other's.
  *
- *   - The range is a block of BLOCK uids (its first is the jail's gid) chosen by a hash of the
+ *   - The range is a block of BLOCK uids (VMMs get all but its first) chosen by a hash of the
  *     data directory, as its network block is (src/net/slots.ts), in [FLOOR, 2^31): clear of
  *     the range every daemon shared before (1900000000:65536) and of real and subordinate uids.
  *   - It is recorded in the data directory (jail-uids.json): a restarted daemon keeps the uids
@@ -13,6 +13,7 @@
  *     directory's VMMs runs as (a VMM of a stopped daemon, or of one that claims nothing), is
  *     not taken: the next block is tried.
  *   - FORKD_JAIL_UIDS=BASE:COUNT sets the range instead; an overlap is then refused.
+ * Their group is not per daemon: see DEFAULT_JAIL_GID.
  */
 import { createHash } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
@@ -23,9 +24,28 @@ import { writeFileAtomic } from "../util/atomic.js";
 import { ForkdError } from "../util/errors.js";
 
 export interface UidRange {
-  /** The jail's gid; VMMs get base+1 .. base+count. */
+  /** VMMs get base+1 .. base+count. */
   base: number;
   count: number;
+}
+
+/**
+ * The group every daemon's VMMs share (FORKD_JAIL_GID): it reads the guest image cache, which
+ * daemons share; the one every daemon used before ranges were per data directory.
+ */
+export const DEFAULT_JAIL_GID = 1_900_000_000;
+
+/** FORKD_JAIL_GID, checked to lie outside the VMMs' uids (`range`). */
+export function jailGid(env: NodeJS.ProcessEnv, range: UidRange): number {
+  const spec = env.FORKD_JAIL_GID ?? String(DEFAULT_JAIL_GID);
+  const gid = /^\d{1,10}$/.test(spec) ? Number(spec) : NaN;
+  if (!(gid >= 1000 && gid < 2 ** 32 - 1) || (gid > range.base && gid <= range.base + range.count)) {
+    throw new ForkdError(
+      "invalid_argument",
+      `FORKD_JAIL_GID must be a group id >= 1000 outside the VMMs' uids (got ${JSON.stringify(spec)})`,
+    );
+  }
+  return gid;
 }
 
 export const BLOCK = 4096;
@@ -59,7 +79,7 @@ export function parseUidRange(spec: string): UidRange {
   return { base, count };
 }
 
-/** Whether two ranges share a uid (the gid counts: it is base). */
+/** Whether two ranges share a uid (their bases count: claims are by block). */
 export const overlaps = (a: UidRange, b: UidRange): boolean =>
   a.base <= b.base + b.count && b.base <= a.base + a.count;
 

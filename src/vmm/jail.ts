@@ -6,7 +6,9 @@
  *     0700 and owned by its uid); the pool is the data directory's own (src/vmm/jail-uids.ts), so
  *     neither can another daemon's VMM;
  *   - an environment of its own (src/util/proc.ts childEnv), none of the daemon's settings;
- *   - a shared gid that may read snapshot and guest-image files (group-readable, never writable);
+ *   - a gid that may read snapshot and guest-image files (group-readable, never writable), the
+ *     same for every daemon on the host (FORKD_JAIL_GID): they share the guest image cache, and
+ *     a daemon chowning its images to a gid of its own would lock the others' VMMs out;
  *   - a private mount namespace in which the daemon's data and cache directories are empty
  *     tmpfs mounts, with only the VM's own directory (read-write) and what it reads (its
  *     snapshot chain, its guest image: read-only) mounted back at their usual paths;
@@ -22,9 +24,11 @@ import { ForkdError } from "../util/errors.js";
 import type { UidRange } from "./jail-uids.js";
 
 export interface JailOptions {
-  /** First uid of the pool; VMMs get uidBase+1 .. uidBase+uidCount. uidBase is the shared gid. */
+  /** VMMs get uidBase+1 .. uidBase+uidCount (the data directory's range: jail-uids.ts). */
   uidBase: number;
   uidCount: number;
+  /** The group of every VMM: it may read snapshots and guest images. */
+  gid: number;
   /** Directories hidden from every VMM (the daemon's data and cache directories). */
   hide: string[];
   /** Supplementary groups (e.g. kvm, to open /dev/kvm). */
@@ -53,8 +57,8 @@ export const jailEnabled = (env: NodeJS.ProcessEnv): boolean =>
   env.FORKD_JAIL !== "off" && process.getuid?.() === 0;
 
 /** The jail's options: its uids come from the data directory's range (claimUidRange). */
-export function jailOptions(uids: UidRange, hide: string[], groups: number[]): JailOptions {
-  return { uidBase: uids.base, uidCount: uids.count, hide, groups };
+export function jailOptions(uids: UidRange, gid: number, hide: string[], groups: number[]): JailOptions {
+  return { uidBase: uids.base, uidCount: uids.count, gid, hide, groups };
 }
 
 export class Jail {
@@ -69,7 +73,7 @@ export class Jail {
   ) {}
 
   get gid(): number | null {
-    return this.opts?.uidBase ?? null;
+    return this.opts?.gid ?? null;
   }
 
   /** Marks a uid as taken by a VMM adopted from an earlier daemon. */
@@ -116,7 +120,7 @@ export class Jail {
     if (!o) return { args, uid, release };
     try {
       uid = this.takeUid();
-      const gid = o.uidBase;
+      const gid = o.gid;
       await chownTree(spec.dir, uid, gid);
       for (const r of spec.reads) await this.shareRead(r, gid);
       for (const h of o.hide) args.push("--hide", h);

@@ -14,8 +14,10 @@ import {
   claimBlocks,
   claimUidRange,
   derivedBlock,
+  DEFAULT_JAIL_GID,
   foreignIn,
   hostProcesses,
+  jailGid,
   overlaps,
   parseUidRange,
 } from "../../src/vmm/jail-uids.js";
@@ -52,6 +54,20 @@ test("FORKD_JAIL_UIDS is validated", () => {
   assert.deepEqual(parseUidRange("5000000:100"), { base: 5000000, count: 100 });
   for (const bad of ["0:10", "5000:0", "abc", "4294967290:100"])
     assert.throws(() => parseUidRange(bad), /FORKD_JAIL_UIDS/);
+});
+
+test("the jail gid is every daemon's (they share the image cache), never one of the VMMs' uids", () => {
+  const r = blockRange(derivedBlock("/var/lib/forkd"));
+  assert.equal(jailGid({}, r), DEFAULT_JAIL_GID);
+  assert.equal(
+    jailGid({}, blockRange(derivedBlock("/other"))),
+    DEFAULT_JAIL_GID,
+    "the same for another daemon",
+  );
+  assert.equal(jailGid({ FORKD_JAIL_GID: "4242" }, r), 4242);
+  for (const bad of ["12", "x", String(r.base + 1), String(r.base + r.count)])
+    assert.throws(() => jailGid({ FORKD_JAIL_GID: bad }, r), /FORKD_JAIL_GID/);
+  assert.equal(overlaps(r, { base: DEFAULT_JAIL_GID, count: 65_536 }), false);
 });
 
 test("two data directories never get overlapping ranges; a restarted daemon keeps its own", async () => {

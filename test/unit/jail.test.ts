@@ -30,9 +30,10 @@ test("hidden directories: a non-traversable ancestor is hidden whole; nested one
 test("FORKD_JAIL=off, or a daemon that is not root, jails nothing", () => {
   assert.equal(jailEnabled({ FORKD_JAIL: "off" }), false);
   assert.equal(jailEnabled({}), process.getuid?.() === 0);
-  assert.deepEqual(jailOptions({ base: 5000000, count: 100 }, ["/x"], [7]), {
+  assert.deepEqual(jailOptions({ base: 5000000, count: 100 }, 4000, ["/x"], [7]), {
     uidBase: 5000000,
     uidCount: 100,
+    gid: 4000,
     hide: ["/x"],
     groups: [7],
   });
