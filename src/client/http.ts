@@ -27,6 +27,11 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * One request. `timeoutMs` is an idle timeout (0: none): the request fails once no byte has been
+ * sent or received for that long, while sending its body and while reading the reply (a stream
+ * included), so a long stream that keeps flowing is never cut, and a stalled one always is.
+ */
 export function rawRequest(
   ep: Endpoint,
   method: string,

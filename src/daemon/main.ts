@@ -5,7 +5,8 @@
  * shares the limits, the audit log and the metrics.
  */
 import { Cgroups } from "../host/cgroups.js";
-import { hideRoots, Jail, jailOptionsFromEnv } from "../vmm/jail.js";
+import { hideRoots, Jail, jailEnabled, jailOptions } from "../vmm/jail.js";
+import { claimUidRange, jailGid } from "../vmm/jail-uids.js";
 import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
@@ -83,11 +84,17 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
           () => null,
         )
       : null;
-  const jailOpts = jailOptionsFromEnv(
-    env,
-    await hideRoots([paths.dataDir, paths.cacheDir]),
-    kvmGroup ? [kvmGroup] : [],
-  );
+  // Its VMMs' uids are this data directory's alone: no two daemons' VMMs share one.
+  const uids = jailEnabled(env) ? await claimUidRange(paths.dataDir, env) : null;
+  const jailOpts = uids
+    ? jailOptions(
+        uids,
+        jailGid(env, uids),
+        await hideRoots([paths.dataDir, paths.cacheDir]),
+        kvmGroup ? [kvmGroup] : [],
+      )
+    : null;
+  if (jailOpts) log.info("jail", { uid_base: jailOpts.uidBase, uids: jailOpts.uidCount, gid: jailOpts.gid });
   if (!jailOpts) log.warn("VMMs are not jailed (the daemon is not root, or FORKD_JAIL=off)");
   if (cgroups.mode === "none") log.warn(`no per-sandbox resource limits: ${cgroups.reason ?? ""}`);
   const jail = new Jail(jailOpts, cgroups);
@@ -172,7 +179,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     snapshotDeps: {
       store,
       driver,
-      images: new ImageBuilder(paths.repoDir, paths.cacheDir),
+      images: new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env }),
       accel,
       qemuVersion: qemuVer,
       runDir,
@@ -183,6 +190,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       qemu: { binary: qemu, version: qemuVer },
       startedAt: new Date().toISOString(),
       cacheDir: paths.cacheDir,
+      hostDirs: { data: paths.dataDir, cache: paths.cacheDir, forkd: paths.repoDir },
     },
     tokens,
     limits: { body: cfg.body, rate: new RateLimiter(cfg.rate), quota: new SandboxQuota() },
@@ -251,6 +259,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       if (sandboxes.list().some((v) => v.state === "running")) await network.close();
       else await network.teardown();
       await rm(paths.socket, { force: true });
+      await uids?.release();
       await releaseLock();
     },
   };

@@ -9,21 +9,19 @@
  * private pages, the frozen disk layer hard-linked in, checksums, metadata, publish. Until then
  * the tag reads `writing` (durably: see SnapshotStore.recover).
  */
-import { execFile, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
 import { linkOrCopy } from "../util/fs.js";
 import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import { childEnv, run } from "../util/proc.js";
 import { nowMs, since } from "../util/time.js";
 import type { Sandbox } from "./sandbox.js";
-
-const exec = promisify(execFile);
 
 export interface BranchDeps {
   store: SnapshotStore;
@@ -191,7 +189,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     // (Never rebase the frozen file in place: the running source reads it as a backing file.)
     await flattenLayers(a.frozen, { path: a.source.files.disk, format: "qcow2" }, files.disk);
   }
-  await exec(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeout: 600_000 });
+  await run(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeoutMs: 600_000 });
   await rm(a.diff, { force: true });
   const [memory, vmstate, disk] = await Promise.all([
     sha256File(files.memory),
@@ -259,7 +257,10 @@ export async function startCapture(
   memfile: string,
   diff: string,
 ): Promise<Capture> {
-  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], { stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], {
+    stdio: ["pipe", "pipe", "pipe"],
+    env: childEnv(),
+  });
   let stderr = "";
   child.stderr.on("data", (c: Buffer) => {
     if (stderr.length < 4096) stderr += c.toString("utf8");

@@ -197,9 +197,15 @@ export class SandboxService {
 
   /**
    * The sandbox's agent for one API operation: the sandbox counts as in use (never idle) until
-   * release() is called, and its idle timeout restarts then.
+   * release() is called, and its idle timeout restarts then. `explain` turns a failure of the
+   * operation into what the caller is told (see explain()).
    */
-  lease(id: string): { agent: AgentClient; commands: CommandTable; release: () => void } {
+  lease(id: string): {
+    agent: AgentClient;
+    commands: CommandTable;
+    release: () => void;
+    explain: (e: unknown) => Promise<unknown>;
+  } {
     const s = this.running(id);
     s.busy++;
     s.lastUsed = Date.now();
@@ -207,6 +213,7 @@ export class SandboxService {
     return {
       agent: s.agent,
       commands: s.commands,
+      explain: (e) => this.explain(id, e),
       release: () => {
         if (released) return;
         released = true;
@@ -229,17 +236,24 @@ export class SandboxService {
   }
 
   /**
-   * An agent connection lost because the sandbox's VMM died (a memory limit, a crash) is
-   * reported with why it died, once the daemon knows, instead of as a bare lost connection.
+   * A call cut because its sandbox ended under it fails with `unavailable` and why it ended,
+   * never with a bare lost connection: the host retired it (a kill, its lifetime, a limit: the
+   * reason is recorded before its agent connection is closed, so it is known at once), or its
+   * VMM died by itself (a memory limit, a crash: known once the daemon has seen the exit).
    */
   private async explain(id: string, e: unknown): Promise<unknown> {
     const s = this.live.get(id);
-    const vm = s?.vm;
-    if (!s || !vm || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
-    await vm.waitExit(1_000).catch(() => undefined);
-    if (!vm.exited) return e;
-    await vm.released;
-    for (let i = 0; i < 40 && s.state !== "exited"; i++) await sleep(25);
+    if (!s || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
+    const retired = () => s.state === "exited";
+    if (!retired()) {
+      const vm = s.vm;
+      if (!vm) return e;
+      await vm.waitExit(1_000).catch(() => undefined);
+      if (!vm.exited) return e;
+      await vm.released;
+      // onExit retires it once the jail has said why (the cgroup's verdict).
+      for (let i = 0; i < 400 && !retired(); i++) await sleep(25);
+    }
     return new ForkdError(
       "unavailable",
       `sandbox ${id} exited: ${s.exitReason ?? "vmm process exited"}`,

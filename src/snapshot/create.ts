@@ -51,6 +51,7 @@ export async function createSnapshot(
   req: CreateSnapshotRequest,
   progress: ProgressFn = () => undefined,
 ): Promise<SnapshotMeta> {
+  await deps.images.assertKnown(req.template);
   const release = await deps.store.claim(req.tag);
   const suffix = randomBytes(6).toString("hex");
   const staging = deps.store.stagingDir(suffix);

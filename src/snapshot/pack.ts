@@ -22,7 +22,7 @@ import { createOverlay, rebaseUnsafe } from "../disk/overlay.js";
 import { exists, linkOrCopy } from "../util/fs.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isValidTag } from "../util/ids.js";
-import { run } from "../util/proc.js";
+import { childEnv, run } from "../util/proc.js";
 import { SnapshotMetaSchema, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
@@ -116,6 +116,7 @@ export async function packSnapshot(
     await stagePack(store, tag, dir);
     const tar = spawn("tar", ["--zstd", "--sparse", "-cf", "-", "-C", dir, "."], {
       stdio: ["ignore", "pipe", "pipe"],
+      env: childEnv(),
     });
     let err = "";
     tar.stderr.on("data", (c: Buffer) => (err += c.toString()));

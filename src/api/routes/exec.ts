@@ -5,6 +5,7 @@
 import { Hono } from "hono";
 import type { z } from "zod";
 import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
+import { withStartExplained } from "../../agent/exec-start.js";
 import type { CommandTable } from "../../sandbox/commands.js";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
@@ -27,14 +28,19 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
   };
 }
 
-/** Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. */
+/**
+ * Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. Its failure
+ * says why: a bad cwd, or (`explain`: the lease's) the sandbox ending under it.
+ */
 function start(
   agent: AgentClient,
   commands: CommandTable,
   body: z.infer<typeof Exec>,
   handlers: ExecHandlers,
+  explain: (e: unknown) => Promise<unknown> = async (e) => e,
 ): ExecHandle {
-  const h = agent.exec(toRequest(body), handlers);
+  const req = toRequest(body);
+  const h = withStartExplained(agent, req, agent.exec(req, handlers), explain);
   commands.track(body.cmd, body.keep_stdin_open, h);
   if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
   if (body.stdin !== undefined && !body.keep_stdin_open) h.closeStdin();
@@ -106,10 +112,16 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
             reader.close(controller);
           };
           const t0 = performance.now();
-          handle = start(lease.agent, lease.commands, body, {
-            onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }),
-            onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }),
-          });
+          handle = start(
+            lease.agent,
+            lease.commands,
+            body,
+            {
+              onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }),
+              onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }),
+            },
+            lease.explain,
+          );
           handle.started.then(
             (p) => send({ type: "started", pid: p.pid }),
             () => undefined,

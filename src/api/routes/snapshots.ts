@@ -49,7 +49,8 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       s.sandboxes.prewarm(meta.tag);
       return c.json(meta, 201);
     }
-    // Refuse a taken tag with a status code, before the stream starts.
+    // Refuse a taken tag or an unknown template with a status code, before the stream starts.
+    await s.snapshotDeps.images.assertKnown(body.template);
     if (await s.store.has(body.tag)) {
       throw new ForkdError("conflict", `snapshot ${body.tag} already exists`, { tag: body.tag });
     }
