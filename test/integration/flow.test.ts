@@ -234,15 +234,18 @@ step("a fork bomb's exec ends at its timeout_ms with timed_out, not at the host'
   const c = await fork();
   // Its processes die as fast as they are born, orphaned to the agent (PID 1), which must reap
   // them all and still kill the group on time. The host's backstop is timeout_ms + 10 s: on time
-  // means well inside that grace.
+  // means well inside that grace. Twice: whether the old agent got stuck reaping varied.
   const timeoutMs = 5_000;
-  const r = await api<ExecOut & { duration_ms: number }>(
-    "POST",
-    `/v1/sandboxes/${c.id}/exec`,
-    { cmd: "bomb(){ bomb | bomb & }; bomb; sleep 60", timeout_ms: timeoutMs },
-    60_000,
-  );
-  assert.equal(r.timed_out, true);
-  assert.ok(r.duration_ms - timeoutMs < 5_000, `ended ${r.duration_ms - timeoutMs} ms after its timeout`);
-  assert.equal((await sh(c.id, "echo alive")).stdout, "alive\n");
+  for (let round = 0; round < 2; round++) {
+    const r = await api<ExecOut & { duration_ms: number }>(
+      "POST",
+      `/v1/sandboxes/${c.id}/exec`,
+      { cmd: "bomb(){ bomb | bomb & }; bomb; sleep 60", timeout_ms: timeoutMs },
+      60_000,
+    );
+    assert.equal(r.timed_out, true);
+    const late = r.duration_ms - timeoutMs;
+    assert.ok(late < 2_500, `round ${round}: ended ${late} ms after its timeout`);
+    assert.equal((await sh(c.id, "echo alive")).stdout, "alive\n");
+  }
 });
