@@ -26,6 +26,7 @@ import { run } from "../util/proc.js";
 import { SnapshotMetaSchema, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
+import type { CrashPoint } from "../util/crash.js";
 
 export const PACK_FORMAT = "forkd-pack/1";
 /** The guest image's files; its manifest.json is what marks an image directory complete. */
@@ -190,6 +191,8 @@ export interface UnpackDeps {
    * reused only if it is theirs or shared.
    */
   owner?: string | null;
+  /** Test-only fault injection (src/util/crash.ts). */
+  crash?: CrashPoint;
 }
 
 /** What registering a staged pack did. */
@@ -225,6 +228,7 @@ export async function unpackSnapshot(
       timeoutMs: 3_600_000,
     });
     await rm(archive, { force: true });
+    deps.crash?.("unpack:extracted");
     return await registerStaged(deps, dir, o);
   } finally {
     await rm(dir, { recursive: true, force: true });
@@ -393,6 +397,7 @@ export async function registerStaged(
           sizeBytes: m.diskSize,
           unsafe: true,
         });
+        deps.crash?.("unpack:before-publish");
         await store.publish(src, tag);
         published.push(tag);
         parentMeta = meta;

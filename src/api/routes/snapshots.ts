@@ -125,6 +125,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
         imagesDir: join(s.info.cacheDir, "images"),
         accel: s.info.accel.accel,
         owner: c.get("caller").tenant,
+        crash: s.snapshotDeps.crash,
       },
       Readable.from(body),
     );
