@@ -215,9 +215,10 @@ export class SandboxService {
       return await fn();
     } finally {
       s.transition = null;
+      // Retired before kill() is released: its reply comes once the files are gone.
+      if (s.doomed !== null) await this.retire(s, s.doomed, true).catch(() => undefined);
       s.settling = null;
       settle();
-      if (s.doomed !== null) await this.retire(s, s.doomed, true);
     }
   }
 
