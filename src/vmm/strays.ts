@@ -11,11 +11,13 @@
  */
 import { readdir, readlink, realpath } from "node:fs/promises";
 import { basename } from "node:path";
-import { isAlive, processCmdline } from "../util/proc.js";
+import { isAlive, processCmdline, processStartTime } from "../util/proc.js";
 import { sleep } from "../util/time.js";
 
 export interface StrayProcess {
   pid: number;
+  /** Its /proc start time: a pid reused since list() is not this process. */
+  startTime: number;
   exe: string;
   args: string[];
 }
@@ -66,7 +68,8 @@ export class Strays {
       const exe = await readlink(`/proc/${pid}/exe`).catch(() => null);
       if (exe === null) continue; // gone, a kernel thread, or not ours to see (nor to kill)
       if (!(await this.isOurs(exe))) continue;
-      out.push({ pid, exe, args: await processCmdline(pid) });
+      const startTime = await processStartTime(pid);
+      if (startTime !== null) out.push({ pid, startTime, exe, args: await processCmdline(pid) });
     }
     return out;
   }
@@ -80,10 +83,11 @@ export class Strays {
    */
   async kill(needles: string[], why: string, among?: StrayProcess[]): Promise<number[]> {
     const procs = among ?? (await this.list());
-    const pids = procs
-      .filter((p) => p.args.some((a) => needles.some((n) => a.includes(n))))
-      .map((p) => p.pid)
-      .filter((pid) => isAlive(pid));
+    const pids: number[] = [];
+    for (const p of procs) {
+      if (!p.args.some((a) => needles.some((n) => a.includes(n)))) continue;
+      if ((await processStartTime(p.pid)) === p.startTime) pids.push(p.pid);
+    }
     for (const pid of pids) {
       this.log.warn("killing a process a dead daemon left behind", { pid, why });
       try {
