@@ -333,8 +333,8 @@ export class SandboxService {
     s.busy++;
     let started;
     try {
-      started = await this.transit(s, "branch", () =>
-        branchSandbox(
+      started = await this.transit(s, "branch", async () => {
+        const st = await branchSandbox(
           {
             store: this.o.store,
             memsnap,
@@ -345,18 +345,20 @@ export class SandboxService {
           },
           s,
           name,
-        ),
-      );
+        );
+        // Counted before the transition ends: a kill() waiting on it keeps the files this reads.
+        const finishing = st.done.then(
+          () => undefined,
+          () => undefined,
+        );
+        s.finishing.add(finishing);
+        void finishing.then(() => s.finishing.delete(finishing));
+        return st;
+      });
     } finally {
       s.busy--;
       s.lastUsed = Date.now();
     }
-    const finishing = started.done.then(
-      () => undefined,
-      () => undefined,
-    );
-    s.finishing.add(finishing);
-    void finishing.then(() => s.finishing.delete(finishing));
     const base = { tag: name, pauseMs: started.pauseMs, privateBytes: started.privateBytes };
     if (!wait) return { ...base, status: "writing", snapshot: null };
     return { ...base, status: "ready", snapshot: await started.done };
