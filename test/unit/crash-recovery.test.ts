@@ -259,3 +259,48 @@ test("FORKD_TEST_CRASH_AT names a known point or is refused", () => {
   assert.doesNotThrow(() => crashPointFromEnv({ FORKD_TEST_CRASH_AT: "pause:saved" })("resume:launched"));
   assert.throws(() => crashPointFromEnv({ FORKD_TEST_CRASH_AT: "pause:nowhere" }), /unknown point/);
 });
+
+test("DELETE during a resume waits for it, then nothing of the sandbox is left", async () => {
+  await withDir(async (data) => {
+    const root = join(data, "sandboxes");
+    const store = new SnapshotStore(join(data, "snapshots"));
+    await mkdir(store.root, { recursive: true });
+    await fakeSnapshot(store, "base", null);
+    const dir = join(root, ID);
+    const p = paused(dir);
+    await mkdir(join(dir, "paused-1"), { recursive: true });
+    await writeFile(p.memory, "memory");
+    await writeFile(p.vmstate, "devices");
+    await writeFile(join(dir, "sandbox.json"), JSON.stringify(record(dir, { paused: p })));
+    // A VMM launch that takes as long as the test says.
+    let fail: (e: Error) => void = () => undefined;
+    let launched: () => void = () => undefined;
+    const started = new Promise<void>((r) => (launched = r));
+    const driver = {
+      binary: "/bin/false",
+      launch: () => {
+        launched();
+        return new Promise((_, reject) => (fail = reject));
+      },
+    } as unknown as QemuDriver;
+    const { log } = logger();
+    const svc = new SandboxService({ root, store, driver, log, strays: new Strays([], log) });
+    await svc.recover();
+    assert.equal(svc.get(ID).state, "paused");
+    const resuming = svc.resume(ID).then(
+      () => "resumed",
+      (e: unknown) => String(e),
+    );
+    await started;
+    let killed = false;
+    const killing = svc.kill(ID).then(() => (killed = true));
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(killed, false, "kill waits for the resume in progress");
+    assert.throws(() => svc.get(ID), /no sandbox/, "but the sandbox is gone from the API at once");
+    fail(new Error("QEMU did not come up"));
+    await killing;
+    assert.match(await resuming, /did not come up/);
+    assert.deepEqual(await readdir(root), [], "its directory is gone when kill returns");
+    await svc.killAll();
+  });
+});
