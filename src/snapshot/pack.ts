@@ -111,6 +111,7 @@ export async function packSnapshot(
   store: SnapshotStore,
   tag: string,
   out: NodeJS.WritableStream,
+  crash?: CrashPoint,
 ): Promise<void> {
   const dir = store.stagingDir(`pack-${tag}-${Date.now().toString(36)}`);
   try {
@@ -121,6 +122,7 @@ export async function packSnapshot(
     let err = "";
     tar.stderr.on("data", (c: Buffer) => (err += c.toString()));
     const exited = new Promise<number | null>((r) => tar.once("close", r));
+    crash?.("pack:streaming");
     await pipeline(tar.stdout, out);
     if ((await exited) !== 0) throw new ForkdError("internal", `tar failed: ${err.trim()}`);
   } finally {

@@ -1,6 +1,6 @@
 /**
  * Test-only fault injection: named points in multi-step operations (create, branch, pause,
- * resume, fork, unpack) where a daemon started with FORKD_TEST_CRASH_AT=<point> SIGKILLs itself,
+ * resume, fork, pack, unpack) where a daemon started with FORKD_TEST_CRASH_AT=<point> SIGKILLs itself,
  * so crash-recovery tests hit each step deterministically. Read once by the entry point and
  * injected; with the variable unset every point is a no-op. Never set it in production.
  */
@@ -22,6 +22,7 @@ export const CRASH_POINTS = [
   "pause:before-record",
   "resume:launched",
   "resume:recorded",
+  "pack:streaming",
   "unpack:extracted",
   "unpack:before-publish",
 ] as const;

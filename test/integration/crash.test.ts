@@ -203,11 +203,17 @@ for (const point of ["create:booted", "create:before-publish"] as const) {
   });
 }
 
-step("kill -9 during an unpack: nothing is published, nothing staged", async () => {
+step("kill -9 during a pack and an unpack: nothing is published, nothing staged", async () => {
   await call("POST", `/v1/sandboxes/${a}/branch`, { tag: "pk" });
   const file = join(d.dataDir, "pk.forkd.tar.zst");
   const packed = await cli(d, ["pack", "pk", "-o", file]);
   assert.equal(packed.code, 0, packed.stderr);
+  await crashDuring("pack:streaming", async () => {
+    const r = await cli(d, ["pack", "pk", "-o", `${file}.again`]);
+    if (r.code !== 0) throw new Error(r.stderr);
+  });
+  assert.deepEqual(await orphans(), [], "no orphaned process");
+  await snapshotsWhole();
   await call("DELETE", "/v1/snapshots/pk");
   for (const point of ["unpack:extracted", "unpack:before-publish"] as const) {
     await crashDuring(point, async () => {
