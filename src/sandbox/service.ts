@@ -1015,6 +1015,15 @@ export class SandboxService {
         await this.adoptOne(dir, record, journals, procs);
         adopted.push(name);
       } catch (e) {
+        // Registered before a later step failed: forgotten again, its connections closed.
+        const half = this.live.get(name);
+        if (half) {
+          this.live.delete(name);
+          half.state = "exited"; // its VMM's end below is not an exit to act on
+          half.agent?.close();
+          half.vm?.qmp.close();
+          await half.net?.release();
+        }
         await this.strays.kill([`${dir}/`], "a sandbox that cannot be adopted", procs);
         if (record.paused) {
           // Its saved state is someone's work: kept aside, not deleted.
