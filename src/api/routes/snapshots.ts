@@ -104,7 +104,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const tag = assertTag(c.req.param("tag"));
     await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt before the stream starts
     const out = new PassThrough();
-    packSnapshot(s.store, tag, out).catch((e: unknown) => {
+    packSnapshot(s.store, tag, out, s.snapshotDeps.crash).catch((e: unknown) => {
       s.log.warn("pack failed", { tag, error: String(e) });
       out.destroy(e instanceof Error ? e : new Error(String(e)));
     });
@@ -126,6 +126,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
         imagesDir: join(s.info.cacheDir, "images"),
         accel: s.info.accel.accel,
         owner: c.get("caller").tenant,
+        crash: s.snapshotDeps.crash,
       },
       Readable.from(body),
     );
