@@ -37,6 +37,7 @@ import { findJailer, findMemsnap } from "../host/native.js";
 import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
+import { installFailurePolicy } from "./failure-policy.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -288,9 +289,20 @@ function listen(server: Server, path: string): Promise<void> {
 
 /** `forkd daemon`: run until SIGTERM/SIGINT; running sandboxes are left for the next daemon. */
 export async function runDaemon(): Promise<void> {
+  const log = jsonLogger("daemon");
+  // Installed first: a failure while starting is handled the same way.
+  let metrics: Metrics | null = null;
+  installFailurePolicy({ log, count: (kind) => metrics?.processFailure(kind) });
   const d = await startDaemon();
+  if (d.services.metrics instanceof Metrics) metrics = d.services.metrics;
   const stop = () => {
-    void d.close().then(() => process.exit(0));
+    d.close().then(
+      () => process.exit(0),
+      (e: unknown) => {
+        log.warn("stopping failed", { error: errorMessage(e) });
+        process.exit(1);
+      },
+    );
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);
