@@ -28,12 +28,9 @@ export function progressStream<T>(
   const stream = replyStream(
     (sink) => {
       sink.onHangup(() => log.info(`${what}: its client went away; it goes on`));
-      let p: Promise<T>;
-      try {
-        p = work((message) => sink.line({ type: "progress", message }), sink);
-      } catch (e) {
-        p = Promise.reject(e);
-      }
+      const p = Promise.resolve().then(() =>
+        work((message) => sink.line({ type: "progress", message }), sink),
+      );
       p.then(
         (result) => {
           if (sink.gone) log.info(`${what}: done (its client had gone)`);
