@@ -124,7 +124,7 @@ function hangUp(
         if (status !== 200 && status !== 201) return;
         if (when === "first" || mid(got, bytes)) hang();
       });
-      res.on("end", () => cut || reject(new Error(`${path}: the reply (${status}) ended first: ${got}`)));
+      res.on("close", () => cut || reject(new Error(`${path}: the reply (${status}) ended first: ${got}`)));
     });
     req.end(payload || undefined);
   });
