@@ -42,6 +42,10 @@ export interface ReplyStreamOptions {
 /** The error a writer into a reply sees once its client is gone. */
 export const clientGone = (): ForkdError => new ForkdError("unavailable", "the client went away");
 
+/** What cuts a body whose connection closed: node-server reports this code as a user abort. */
+const aborted = (): Error =>
+  Object.assign(new Error("the client went away"), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+
 const enc = new TextEncoder();
 
 /** A reply body fed by `start(sink)`, which is called at once. */
@@ -66,11 +70,18 @@ export function replyStream(
       // has nobody left to report to; it must not reach the process.
     }
   };
-  const hangup = () => {
+  /**
+   * How the body learnt it: the reader cancelled it; the connection closed under a reader that
+   * may wait on it forever (the body is cut: the error the HTTP server takes for an abort); or
+   * it closed before any reader came (the body is ended: the server, reading it later, finds
+   * its end and finishes quietly).
+   */
+  const hangup = (how: "cancelled" | "closed" | "never") => {
     if (state !== "open") return;
     state = "gone";
     try {
-      controller?.error(clientGone()); // drops what is queued for nobody
+      if (how === "closed") controller?.error(aborted());
+      if (how === "never") controller?.close();
     } catch {
       /* already cancelled */
     }
@@ -94,7 +105,7 @@ export function replyStream(
         controller.enqueue(chunk);
       } catch {
         // Cancelled in a way we did not see: the client is gone all the same.
-        hangup();
+        hangup("cancelled");
         return false;
       }
       return wants();
@@ -146,6 +157,9 @@ export function replyStream(
           cb(error);
         },
       });
+      // The writer learns of the hang-up from its own pipeline or write callbacks, also when it
+      // attaches them later: the error must not be an unhandled 'error' event meanwhile.
+      w.on("error", () => undefined);
       sink.onHangup(() => w.destroy(clientGone()));
       return w;
     },
@@ -161,7 +175,7 @@ export function replyStream(
         wake();
       },
       cancel() {
-        hangup();
+        hangup("cancelled");
       },
     },
     { highWaterMark: hwm, size: (chunk) => chunk.byteLength },
@@ -171,8 +185,10 @@ export function replyStream(
   // got as far as reading (and so cancelling) this body.
   const out = opts.outgoing;
   if (out) {
-    if (out.destroyed && !out.writableFinished) hangup();
-    else out.once("close", () => out.writableFinished || hangup());
+    if (out.destroyed && !out.writableFinished) hangup("never");
+    // After the server's own listener (it cancels a body it reads), so this one only cuts a
+    // body nobody will cancel.
+    else out.once("close", () => setImmediate(() => out.writableFinished || hangup("closed")));
   }
   start(sink);
   return stream;

@@ -12,7 +12,7 @@
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
 import { createServer, request } from "node:http";
 import type { Server } from "node:http";
@@ -21,7 +21,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { rawRequest, readAll } from "../../src/client/http.js";
 import { api, forkOne, sh } from "../helpers/vm.js";
-import { makeDaemon } from "../helpers/daemon.js";
+import { CLI, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { parseMetrics } from "../helpers/prometheus.js";
 import { startRegistry } from "../helpers/registry.js";
@@ -281,9 +281,9 @@ step("a pack download whose client hangs up stops its writer and leaves nothing 
 });
 
 let id = "";
-const MARK = (when: When) => `hangup-marker-${when}`;
+const MARK = (when: string) => `hangup-marker-${when}`;
 /** Processes in the guest whose command line has the marker (the pattern does not match itself). */
-const marked = async (when: When) => {
+const marked = async (when: string) => {
   const m = MARK(when);
   const pattern = `${m.slice(0, -1)}[${m.slice(-1)}]`;
   return (await sh(d, id, `grep -las '${pattern}' /proc/[0-9]*/cmdline || true`)).trim();
@@ -312,6 +312,33 @@ step("an exec stream whose client hangs up has its command killed; the daemon li
     });
   }
   await assertAlive("exec streams ended");
+});
+
+step("Ctrl-C on forkd exec exits 130 and the command is killed; the daemon lives", async () => {
+  const script = 'i=0; while :; do echo "line $i"; i=$((i+1)); sleep 0.02; done';
+  const child = spawn(process.execPath, [CLI, "exec", id, "--", "sh", "-c", script, MARK("cli")], {
+    env: d.env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  let out = "";
+  let err = "";
+  child.stderr.on("data", (c: Buffer) => (err += c.toString()));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.on("data", (c: Buffer) => {
+      out += c.toString();
+      if (out.includes("line 3\n")) resolve();
+    });
+    void exited.then(() => reject(new Error(`forkd exec ended before its output: ${err}`)));
+  });
+  child.kill("SIGINT");
+  assert.equal(await exited, 130, err);
+  assert.match(err, /interrupted/);
+  await assertAlive("forkd exec interrupted");
+  await until("the interrupted command is gone", async () => {
+    const { commands } = await api<{ commands: unknown[] }>(d, "GET", `/v1/sandboxes/${id}/commands`);
+    return commands.length === 0 && (await marked("cli")) === "";
+  });
 });
 
 step("a file download whose client hangs up ends; the sandbox still serves files", async () => {

@@ -94,10 +94,10 @@ test("fail cuts the reply: the reader sees the error after what was queued", asy
   await assert.rejects(reader.read(), /pack failed/);
 });
 
-test("a connection closed before the reply was built: the work is told at once", () => {
+test("a connection closed before the reply was built: the work is told at once, the body is empty", async () => {
   let startedGone: boolean | null = null;
   let told = 0;
-  replyStream(
+  const body = replyStream(
     (s) => {
       startedGone = s.gone;
       s.onHangup(() => told++);
@@ -107,19 +107,26 @@ test("a connection closed before the reply was built: the work is told at once",
   );
   assert.equal(startedGone, true);
   assert.equal(told, 1);
+  // The server still reads it (it does not know): it finds the end, not an error to report.
+  assert.equal((await new Response(body).arrayBuffer()).byteLength, 0);
 });
 
-test("the connection closing before the reply finished is a hang-up; after it finished it is not", () => {
+test("the connection closing before the reply finished is a hang-up; after it finished it is not", async () => {
   const early = fakeOutgoing();
   const a = opened({ outgoing: early });
+  a.sink.write(bytes("queued for a reader stuck on the closed connection"));
   early.hangUp();
+  await new Promise((r) => setImmediate(r));
   assert.equal(a.hangups(), 1);
   assert.equal(a.sink.gone, true);
+  // The body is cut with what node-server takes for a user abort (not a failure to report).
+  await assert.rejects(a.body.getReader().read(), { code: "ERR_STREAM_PREMATURE_CLOSE" });
 
   const late = fakeOutgoing();
   const b = opened({ outgoing: late });
   b.sink.end();
   late.finish();
+  await new Promise((r) => setImmediate(r));
   assert.equal(b.hangups(), 0);
   assert.equal(b.sink.gone, false);
 });
@@ -181,6 +188,16 @@ test("a pipeline into writable() is paced, completes, and is ended when the clie
   const at = produced;
   await new Promise((r) => setTimeout(r, 20));
   assert.equal(produced, at, "the source is no longer read");
+});
+
+test("a client gone before the writer attaches its pipeline: no stray error, the pipeline fails", async () => {
+  const out = fakeOutgoing();
+  const a = opened({ outgoing: out });
+  const w = a.sink.writable(); // e.g. while the pack is still being staged
+  out.hangUp();
+  await new Promise((r) => setImmediate(r));
+  assert.equal(w.destroyed, true);
+  await assert.rejects(pipeline(Readable.from([Buffer.from("late")]), w), /client went away/);
 });
 
 /** A real server: the client hangs up while the route is still working, before any byte. */
