@@ -261,9 +261,12 @@ async function packTraces(): Promise<{ tars: number; staged: string[] }> {
 }
 
 step("a pack download whose client hangs up stops its writer and leaves nothing staged", async () => {
+  const route = "/v1/snapshots/{tag}/pack";
   for (const when of WHEN) {
+    const before = await served(route);
     await hangUp("GET", "/v1/snapshots/hbase/pack", undefined, when, (_got, bytes) => bytes >= 4 << 20);
     await assertAlive(`pack hung up ${when}`);
+    await until(`pack ${when} was served`, async () => (await served(route)) > before, 30_000);
     await until(`pack ${when}: writer gone`, async () => {
       const t = await packTraces();
       return t.tars === 0 && t.staged.length === 0;
@@ -339,6 +342,32 @@ step("Ctrl-C on forkd exec exits 130 and the command is killed; the daemon lives
     const { commands } = await api<{ commands: unknown[] }>(d, "GET", `/v1/sandboxes/${id}/commands`);
     return commands.length === 0 && (await marked("cli")) === "";
   });
+});
+
+step("replies that are not streams: a buffered exec and an upload cut mid-body", async () => {
+  await hangUp(
+    "POST",
+    `/v1/sandboxes/${id}/exec`,
+    { cmd: ["sh", "-c", "sleep 1", MARK("buffered")] },
+    "before",
+    () => false,
+  );
+  await assertAlive("buffered exec hung up");
+  await until("the buffered exec's command ends", async () => (await marked("buffered")) === "");
+  // An upload that stops a quarter of the way through: no file, nothing half-written.
+  await new Promise<void>((resolve) => {
+    const req = request({
+      socketPath: d.ep.socket,
+      method: "PUT",
+      path: `/v1/sandboxes/${id}/files?path=/root/upload`,
+      headers: { "content-type": "application/octet-stream", "content-length": 4 << 20 },
+    });
+    req.on("error", () => resolve());
+    req.write(Buffer.alloc(1 << 20, 7), () => setTimeout(() => (req.destroy(), resolve()), 200));
+  });
+  await assertAlive("upload cut");
+  // Neither the file nor its temporary (.upload.forkd-XXXXXX) once the write is abandoned.
+  await until("the cut upload leaves nothing", async () => !/upload/.test(await sh(d, id, "ls -a /root")));
 });
 
 step("a file download whose client hangs up ends; the sandbox still serves files", async () => {

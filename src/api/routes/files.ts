@@ -27,6 +27,7 @@ export function fileRoutes(s: Services): Hono<ApiEnv> {
     // has no cancel) and only then is the sandbox released.
     const stream = replyStream(
       (sink) => {
+        if (sink.gone) return lease.release(); // gone during the stat: nothing is read
         agent
           .readFileStream(path, (chunk) => {
             sink.write(new Uint8Array(chunk));

@@ -104,6 +104,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     // At the reader's pace; a client that hangs up ends the writer (tar, staging directory).
     const body = replyStream(
       (sink) => {
+        if (sink.gone) return; // gone before the reply started: nothing is packed
         packSnapshot(s.store, tag, sink.writable()).catch((e: unknown) => {
           if (sink.gone) s.log.info("pack not sent: its client went away", { tag });
           else s.log.warn("pack failed", { tag, error: String(e) });
