@@ -41,6 +41,7 @@ import { acquireDaemonLock } from "./lock.js";
 import { crashPointFromEnv } from "../util/crash.js";
 import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
+import { installFailurePolicy } from "./failure-policy.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -318,9 +319,20 @@ function listen(server: Server, path: string): Promise<void> {
 
 /** `forkd daemon`: run until SIGTERM/SIGINT; running sandboxes are left for the next daemon. */
 export async function runDaemon(): Promise<void> {
+  const log = jsonLogger("daemon");
+  // Installed first: a failure while starting is handled the same way.
+  let metrics: Metrics | null = null;
+  installFailurePolicy({ log, count: (kind) => metrics?.processFailure(kind) });
   const d = await startDaemon();
+  if (d.services.metrics instanceof Metrics) metrics = d.services.metrics;
   const stop = () => {
-    void d.close().then(() => process.exit(0));
+    d.close().then(
+      () => process.exit(0),
+      (e: unknown) => {
+        log.warn("stopping failed", { error: errorMessage(e) });
+        process.exit(1);
+      },
+    );
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);

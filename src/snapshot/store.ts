@@ -177,6 +177,20 @@ export class SnapshotStore {
     );
   }
 
+  /**
+   * Records that a creation of `tag` failed with `e` (its client no longer watched): the tag
+   * reads `failed`, with the reason, until deleted or re-created.
+   */
+  async recordFailed(info: Omit<SnapshotPending, "status" | "error">, e: unknown): Promise<void> {
+    await this.markFailed(
+      { ...info, status: "failed", error: null },
+      {
+        code: e instanceof ForkdError ? e.code : "internal",
+        message: e instanceof Error ? e.message : String(e),
+      },
+    );
+  }
+
   private failedPath(tag: string): string {
     return join(this.root, FAILED_PREFIX + assertTag(tag) + ".json");
   }
