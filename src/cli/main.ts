@@ -312,41 +312,58 @@ program
         timeout_ms: o.timeout,
         stdin,
       });
-      const res = await checkResponse(
-        await rawRequest(
-          endpoint,
-          "POST",
-          `/v1/sandboxes/${encodeURIComponent(id)}/exec/stream`,
-          body,
-          execIdleMs(o.timeout),
-          {
-            "content-type": "application/json",
-          },
-        ),
-      );
-      let code = 1;
-      interface ExecEvent {
-        type: string;
-        data?: string;
-        exit_code?: number | null;
-        signal?: number | null;
-        timed_out?: boolean;
-        error?: { message: string };
+      // Ctrl-C cuts the stream (the daemon then kills the command) and exits 130; a second one
+      // kills the CLI at once.
+      const interrupt = new AbortController();
+      const onInt = () => interrupt.abort();
+      process.once("SIGINT", onInt);
+      try {
+        process.exitCode = await execStream(id, body, execIdleMs(o.timeout), interrupt.signal);
+      } catch (e) {
+        if (!interrupt.signal.aborted) throw e;
+        say("forkd: interrupted; the command is killed");
+        process.exitCode = 130;
+      } finally {
+        process.off("SIGINT", onInt);
       }
-      await readNdjson(res, (ev: ExecEvent) => {
-        if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
-        else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
-        else if (ev.type === "exit") {
-          if (ev.timed_out) say("forkd: command timed out");
-          code = ev.exit_code ?? 128 + (ev.signal ?? 0);
-        } else if (ev.type === "error") {
-          say(`forkd: ${ev.error?.message ?? "exec failed"}`);
-          code = 1;
-        }
-      });
-      process.exitCode = code;
     },
   );
+
+/** Runs one exec stream, writing the command's output as it comes; its exit code. */
+async function execStream(id: string, body: string, idleMs: number, signal: AbortSignal): Promise<number> {
+  const res = await checkResponse(
+    await rawRequest(
+      endpoint,
+      "POST",
+      `/v1/sandboxes/${encodeURIComponent(id)}/exec/stream`,
+      body,
+      idleMs,
+      { "content-type": "application/json" },
+      signal,
+    ),
+  );
+  let code = 1;
+  interface ExecEvent {
+    type: string;
+    data?: string;
+    exit_code?: number | null;
+    signal?: number | null;
+    timed_out?: boolean;
+    error?: { message: string };
+  }
+  await readNdjson(res, (ev: ExecEvent) => {
+    if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
+    else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
+    else if (ev.type === "exit") {
+      if (ev.timed_out) say("forkd: command timed out");
+      code = ev.exit_code ?? 128 + (ev.signal ?? 0);
+    } else if (ev.type === "error") {
+      say(`forkd: ${ev.error?.message ?? "exec failed"}`);
+      code = 1;
+    }
+  });
+  return code;
+}
 
 program
   .command("eval")

@@ -38,6 +38,10 @@ import { findJailer, findMemsnap } from "../host/native.js";
 import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
+import { crashPointFromEnv } from "../util/crash.js";
+import { Quarantine } from "../util/quarantine.js";
+import { Strays } from "../vmm/strays.js";
+import { installFailurePolicy } from "./failure-policy.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -65,8 +69,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const releaseLock = await acquireDaemonLock(paths.dataDir);
   // We own the data directory now: a socket file left here belongs to a dead daemon.
   await rm(paths.socket, { force: true });
-  await rm(runDir, { recursive: true, force: true });
-  await mkdir(runDir, { recursive: true, mode: 0o700 });
+  // Test-only (FORKD_TEST_CRASH_AT): read once here and injected.
+  const crash = crashPointFromEnv(env);
 
   const accel = await chooseAccel(await findQemu(env), env);
   const qemu = await findQemu(env, accel.accel);
@@ -99,6 +103,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   if (cgroups.mode === "none") log.warn(`no per-sandbox resource limits: ${cgroups.reason ?? ""}`);
   const jail = new Jail(jailOpts, cgroups);
   const jailer = await findJailer(env);
+  const memsnap = await findMemsnap(env);
   const driver = new QemuDriver(qemu, { jailer, jail });
   const store = new SnapshotStore(snapshotsDir(paths));
   const network = await NetworkService.start({
@@ -109,6 +114,18 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     jailer,
     protectedPorts: cfg.tcp ? [cfg.tcp.port] : [],
   });
+  // A dead daemon's children outlive it: a snapshot's parent VM (unjailed, running from run/ on
+  // a memory file in a staging directory), helpers writing a branch or an unpack. They are
+  // stopped before their directories go; sandboxes' VMMs are re-adopted (or stopped) by
+  // sandboxes.recover() below.
+  const strays = new Strays(
+    [qemu, jailer, memsnap, ...(network.caps.user.binary ? [network.caps.user.binary] : [])],
+    log,
+  );
+  await strays.kill([`${runDir}/`, join(snapshotsDir(paths), ".staging-")], "a dead daemon's build");
+  await rm(runDir, { recursive: true, force: true });
+  await mkdir(runDir, { recursive: true, mode: 0o700 });
+  const quarantine = new Quarantine(join(paths.dataDir, "quarantine"), log);
   const sandboxes = new SandboxService({
     root: sandboxesDir(paths),
     store,
@@ -119,16 +136,20 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     poolSize: Number(env.FORKD_POOL_SIZE ?? 2),
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
     maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
-    memsnap: await findMemsnap(env),
+    memsnap,
     network,
+    strays,
+    quarantine,
+    crash,
   });
-  const cleaned = await store.recover();
-  const { adopted, removed } = await sandboxes.recover();
+  const cleaned = await store.recover(quarantine);
+  const { adopted, removed, quarantined } = await sandboxes.recover();
   // After re-adopting children: their slots keep their rules, every other one is reclaimed.
   await network.reclaim();
   log.info("state recovered", {
     adopted: adopted.length,
     removed: removed.length,
+    quarantined: quarantined.length,
     staging_cleaned: cleaned.length,
   });
 
@@ -183,6 +204,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       accel,
       qemuVersion: qemuVer,
       runDir,
+      crash,
     },
     info: {
       version: VERSION,
@@ -297,9 +319,20 @@ function listen(server: Server, path: string): Promise<void> {
 
 /** `forkd daemon`: run until SIGTERM/SIGINT; running sandboxes are left for the next daemon. */
 export async function runDaemon(): Promise<void> {
+  const log = jsonLogger("daemon");
+  // Installed first: a failure while starting is handled the same way.
+  let metrics: Metrics | null = null;
+  installFailurePolicy({ log, count: (kind) => metrics?.processFailure(kind) });
   const d = await startDaemon();
+  if (d.services.metrics instanceof Metrics) metrics = d.services.metrics;
   const stop = () => {
-    void d.close().then(() => process.exit(0));
+    d.close().then(
+      () => process.exit(0),
+      (e: unknown) => {
+        log.warn("stopping failed", { error: errorMessage(e) });
+        process.exit(1);
+      },
+    );
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);

@@ -21,6 +21,7 @@ import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { childEnv, run } from "../util/proc.js";
 import { nowMs, since } from "../util/time.js";
+import type { CrashPoint } from "../util/crash.js";
 import type { Sandbox } from "./sandbox.js";
 
 export interface BranchDeps {
@@ -28,6 +29,8 @@ export interface BranchDeps {
   memsnap: string;
   /** Called (paused) once the source writes to a new top disk layer. */
   newTopLayer?: () => Promise<void>;
+  /** Test-only fault injection (src/util/crash.ts). */
+  crash?: CrashPoint;
   log: {
     info(m: string, f?: Record<string, unknown>): void;
     warn(m: string, f?: Record<string, unknown>): void;
@@ -105,6 +108,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       capture.kill();
       throw e;
     }
+    deps.crash?.("branch:paused");
     const memoryMs = lap();
     await vm.resume();
     paused = false;
@@ -225,6 +229,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     owner: a.owner,
   };
   await writeMeta(join(a.staging, "meta.json"), meta);
+  deps.crash?.("branch:before-publish");
   await deps.store.publish(a.staging, a.tag);
   // Kept until published: a crash before this leaves a staging dir recovery marks as failed.
   await rm(join(deps.store.filesFor(a.tag).dir, "status.json"), { force: true });

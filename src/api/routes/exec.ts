@@ -13,7 +13,7 @@ import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from ".
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { viewOfCommand } from "../../sandbox/commands.js";
 import { toEnvelope } from "../errors.js";
-import { PacedReader } from "../paced-reader.js";
+import { replyStream } from "../reply-stream.js";
 
 /** Buffered exec keeps at most this much of each output stream. */
 const MAX_BUFFERED = 16 << 20;
@@ -95,70 +95,65 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   });
 
   // One JSON object per line: started, stdout/stderr (base64: output is bytes), exit or error.
-  // Paced by the client: the guest's output waits in the guest while the client reads slowly.
   app.post("/:id/exec/stream", async (c) => {
     const body = await parseBody(c, Exec);
     const lease = s.sandboxes.lease(c.req.param("id"));
-    const enc = new TextEncoder();
-    let handle: ExecHandle | null = null;
-    let finished = false;
-    const reader = new PacedReader();
-    const stream = new ReadableStream<Uint8Array>(
-      {
-        start(controller) {
-          const send = (o: unknown) => reader.enqueue(controller, enc.encode(JSON.stringify(o) + "\n"));
-          const end = () => {
-            finished = true;
-            reader.close(controller);
-          };
-          const t0 = performance.now();
+    const stream = replyStream(
+      (sink) => {
+        // A client gone before the reply started never sees its command: none is started.
+        if (sink.gone) return lease.release();
+        const t0 = performance.now();
+        let handle: ExecHandle;
+        try {
           handle = start(
             lease.agent,
             lease.commands,
             body,
             {
-              onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }),
-              onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }),
+              // Paced by the client: while it reads slowly the output waits in the guest.
+              onStdout: (d) => sink.line({ type: "stdout", data: d.toString("base64") }) || sink.drained(),
+              onStderr: (d) => sink.line({ type: "stderr", data: d.toString("base64") }) || sink.drained(),
             },
             lease.explain,
           );
-          handle.started.then(
-            (p) => send({ type: "started", pid: p.pid }),
-            () => undefined,
-          );
-          handle.result.finally(lease.release).catch(() => undefined);
-          handle.result.then(
+        } catch (e) {
+          lease.release();
+          throw e; // before the reply started: an error reply with its status
+        }
+        // The client went away: do not leave its command running, nor the sandbox held by it.
+        sink.onHangup(() => {
+          lease.release();
+          handle.signal(9);
+        });
+        handle.started.then(
+          (p) => sink.line({ type: "started", pid: p.pid }),
+          () => undefined,
+        );
+        handle.result
+          .then(
             (r) => {
               s.metrics.exec((performance.now() - t0) / 1000);
-              void send({
+              sink.line({
                 type: "exit",
                 exit_code: r.exitCode,
                 signal: r.signal,
                 timed_out: r.timedOut,
                 duration_ms: Math.round(performance.now() - t0),
               });
-              end();
             },
             (e: unknown) => {
               const { body: env } = toEnvelope(e);
               s.metrics.failure("execStream", env.error.code);
-              void send({ type: "error", ...env });
-              end();
+              sink.line({ type: "error", ...env });
             },
-          );
-        },
-        pull() {
-          reader.pulled();
-        },
-        cancel() {
-          // The client went away: do not leave its command running (nor wait for it to read).
-          if (!finished) handle?.signal(9);
-          finished = true;
-          reader.gone();
-          lease.release();
-        },
+          )
+          .finally(() => {
+            lease.release();
+            sink.end();
+          })
+          .catch((e: unknown) => s.log.warn("exec stream: reply not sent", { error: String(e) }));
       },
-      reader.strategy,
+      { outgoing: c.env?.outgoing },
     );
     return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson" } });
   });

@@ -5,7 +5,7 @@ import type { ApiEnv } from "../env.js";
 import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { ForkdError } from "../../util/errors.js";
-import { PacedReader } from "../paced-reader.js";
+import { clientGone, replyStream } from "../reply-stream.js";
 
 export function fileRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -23,31 +23,26 @@ export function fileRoutes(s: Services): Hono<ApiEnv> {
       lease.release();
       throw e;
     }
-    // Paced by the client: the file is read in the guest as fast as the client takes it.
-    const reader = new PacedReader();
-    const stream = new ReadableStream<Uint8Array>(
-      {
-        start(controller) {
-          agent
-            .readFileStream(path, (chunk) => {
-              // A client gone: the read stops (and the guest's stream is cancelled).
-              reader.checkGone();
-              return reader.enqueue(controller, new Uint8Array(chunk))?.then(() => reader.checkGone());
-            })
-            .then(
-              () => reader.close(controller),
-              (e: unknown) => reader.error(controller, e),
-            )
-            .finally(lease.release);
-        },
-        pull() {
-          reader.pulled();
-        },
-        cancel() {
-          reader.gone();
-        },
+    // Paced by the client: the guest reads the file as the client takes it. A client that hangs
+    // up ends the read (the guest's stream is cancelled) and the sandbox is released.
+    const stream = replyStream(
+      (sink) => {
+        if (sink.gone) return lease.release(); // gone during the stat: nothing is read
+        const stillThere = () => {
+          if (sink.gone) throw clientGone();
+        };
+        agent
+          .readFileStream(path, (chunk) => {
+            stillThere();
+            return sink.write(new Uint8Array(chunk)) || sink.drained().then(stillThere);
+          })
+          .then(
+            () => sink.end(),
+            (e: unknown) => sink.fail(e),
+          )
+          .finally(lease.release);
       },
-      reader.strategy,
+      { outgoing: c.env?.outgoing },
     );
     return new Response(stream, {
       status: 200,
