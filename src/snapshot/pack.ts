@@ -142,7 +142,7 @@ export async function packSnapshot(
     // manifest.json first: an unpack bounds every later file by the size it states.
     const tar = spawn(
       "tar",
-      ["--zstd", "--sparse", "-cf", "-", "-C", dir, "manifest.json", "image", "snapshots"],
+      ["--zstd", "--sparse", "-cf", "-", "-C", dir, "./manifest.json", "./image", "./snapshots"],
       {
         stdio: ["ignore", "pipe", "pipe"],
       },
@@ -485,6 +485,8 @@ export async function registerStaged(
           ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
           owner: deps.owner ?? null,
         });
+        const files = ["memory", "vmstate", "disk.qcow2"].map((f) => join(src, f));
+        await Promise.all(files.map((f) => chmod(f, 0o444)));
         await createOverlay(join(src, "child.qcow2"), {
           backing: store.filesFor(tag).disk,
           backingFormat: "qcow2",

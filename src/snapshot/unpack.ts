@@ -42,6 +42,8 @@ const PIECE = 64 << 10;
 /** Decompressed bytes after the end-of-archive marker that are read and dropped (tar pads to 10 KiB). */
 const MAX_TRAILING = 1 << 20;
 const ZERO = Buffer.alloc(1 << 20);
+/** One pass over an archive (up to 64 GiB compressed) takes at most this long. */
+const READ_TIMEOUT_MS = 3_600_000;
 
 /** The bound of an unpack or a pull into `deps.store`: the configured limit and free space. */
 export async function limitFor(deps: UnpackDeps): Promise<BudgetLimit> {
@@ -190,8 +192,16 @@ async function readArchive(archive: string, sink: TarSink, done: () => boolean):
   z.stderr.on("data", (c: Buffer) => (zerr = (zerr + c.toString()).slice(-2000)));
   const exited = new Promise<number | null>((r) => {
     z.once("close", r);
-    z.once("error", () => r(null));
+    z.once("error", (e) => {
+      zerr = e.message;
+      r(null);
+    });
   });
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    z.kill("SIGKILL");
+  }, READ_TIMEOUT_MS);
   try {
     const reader = new TarReader(sink);
     let trailing = 0;
@@ -208,6 +218,7 @@ async function readArchive(archive: string, sink: TarSink, done: () => boolean):
       if (done()) return;
     }
     const code = await exited;
+    if (timedOut) throw new ForkdError("timeout", "reading the pack took too long");
     if (code !== 0) {
       throw new ForkdError(
         "invalid_argument",
@@ -221,6 +232,7 @@ async function readArchive(archive: string, sink: TarSink, done: () => boolean):
     }
     reader.finish();
   } finally {
+    clearTimeout(timer);
     if (z.exitCode === null && z.signalCode === null) z.kill("SIGKILL");
     await exited;
   }

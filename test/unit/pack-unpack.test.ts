@@ -7,14 +7,12 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { createWriteStream, createReadStream } from "node:fs";
+import { createReadStream } from "node:fs";
 import { cp, mkdir, mkdtemp, open, readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import { promisify } from "node:util";
 import { builtImageAddress, findImage, imageAddress } from "../../src/image/content.js";
 import { sha256File, writeMeta } from "../../src/snapshot/meta.js";
@@ -25,6 +23,7 @@ import { TarReader, parseNumber } from "../../src/snapshot/tar-reader.js";
 import { UnpackBudget, unpackLimit } from "../../src/snapshot/unpack-budget.js";
 import { unpackSnapshot } from "../../src/snapshot/unpack.js";
 import { ForkdError } from "../../src/util/errors.js";
+import { forgePack } from "../helpers/forge-pack.js";
 import { fakeMeta } from "../helpers/snapshots.js";
 
 const sh = promisify(execFile);
@@ -195,40 +194,6 @@ test("a pack whose image this host built (same files) reuses it; an image withou
   }
 });
 
-/** A ustar header for a regular file (what a forger's own tar writer emits). */
-function header(name: string, size: number): Buffer {
-  const h = Buffer.alloc(512);
-  h.write(name, 0, "utf8");
-  h.write("0000644\0", 100);
-  h.write("0000000\0", 108);
-  h.write("0000000\0", 116);
-  h.write(size.toString(8).padStart(11, "0") + "\0", 124);
-  h.write("00000000000\0", 136);
-  h.write("        ", 148);
-  h.write("0", 156);
-  h.write("ustar\0" + "00", 257, "latin1");
-  let sum = 0;
-  for (const b of h) sum += b;
-  h.write(sum.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
-  return h;
-}
-
-/** Streams a tar of `members` (name, size, filler byte or a buffer) through zstd into `out`. */
-async function forge(out: string, members: Array<[string, number, number | Buffer]>): Promise<string> {
-  async function* tar() {
-    for (const [name, size, fill] of members) {
-      yield header(name, size);
-      if (Buffer.isBuffer(fill)) yield fill;
-      else for (let left = size; left > 0; left -= 1 << 20) yield Buffer.alloc(Math.min(left, 1 << 20), fill);
-      if (size % 512) yield Buffer.alloc(512 - (size % 512));
-    }
-    yield Buffer.alloc(1024);
-  }
-  const z = spawn("zstd", ["-q", "-1", "-c"], { stdio: ["pipe", "pipe", "inherit"] });
-  await Promise.all([pipeline(Readable.from(tar()), z.stdin), pipeline(z.stdout, createWriteStream(out))]);
-  return out;
-}
-
 test("a bomb is refused before it is written: past its stated size, past the limit, sparse, manifest last", async () => {
   const s = await scratch();
   try {
@@ -237,7 +202,7 @@ test("a bomb is refused before it is written: past its stated size, past the lim
     const manifest = await readFile(join(dir, "manifest.json"));
     const big = 256 << 20;
     // 256 MiB of 'A' (not zeros: no hole saves the disk) where the manifest says 64 KiB.
-    const bomb = await forge(join(s.root, "bomb.tar.zst"), [
+    const bomb = await forgePack(join(s.root, "bomb.tar.zst"), [
       ["manifest.json", manifest.length, manifest],
       ["snapshots/t1/memory", big, 0x41],
     ]);
@@ -250,7 +215,7 @@ test("a bomb is refused before it is written: past its stated size, past the lim
     await assertClean(s.deps);
 
     // The manifest last (as older packs have it): found first, then the same refusal.
-    const last = await forge(join(s.root, "last.tar.zst"), [
+    const last = await forgePack(join(s.root, "last.tar.zst"), [
       ["snapshots/t1/memory", big, 0x41],
       ["manifest.json", manifest.length, manifest],
     ]);
@@ -267,7 +232,7 @@ test("a bomb is refused before it is written: past its stated size, past the lim
       files: { ...m.files, "snapshots/t1/memory": { size: big, sha256: "0".repeat(64) } },
     };
     const hm = Buffer.from(JSON.stringify(honest));
-    const over = await forge(join(s.root, "over.tar.zst"), [
+    const over = await forgePack(join(s.root, "over.tar.zst"), [
       ["manifest.json", hm.length, hm],
       ["snapshots/t1/memory", big, 0x41],
     ]);
@@ -328,7 +293,7 @@ test("bad metadata, broken archives and odd members are clear 400s that leave no
     const m = JSON.parse(await readFile(join(dir, "manifest.json"), "utf8")) as PackManifest;
     const manifestCase = async (name: string, edit: (x: PackManifest) => unknown, re: RegExp) => {
       const raw = Buffer.from(JSON.stringify(edit(structuredClone(m))));
-      const f = await forge(join(s.root, `${name}.tar.zst`), [["manifest.json", raw.length, raw]]);
+      const f = await forgePack(join(s.root, `${name}.tar.zst`), [["manifest.json", raw.length, raw]]);
       await rejectsWith(unpack(s.deps, f), "invalid_argument", re);
     };
     await manifestCase("wrongtype", (x) => ({ ...x, chain: "t1" }), /pack manifest is invalid: chain/);
@@ -360,14 +325,14 @@ test("bad metadata, broken archives and odd members are clear 400s that leave no
     );
 
     const manifest = await readFile(join(dir, "manifest.json"));
-    const dup = await forge(join(s.root, "dup.tar.zst"), [
+    const dup = await forgePack(join(s.root, "dup.tar.zst"), [
       ["manifest.json", manifest.length, manifest],
       ["snapshots/t1/vmstate", 7, Buffer.from("devices")],
       ["snapshots/t1/vmstate", 7, Buffer.from("devices")],
     ]);
     await rejectsWith(unpack(s.deps, dup), "invalid_argument", /two entries for snapshots\/t1\/vmstate/);
     await rejectsWith(
-      unpack(s.deps, await forge(join(s.root, "none.tar.zst"), [])),
+      unpack(s.deps, await forgePack(join(s.root, "none.tar.zst"), [])),
       "invalid_argument",
       /no manifest/,
     );
