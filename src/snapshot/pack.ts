@@ -327,21 +327,31 @@ async function installImage(deps: UnpackDeps, staged: string, address: string): 
   const dest = importedDir(deps.cacheDir, address);
   await mkdir(join(deps.cacheDir, "imported"), { recursive: true, mode: 0o755 });
   for (const f of IMAGE_FILES) await chmod(join(staged, f), 0o444);
+  await chmod(staged, 0o755);
+  const installed = async (e: unknown): Promise<string> => {
+    if (await exists(join(dest, "manifest.json"))) return dest; // a concurrent install won
+    throw e;
+  };
+  try {
+    await rename(staged, dest); // the staging directory is on the data directory's filesystem
+    return dest;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EXDEV") return installed(e);
+  }
+  // Another filesystem: copied next to its place first, then one rename.
   const tmp = join(deps.cacheDir, "imported", `.tmp-${stagingName(address.slice(0, 16))}`);
   try {
-    await rename(staged, tmp).catch(async () => {
-      await mkdir(tmp, { mode: 0o755 });
-      for (const f of IMAGE_FILES) await copyFile(join(staged, f), join(tmp, f));
-    });
-    await chmod(tmp, 0o755);
-    await rename(tmp, dest).catch(async (e: unknown) => {
-      if (!(await exists(join(dest, "manifest.json")))) throw e;
-    });
+    await mkdir(tmp, { mode: 0o755 });
+    for (const f of IMAGE_FILES) await copyFile(join(staged, f), join(tmp, f));
+    await rename(tmp, dest).catch(installed);
   } finally {
     await rm(tmp, { recursive: true, force: true });
   }
   return dest;
 }
+
+/** A tool's error about `path` as a tenant may read it: the pack's own name, no host path. */
+const scrub = (text: string, path: string, file: string): string => text.split(path).join(file).slice(0, 300);
 
 /**
  * A pack's disk layer must be a plain qcow2 layer: no external data file (which would make
@@ -353,7 +363,7 @@ async function checkPackDisk(path: string, file: string): Promise<void> {
   const { stdout } = await run("qemu-img", ["info", "-U", "--output=json", "-f", "qcow2", path], {
     timeoutMs: 30_000,
   }).catch((e: unknown) => {
-    throw bad(errorMessage(e).slice(0, 300));
+    throw bad(scrub(errorMessage(e), path, file));
   });
   let info: { format?: unknown; "format-specific"?: { data?: Record<string, unknown> } };
   try {
@@ -435,6 +445,29 @@ export async function registerStaged(
       metas.push(m);
     }
 
+    // Everything that can refuse the pack is checked before the image is installed: a chain
+    // snapshot here with other content, a disk layer that is not a plain qcow2 layer.
+    const local: (SnapshotMeta | null)[] = [];
+    for (const [i, m] of metas.entries()) {
+      const tag = localTag(manifest, i, o.as);
+      if (!(await store.has(tag))) {
+        await checkPackDisk(join(dir, "snapshots", m.tag, "disk.qcow2"), `snapshots/${m.tag}/disk.qcow2`);
+        local.push(null);
+        continue;
+      }
+      const here = (await store.get(tag)).meta;
+      const mine =
+        !deps.owner || here.owner === null || here.owner === undefined || here.owner === deps.owner;
+      const same =
+        mine &&
+        here.files.memory.sha256 === m.files.memory.sha256 &&
+        here.files.vmstate.sha256 === m.files.vmstate.sha256;
+      if (!same) {
+        throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, { tag });
+      }
+      local.push(here);
+    }
+
     // The guest image, by the content address of its verified files: this host's copy of the
     // same content, else installed under that address (never under the hash the pack claims).
     const address = packImageAddress(manifest);
@@ -448,30 +481,19 @@ export async function registerStaged(
     for (const [i, m] of metas.entries()) {
       const src = join(dir, "snapshots", m.tag);
       const tag = localTag(manifest, i, o.as);
-      if (await store.has(tag)) {
-        const local = (await store.get(tag)).meta;
-        const mine =
-          !deps.owner || local.owner === null || local.owner === undefined || local.owner === deps.owner;
-        const same =
-          mine &&
-          local.files.memory.sha256 === m.files.memory.sha256 &&
-          local.files.vmstate.sha256 === m.files.vmstate.sha256;
-        if (!same)
-          throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, {
-            tag,
-          });
-        parentMeta = local; // shared base: already here
+      const here = local[i];
+      if (here) {
+        parentMeta = here; // shared base: already here
         continue;
       }
       const release = await store.claim(tag);
       try {
         const disk = join(src, "disk.qcow2");
-        await checkPackDisk(disk, `snapshots/${m.tag}/disk.qcow2`);
         const backing = parentMeta ? store.filesFor(parentMeta.tag).disk : join(imageDir, "rootfs.ext4");
         await rebaseUnsafe(disk, backing, parentMeta ? "qcow2" : "raw").catch((e: unknown) => {
           throw new ForkdError(
             "invalid_argument",
-            `pack snapshot ${m.tag}: its disk layer is not a usable qcow2 image: ${errorMessage(e).slice(0, 300)}`,
+            `pack snapshot ${m.tag}: its disk layer is not a usable qcow2 image: ${scrub(errorMessage(e), disk, "disk.qcow2")}`,
             { file: `snapshots/${m.tag}/disk.qcow2` },
           );
         });

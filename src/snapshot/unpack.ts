@@ -226,6 +226,8 @@ async function readArchive(archive: string, sink: TarSink, done: () => boolean):
           zerr
             .trim()
             .replace(/^zstd: /, "")
+            .split(archive)
+            .join("pack") // no host path in a tenant's error
             .slice(0, 300) || `zstd exit ${code}`
         }`,
       );

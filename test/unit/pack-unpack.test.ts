@@ -351,8 +351,11 @@ test("bad metadata, broken archives and odd members are clear 400s that leave no
     for (const [what, body, re] of cases) {
       const f = join(s.root, "case.bin");
       await writeFile(f, body);
-      await rejectsWith(unpack(s.deps, f), "invalid_argument", re).catch((e: unknown) => {
-        throw new Error(`${what}: ${String(e)}`);
+      await assert.rejects(unpack(s.deps, f), (e: unknown) => {
+        assert.ok(e instanceof ForkdError && e.code === "invalid_argument", `${what}: ${String(e)}`);
+        assert.match(e.message, re, what);
+        assert.ok(!e.message.includes(s.root), `${what}: no host path in ${e.message}`);
+        return true;
       });
     }
     await sh("ln", ["-s", "/etc/passwd", join(dir, "image", "evil")]);
@@ -369,6 +372,22 @@ test("bad metadata, broken archives and odd members are clear 400s that leave no
       /not a plain file|unexpected pack entry/,
     );
     await rm(join(dir, "image", "initrd.img2"));
+    await assertClean(s.deps);
+
+    // A disk layer that would make QEMU write a host file of the pack's choosing.
+    const disk = join(dir, "snapshots", "t1", "disk.qcow2");
+    const savedDisk = await readFile(disk);
+    await rm(disk);
+    const target = join(s.root, "host-file");
+    await sh("qemu-img", ["create", "-q", "-f", "qcow2", "-o", `data_file=${target}`, disk, "1M"]);
+    await writeManifest(dir);
+    await rejectsWith(
+      unpack(s.deps, await tarZst(dir, join(s.root, "datafile.tar.zst"))),
+      "invalid_argument",
+      /disk\.qcow2 is not a usable disk layer: it names an external data file/,
+    );
+    await writeFile(disk, savedDisk);
+    await writeManifest(dir);
     await assertClean(s.deps);
 
     // And the untouched pack still unpacks.
