@@ -14,6 +14,8 @@ const BLOCK = 512;
 const MAX_META_ENTRY = 64 << 10;
 /** Sparse map entries a member may have (a 512 MiB RAM image has a few thousand). */
 export const MAX_SPARSE_ENTRIES = 1 << 18;
+/** Headers an archive may have, extended ones included (a pack has a few hundred members). */
+const MAX_HEADERS = 1 << 16;
 
 export interface TarEntry {
   /** Normalised: no leading "./", no trailing "/"; "" for the archive's root. */
@@ -136,7 +138,6 @@ type State =
   | { kind: "meta"; what: "longname" | "pax"; left: number; pad: number; parts: Buffer[] }
   | { kind: "sparse-ext"; entry: TarEntry; stored: number; map: Segment[] }
   | { kind: "data"; map: Segment[]; seg: number; segLeft: number; pos: number; pad: number }
-  | { kind: "skip"; left: number }
   | { kind: "end" };
 
 export class TarReader {
@@ -144,6 +145,7 @@ export class TarReader {
   private state: State = { kind: "header" };
   private longName: string | null = null;
   private pax: Map<string, string> | null = null;
+  private headers = 0;
 
   constructor(private readonly sink: TarSink) {}
 
@@ -232,15 +234,6 @@ export class TarReader {
         await this.sink.data(part, at);
         return true;
       }
-      case "skip": {
-        if (s.left === 0) {
-          this.state = { kind: "header" };
-          return true;
-        }
-        if (this.buf.length === 0) return false;
-        s.left -= this.take(Math.min(s.left, this.buf.length)).length;
-        return true;
-      }
     }
   }
 
@@ -251,6 +244,7 @@ export class TarReader {
       return;
     }
     if (!checksumOk(h)) throw bad("a header's checksum is wrong (not a tar archive, or corrupt)");
+    if (++this.headers > MAX_HEADERS) throw bad("too many entries");
     const magic = h.subarray(257, 265).toString("latin1");
     const gnu = magic === "ustar  \0";
     if (!gnu && !magic.startsWith("ustar\0")) throw bad("not a ustar or GNU tar archive");
@@ -292,9 +286,8 @@ export class TarReader {
     }
     const path = normalise(name);
     if (type === "5") {
+      if (size !== 0) throw bad(`directory ${JSON.stringify(name)} has data`);
       await this.sink.entry({ path, name, type: "dir", size: 0 });
-      // A directory's data (GNU dumpdir) is never used.
-      this.state = { kind: "skip", left: size + ((BLOCK - (size % BLOCK)) % BLOCK) };
       return;
     }
     if (type === "0" || type === "\0" || type === "7") {
