@@ -390,6 +390,33 @@ test("bad metadata, broken archives and odd members are clear 400s that leave no
     await writeManifest(dir);
     await assertClean(s.deps);
 
+    // pax headers (GNU tar --format=posix) are read; pax sparse members and dumpdirs are not.
+    const posix = join(s.root, "posix.tar.zst");
+    await sh("tar", [
+      "--zstd",
+      "--format=posix",
+      "-cf",
+      posix,
+      "-C",
+      dir,
+      "manifest.json",
+      "image",
+      "snapshots",
+    ]);
+    assert.deepEqual((await unpack(s.deps, posix, "posix")).published, ["posix"]);
+    await s.deps.store.delete("posix");
+    await rm(join(s.deps.cacheDir, "imported"), { recursive: true });
+    const paxSparse = join(s.root, "paxsparse.tar.zst");
+    await truncate(join(dir, "image", "rootfs.ext4"), 4 << 20);
+    await sh("tar", ["--zstd", "--sparse", "--format=posix", "-cf", paxSparse, "-C", dir, "image"]);
+    await truncate(join(dir, "image", "rootfs.ext4"), 1 << 20);
+    await rejectsWith(unpack(s.deps, paxSparse), "invalid_argument", /pax sparse members are not supported/);
+    const dumpdir = await forgePack(join(s.root, "dumpdir.tar.zst"), [["image", 512, 0x41, "5"]]);
+    await rejectsWith(unpack(s.deps, dumpdir), "invalid_argument", /directory "image" has data/);
+    const fifo = await forgePack(join(s.root, "fifo.tar.zst"), [["image/vmlinuz", 0, 0, "6"]]);
+    await rejectsWith(unpack(s.deps, fifo), "invalid_argument", /not a plain file or directory/);
+    await assertClean(s.deps);
+
     // And the untouched pack still unpacks.
     assert.deepEqual((await unpack(s.deps, good)).published, ["t1"]);
   } finally {
