@@ -64,7 +64,7 @@ export interface Services {
     accel: AccelChoice;
     qemu: { binary: string; version: string };
     startedAt: string;
-    /** Guest images live in <cacheDir>/images (unpack installs packed ones there). */
+    /** Guest images: built in <cacheDir>/images, from packs in <cacheDir>/imported (image/content.ts). */
     cacheDir: string;
     /** The data, cache and repository directories by logical name (kept from tenants' errors). */
     hostDirs: Record<string, string>;

@@ -27,6 +27,7 @@ import { defaultPaths, sandboxesDir, snapshotsDir } from "../host/paths.js";
 import type { Paths } from "../host/paths.js";
 import { findQemu, qemuVersion } from "../host/qemu-binary.js";
 import { ImageBuilder } from "../image/builder.js";
+import { unpackMaxFromEnv } from "../snapshot/unpack-budget.js";
 import { SandboxService } from "../sandbox/service.js";
 import { SnapshotStore } from "../snapshot/store.js";
 import { BlobCache } from "../snapshot/blobs.js";
@@ -196,6 +197,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       store,
       blobs: new BlobCache(join(paths.dataDir, "registry", "blobs")),
       registry: registrySettings(env),
+      unpackMaxBytes: unpackMaxFromEnv(env),
     },
     snapshotDeps: {
       store,

@@ -702,6 +702,7 @@ export interface components {
                 hash: string;
                 dir: string;
                 kernelVersion: string;
+                content?: string;
             };
             qemu: {
                 binary: string;
