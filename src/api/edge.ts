@@ -26,15 +26,37 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
     const started = new Date();
     c.set("requestId", randomUUID());
     c.set("target", {});
-    const caller =
-      listener.auth === null
-        ? LOCAL
-        : (listener.auth.authenticate(c.req.header("authorization")) ?? ANONYMOUS);
+    const match = matchRoute(c.req.method, c.req.path);
+    let caller: Caller = LOCAL;
+    let early: Response | undefined;
+    if (listener.auth !== null) {
+      const header = c.req.header("authorization");
+      // A request that presents a credential, or needs one, is an attempt to authenticate.
+      const attempt = header !== undefined || (match !== null && !match.spec.public);
+      const remote = c.env?.incoming?.socket?.remoteAddress ?? "unknown";
+      const wait = attempt ? s.limits.authFailures.blockedFor(remote) : 0;
+      if (wait > 0) {
+        // Refused before the token is checked: the reply tells nothing about it.
+        c.set("caller", ANONYMOUS);
+        c.header("retry-after", String(wait));
+        early = errorResponse(
+          c,
+          new ForkdError(
+            "rate_limited",
+            `too many failed authentications from this address; retry after ${wait} s`,
+            { reason: "auth_failures", retry_after_s: wait },
+          ),
+        );
+        record(s, c, early, ANONYMOUS, started, t0);
+        return early;
+      }
+      caller = listener.auth.authenticate(header) ?? ANONYMOUS;
+      if (caller === ANONYMOUS && attempt) s.limits.authFailures.fail(remote);
+    }
     c.set("caller", caller);
     let release: (() => void) | null = null;
-    let early: Response | undefined;
     try {
-      const refused = gate(s, c, caller);
+      const refused = gate(s, c, caller, match);
       if (refused instanceof Response) return (early = refused);
       release = refused;
       await next();
@@ -57,8 +79,12 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
  * Refuses what this caller may not do here, as the reply to send; else admits the request and
  * returns what frees its limits' slots (null when it has none).
  */
-function gate(s: Services, c: ApiContext, caller: Caller): Response | (() => void) | null {
-  const match = matchRoute(c.req.method, c.req.path);
+function gate(
+  s: Services,
+  c: ApiContext,
+  caller: Caller,
+  match: ReturnType<typeof matchRoute>,
+): Response | (() => void) | null {
   if (!match) return errorResponse(c, new ForkdError("not_found", `no route ${c.req.method} ${c.req.path}`));
   const spec = match.spec;
   c.set("route", spec);

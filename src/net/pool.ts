@@ -11,6 +11,7 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import type { GuestNet } from "./guest.js";
 import { hostTable, nsTable, slotPolicy } from "./nft.js";
 import type { NsTableOptions } from "./nft.js";
+import { forgetOwner, OWNERS_DIR } from "./owners.js";
 import type { Egress } from "./policy.js";
 import type { NetInstance, Slot } from "./slots.js";
 import { hostIfPrefix, slotIndexOfNetns, slotOf, tableName } from "./slots.js";
@@ -270,8 +271,11 @@ export class SlotPool {
   }
 }
 
-/** Deletes an instance's namespaces, host interfaces and host table, whatever state they are in. */
-export async function teardownInstance(inst: NetInstance): Promise<void> {
+/**
+ * Deletes an instance's namespaces, host interfaces and host table, whatever state they are in,
+ * then its owner marker (./owners.ts).
+ */
+export async function teardownInstance(inst: NetInstance, ownersDir = OWNERS_DIR): Promise<void> {
   await nft(`add table inet ${tableName(inst)}\ndelete table inet ${tableName(inst)}\n`).catch(
     () => undefined,
   );
@@ -281,4 +285,5 @@ export async function teardownInstance(inst: NetInstance): Promise<void> {
   for (const link of await listLinks()) {
     if (link.startsWith(hostIfPrefix(inst))) await ip(["link", "del", link]).catch(() => undefined);
   }
+  await forgetOwner(inst.id, ownersDir).catch(() => undefined);
 }

@@ -1230,7 +1230,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1279,7 +1279,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1321,7 +1321,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1379,7 +1379,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1437,7 +1437,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1508,7 +1508,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1569,7 +1569,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1618,7 +1618,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1682,7 +1682,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1734,7 +1734,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1789,7 +1789,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1841,7 +1841,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1906,7 +1906,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1958,7 +1958,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2020,7 +2020,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2096,7 +2096,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2169,7 +2169,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2218,7 +2218,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2280,7 +2280,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2332,7 +2332,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2384,7 +2384,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2436,7 +2436,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2488,7 +2488,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2553,7 +2553,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2618,7 +2618,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2672,7 +2672,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2737,7 +2737,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2811,7 +2811,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2876,7 +2876,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2942,7 +2942,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2994,7 +2994,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3061,7 +3061,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3130,7 +3130,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3195,7 +3195,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3251,7 +3251,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3320,7 +3320,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3375,7 +3375,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3429,7 +3429,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3483,7 +3483,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3548,7 +3548,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3613,7 +3613,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
