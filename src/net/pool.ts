@@ -140,13 +140,16 @@ export class SlotPool {
     await ip(["link", "del", s.hostIf]).catch(() => undefined);
     await ip(["netns", "add", s.netns]);
     try {
-      // Before any interface exists: no IPv6 anywhere in the slot, and it routes.
+      // Before any interface exists: no IPv6 anywhere in the slot, and it routes. Any port may
+      // be bound in it by its (unprivileged, jailed) VMM: slirp's forward of an exposed guest
+      // port below 1024 listens on the same port at the slot's address.
       await inNetns(s.netns, "sysctl", [
         "-q",
         "-w",
         "net.ipv6.conf.all.disable_ipv6=1",
         "net.ipv6.conf.default.disable_ipv6=1",
         "net.ipv4.ip_forward=1",
+        "net.ipv4.ip_unprivileged_port_start=0",
       ]);
       await nft(nsTable(g, s, this.idle), s.netns);
       await ipBatch([

@@ -77,7 +77,7 @@ async function zstd(data: Buffer): Promise<Buffer> {
       "zstd",
       ["-q", "-c", "-3"],
       { encoding: "buffer", maxBuffer: 64 << 20, timeout: 30_000 },
-      (err, stdout) => (err ? reject(err) : resolve(stdout)),
+      (err, stdout) => (err ? reject(new Error(`zstd: ${err.message}`)) : resolve(stdout)),
     );
     child.stdin?.end(data);
   });
