@@ -1662,6 +1662,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Snapshot"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["SnapshotProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -2067,6 +2069,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Pushed"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["TransferProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -2140,6 +2144,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Pulled"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["TransferProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */

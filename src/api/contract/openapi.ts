@@ -111,7 +111,17 @@ export function buildOpenApi(version: string): Json {
       const headers = b.kind === "bytes" && b.headers ? b.headers : undefined;
       responses[status] = {
         description: r.summary,
-        content: content(b),
+        content: {
+          ...content(b),
+          ...(r.streamed
+            ? {
+                "application/x-ndjson": {
+                  schema: schemaOf(r.streamed),
+                  description: "With ?stream=1: one JSON object (this schema) per line",
+                },
+              }
+            : {}),
+        },
         ...(headers
           ? {
               headers: Object.fromEntries(
