@@ -180,9 +180,10 @@ export function mutate(r: Rng, value: unknown, token: string): { value: unknown;
   let root = structuredClone(value);
   const what: string[] = [];
   const hostile = hostileValues(token);
-  for (let n = r.int(1, 3); n > 0; n--) {
+  for (let n = r.pick([1, 1, 1, 1, 2, 2, 3]); n > 0; n--) {
     const all = places(root);
-    const p = r.pick(all);
+    // The root (the whole body replaced) is one place among many only now and then.
+    const p = all.length > 1 && r.chance(0.9) ? r.pick(all.slice(1)) : r.pick(all);
     const kind = r.pick(["replace", "replace", "replace", "drop", "add", "wrap"] as const);
     const h = structuredClone(r.pick(hostile));
     if (p.parent === null) {

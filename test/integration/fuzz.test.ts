@@ -13,7 +13,8 @@
  * whole host afterwards; the daemon's TMPDIR and a few places are listed before and after).
  *
  * Bounded: FORKD_FUZZ_REQUESTS (default 1500) requests or FORKD_FUZZ_SECONDS (default 150) of
- * fuzzing, whichever comes first. FORKD_FUZZ_SEED (printed) reproduces a run's requests.
+ * fuzzing, whichever comes first. FORKD_FUZZ_SEED (printed) reproduces a run's requests;
+ * FORKD_FUZZ_VERBOSE=1 prints each with its reply.
  *
  * So that later requests stay meaningful, the fixtures are protected: nothing deletes, pauses
  * or branches them (a victim sandbox, recreated when gone, takes those), their idle timeout is
@@ -53,6 +54,8 @@ import { steps } from "../helpers/steps.js";
 const SEED = Number(process.env.FORKD_FUZZ_SEED ?? 1701);
 const COUNT = Number(process.env.FORKD_FUZZ_REQUESTS ?? 1500);
 const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 150);
+/** FORKD_FUZZ_VERBOSE=1: every request and its reply's status and message. */
+const VERBOSE = process.env.FORKD_FUZZ_VERBOSE === "1";
 /** In every path-like value sent: what it made on the host is found by name. */
 const TOKEN = `fz${SEED}q`;
 const TAG = "fz";
@@ -260,8 +263,17 @@ function valueContext(st: State, caller: "admin" | "tenant"): ValueContext {
       switch (name) {
         case "id":
           return caller === "admin"
-            ? r.pick([admin, admin, tenants, victim ?? ghostSandbox(r), ghostSandbox(r)])
-            : r.pick([tenants, tenants, victim ?? ghostSandbox(r), admin, ghostSandbox(r)]);
+            ? r.pick([admin, admin, admin, admin, admin, tenants, victim ?? ghostSandbox(r), ghostSandbox(r)])
+            : r.pick([
+                tenants,
+                tenants,
+                tenants,
+                tenants,
+                tenants,
+                victim ?? ghostSandbox(r),
+                admin,
+                ghostSandbox(r),
+              ]);
         case "token_id":
           return r.pick(["tok-" + b32(r, 12), ...st.tokenIds]);
         case "pid":
@@ -460,12 +472,12 @@ function build(
   const query: Array<[string, string]> = [];
   for (const p of op.params) {
     if (p.in === "path") {
-      const v = r.chance(0.8) ? validValue(ctx, p.schema, p.name) : hostileText(r);
+      const v = r.chance(0.9) ? validValue(ctx, p.schema, p.name) : hostileText(r);
       pathVals[p.name] = String(v);
     } else {
       const roll = r.next();
       if (!p.required && roll < 0.45) continue;
-      const v = roll < 0.85 ? validValue(ctx, p.schema, p.name) : hostileText(r);
+      const v = roll < 0.9 ? validValue(ctx, p.schema, p.name) : hostileText(r);
       query.push([p.name, typeof v === "string" ? v.slice(0, 3000) : (JSON.stringify(v) ?? "")]);
     }
   }
@@ -478,7 +490,7 @@ function build(
   if (op.body?.type === "application/json") {
     const valid = validValue(ctx, op.body.schema);
     const roll = r.next();
-    if (roll < 0.25) {
+    if (roll < 0.35) {
       json = valid;
       notes.push("valid");
     } else {
@@ -667,6 +679,7 @@ step(
     const violations: Array<Finding & { why: string }> = [];
     const transport: Array<{ sent: Sent; error: string }> = [];
     const statuses = new Map<number, number>();
+    const byOp: Record<string, Record<number, number>> = {};
     const covered = new Set<string>();
     let crashed: Sent | null = null;
     const t0 = performance.now();
@@ -711,6 +724,14 @@ step(
         continue;
       }
       statuses.set(out.status, (statuses.get(out.status) ?? 0) + 1);
+      if (VERBOSE) {
+        const msg = isObj(out.parsed) && isObj(out.parsed.error) ? String(out.parsed.error.message) : "";
+        process.stderr.write(
+          `fuzz: #${n} ${b.sent.via} ${b.sent.method} ${b.sent.path.slice(0, 160)} [${b.sent.body.slice(0, 160)}] → ${out.status} ${msg.slice(0, 200)}\n`,
+        );
+      }
+      const per = (byOp[`${b.op.method} ${b.op.template}`] ??= {});
+      per[out.status] = (per[out.status] ?? 0) + 1;
       const reply = out.text.slice(0, 1500);
       const codes = [errorCode(out.parsed), ...out.events.map(errorCode)];
       if (out.status === 500 || codes.includes("internal"))
@@ -746,6 +767,15 @@ step(
           .map(([s, c]) => `${s}:${c}`)
           .join(" ") +
         `; ${internal.length} internal, ${violations.length} contract violations, ${transport.length} transport errors\n` +
+        Object.entries(byOp)
+          .sort()
+          .map(
+            ([k, v]) =>
+              `fuzz:   ${k}: ${Object.entries(v)
+                .map(([st, c]) => `${st}:${c}`)
+                .join(" ")}\n`,
+          )
+          .join("") +
         (internal.length ? `fuzz: 500 / internal:\n${internal.map(show).join("")}` : "") +
         (violations.length ? `fuzz: contract violations:\n${violations.map(show).join("")}` : "") +
         (transport.length ? `fuzz: transport errors:\n${transport.slice(0, 20).map(show).join("")}` : ""),
