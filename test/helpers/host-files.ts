@@ -34,13 +34,17 @@ export function findNamed(token: string, roots: string[], exclude: string[]): Pr
   const prune = ["/proc", "/sys", "/dev", ...exclude].flatMap((p, i) => [...(i ? ["-o"] : []), "-path", p]);
   const found = roots.map(
     (root) =>
-      new Promise<string[]>((resolve) => {
+      new Promise<string[]>((resolve, reject) => {
         execFile(
           "find",
           [root, "-xdev", "(", ...prune, ")", "-prune", "-o", "-name", `*${token}*`, "-print"],
           { timeout: 120_000, maxBuffer: 16 << 20 },
-          // find exits 1 when some directory is unreadable (another user's, one gone meanwhile).
-          (_err, stdout) => resolve(stdout.split("\n").filter(Boolean)),
+          // find exits 1 when some directory is unreadable (another user's, one gone meanwhile);
+          // killed (its time out), it searched only part of the host.
+          (err, stdout) =>
+            err?.killed || err?.signal
+              ? reject(new Error(`find under ${root} did not finish: ${err.message}`))
+              : resolve(stdout.split("\n").filter(Boolean)),
         );
       }),
   );

@@ -25,7 +25,7 @@
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -841,6 +841,14 @@ async function bookkeeping(st: State, b: Built, out: Outcome): Promise<void> {
 }
 
 step("nothing was written outside the daemon's data and cache directories", async () => {
+  // The search finds what it is looking for (a probe made here), then what the run left.
+  const probe = join(tmpdir(), `forkd-fuzz-probe-${TOKEN}`);
+  await writeFile(probe, "");
+  try {
+    assert.ok((await findNamed(TOKEN, ["/"], [d.dataDir, CACHE_DIR])).includes(probe), "the search works");
+  } finally {
+    await rm(probe, { force: true });
+  }
   const found = await findNamed(TOKEN, ["/"], [d.dataDir, CACHE_DIR]);
   assert.deepEqual(found, [], `paths named after the run's token (${TOKEN}) outside the data and cache dirs`);
   assert.deepEqual(await readdir(privateTmp), [], "the daemon's TMPDIR is left empty");
@@ -852,7 +860,8 @@ step("nothing was written outside the daemon's data and cache directories", asyn
   // In the data dir's parent (/tmp), which other test files share: their mkdtemp directories
   // are theirs; anything else that looks like the daemon's is not.
   const daemonLike = (name: string) =>
-    !/^forkd-[a-z0-9-]+-[A-Za-z0-9]{6}$/.test(name) && /forkd|fz|pack|staging|escape|\.tmp/i.test(name);
+    !/^forkd-[a-z0-9-]+-[A-Za-z0-9]{6}$/.test(name) &&
+    (name.includes(TOKEN) || /^\.?staging|^(unpack|pull|pack)-[0-9a-z]+-|\.tmp-|escape/.test(name));
   const only = (m: Listing) => new Map([...m].filter(([dir]) => dir === shared));
   assert.deepEqual(
     newEntries(only(places), only(now), (n) => !daemonLike(n)),
