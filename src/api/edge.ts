@@ -38,6 +38,10 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
       if (wait > 0) {
         // Refused before the token is checked: the reply tells nothing about it.
         c.set("caller", ANONYMOUS);
+        if (match) {
+          c.set("route", match.spec);
+          c.set("target", { ...match.params });
+        }
         c.header("retry-after", String(wait));
         early = errorResponse(
           c,

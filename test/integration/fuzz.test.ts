@@ -218,6 +218,8 @@ interface State {
   tags: string[]; // snapshots the run made (branches, compactions): deletable
   tokenIds: string[]; // tokens the run made: revocable
   pids: number[]; // guest pids of commands the run started
+  /** Templates a guest image can be built for (guest/image/templates). */
+  templates: string[];
   /** Loopback hosts pulls and pushes go to: the junk server, and a port nothing listens on. */
   registries: string[];
   budget: Record<"forks" | "branches" | "compacts" | "packs" | "pushes" | "pauses" | "victims", number>;
@@ -282,6 +284,8 @@ function valueContext(st: State, caller: "admin" | "tenant"): ValueContext {
           return r.pick([8000, 8080, r.int(1, 65_535)]);
         case "tenant":
           return `fz-${b32(r, 4)}`;
+        case "template":
+          return r.pick(["python", "python", "nosuchtemplate"]);
         case "ref":
           return r.pick([
             `127.0.0.1:1/${TOKEN}/x:1`,
@@ -387,7 +391,12 @@ function tame(st: State, x: Draft): void {
       if (pv.token_id === tenantTokenId) pv.token_id = "tok-" + b32(st.r, 12);
       break;
     case "POST /v1/snapshots":
-      if (body && typeof body.tag === "string" && new RegExp(TAG_PATTERN).test(body.tag)) body.tag = TAG;
+      // A new tag boots a VM, unless the template is one no image can be built for (refused
+      // before anything starts): then the tag may be new.
+      if (body && typeof body.tag === "string" && new RegExp(TAG_PATTERN).test(body.tag)) {
+        const unbuildable = typeof body.template === "string" && !st.templates.includes(body.template);
+        if (!unbuildable) body.tag = TAG;
+      }
       break;
     case "POST /v1/sandboxes":
       if (body && typeof body.n === "number" && body.n > 1 && body.n <= 1000) body.n = 1;
@@ -660,6 +669,9 @@ step(
     const st: State = {
       r: rng(SEED),
       registries: [junk.host, junk.host, `127.0.0.1:${await freePort()}`],
+      templates: (await readdir(join(REPO_DIR, "guest", "image", "templates"))).map((f) =>
+        f.replace(/\.packages$/, ""),
+      ),
       tags: [],
       tokenIds: [],
       pids: [],

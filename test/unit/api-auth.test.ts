@@ -255,7 +255,11 @@ test("failed authentications are limited per address: 429 with Retry-After, befo
       (await call("POST", "/v1/tokens", { app: lapp, remote: mallory, token: "nope", json: {} })).status,
       429,
     );
-    assert.ok(limited.audited.some((a) => a.status === 429 && a.result === "rate_limited"));
+    assert.ok(
+      limited.audited.some(
+        (a) => a.status === 429 && a.result === "rate_limited" && a.action === "POST /v1/tokens",
+      ),
+    );
     // The unix socket (no authentication) is never limited.
     const local = createApp(limited.services);
     assert.equal((await call("GET", "/v1/sandboxes", { app: local, remote: mallory })).status, 200);
