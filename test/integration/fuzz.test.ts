@@ -82,7 +82,6 @@ interface Op {
   re: RegExp;
   params: Param[];
   body: { type: string; schema: Schema; limit: keyof typeof LIMITS } | null;
-  public: boolean;
 }
 
 interface Sent {
@@ -204,7 +203,6 @@ async function loadOps(): Promise<{ ops: Op[]; doc: Json }> {
         re: new RegExp("^" + template.replace(/\{\w+\}/g, "[^/]+") + "$"),
         params: ((op.parameters ?? []) as Param[]).map((p) => ({ ...p, required: p.required === true })),
         body: type && media ? { type, schema: media.schema, limit: limit in LIMITS ? limit : "json" } : null,
-        public: Array.isArray(op.security) && op.security.length === 0,
       });
     }
   }
@@ -359,6 +357,17 @@ interface Draft {
   notes: string[];
 }
 
+/**
+ * Operations that end, stop or pause the sandbox they name: never a fixture (the victim
+ * instead), and on the victim within a budget where they are expensive.
+ */
+const DESTRUCTIVE = new Map<string, keyof State["budget"] | null>([
+  ["DELETE /v1/sandboxes/{id}", null],
+  ["POST /v1/sandboxes/{id}/pause", "pauses"],
+  ["POST /v1/sandboxes/{id}/resume", "pauses"],
+  ["POST /v1/sandboxes/{id}/branch", "branches"],
+]);
+
 /** Keeps the fixtures alive and the run bounded (see the header); returns notes of what it changed. */
 function tame(st: State, x: Draft): void {
   const key = `${x.op.method} ${x.op.template}`;
@@ -371,16 +380,12 @@ function tame(st: State, x: Draft): void {
   };
   const real = (tag: string | undefined) => tag === TAG || st.tags.includes(tag ?? "");
   const body = isObj(x.json) ? x.json : null;
+  if (DESTRUCTIVE.has(key)) {
+    if (fixtures.has(pv.id ?? "")) pv.id = victim ?? ghostSandbox(st.r);
+    const budget = DESTRUCTIVE.get(key);
+    if (pv.id === victim && budget && !spend(budget)) pv.id = ghostSandbox(st.r);
+  }
   switch (key) {
-    case "DELETE /v1/sandboxes/{id}":
-    case "POST /v1/sandboxes/{id}/pause":
-    case "POST /v1/sandboxes/{id}/resume":
-    case "POST /v1/sandboxes/{id}/branch":
-      if (fixtures.has(pv.id ?? "")) pv.id = victim ?? ghostSandbox(st.r);
-      if (pv.id === victim && key !== "DELETE /v1/sandboxes/{id}") {
-        if (!spend(key.endsWith("branch") ? "branches" : "pauses")) pv.id = ghostSandbox(st.r);
-      }
-      break;
     case "POST /v1/sandboxes/{id}/timeout":
       if (body && typeof body.timeout_ms === "number") body.timeout_ms = null;
       break;
