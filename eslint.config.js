@@ -23,4 +23,19 @@ export default tseslint.config(
       eqeqeq: ["error", "always"],
     },
   },
+  {
+    // A child process never inherits the daemon's environment by accident (FORKD_TOKEN, registry
+    // credentials): every spawn/execFile in src/ says what its child gets (src/util/proc.ts childEnv).
+    files: ["src/**/*.ts"],
+    rules: {
+      "no-restricted-syntax": [
+        "error",
+        {
+          selector:
+            "CallExpression[callee.name=/^(spawn|spawnSync|execFile|execFileSync|exec|execSync|fork)$/]:not(:has(Property[key.name='env']))",
+          message: "pass an explicit `env` (childEnv(...) from src/util/proc.ts) to every child process",
+        },
+      ],
+    },
+  },
 );

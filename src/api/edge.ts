@@ -13,6 +13,7 @@ import type { Caller } from "../access/caller.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
+import { redactNdjson } from "./redact.js";
 import { tooLarge } from "./parse.js";
 import { actionOf, matchRoute } from "./route-match.js";
 import type { Listener, Services } from "./services.js";
@@ -20,6 +21,7 @@ import type { Listener, Services } from "./services.js";
 const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 /** Replies that go on after the handler returned (their in-flight slot is held until they end). */
 const STREAMED = /^application\/(x-ndjson|octet-stream|zstd)/;
+const NDJSON = /^application\/x-ndjson/;
 
 export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv> {
   return async (c, next) => {
@@ -27,6 +29,7 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
     const started = new Date();
     c.set("requestId", randomUUID());
     c.set("target", {});
+    c.set("hostDirs", s.info.hostDirs);
     const match = matchRoute(c.req.method, c.req.path);
     const caller = callerOf(s, c, listener, match);
     if (caller instanceof Response) {
@@ -41,6 +44,10 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
       if (refused instanceof Response) return (early = refused);
       release = refused;
       await next();
+      // A tenant's NDJSON reply names no host path in its messages (./redact.ts).
+      const streamed = c.res.body;
+      if (streamed && !isAdmin(caller) && NDJSON.test(c.res.headers.get("content-type") ?? ""))
+        c.res = new Response(streamed.pipeThrough(redactNdjson(s.info.hostDirs)), c.res);
       // A streamed reply holds its caller's in-flight slot until it ends or the client goes.
       const body = c.res.body;
       if (release && body && STREAMED.test(c.res.headers.get("content-type") ?? "")) {

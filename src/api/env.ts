@@ -3,6 +3,7 @@ import type { Context } from "hono";
 import type { HttpBindings } from "@hono/node-server";
 import type { Caller } from "../access/caller.js";
 import type { RouteSpec } from "./contract/routes.js";
+import type { HostDirs } from "./redact.js";
 
 export interface ApiVariables {
   caller: Caller;
@@ -15,6 +16,8 @@ export interface ApiVariables {
   target: Record<string, string | string[]>;
   /** The error code of the reply, when it is an error (set by errorResponse). */
   errorCode: string;
+  /** The daemon's directories by logical name: hidden from tenants in errors (../api/redact.ts). */
+  hostDirs: HostDirs;
 }
 
 /** Bindings are absent when the app is called directly (app.request in tests). */

@@ -5,7 +5,7 @@
  */
 import type { Context } from "hono";
 import type { z } from "zod";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
 import { DEFAULT_BODY_LIMITS } from "./services.js";
 
@@ -72,10 +72,16 @@ export function bodyStream(c: ApiContext): AsyncIterable<Uint8Array> | null {
   if (!body) return null;
   return (async function* () {
     let size = 0;
-    for await (const chunk of body as AsyncIterable<Uint8Array>) {
-      size += chunk.length;
-      if (size > max) throw tooLarge(max);
-      yield chunk;
+    try {
+      for await (const chunk of body as AsyncIterable<Uint8Array>) {
+        size += chunk.length;
+        if (size > max) throw tooLarge(max);
+        yield chunk;
+      }
+    } catch (e) {
+      if (e instanceof ForkdError) throw e;
+      // The connection broke mid-body (the client hung up): the request's fault, not ours.
+      throw new ForkdError("invalid_argument", `the request body was cut short: ${errorMessage(e)}`);
     }
   })();
 }

@@ -67,6 +67,8 @@ export interface Services {
     startedAt: string;
     /** Guest images live in <cacheDir>/images (unpack installs packed ones there). */
     cacheDir: string;
+    /** The data, cache and repository directories by logical name (kept from tenants' errors). */
+    hostDirs: Record<string, string>;
   };
   /** The tokens file (token management routes). */
   tokens: TokenStore;

@@ -2,29 +2,49 @@
  * Long operations with ?stream=1: NDJSON lines {"type":"progress","message"}, then
  * {"type":"done", <key>: result} or {"type":"error", "error": …} (the one error envelope).
  * Errors found before the work starts should be thrown before calling this, so they get a status.
+ *
+ * The client only watches: if it hangs up, the work is not abandoned. It runs to its end, and
+ * its outcome goes to the daemon's log (the work may also record it: `watcher.gone`).
  */
+import type { Logger } from "../sandbox/service.js";
+import { errorMessage } from "../util/errors.js";
+import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";
+import { replyStream } from "./reply-stream.js";
+
+/** Whether anyone still watches the work's progress. */
+export interface Watcher {
+  readonly gone: boolean;
+}
 
 export function progressStream<T>(
+  c: ApiContext,
   status: number,
   key: string,
-  work: (progress: (line: string) => void) => Promise<T>,
+  what: string,
+  log: Logger,
+  work: (progress: (line: string) => void, watcher: Watcher) => Promise<T>,
 ): Response {
-  const enc = new TextEncoder();
-  const stream = new ReadableStream<Uint8Array>({
-    start(controller) {
-      const send = (o: unknown) => controller.enqueue(enc.encode(JSON.stringify(o) + "\n"));
-      work((message) => send({ type: "progress", message })).then(
+  const stream = replyStream(
+    (sink) => {
+      sink.onHangup(() => log.info(`${what}: its client went away; it goes on`));
+      const p = Promise.resolve().then(() =>
+        work((message) => sink.line({ type: "progress", message }), sink),
+      );
+      p.then(
         (result) => {
-          send({ type: "done", [key]: result });
-          controller.close();
+          if (sink.gone) log.info(`${what}: done (its client had gone)`);
+          sink.line({ type: "done", [key]: result });
+          sink.end();
         },
         (e: unknown) => {
-          send({ type: "error", ...toEnvelope(e).body });
-          controller.close();
+          if (sink.gone) log.warn(`${what}: failed (its client had gone)`, { error: errorMessage(e) });
+          sink.line({ type: "error", ...toEnvelope(e).body });
+          sink.end();
         },
-      );
+      ).catch((e: unknown) => log.warn(`${what}: reply not sent`, { error: errorMessage(e) }));
     },
-  });
+    { outgoing: c.env?.outgoing },
+  );
   return new Response(stream, { status, headers: { "content-type": "application/x-ndjson" } });
 }

@@ -51,6 +51,7 @@ export async function ensureDaemon(paths: Paths, ep: Endpoint, say: (s: string) 
   say(`forkd: starting a local daemon (log: ${logPath})`);
   const log = await open(logPath, "a", 0o600);
   const main = join(dirname(fileURLToPath(import.meta.url)), "main.js");
+  // The one child given the whole environment: the daemon's configuration is its environment.
   const child = spawn(process.execPath, [main, "daemon"], {
     detached: true,
     stdio: ["ignore", log.fd, log.fd],

@@ -5,6 +5,7 @@
  */
 import { apiRequest, checkResponse, rawRequest, readNdjson } from "../client/http.js";
 import type { Endpoint } from "../client/http.js";
+import { CALL_MS, HEAVY_MS, execIdleMs } from "./timeouts.js";
 
 export async function snapshotLayer(
   ep: Endpoint,
@@ -17,15 +18,23 @@ export async function snapshotLayer(
     "POST",
     "/v1/sandboxes",
     { snapshot_tag: o.from, n: 1 },
+    HEAVY_MS,
   );
   const id = fork.sandboxes[0]?.id;
   if (!id) throw new Error(`could not fork ${o.from}: ${fork.failures[0]?.message ?? "unknown"}`);
   try {
     say(`forkd: building ${o.tag} on ${o.from} in ${id}: ${o.exec}`);
     const res = await checkResponse(
-      await rawRequest(ep, "POST", `/v1/sandboxes/${id}/exec/stream`, JSON.stringify({ cmd: o.exec }), 0, {
-        "content-type": "application/json",
-      }),
+      await rawRequest(
+        ep,
+        "POST",
+        `/v1/sandboxes/${id}/exec/stream`,
+        JSON.stringify({ cmd: o.exec }),
+        execIdleMs(),
+        {
+          "content-type": "application/json",
+        },
+      ),
     );
     let exit: { exit_code: number | null; signal: number | null } | null = null;
     await readNdjson(
@@ -48,11 +57,12 @@ export async function snapshotLayer(
       "POST",
       `/v1/sandboxes/${id}/branch`,
       { tag: o.tag, wait: true },
+      HEAVY_MS,
     );
     if (o.json) console.log(JSON.stringify(b.snapshot, null, 2));
     else console.log(`snapshot ${b.tag} ready (layer on ${o.from}): ${Date.now() - t0} ms`);
     return 0;
   } finally {
-    await apiRequest(ep, "DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
+    await apiRequest(ep, "DELETE", `/v1/sandboxes/${id}`, undefined, CALL_MS).catch(() => undefined);
   }
 }

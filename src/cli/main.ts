@@ -22,6 +22,7 @@ import { limitsFromFlags } from "./limits.js";
 import type { LimitFlags } from "./limits.js";
 import type { NetworkFlags } from "./network.js";
 import { buildOpenApi } from "../api/contract/openapi.js";
+import { CALL_MS, HEAVY_MS, PROGRESS_IDLE_MS, TRANSFER_IDLE_MS, evalMs, execIdleMs } from "./timeouts.js";
 
 const paths = defaultPaths();
 const endpoint: Endpoint = process.env.FORKD_URL
@@ -33,9 +34,10 @@ const endpoint: Endpoint = process.env.FORKD_URL
   : { socket: paths.socket };
 const say = (s: string) => process.stderr.write(s + "\n");
 
-async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+/** One JSON call; `timeoutMs` as src/cli/timeouts.ts says for its kind. */
+async function api<T>(method: string, path: string, body?: unknown, timeoutMs = CALL_MS): Promise<T> {
   await ensureDaemon(paths, endpoint, say);
-  return apiRequest<T>(endpoint, method, path, body);
+  return apiRequest<T>(endpoint, method, path, body, timeoutMs);
 }
 
 interface SandboxView {
@@ -134,7 +136,7 @@ program
         vcpus: o.vcpus,
       });
       const res = await checkResponse(
-        await rawRequest(endpoint, "POST", "/v1/snapshots?stream=1", body, 0, {
+        await rawRequest(endpoint, "POST", "/v1/snapshots?stream=1", body, PROGRESS_IDLE_MS, {
           "content-type": "application/json",
         }),
       );
@@ -197,6 +199,7 @@ program
       "POST",
       "/v1/sandboxes",
       { snapshot_tag: o.tag, n: o.n, ...(network ? { network } : {}), ...(limits ? { limits } : {}) },
+      HEAVY_MS,
     );
     if (o.json) {
       console.log(JSON.stringify(r, null, 2));
@@ -272,7 +275,9 @@ program
     if (o.all)
       ids = (await api<{ sandboxes: SandboxView[] }>("GET", "/v1/sandboxes")).sandboxes.map((s) => s.id);
     else if (ids.length === 0) throw new ApiError(0, "invalid_argument", "name sandboxes to kill, or --all");
-    await Promise.all(ids.map((id) => api("DELETE", `/v1/sandboxes/${encodeURIComponent(id)}`)));
+    await Promise.all(
+      ids.map((id) => api("DELETE", `/v1/sandboxes/${encodeURIComponent(id)}`, undefined, HEAVY_MS)),
+    );
   });
 
 program
@@ -307,34 +312,58 @@ program
         timeout_ms: o.timeout,
         stdin,
       });
-      const res = await checkResponse(
-        await rawRequest(endpoint, "POST", `/v1/sandboxes/${encodeURIComponent(id)}/exec/stream`, body, 0, {
-          "content-type": "application/json",
-        }),
-      );
-      let code = 1;
-      interface ExecEvent {
-        type: string;
-        data?: string;
-        exit_code?: number | null;
-        signal?: number | null;
-        timed_out?: boolean;
-        error?: { message: string };
+      // Ctrl-C cuts the stream (the daemon then kills the command) and exits 130; a second one
+      // kills the CLI at once.
+      const interrupt = new AbortController();
+      const onInt = () => interrupt.abort();
+      process.once("SIGINT", onInt);
+      try {
+        process.exitCode = await execStream(id, body, execIdleMs(o.timeout), interrupt.signal);
+      } catch (e) {
+        if (!interrupt.signal.aborted) throw e;
+        say("forkd: interrupted; the command is killed");
+        process.exitCode = 130;
+      } finally {
+        process.off("SIGINT", onInt);
       }
-      await readNdjson(res, (ev: ExecEvent) => {
-        if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
-        else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
-        else if (ev.type === "exit") {
-          if (ev.timed_out) say("forkd: command timed out");
-          code = ev.exit_code ?? 128 + (ev.signal ?? 0);
-        } else if (ev.type === "error") {
-          say(`forkd: ${ev.error?.message ?? "exec failed"}`);
-          code = 1;
-        }
-      });
-      process.exitCode = code;
     },
   );
+
+/** Runs one exec stream, writing the command's output as it comes; its exit code. */
+async function execStream(id: string, body: string, idleMs: number, signal: AbortSignal): Promise<number> {
+  const res = await checkResponse(
+    await rawRequest(
+      endpoint,
+      "POST",
+      `/v1/sandboxes/${encodeURIComponent(id)}/exec/stream`,
+      body,
+      idleMs,
+      { "content-type": "application/json" },
+      signal,
+    ),
+  );
+  let code = 1;
+  interface ExecEvent {
+    type: string;
+    data?: string;
+    exit_code?: number | null;
+    signal?: number | null;
+    timed_out?: boolean;
+    error?: { message: string };
+  }
+  await readNdjson(res, (ev: ExecEvent) => {
+    if (ev.type === "stdout") process.stdout.write(Buffer.from(ev.data ?? "", "base64"));
+    else if (ev.type === "stderr") process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
+    else if (ev.type === "exit") {
+      if (ev.timed_out) say("forkd: command timed out");
+      code = ev.exit_code ?? 128 + (ev.signal ?? 0);
+    } else if (ev.type === "error") {
+      say(`forkd: ${ev.error?.message ?? "exec failed"}`);
+      code = 1;
+    }
+  });
+  return code;
+}
 
 program
   .command("eval")
@@ -349,7 +378,7 @@ program
       stdout: string;
       stderr: string;
       error: { traceback: string } | null;
-    }>("POST", `/v1/sandboxes/${encodeURIComponent(id)}/eval`, { code });
+    }>("POST", `/v1/sandboxes/${encodeURIComponent(id)}/eval`, { code }, evalMs());
     if (o.json) return console.log(JSON.stringify(r, null, 2));
     process.stdout.write(r.stdout);
     process.stderr.write(r.stderr);
@@ -376,6 +405,8 @@ program
           endpoint,
           "GET",
           `/v1/sandboxes/${from[1]}/files?path=${encodeURIComponent(from[2]!)}`,
+          undefined,
+          TRANSFER_IDLE_MS,
         ),
       );
       await pipeline(res, dst === "-" ? process.stdout : createWriteStream(dst));
@@ -385,7 +416,7 @@ program
         "PUT",
         `/v1/sandboxes/${to[1]}/files?path=${encodeURIComponent(to[2]!)}&parents=1`,
         src === "-" ? process.stdin : createReadStream(src),
-        0,
+        TRANSFER_IDLE_MS,
         { "content-type": "application/octet-stream" },
       );
       await checkResponse(res);
@@ -443,6 +474,8 @@ for (const [verb, what] of [
         const v = await api<{ id: string; state: string }>(
           "POST",
           `/v1/sandboxes/${encodeURIComponent(id)}/${verb}`,
+          undefined,
+          HEAVY_MS,
         );
         console.log(`${v.id} ${v.state}`);
       }
@@ -459,7 +492,13 @@ program
   .action(async (tag: string, o: { output: string }) => {
     await ensureDaemon(paths, endpoint, say);
     const res = await checkResponse(
-      await rawRequest(endpoint, "GET", `/v1/snapshots/${encodeURIComponent(tag)}/pack`),
+      await rawRequest(
+        endpoint,
+        "GET",
+        `/v1/snapshots/${encodeURIComponent(tag)}/pack`,
+        undefined,
+        TRANSFER_IDLE_MS,
+      ),
     );
     const tmp = `${o.output}.partial-${process.pid}`;
     try {
@@ -480,7 +519,7 @@ program
     await ensureDaemon(paths, endpoint, say);
     await stat(file); // a missing file is the user's error, before any request
     const res = await checkResponse(
-      await rawRequest(endpoint, "POST", "/v1/snapshots/unpack", createReadStream(file), 0, {
+      await rawRequest(endpoint, "POST", "/v1/snapshots/unpack", createReadStream(file), TRANSFER_IDLE_MS, {
         "content-type": "application/octet-stream",
       }),
     );
@@ -559,6 +598,7 @@ program
       "POST",
       `/v1/sandboxes/${encodeURIComponent(id)}/branch`,
       { ...(o.tag ? { tag: o.tag } : {}), wait: o.wait },
+      HEAVY_MS,
     );
     if (o.json) console.log(JSON.stringify(r, null, 2));
     else

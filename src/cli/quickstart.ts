@@ -4,6 +4,7 @@
  * print what happened and how long it took.
  */
 import { ApiError, apiRequest } from "../client/http.js";
+import { CALL_MS, HEAVY_MS, SNAPSHOT_MS, evalMs as evalTimeoutMs } from "./timeouts.js";
 import type { Endpoint } from "../client/http.js";
 import { printTable } from "./table.js";
 
@@ -29,7 +30,7 @@ export async function quickstart(
 ): Promise<number> {
   let meta: Meta;
   try {
-    meta = await apiRequest<Meta>(ep, "GET", `/v1/snapshots/${o.tag}`);
+    meta = await apiRequest<Meta>(ep, "GET", `/v1/snapshots/${o.tag}`, undefined, CALL_MS);
     say(`using snapshot ${o.tag}`);
   } catch (e) {
     if (!(e instanceof ApiError) || e.status !== 404) throw e;
@@ -39,13 +40,19 @@ export async function quickstart(
     const t0 = Date.now();
     const tick = setInterval(() => say(`  ... ${Math.round((Date.now() - t0) / 1000)} s`), 15_000);
     try {
-      meta = await apiRequest<Meta>(ep, "POST", "/v1/snapshots", {
-        tag: o.tag,
-        template: "python",
-        warm: "echo 'written by the parent before the snapshot' > /root/parent.txt",
-        warm_eval:
-          "import numpy as np\nweights = np.arange(1_000_000, dtype=np.float64)\nloaded = 'model loaded in the parent'",
-      });
+      meta = await apiRequest<Meta>(
+        ep,
+        "POST",
+        "/v1/snapshots",
+        {
+          tag: o.tag,
+          template: "python",
+          warm: "echo 'written by the parent before the snapshot' > /root/parent.txt",
+          warm_eval:
+            "import numpy as np\nweights = np.arange(1_000_000, dtype=np.float64)\nloaded = 'model loaded in the parent'",
+        },
+        SNAPSHOT_MS,
+      );
     } finally {
       clearInterval(tick);
     }
@@ -64,6 +71,7 @@ export async function quickstart(
       snapshot_tag: o.tag,
       n: o.n,
     },
+    HEAVY_MS,
   );
   const forkWall = performance.now() - t0;
   for (const f of r.failures) say(`child ${f.index} failed: ${f.message}`);
@@ -77,7 +85,9 @@ export async function quickstart(
         `/v1/sandboxes/${c.id}/exec`,
         {
           cmd: 'echo "$(hostname): $(cat /root/parent.txt | cut -c1-20)..."',
+          timeout_ms: 120_000,
         },
+        120_000 + CALL_MS,
       );
       const execMs = performance.now() - e0;
       const v0 = performance.now();
@@ -88,6 +98,7 @@ export async function quickstart(
         {
           code: `x = float(weights.sum()) + ${i}\n(loaded, x)`,
         },
+        evalTimeoutMs(),
       );
       const evalMs = performance.now() - v0;
       return { c, out: ex.stdout.trim(), value: ev.value ?? ev.error?.name ?? "", execMs, evalMs };
@@ -116,7 +127,9 @@ export async function quickstart(
     ].join("\n"),
   );
   if (!o.keep) {
-    await Promise.all(r.sandboxes.map((c) => apiRequest(ep, "DELETE", `/v1/sandboxes/${c.id}`)));
+    await Promise.all(
+      r.sandboxes.map((c) => apiRequest(ep, "DELETE", `/v1/sandboxes/${c.id}`, undefined, HEAVY_MS)),
+    );
     say(`children killed (keep them with --keep; list with 'forkd ls')`);
   }
   return r.failures.length > 0 ? 1 : 0;

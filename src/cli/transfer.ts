@@ -4,6 +4,7 @@
  */
 import { ApiError, checkResponse, rawRequest, readNdjson } from "../client/http.js";
 import type { Endpoint } from "../client/http.js";
+import { PROGRESS_IDLE_MS } from "./timeouts.js";
 
 interface TransferEvent<T> {
   type: string;
@@ -20,7 +21,7 @@ export async function streamTransfer<T>(
 ): Promise<T> {
   const t0 = Date.now();
   const res = await checkResponse(
-    await rawRequest(ep, "POST", `${path}?stream=1`, JSON.stringify(body), 0, {
+    await rawRequest(ep, "POST", `${path}?stream=1`, JSON.stringify(body), PROGRESS_IDLE_MS, {
       "content-type": "application/json",
     }),
   );

@@ -27,6 +27,11 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * One request. `timeoutMs` is an idle timeout (0: none): the request fails once no byte has been
+ * sent or received for that long, while sending its body and while reading the reply (a stream
+ * included), so a long stream that keeps flowing is never cut, and a stalled one always is.
+ */
 export function rawRequest(
   ep: Endpoint,
   method: string,
@@ -34,26 +39,22 @@ export function rawRequest(
   body?: Buffer | string | NodeJS.ReadableStream,
   timeoutMs = 0,
   headers: Record<string, string> = {},
+  /** Aborting it cuts the request and its reply (both reads fail with an AbortError). */
+  signal?: AbortSignal,
 ): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const h: Record<string, string> = { ...headers };
     if (ep.token) h.authorization = `Bearer ${ep.token}`;
     const base = ep.url ? new URL(ep.url) : null;
+    const common = { path, method, headers: h, ...(signal ? { signal } : {}) };
     const req = !base
-      ? httpRequest({ socketPath: ep.socket, path, method, headers: h }, resolve)
+      ? httpRequest({ socketPath: ep.socket, ...common }, resolve)
       : base.protocol === "https:"
         ? httpsRequest(
-            {
-              host: base.hostname,
-              port: base.port,
-              path,
-              method,
-              headers: h,
-              ...(ep.ca ? { ca: ep.ca } : {}),
-            },
+            { host: base.hostname, port: base.port, ...common, ...(ep.ca ? { ca: ep.ca } : {}) },
             resolve,
           )
-        : httpRequest({ host: base.hostname, port: base.port, path, method, headers: h }, resolve);
+        : httpRequest({ host: base.hostname, port: base.port, ...common }, resolve);
     req.on("error", reject);
     if (timeoutMs > 0) {
       req.setTimeout(timeoutMs, () =>

@@ -5,7 +5,8 @@
  * shares the limits, the audit log and the metrics.
  */
 import { Cgroups } from "../host/cgroups.js";
-import { hideRoots, Jail, jailOptionsFromEnv } from "../vmm/jail.js";
+import { hideRoots, Jail, jailEnabled, jailOptions } from "../vmm/jail.js";
+import { claimUidRange, jailGid } from "../vmm/jail-uids.js";
 import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
@@ -38,6 +39,10 @@ import { findJailer, findMemsnap } from "../host/native.js";
 import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
+import { crashPointFromEnv } from "../util/crash.js";
+import { Quarantine } from "../util/quarantine.js";
+import { Strays } from "../vmm/strays.js";
+import { installFailurePolicy } from "./failure-policy.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -65,8 +70,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const releaseLock = await acquireDaemonLock(paths.dataDir);
   // We own the data directory now: a socket file left here belongs to a dead daemon.
   await rm(paths.socket, { force: true });
-  await rm(runDir, { recursive: true, force: true });
-  await mkdir(runDir, { recursive: true, mode: 0o700 });
+  // Test-only (FORKD_TEST_CRASH_AT): read once here and injected.
+  const crash = crashPointFromEnv(env);
 
   const accel = await chooseAccel(await findQemu(env), env);
   const qemu = await findQemu(env, accel.accel);
@@ -84,15 +89,22 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
           () => null,
         )
       : null;
-  const jailOpts = jailOptionsFromEnv(
-    env,
-    await hideRoots([paths.dataDir, paths.cacheDir]),
-    kvmGroup ? [kvmGroup] : [],
-  );
+  // Its VMMs' uids are this data directory's alone: no two daemons' VMMs share one.
+  const uids = jailEnabled(env) ? await claimUidRange(paths.dataDir, env) : null;
+  const jailOpts = uids
+    ? jailOptions(
+        uids,
+        jailGid(env, uids),
+        await hideRoots([paths.dataDir, paths.cacheDir]),
+        kvmGroup ? [kvmGroup] : [],
+      )
+    : null;
+  if (jailOpts) log.info("jail", { uid_base: jailOpts.uidBase, uids: jailOpts.uidCount, gid: jailOpts.gid });
   if (!jailOpts) log.warn("VMMs are not jailed (the daemon is not root, or FORKD_JAIL=off)");
   if (cgroups.mode === "none") log.warn(`no per-sandbox resource limits: ${cgroups.reason ?? ""}`);
   const jail = new Jail(jailOpts, cgroups);
   const jailer = await findJailer(env);
+  const memsnap = await findMemsnap(env);
   const driver = new QemuDriver(qemu, { jailer, jail });
   const store = new SnapshotStore(snapshotsDir(paths));
   const network = await NetworkService.start({
@@ -103,6 +115,18 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     jailer,
     protectedPorts: cfg.tcp ? [cfg.tcp.port] : [],
   });
+  // A dead daemon's children outlive it: a snapshot's parent VM (unjailed, running from run/ on
+  // a memory file in a staging directory), helpers writing a branch or an unpack. They are
+  // stopped before their directories go; sandboxes' VMMs are re-adopted (or stopped) by
+  // sandboxes.recover() below.
+  const strays = new Strays(
+    [qemu, jailer, memsnap, ...(network.caps.user.binary ? [network.caps.user.binary] : [])],
+    log,
+  );
+  await strays.kill([`${runDir}/`, join(snapshotsDir(paths), ".staging-")], "a dead daemon's build");
+  await rm(runDir, { recursive: true, force: true });
+  await mkdir(runDir, { recursive: true, mode: 0o700 });
+  const quarantine = new Quarantine(join(paths.dataDir, "quarantine"), log);
   const sandboxes = new SandboxService({
     root: sandboxesDir(paths),
     store,
@@ -113,16 +137,20 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     poolSize: Number(env.FORKD_POOL_SIZE ?? 2),
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
     maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
-    memsnap: await findMemsnap(env),
+    memsnap,
     network,
+    strays,
+    quarantine,
+    crash,
   });
-  const cleaned = await store.recover();
-  const { adopted, removed } = await sandboxes.recover();
+  const cleaned = await store.recover(quarantine);
+  const { adopted, removed, quarantined } = await sandboxes.recover();
   // After re-adopting children: their slots keep their rules, every other one is reclaimed.
   await network.reclaim();
   log.info("state recovered", {
     adopted: adopted.length,
     removed: removed.length,
+    quarantined: quarantined.length,
     staging_cleaned: cleaned.length,
   });
 
@@ -173,10 +201,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     snapshotDeps: {
       store,
       driver,
-      images: new ImageBuilder(paths.repoDir, paths.cacheDir),
+      images: new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env }),
       accel,
       qemuVersion: qemuVer,
       runDir,
+      crash,
     },
     info: {
       version: VERSION,
@@ -184,6 +213,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       qemu: { binary: qemu, version: qemuVer },
       startedAt: new Date().toISOString(),
       cacheDir: paths.cacheDir,
+      hostDirs: { data: paths.dataDir, cache: paths.cacheDir, forkd: paths.repoDir },
     },
     tokens,
     limits: {
@@ -257,6 +287,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       if (sandboxes.list().some((v) => v.state === "running")) await network.close();
       else await network.teardown();
       await rm(paths.socket, { force: true });
+      await uids?.release();
       await releaseLock();
     },
   };
@@ -294,9 +325,20 @@ function listen(server: Server, path: string): Promise<void> {
 
 /** `forkd daemon`: run until SIGTERM/SIGINT; running sandboxes are left for the next daemon. */
 export async function runDaemon(): Promise<void> {
+  const log = jsonLogger("daemon");
+  // Installed first: a failure while starting is handled the same way.
+  let metrics: Metrics | null = null;
+  installFailurePolicy({ log, count: (kind) => metrics?.processFailure(kind) });
   const d = await startDaemon();
+  if (d.services.metrics instanceof Metrics) metrics = d.services.metrics;
   const stop = () => {
-    void d.close().then(() => process.exit(0));
+    d.close().then(
+      () => process.exit(0),
+      (e: unknown) => {
+        log.warn("stopping failed", { error: errorMessage(e) });
+        process.exit(1);
+      },
+    );
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);

@@ -10,6 +10,7 @@ import { access, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import { childEnv } from "../util/proc.js";
 import { QmpClient } from "../vmm/qmp.js";
 import { sleep } from "../util/time.js";
 
@@ -57,7 +58,7 @@ async function probeKvm(qemu: string): Promise<string | null> {
       "-qmp",
       `unix:${qmpPath},server=on,wait=off`,
     ],
-    { stdio: ["ignore", "ignore", "pipe"] },
+    { stdio: ["ignore", "ignore", "pipe"], env: childEnv() },
   );
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => (stderr += d.toString()).slice(0, 4096));

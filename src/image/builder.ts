@@ -4,10 +4,11 @@
  * progress and reads the resulting manifest.
  */
 import { spawn } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ForkdError } from "../util/errors.js";
 import { assertTemplate } from "../util/ids.js";
+import { childEnv, downloadEnv } from "../util/proc.js";
 
 export interface GuestImage {
   hash: string;
@@ -21,11 +22,41 @@ export interface GuestImage {
 
 export type ProgressFn = (line: string) => void;
 
+export interface ImageBuilderOptions {
+  /** The Debian archive to build from (FORKD_MIRROR; default: the one apt uses). */
+  mirror?: string;
+  /** Where the build's proxy settings come from (default: the daemon's environment). */
+  env?: NodeJS.ProcessEnv;
+}
+
 export class ImageBuilder {
   constructor(
     private readonly repoDir: string,
     private readonly cacheDir: string,
+    private readonly opts: ImageBuilderOptions = {},
   ) {}
+
+  /** The templates there are (guest/image/templates/NAME.packages), sorted. */
+  async templates(): Promise<string[]> {
+    const names = await readdir(join(this.repoDir, "guest/image/templates")).catch(() => []);
+    return names
+      .filter((n) => n.endsWith(".packages"))
+      .map((n) => n.slice(0, -".packages".length))
+      .sort();
+  }
+
+  /** Throws `invalid_argument` (naming the known ones) unless `template` is one. */
+  async assertKnown(template: string): Promise<void> {
+    assertTemplate(template);
+    const known = await this.templates();
+    if (!known.includes(template)) {
+      throw new ForkdError(
+        "invalid_argument",
+        `unknown template ${JSON.stringify(template)}; known: ${known.join(", ") || "none"}`,
+        { field: "template", known },
+      );
+    }
+  }
 
   /** Returns the image for `template`, building what is missing. Fast when cached. */
   async ensure(
@@ -33,11 +64,14 @@ export class ImageBuilder {
     progress: ProgressFn = () => undefined,
     timeoutMs = 30 * 60_000,
   ): Promise<GuestImage> {
-    assertTemplate(template);
+    await this.assertKnown(template);
     const script = join(this.repoDir, "guest/image/build.sh");
+    const mirror = this.opts.mirror ? ["--mirror", this.opts.mirror] : [];
     const out = await new Promise<string>((resolve, reject) => {
-      const child = spawn("bash", [script, "--template", template, "--cache", this.cacheDir], {
+      // It downloads packages: proxy and TLS trust settings, nothing else of the daemon's.
+      const child = spawn("bash", [script, "--template", template, "--cache", this.cacheDir, ...mirror], {
         stdio: ["ignore", "pipe", "pipe"],
+        env: childEnv(downloadEnv(this.opts.env), this.opts.env),
       });
       let stdout = "";
       let errTail = "";

@@ -31,6 +31,7 @@ export class Metrics {
   private readonly branchPauseSeconds: Histogram;
   private readonly execSeconds: Histogram;
   private readonly failures: Counter<"op" | "reason">;
+  private readonly processFailures: Counter<"kind">;
 
   constructor(src: MetricsSources) {
     const registers = [this.registry];
@@ -147,6 +148,14 @@ export class Metrics {
       labelNames: ["op", "reason"],
       registers,
     });
+    this.processFailures = new Counter({
+      name: "forkd_process_failures_total",
+      help: "Failures no code handled, by kind: unhandled_rejection (logged, served on), uncaught_exception",
+      labelNames: ["kind"],
+      registers,
+    });
+    // Both series exist from the start (at 0), so an alert can watch them.
+    for (const kind of ["unhandled_rejection", "uncaught_exception"]) this.processFailures.inc({ kind }, 0);
   }
 
   http(route: string, method: string, code: number, seconds: number): void {
@@ -163,6 +172,9 @@ export class Metrics {
   }
   failure(op: string, reason: string): void {
     this.failures.inc({ op, reason });
+  }
+  processFailure(kind: "unhandled_rejection" | "uncaught_exception"): void {
+    this.processFailures.inc({ kind });
   }
 
   async render(): Promise<{ contentType: string; text: string }> {

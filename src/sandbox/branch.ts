@@ -9,27 +9,28 @@
  * private pages, the frozen disk layer hard-linked in, checksums, metadata, publish. Until then
  * the tag reads `writing` (durably: see SnapshotStore.recover).
  */
-import { execFile, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
 import { linkOrCopy } from "../util/fs.js";
 import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import { childEnv, run } from "../util/proc.js";
 import { nowMs, since } from "../util/time.js";
+import type { CrashPoint } from "../util/crash.js";
 import type { Sandbox } from "./sandbox.js";
-
-const exec = promisify(execFile);
 
 export interface BranchDeps {
   store: SnapshotStore;
   memsnap: string;
   /** Called (paused) once the source writes to a new top disk layer. */
   newTopLayer?: () => Promise<void>;
+  /** Test-only fault injection (src/util/crash.ts). */
+  crash?: CrashPoint;
   log: {
     info(m: string, f?: Record<string, unknown>): void;
     warn(m: string, f?: Record<string, unknown>): void;
@@ -107,6 +108,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
       capture.kill();
       throw e;
     }
+    deps.crash?.("branch:paused");
     const memoryMs = lap();
     await vm.resume();
     paused = false;
@@ -191,7 +193,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     // (Never rebase the frozen file in place: the running source reads it as a backing file.)
     await flattenLayers(a.frozen, { path: a.source.files.disk, format: "qcow2" }, files.disk);
   }
-  await exec(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeout: 600_000 });
+  await run(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeoutMs: 600_000 });
   await rm(a.diff, { force: true });
   const [memory, vmstate, disk] = await Promise.all([
     sha256File(files.memory),
@@ -227,6 +229,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     owner: a.owner,
   };
   await writeMeta(join(a.staging, "meta.json"), meta);
+  deps.crash?.("branch:before-publish");
   await deps.store.publish(a.staging, a.tag);
   // Kept until published: a crash before this leaves a staging dir recovery marks as failed.
   await rm(join(deps.store.filesFor(a.tag).dir, "status.json"), { force: true });
@@ -259,7 +262,10 @@ export async function startCapture(
   memfile: string,
   diff: string,
 ): Promise<Capture> {
-  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], { stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], {
+    stdio: ["pipe", "pipe", "pipe"],
+    env: childEnv(),
+  });
   let stderr = "";
   child.stderr.on("data", (c: Buffer) => {
     if (stderr.length < 4096) stderr += c.toString("utf8");

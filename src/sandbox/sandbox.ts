@@ -35,6 +35,11 @@ export interface SandboxRecord {
   owner?: string | null;
   /** Its network (absent in records written before networking: none). */
   network?: NetworkRecord;
+  /**
+   * The fan-out that created it, while that fork's reply has not been sent (its journal file
+   * <sandboxes>/.fanout-<id> exists): a daemon that died first adopts it as unclaimed.
+   */
+  fanout?: string;
 }
 
 /** A paused sandbox's saved state (files in its own directory). */
@@ -47,6 +52,12 @@ export interface PausedImage {
   machine: { memoryMiB: number; vcpus: number; accel: "kvm" | "tcg"; cpu: string };
   /** Its network device, as saved (absent: it has none). */
   nic?: NicMeta;
+  /**
+   * Set while the pause is being finished: the memory image is still to be built from `base`
+   * (the memory file its VMM mapped) and `diff` (its private pages). A daemon that died then
+   * finishes it at recovery (or adopts the VMM as running if it still runs).
+   */
+  pending?: { diff: string; base: string };
 }
 
 export interface Sandbox {
@@ -68,6 +79,10 @@ export interface Sandbox {
   busy: number;
   /** A branch, pause or resume of it in progress (one at a time: each drives its VMM over QMP). */
   transition: "branch" | "pause" | "resume" | null;
+  /** Settles when the transition in progress has (null: none). */
+  settling: Promise<void> | null;
+  /** Killed during a transition: retired as soon as the transition ends. */
+  doomed: string | null;
   /**
    * Branches still being finished in the background: they read this sandbox's memory image and
    * disk layers, so neither is removed (by a later pause, or by kill) until these settle.

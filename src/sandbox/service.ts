@@ -4,17 +4,22 @@
  * API layer only calls it.
  */
 import type { Cgroups, VmLimits } from "../host/cgroups.js";
-import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
-import { join } from "node:path";
+import { mkdir, readdir, rm, stat } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import { cloneOverlay } from "../disk/overlay.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
-import { writeJsonAtomic } from "../util/atomic.js";
+import { fsyncDir, writeFileAtomic, writeJsonAtomic } from "../util/atomic.js";
+import { NO_CRASH } from "../util/crash.js";
+import type { CrashPoint } from "../util/crash.js";
+import { Quarantine } from "../util/quarantine.js";
+import { Strays } from "../vmm/strays.js";
+import type { StrayProcess } from "../vmm/strays.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertSandboxId, assertTag, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
 import { branchSandbox, memoryFileOf, startCapture } from "./branch.js";
 import { nowMs, since, sleep } from "../util/time.js";
-import { pidsReferencing, run } from "../util/proc.js";
+import { randomBytes } from "node:crypto";
 import { vmFiles } from "../vmm/config.js";
 import { guestNetOf, NetworkService } from "../net/service.js";
 import type { Attachment, NetworkRecord } from "../net/service.js";
@@ -23,6 +28,17 @@ import type { Egress, NetworkSpec } from "../net/policy.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
 import { endsAt, expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
+import { loadRecord } from "./record.js";
+import {
+  buildMemory,
+  FANOUT_PREFIX,
+  fanoutJournal,
+  finishPause,
+  pausedRecord,
+  strayImages,
+  unclaimedRecord,
+  unpausedRecord,
+} from "./recovery.js";
 import { CommandTable } from "./commands.js";
 import { WarmPool } from "./pool.js";
 import type { Prepared } from "./pool.js";
@@ -102,7 +118,16 @@ export interface SandboxServiceOptions {
   memsnap?: string;
   /** Host networking (absent: children can only have network none). */
   network?: NetworkService;
+  /** Finds and kills VMMs a dead daemon left (default: QEMU and memsnap processes by path). */
+  strays?: Strays;
+  /** Where recovery moves records it cannot read (default: <root>/../quarantine). */
+  quarantine?: Quarantine;
+  /** Test-only fault injection (src/util/crash.ts). */
+  crash?: CrashPoint;
 }
+
+/** How long DELETE waits for a pause, resume or branch in progress before it answers. */
+const KILL_WAIT_MS = 60_000;
 
 /** How long a child whose link is set up may take to see its carrier (the fork waits for it). */
 const NET_UP_WAIT_MS = 2_000;
@@ -116,9 +141,15 @@ export class SandboxService {
 
   private sweeper: NodeJS.Timeout | null = null;
   private readonly net: NetworkService;
+  private readonly strays: Strays;
+  private readonly quarantine: Quarantine;
+  private readonly crash: CrashPoint;
 
   constructor(private readonly o: SandboxServiceOptions) {
     this.net = o.network ?? NetworkService.disabled(o.log);
+    this.strays = o.strays ?? new Strays([o.driver.binary, ...(o.memsnap ? [o.memsnap] : [])], o.log);
+    this.quarantine = o.quarantine ?? new Quarantine(join(dirname(o.root), "quarantine"), o.log);
+    this.crash = o.crash ?? NO_CRASH;
     this.pool = new WarmPool(o.poolSize ?? 0, async (tag) => this.prepare(await o.store.get(tag)), o.log);
     this.sweeper = setInterval(() => void this.sweep(), SWEEP_MS);
     this.sweeper.unref();
@@ -160,6 +191,37 @@ export class SandboxService {
     }
   }
 
+  private notInTransition(s: Sandbox): void {
+    if (s.transition)
+      throw new ForkdError("conflict", `sandbox ${s.record.id} is being ${DOING[s.transition]} already`, {
+        id: s.record.id,
+      });
+  }
+
+  /**
+   * Runs a branch, pause or resume of `s` (one at a time). A kill() while it runs marks `s`
+   * doomed: it is retired as soon as the transition ends, whatever the outcome.
+   */
+  private async transit<T>(
+    s: Sandbox,
+    kind: "branch" | "pause" | "resume",
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    this.notInTransition(s);
+    s.transition = kind;
+    let settle = () => undefined as void;
+    s.settling = new Promise<void>((r) => (settle = r));
+    try {
+      return await fn();
+    } finally {
+      s.transition = null;
+      // Retired before kill() is released: its reply comes once the files are gone.
+      if (s.doomed !== null) await this.retire(s, s.doomed, true).catch(() => undefined);
+      s.settling = null;
+      settle();
+    }
+  }
+
   /** Pre-starts VMMs for `tag` now, so its first fork is as fast as later ones. */
   prewarm(tag: string): void {
     this.pool.refill(tag);
@@ -197,9 +259,15 @@ export class SandboxService {
 
   /**
    * The sandbox's agent for one API operation: the sandbox counts as in use (never idle) until
-   * release() is called, and its idle timeout restarts then.
+   * release() is called, and its idle timeout restarts then. `explain` turns a failure of the
+   * operation into what the caller is told (see explain()).
    */
-  lease(id: string): { agent: AgentClient; commands: CommandTable; release: () => void } {
+  lease(id: string): {
+    agent: AgentClient;
+    commands: CommandTable;
+    release: () => void;
+    explain: (e: unknown) => Promise<unknown>;
+  } {
     const s = this.running(id);
     s.busy++;
     s.lastUsed = Date.now();
@@ -207,6 +275,7 @@ export class SandboxService {
     return {
       agent: s.agent,
       commands: s.commands,
+      explain: (e) => this.explain(id, e),
       release: () => {
         if (released) return;
         released = true;
@@ -229,17 +298,24 @@ export class SandboxService {
   }
 
   /**
-   * An agent connection lost because the sandbox's VMM died (a memory limit, a crash) is
-   * reported with why it died, once the daemon knows, instead of as a bare lost connection.
+   * A call cut because its sandbox ended under it fails with `unavailable` and why it ended,
+   * never with a bare lost connection: the host retired it (a kill, its lifetime, a limit: the
+   * reason is recorded before its agent connection is closed, so it is known at once), or its
+   * VMM died by itself (a memory limit, a crash: known once the daemon has seen the exit).
    */
   private async explain(id: string, e: unknown): Promise<unknown> {
     const s = this.live.get(id);
-    const vm = s?.vm;
-    if (!s || !vm || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
-    await vm.waitExit(1_000).catch(() => undefined);
-    if (!vm.exited) return e;
-    await vm.released;
-    for (let i = 0; i < 40 && s.state !== "exited"; i++) await sleep(25);
+    if (!s || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
+    const retired = () => s.state === "exited";
+    if (!retired()) {
+      const vm = s.vm;
+      if (!vm) return e;
+      await vm.waitExit(1_000).catch(() => undefined);
+      if (!vm.exited) return e;
+      await vm.released;
+      // onExit retires it once the jail has said why (the cgroup's verdict).
+      for (let i = 0; i < 400 && !retired(); i++) await sleep(25);
+    }
     return new ForkdError(
       "unavailable",
       `sandbox ${id} exited: ${s.exitReason ?? "vmm process exited"}`,
@@ -264,36 +340,39 @@ export class SandboxService {
     snapshot: Snapshot | null;
   }> {
     const s = this.running(id);
-    if (!this.o.memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
-    if (s.transition)
-      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]} already`, { id });
+    const memsnap = this.o.memsnap;
+    if (!memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
+    this.notInTransition(s);
     const name = assertTag(tag ?? `br-${newSandboxId().slice(3, 15)}`);
-    s.transition = "branch";
     s.busy++;
     let started;
     try {
-      started = await branchSandbox(
-        {
-          store: this.o.store,
-          memsnap: this.o.memsnap,
-          log: this.o.log,
-          // Its writes now go to a new top layer: the limit counts the frozen one too.
-          newTopLayer: () => this.armDiskLimit(s),
-        },
-        s,
-        name,
-      );
+      started = await this.transit(s, "branch", async () => {
+        const st = await branchSandbox(
+          {
+            store: this.o.store,
+            memsnap,
+            log: this.o.log,
+            // Its writes now go to a new top layer: the limit counts the frozen one too.
+            newTopLayer: () => this.armDiskLimit(s),
+            crash: this.crash,
+          },
+          s,
+          name,
+        );
+        // Counted before the transition ends: a kill() waiting on it keeps the files this reads.
+        const finishing = st.done.then(
+          () => undefined,
+          () => undefined,
+        );
+        s.finishing.add(finishing);
+        void finishing.then(() => s.finishing.delete(finishing));
+        return st;
+      });
     } finally {
-      s.transition = null;
       s.busy--;
       s.lastUsed = Date.now();
     }
-    const finishing = started.done.then(
-      () => undefined,
-      () => undefined,
-    );
-    s.finishing.add(finishing);
-    void finishing.then(() => s.finishing.delete(finishing));
     const base = { tag: name, pauseMs: started.pauseMs, privateBytes: started.privateBytes };
     if (!wait) return { ...base, status: "writing", snapshot: null };
     return { ...base, status: "ready", snapshot: await started.done };
@@ -347,8 +426,7 @@ export class SandboxService {
     change: (net: Attachment, rec: NetworkRecord, vm: QemuVm) => Promise<boolean>,
   ): Promise<SandboxView> {
     const s = this.running(id);
-    if (s.transition)
-      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]}`, { id });
+    this.notInTransition(s);
     const net = s.net;
     const rec = s.record.network;
     if (!net || !rec || rec.mode === "none")
@@ -416,10 +494,16 @@ export class SandboxService {
     }
     this.starting += n;
     this.startingByTag.set(tag, (this.startingByTag.get(tag) ?? 0) + n);
+    // Until the reply goes out, only this journal says who the children are for: a daemon that
+    // dies first adopts them as unclaimed (recovery.ts). Written while the first VMMs start.
+    const fanout = randomBytes(6).toString("hex");
+    const journal = fanoutJournal(this.o.root, fanout);
+    const journaled = writeFileAtomic(journal, `${new Date().toISOString()}\n`, 0o600);
+    journaled.catch(() => undefined);
     // Bounded parallelism: starting every VMM at once makes them all contend and none finish
     // early; a few in flight per core keeps the CPU busy with less thrashing.
     const results = await settleWithLimit(n, this.o.forkParallelism ?? Infinity, () =>
-      this.forkOne(snap, opts),
+      this.forkOne(snap, opts, { id: fanout, journaled }),
     ).finally(() => {
       this.starting -= n;
       const left = (this.startingByTag.get(tag) ?? n) - n;
@@ -441,6 +525,11 @@ export class SandboxService {
     });
     if (out.failures.length > 0)
       this.o.log.warn("fork: some children failed", { tag, failed: out.failures.length, n });
+    this.crash("fork:after-record");
+    // The reply goes out now, naming every child: they are their client's.
+    await rm(journal, { force: true })
+      .then(() => fsyncDir(this.o.root))
+      .catch((e: unknown) => this.o.log.warn("fork: journal not removed", { error: errorMessage(e) }));
     return out;
   }
 
@@ -489,7 +578,11 @@ export class SandboxService {
     return { reads: [...(await this.o.store.chainDirs(snap)), snap.meta.image.dir], limits };
   }
 
-  private async forkOne(snap: Snapshot, opts: ForkOptions): Promise<Sandbox> {
+  private async forkOne(
+    snap: Snapshot,
+    opts: ForkOptions,
+    fanout: { id: string; journaled: Promise<void> },
+  ): Promise<Sandbox> {
     const tag = snap.meta.tag;
     const nic = snap.meta.nic;
     const spec = opts.network ?? NO_NETWORK;
@@ -553,7 +646,10 @@ export class SandboxService {
           lifetimeMs: opts.limits?.lifetimeMs ?? null,
         },
         network: net.record(),
+        fanout: fanout.id,
       };
+      await fanout.journaled;
+      this.crash("fork:before-record");
       await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
       const s = this.register(record, p.dir, p.vm, p.agent, net);
       try {
@@ -592,6 +688,8 @@ export class SandboxService {
       lastUsed: Date.now(),
       busy: 0,
       transition: null,
+      settling: null,
+      doomed: null,
       finishing: new Set(),
       commands: new CommandTable(),
     };
@@ -664,45 +762,42 @@ export class SandboxService {
    * Pauses a running sandbox: its whole state (memory, devices, disk) is saved in its own
    * directory and its VMM stops, freeing the memory. resume() brings it back with the same id,
    * files and processes, also after a daemon restart.
+   *
+   * Every instant is recoverable after kill -9 (recovery.ts): until the record is written the
+   * VMM runs (paused) and is adopted as running; the record names the image (pending) before
+   * the VMM stops, so a daemon that dies later finishes the image instead of losing it.
    */
   async pause(id: string): Promise<SandboxView> {
     const s = this.running(id);
-    if (!this.o.memsnap) throw new ForkdError("unavailable", "pausing needs native/memsnap/forkd-memsnap");
-    if (s.transition)
-      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]} already`, { id });
-    s.transition = "pause";
-    const vm = s.vm;
+    const memsnap = this.o.memsnap;
+    if (!memsnap) throw new ForkdError("unavailable", "pausing needs native/memsnap/forkd-memsnap");
+    return this.transit(s, "pause", () => this.pauseNow(s, s.vm, memsnap));
+  }
+
+  private async pauseNow(s: Sandbox, vm: QemuVm, memsnap: string): Promise<SandboxView> {
+    const id = s.record.id;
     const snap = await this.o.store.get(s.record.tag);
     const base = memoryFileOf(s, snap);
     const dir = join(s.dir, `paused-${Date.now().toString(36)}`);
     const diff = join(dir, "memory.diff");
+    const before = s.record;
+    let stopped = false;
     try {
       await mkdir(dir, { mode: 0o700 });
-      const capture = await startCapture(this.o.memsnap, vm.pid, base, diff);
+      const capture = await startCapture(memsnap, vm.pid, base, diff);
+      let disk: string;
       try {
         await vm.pause();
         await vm.saveDevicesState(join(dir, "vmstate"));
         await capture.go();
+        disk = await vm.diskTop();
+        await capture.written;
       } catch (e) {
         capture.kill();
-        await vm.resume().catch(() => undefined);
         throw e;
       }
-      const disk = await vm.diskTop();
-      // Detached from here: its VMM quitting is not an exit (onExit only acts on the current vm).
-      const plain: Sandbox = s;
-      plain.agent?.close();
-      plain.vm = null;
-      plain.agent = null;
-      s.commands.clear();
-      await capture.written;
-      await vm.stop(); // quit: flushes and closes its disk
-      // Nothing runs: its slot and relays go back; resume() sets a network up again.
-      await plain.net?.release();
-      plain.net = null;
-      await run(this.o.memsnap, ["apply", base, diff, join(dir, "memory")], { timeoutMs: 600_000 });
-      await rm(diff, { force: true });
-      const paused: PausedImage = {
+      this.crash("pause:saved");
+      const image: PausedImage = {
         pausedAt: new Date().toISOString(),
         memory: join(dir, "memory"),
         vmstate: join(dir, "vmstate"),
@@ -711,46 +806,80 @@ export class SandboxService {
         nic: snap.meta.nic
           ? { ...snap.meta.nic, linkUp: (s.record.network?.mode ?? "none") !== "none" }
           : undefined,
+        pending: { diff, base },
       };
+      // Written ahead, before the VMM stops: the saved state is never only in this process.
+      s.record = { ...s.record, paused: image };
+      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      this.crash("pause:recorded");
+      // Detached from here: its VMM quitting is not an exit (onExit only acts on the current vm).
+      const plain: Sandbox = s;
+      plain.agent?.close();
+      plain.vm = null;
+      plain.agent = null;
+      s.commands.clear();
+      stopped = true;
+      await vm.stop(); // quit: flushes and closes its disk
+      this.crash("pause:after-stop");
+      // Nothing runs: its slot and relays go back; resume() sets a network up again.
+      await plain.net?.release();
+      plain.net = null;
+      if (s.doomed !== null) throw new ForkdError("conflict", `sandbox ${id} was killed while being paused`);
+      await buildMemory(memsnap, base, diff, image.memory);
+      this.crash("pause:before-record");
       // Its slot is given back; the network it asked for (and its host ports) comes back on resume.
-      const network = s.record.network ? { ...s.record.network, slot: null } : undefined;
-      s.record = { ...s.record, paused, network };
+      s.record = pausedRecord(s.record, image);
       await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
       s.state = "paused";
       // The previous paused image (if it was resumed from one) is no longer mapped by any VMM;
       // a branch still being finished may read it, so it goes once those settle.
-      const old = s.record.memoryFile;
-      if (old && old !== paused.memory) {
+      const old = before.memoryFile;
+      if (old && old !== image.memory) {
         void settled(s)
-          .then(() => rm(join(old, ".."), { recursive: true, force: true }))
+          .then(() => rm(dirname(old), { recursive: true, force: true }))
           .catch(() => undefined);
       }
       this.o.log.info("sandbox paused", { id });
       return viewOf(s);
     } catch (e) {
-      if ((s as Sandbox).vm === null) {
-        // It was stopped but not saved: it cannot come back.
+      if (stopped) {
+        // It was stopped but its image not finished: it cannot come back.
         await vm.kill().catch(() => undefined);
         await this.retire(s, `pause failed: ${errorMessage(e)}`, false);
       } else {
+        // Never stopped: it runs on as it was.
+        await vm.resume().catch(() => undefined);
         await rm(dir, { recursive: true, force: true });
+        if (s.record !== before) {
+          s.record = before;
+          await writeJsonAtomic(join(s.dir, "sandbox.json"), before, 0o600).catch((w: unknown) =>
+            this.o.log.warn("pause: record not restored", { id, error: errorMessage(w) }),
+          );
+        }
       }
       throw e;
-    } finally {
-      s.transition = null;
     }
   }
 
-  /** Resumes a paused sandbox: same id, same files and processes, a corrected clock. */
+  /**
+   * Resumes a paused sandbox: same id, same files and processes, a corrected clock. The record
+   * names the new VMM before its guest runs (the paused image is consistent with the disk until
+   * then): a daemon that dies earlier kills that VMM and keeps the sandbox paused; later, the
+   * next one adopts it as running.
+   */
   async resume(id: string): Promise<SandboxView> {
     const s = this.get(id);
-    if (s.transition)
-      throw new ForkdError("conflict", `sandbox ${id} is being ${DOING[s.transition]} already`, { id });
+    this.notInTransition(s);
     const p = s.record.paused;
     if (s.state !== "paused" || !p) {
       throw new ForkdError("conflict", `sandbox ${id} is not paused (${s.state})`, { id, state: s.state });
     }
-    s.transition = "resume";
+    return this.transit(s, "resume", () => this.resumeNow(s, p));
+  }
+
+  private async resumeNow(s: Sandbox, p: PausedImage): Promise<SandboxView> {
+    const id = s.record.id;
+    const before = s.record;
     let vm: QemuVm | null = null;
     let net: Attachment | null = null;
     try {
@@ -780,6 +909,19 @@ export class SandboxService {
       const agent = await AgentClient.connect(vmFiles(s.dir).agent, 10_000);
       await vm.restoreState(p.vmstate);
       if (p.nic && p.nic.linkUp !== net.linkUp) await vm.setLink(net.linkUp);
+      this.crash("resume:launched");
+      if (s.doomed !== null) throw new ForkdError("conflict", `sandbox ${id} was killed while being resumed`);
+      const { paused: _p, ...rest } = s.record;
+      const record = (): SandboxRecord => ({
+        ...rest,
+        pid: (vm as QemuVm).pid,
+        pidStartTime: (vm as QemuVm).id.startTime,
+        memoryFile: p.memory,
+        network: (net as Attachment).record(),
+      });
+      s.record = record();
+      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      this.crash("resume:recorded");
       await vm.resume();
       // Same identity; the clock has moved on (and the RNG is reseeded) while it was paused.
       await agent.identity(
@@ -787,95 +929,216 @@ export class SandboxService {
         this.o.readyTimeoutMs ?? 60_000,
       );
       await net.start();
-      const { paused: _p, ...rest } = s.record;
-      s.record = {
-        ...rest,
-        pid: vm.pid,
-        pidStartTime: vm.id.startTime,
-        memoryFile: p.memory,
-        network: net.record(),
-      };
-      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      // Relays started: the host ports they answer on.
+      const started = record();
+      if (JSON.stringify(started.network) !== JSON.stringify(s.record.network)) {
+        s.record = started;
+        await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      }
       s.vm = vm;
       s.agent = agent;
       s.net = net;
       s.state = "running";
       s.lastUsed = Date.now();
-      const started = vm;
+      const running = vm;
       vm.onExit(() => {
-        if (s.vm === started) void this.onExit(s);
+        if (s.vm === running) void this.onExit(s);
       });
-      if (s.record.limits?.diskMiB) vm.onDiskWriteThreshold(() => void this.diskLimitHit(s, started));
+      if (s.record.limits?.diskMiB) vm.onDiskWriteThreshold(() => void this.diskLimitHit(s, running));
       await this.armDiskLimit(s);
       this.o.log.info("sandbox resumed", { id });
       return viewOf(s);
     } catch (e) {
-      await vm?.kill().catch(() => undefined);
-      await net?.release();
+      if (s.state === "running") {
+        // Only its disk limit failed to arm: it does not run unlimited.
+        await this.retire(s, `resume failed: ${errorMessage(e)}`, true);
+      } else {
+        await vm?.kill().catch(() => undefined);
+        await net?.release();
+        if (s.record !== before) {
+          s.record = before;
+          await writeJsonAtomic(join(s.dir, "sandbox.json"), before, 0o600).catch((w: unknown) =>
+            this.o.log.warn("resume: record not restored", { id, error: errorMessage(w) }),
+          );
+        }
+      }
       throw e;
-    } finally {
-      s.transition = null;
     }
   }
 
-  /** Kills a sandbox asked to die (running or already exited) and forgets it. */
+  /**
+   * Kills a sandbox asked to die (running, paused or already exited) and forgets it. During a
+   * pause, resume or branch it is marked doomed and that transition's end retires it; this waits
+   * for that (at most KILL_WAIT_MS), so the sandbox's files are gone when it returns.
+   */
   async kill(id: string): Promise<void> {
     const s = this.get(id);
     this.live.delete(id);
+    if (s.settling) {
+      s.doomed = "killed";
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([s.settling, new Promise<void>((r) => (timer = setTimeout(r, KILL_WAIT_MS)))]);
+      clearTimeout(timer);
+      if (s.transition !== null) {
+        this.o.log.warn("kill: the transition in progress retires the sandbox when it ends", {
+          id,
+          transition: s.transition,
+        });
+        return;
+      }
+    }
     await this.retire(s, "killed", true);
   }
 
   /**
-   * After a daemon restart: re-adopt every child whose VMM is still the process we started,
-   * reconnect its agent; clean up the rest.
+   * After a daemon restart: re-adopt every sandbox whose VMM is still the process we started
+   * (or that is paused), finish what the dead daemon left mid-way (recovery.ts), and clean up
+   * the rest: a directory without a record (a fork not finished) is removed with whatever VMM
+   * still uses it; a record that does not parse is quarantined with a log line.
    */
-  async recover(): Promise<{ adopted: string[]; removed: string[] }> {
+  async recover(): Promise<{ adopted: string[]; removed: string[]; quarantined: string[] }> {
     const adopted: string[] = [];
     const removed: string[] = [];
+    const quarantined: string[] = [];
     await mkdir(this.o.root, { recursive: true, mode: 0o700 });
-    for (const name of await readdir(this.o.root)) {
+    const names = await readdir(this.o.root);
+    const journals = new Set(
+      names.filter((n) => n.startsWith(FANOUT_PREFIX)).map((n) => n.slice(FANOUT_PREFIX.length)),
+    );
+    // One look at /proc: nothing of this daemon's runs yet.
+    const procs = await this.strays.list();
+    for (const name of names) {
       const dir = join(this.o.root, name);
       if (!SANDBOX_ID_RE.test(name)) continue;
-      try {
-        const record = JSON.parse(await readFile(join(dir, "sandbox.json"), "utf8")) as SandboxRecord;
-        if (record.id !== name) throw new Error("record id mismatch");
-        if (record.paused) {
-          // Nothing runs: it waits for resume() with its state on disk.
-          this.register(record, dir, null, null, null).state = "paused";
-          adopted.push(name);
-          continue;
+      const loaded = await loadRecord(dir, name);
+      if (loaded.kind !== "ok") {
+        // A VMM may still run without a usable record (the daemon died before writing it).
+        await this.strays.kill([`${dir}/`], "a sandbox without a usable record", procs);
+        if (loaded.kind === "missing") {
+          this.o.log.warn("recover: removing a sandbox whose creation did not finish", { id: name });
+          await rm(dir, { recursive: true, force: true });
+          removed.push(name);
+        } else {
+          await this.quarantine.keep(dir, "sandbox", loaded.reason);
+          quarantined.push(name);
         }
-        const vm = await this.o.driver.adopt({ pid: record.pid, startTime: record.pidStartTime }, dir);
-        if (!vm) throw new Error("VMM process is gone");
-        const agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
-        await agent.ping(15_000);
-        const net = record.network ? this.net.adopt(record.network) : null;
-        const s = this.register(record, dir, vm, agent, net);
-        // The threshold still holds in QEMU, but one crossed while no daemon listened went unheard.
-        await this.armDiskLimit(s).catch((e: unknown) =>
-          this.o.log.warn("recover: disk limit not armed", { id: name, error: errorMessage(e) }),
-        );
-        await net
-          ?.start()
-          .catch((e: unknown) =>
-            this.o.log.warn("recover: exposed ports not relayed", { id: name, error: errorMessage(e) }),
-          );
+        continue;
+      }
+      const record = loaded.record;
+      try {
+        await this.adoptOne(dir, record, journals, procs);
         adopted.push(name);
       } catch (e) {
-        this.o.log.warn("recover: removing sandbox", { id: name, reason: errorMessage(e) });
-        // A VMM may still run without a usable record (the daemon died before writing it).
-        for (const pid of await pidsReferencing(dir + "/")) {
-          try {
-            process.kill(pid, "SIGKILL");
-          } catch {
-            /* gone */
-          }
+        // Registered before a later step failed: forgotten again, its connections closed.
+        const half = this.live.get(name);
+        if (half) {
+          this.live.delete(name);
+          half.state = "exited"; // its VMM's end below is not an exit to act on
+          half.agent?.close();
+          half.vm?.qmp.close();
+          await half.net?.release();
         }
-        await rm(dir, { recursive: true, force: true });
-        removed.push(name);
+        await this.strays.kill([`${dir}/`], "a sandbox that cannot be adopted", procs);
+        if (record.paused) {
+          // Its saved state is someone's work: kept aside, not deleted.
+          await this.quarantine.keep(dir, "sandbox", `paused state unusable: ${errorMessage(e)}`);
+          quarantined.push(name);
+        } else {
+          this.o.log.warn("recover: removing sandbox", { id: name, reason: errorMessage(e) });
+          await rm(dir, { recursive: true, force: true });
+          removed.push(name);
+        }
       }
     }
-    return { adopted, removed };
+    for (const j of journals) await rm(fanoutJournal(this.o.root, j), { force: true });
+    return { adopted, removed, quarantined };
+  }
+
+  /** Adopts one sandbox with a parsed record (see recover()); throws when it cannot. */
+  private async adoptOne(
+    dir: string,
+    found: SandboxRecord,
+    journals: Set<string>,
+    procs: StrayProcess[],
+  ): Promise<void> {
+    const id = found.id;
+    let record = found;
+    let dirty = false;
+    if (record.fanout !== undefined && journals.has(record.fanout)) {
+      // Its fork's reply was never sent: nobody may know its id.
+      record = unclaimedRecord(record);
+      dirty = true;
+      this.o.log.warn("recover: adopting a sandbox whose fork reply was never sent", {
+        id,
+        idle_timeout_ms: record.timeoutMs,
+      });
+    }
+    if (record.paused?.pending) {
+      // A pause cut short: undone if its VMM still runs, else finished from what it saved.
+      const running = unpausedRecord(record);
+      const s = await this.adoptRunning(dir, running).catch((e: unknown) => {
+        this.o.log.warn("recover: finishing a pause its daemon did not", { id, reason: errorMessage(e) });
+        return null;
+      });
+      if (s) {
+        await writeJsonAtomic(join(dir, "sandbox.json"), running, 0o600);
+        await rm(dirname(record.paused.memory), { recursive: true, force: true });
+        this.o.log.info("recover: a pause cut short was undone; the sandbox runs", { id });
+        return;
+      }
+      await this.strays.kill([`${dir}/`], "the VMM of a pause cut short", procs);
+      const old = record.memoryFile;
+      record = await finishPause(this.o.memsnap, record);
+      await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
+      dirty = false;
+      if (old && old !== record.paused?.memory) await rm(dirname(old), { recursive: true, force: true });
+    }
+    if (record.paused) {
+      // Nothing may run from its files: a resume cut short left a VMM whose guest never ran.
+      await this.strays.kill([`${dir}/`], "the VMM of a resume cut short", procs);
+      if (dirty) await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
+      this.register(record, dir, null, null, null).state = "paused";
+    } else {
+      await this.adoptRunning(dir, record);
+      if (dirty) await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
+    }
+    for (const stray of await strayImages(dir, record)) await rm(stray, { recursive: true, force: true });
+  }
+
+  /**
+   * Re-adopts the running VMM `record` names: reconnects its agent, resumes a guest a dead
+   * daemon left paused (mid-pause, mid-branch, or resumed but not yet continued), takes its
+   * network back. Registers it only once all of that worked.
+   */
+  private async adoptRunning(dir: string, record: SandboxRecord): Promise<Sandbox> {
+    const id = record.id;
+    const vm = await this.o.driver.adopt({ pid: record.pid, startTime: record.pidStartTime }, dir);
+    if (!vm) throw new Error("VMM process is gone");
+    let agent: AgentClient | null = null;
+    try {
+      agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
+      if ((await vm.status()) === "paused") {
+        await vm.resume();
+        await agent.identity({ hostname: id, sandboxId: id }, 15_000);
+        this.o.log.info("recover: resumed a guest its daemon left paused", { id });
+      } else await agent.ping(15_000);
+    } catch (e) {
+      agent?.close();
+      vm.qmp.close();
+      throw e;
+    }
+    const net = record.network ? this.net.adopt(record.network) : null;
+    const s = this.register(record, dir, vm, agent, net);
+    // The threshold still holds in QEMU, but one crossed while no daemon listened went unheard.
+    await this.armDiskLimit(s).catch((e: unknown) =>
+      this.o.log.warn("recover: disk limit not armed", { id, error: errorMessage(e) }),
+    );
+    await net
+      ?.start()
+      .catch((e: unknown) =>
+        this.o.log.warn("recover: exposed ports not relayed", { id, error: errorMessage(e) }),
+      );
+    return s;
   }
 
   /** Daemon shutdown: drop connections, leave the VMs running for the next daemon. */

@@ -19,7 +19,7 @@ import type { Readable } from "node:stream";
 import { z } from "zod";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError } from "../util/errors.js";
-import { run } from "../util/proc.js";
+import { childEnv, run } from "../util/proc.js";
 
 const LEVEL = 3;
 const MAX_REPOS = 16;
@@ -79,6 +79,7 @@ export class BlobCache {
     const compressor = await this.compressor();
     const z = spawn("zstd", ["-q", `-${LEVEL}`, "--single-thread", "--no-progress", "-c", path], {
       stdio: ["ignore", "pipe", "pipe"],
+      env: childEnv(),
     });
     let err = "";
     z.stderr.on("data", (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
@@ -121,7 +122,10 @@ export class BlobCache {
  * disk), all-zero chunks become holes.
  */
 export async function decompressTo(input: Readable, out: string, size: number): Promise<void> {
-  const z = spawn("zstd", ["-d", "-q", "--no-progress", "-c"], { stdio: ["pipe", "pipe", "pipe"] });
+  const z = spawn("zstd", ["-d", "-q", "--no-progress", "-c"], {
+    stdio: ["pipe", "pipe", "pipe"],
+    env: childEnv(),
+  });
   let err = "";
   z.stderr.on("data", (c: Buffer) => (err = (err + c.toString()).slice(-2000)));
   const exited = new Promise<number | null>((r) => z.once("close", r));

@@ -21,6 +21,7 @@ import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import { snapshotFiles } from "./store.js";
 import type { SnapshotStore } from "./store.js";
+import type { CrashPoint } from "../util/crash.js";
 
 export interface CreateSnapshotRequest {
   tag: string;
@@ -44,6 +45,8 @@ export interface SnapshotDeps {
   accel: AccelChoice;
   qemuVersion: string;
   runDir: string;
+  /** Test-only fault injection (src/util/crash.ts). */
+  crash?: CrashPoint;
 }
 
 export async function createSnapshot(
@@ -51,6 +54,7 @@ export async function createSnapshot(
   req: CreateSnapshotRequest,
   progress: ProgressFn = () => undefined,
 ): Promise<SnapshotMeta> {
+  await deps.images.assertKnown(req.template);
   const release = await deps.store.claim(req.tag);
   const suffix = randomBytes(6).toString("hex");
   const staging = deps.store.stagingDir(suffix);
@@ -61,6 +65,14 @@ export async function createSnapshot(
     progress(`image: ensuring template ${req.template}`);
     const image = await deps.images.ensure(req.template, progress);
     await mkdir(staging, { recursive: true, mode: 0o700 });
+    // A daemon that dies before publishing leaves the tag failed (SnapshotStore.recover), and
+    // the next one kills the parent VM still running from run/ (daemon/main.ts).
+    await deps.store.markWriting(staging, {
+      tag: req.tag,
+      started: new Date().toISOString(),
+      source: null,
+      owner: req.owner ?? null,
+    });
     await mkdir(runtime, { recursive: true, mode: 0o700 });
     const files = snapshotFiles(staging);
     await createOverlay(files.disk, { backing: image.rootfs, backingFormat: "raw" });
@@ -92,6 +104,7 @@ export async function createSnapshot(
     // There is no RTC: the agent sets the parent's clock (and names it) before the warm-up runs.
     await agent.identity({ hostname: "forkd-parent", sandboxId: `snapshot-${req.tag}` });
     progress(`boot: agent ready after ${Math.round(bootMs)} ms`);
+    deps.crash?.("create:booted");
 
     const t1 = nowMs();
     if (req.warm) {
@@ -172,7 +185,10 @@ export async function createSnapshot(
       owner: req.owner ?? null,
       nic: nicMeta(GUEST_NET, false),
     });
+    deps.crash?.("create:before-publish");
     await deps.store.publish(staging, req.tag);
+    // Kept until published (see markWriting above); a published tag is complete without it.
+    await rm(join(deps.store.filesFor(req.tag).dir, "status.json"), { force: true });
     progress(`snapshot ${req.tag} ready`);
     return meta;
   } catch (e) {

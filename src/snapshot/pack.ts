@@ -22,10 +22,11 @@ import { createOverlay, rebaseUnsafe } from "../disk/overlay.js";
 import { exists, linkOrCopy } from "../util/fs.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isValidTag } from "../util/ids.js";
-import { run } from "../util/proc.js";
+import { childEnv, run } from "../util/proc.js";
 import { SnapshotMetaSchema, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
+import type { CrashPoint } from "../util/crash.js";
 
 export const PACK_FORMAT = "forkd-pack/1";
 /** The guest image's files; its manifest.json is what marks an image directory complete. */
@@ -110,16 +111,19 @@ export async function packSnapshot(
   store: SnapshotStore,
   tag: string,
   out: NodeJS.WritableStream,
+  crash?: CrashPoint,
 ): Promise<void> {
   const dir = store.stagingDir(`pack-${tag}-${Date.now().toString(36)}`);
   try {
     await stagePack(store, tag, dir);
     const tar = spawn("tar", ["--zstd", "--sparse", "-cf", "-", "-C", dir, "."], {
       stdio: ["ignore", "pipe", "pipe"],
+      env: childEnv(),
     });
     let err = "";
     tar.stderr.on("data", (c: Buffer) => (err += c.toString()));
     const exited = new Promise<number | null>((r) => tar.once("close", r));
+    crash?.("pack:streaming");
     await pipeline(tar.stdout, out);
     if ((await exited) !== 0) throw new ForkdError("internal", `tar failed: ${err.trim()}`);
   } finally {
@@ -190,6 +194,8 @@ export interface UnpackDeps {
    * reused only if it is theirs or shared.
    */
   owner?: string | null;
+  /** Test-only fault injection (src/util/crash.ts). */
+  crash?: CrashPoint;
 }
 
 /** What registering a staged pack did. */
@@ -225,6 +231,7 @@ export async function unpackSnapshot(
       timeoutMs: 3_600_000,
     });
     await rm(archive, { force: true });
+    deps.crash?.("unpack:extracted");
     return await registerStaged(deps, dir, o);
   } finally {
     await rm(dir, { recursive: true, force: true });
@@ -393,6 +400,7 @@ export async function registerStaged(
           sizeBytes: m.diskSize,
           unsafe: true,
         });
+        deps.crash?.("unpack:before-publish");
         await store.publish(src, tag);
         published.push(tag);
         parentMeta = meta;

@@ -16,11 +16,13 @@
  */
 import { readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { z } from "zod";
 import { ForkdError } from "../util/errors.js";
 import { fsyncDir, writeJsonAtomic } from "../util/atomic.js";
 import { exists } from "../util/fs.js";
 import { assertTag, isValidTag } from "../util/ids.js";
 import { readMeta, sha256File } from "./meta.js";
+import type { Quarantine } from "../util/quarantine.js";
 import type { SnapshotMeta } from "./meta.js";
 
 export interface SnapshotFiles {
@@ -67,12 +69,19 @@ export interface SnapshotInfo {
 }
 
 /** What a staging directory of a background write says about itself (status.json). */
-interface StagingStatus {
-  tag: string;
-  started: string;
-  source: string | null;
-  owner?: string | null;
-}
+const StagingStatusSchema = z.object({
+  tag: z.string().max(64),
+  started: z.string().max(64),
+  source: z.string().max(64).nullable(),
+  owner: z.string().max(256).nullable().optional(),
+});
+type StagingStatus = z.infer<typeof StagingStatusSchema>;
+
+/** A failed write's record (.failed-<tag>.json). */
+const PendingSchema = StagingStatusSchema.extend({
+  status: z.literal("failed"),
+  error: z.object({ code: z.string().max(64), message: z.string().max(65536) }).nullable(),
+});
 
 const FAILED_PREFIX = ".failed-";
 
@@ -96,11 +105,31 @@ export class SnapshotStore {
 
   /**
    * Removes leftovers of builds interrupted by a crash; a background write that was interrupted
-   * is recorded as failed under its tag.
+   * is recorded as failed under its tag. Every published snapshot's metadata, and every failure
+   * record, is parsed with its schema: one that does not parse (or fails its checksum) is moved
+   * to `quarantine` with a log line, never left to fail later or stop the daemon. (Processes
+   * still writing into staging directories are killed by the daemon before this runs.)
    */
-  async recover(): Promise<string[]> {
+  async recover(quarantine?: Quarantine): Promise<string[]> {
     const removed: string[] = [];
     for (const name of await readdir(this.root).catch(() => [] as string[])) {
+      if (quarantine && isValidTag(name)) {
+        await readMeta(snapshotFiles(join(this.root, name)).meta).catch((e: unknown) =>
+          quarantine.keep(join(this.root, name), "snapshot", e instanceof Error ? e.message : String(e)),
+        );
+        continue;
+      }
+      if (quarantine && name.startsWith(FAILED_PREFIX) && name.endsWith(".json")) {
+        const path = join(this.root, name);
+        const ok = await readFile(path, "utf8")
+          .then(
+            (raw) => PendingSchema.safeParse(JSON.parse(raw)).success,
+            () => false,
+          )
+          .catch(() => false);
+        if (!ok) await quarantine.keep(path, "failed-record", "not a valid failure record");
+        continue;
+      }
       if (!name.startsWith(".staging-")) continue;
       const dir = join(this.root, name);
       const st = await readStagingStatus(dir);
@@ -148,6 +177,20 @@ export class SnapshotStore {
     );
   }
 
+  /**
+   * Records that a creation of `tag` failed with `e` (its client no longer watched): the tag
+   * reads `failed`, with the reason, until deleted or re-created.
+   */
+  async recordFailed(info: Omit<SnapshotPending, "status" | "error">, e: unknown): Promise<void> {
+    await this.markFailed(
+      { ...info, status: "failed", error: null },
+      {
+        code: e instanceof ForkdError ? e.code : "internal",
+        message: e instanceof Error ? e.message : String(e),
+      },
+    );
+  }
+
   private failedPath(tag: string): string {
     return join(this.root, FAILED_PREFIX + assertTag(tag) + ".json");
   }
@@ -161,7 +204,7 @@ export class SnapshotStore {
     const w = this.writing.get(assertTag(tag));
     if (w) return w.info;
     try {
-      const p = JSON.parse(await readFile(this.failedPath(tag), "utf8")) as SnapshotPending;
+      const p = PendingSchema.parse(JSON.parse(await readFile(this.failedPath(tag), "utf8")));
       return p.tag === tag ? p : null;
     } catch {
       return null;
@@ -408,8 +451,8 @@ export class SnapshotStore {
 
 async function readStagingStatus(dir: string): Promise<StagingStatus | null> {
   try {
-    const v = JSON.parse(await readFile(join(dir, "status.json"), "utf8")) as StagingStatus;
-    return typeof v.tag === "string" ? v : null;
+    const v = StagingStatusSchema.safeParse(JSON.parse(await readFile(join(dir, "status.json"), "utf8")));
+    return v.success ? v.data : null;
   } catch {
     return null;
   }

@@ -3,8 +3,12 @@
  * builds the arguments for, and by QEMU's own seccomp filter, `-sandbox`):
  *   - its own unprivileged uid, from a pool, so no VMM can signal, ptrace or read the memory of
  *     another (/proc/PID/mem needs the same uid), nor open another's files (its directory is
- *     0700 and owned by its uid);
- *   - a shared gid that may read snapshot and guest-image files (group-readable, never writable);
+ *     0700 and owned by its uid); the pool is the data directory's own (src/vmm/jail-uids.ts), so
+ *     neither can another daemon's VMM;
+ *   - an environment of its own (src/util/proc.ts childEnv), none of the daemon's settings;
+ *   - a gid that may read snapshot and guest-image files (group-readable, never writable), the
+ *     same for every daemon on the host (FORKD_JAIL_GID): they share the guest image cache, and
+ *     a daemon chowning its images to a gid of its own would lock the others' VMMs out;
  *   - a private mount namespace in which the daemon's data and cache directories are empty
  *     tmpfs mounts, with only the VM's own directory (read-write) and what it reads (its
  *     snapshot chain, its guest image: read-only) mounted back at their usual paths;
@@ -16,11 +20,15 @@ import { chmod, chown, readdir, stat } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import type { Cgroups } from "../host/cgroups.js";
 import type { VmLimits } from "../host/cgroups.js";
+import { ForkdError } from "../util/errors.js";
+import type { UidRange } from "./jail-uids.js";
 
 export interface JailOptions {
-  /** First uid of the pool; VMMs get uidBase+1 .. uidBase+uidCount. uidBase is the shared gid. */
+  /** VMMs get uidBase+1 .. uidBase+uidCount (the data directory's range: jail-uids.ts). */
   uidBase: number;
   uidCount: number;
+  /** The group of every VMM: it may read snapshots and guest images. */
+  gid: number;
   /** Directories hidden from every VMM (the daemon's data and cache directories). */
   hide: string[];
   /** Supplementary groups (e.g. kvm, to open /dev/kvm). */
@@ -44,21 +52,13 @@ export interface JailedLaunch {
   release(): Promise<{ oomKilled: boolean; memoryLimitMiB: number | null }>;
 }
 
-/** Parses FORKD_JAIL_UIDS ("BASE:COUNT"); the default keeps far above any real or subuid range. */
-export function jailOptionsFromEnv(
-  env: NodeJS.ProcessEnv,
-  hide: string[],
-  groups: number[],
-): JailOptions | null {
-  if (env.FORKD_JAIL === "off" || process.getuid?.() !== 0) return null;
-  const spec = env.FORKD_JAIL_UIDS ?? "1900000000:65536";
-  const m = /^(\d{1,10}):(\d{1,6})$/.exec(spec);
-  const base = Number(m?.[1]);
-  const count = Number(m?.[2]);
-  if (!m || base < 1000 || count < 1 || base + count >= 2 ** 32 - 1) {
-    throw new Error(`FORKD_JAIL_UIDS must be BASE:COUNT with BASE >= 1000 (got ${JSON.stringify(spec)})`);
-  }
-  return { uidBase: base, uidCount: count, hide, groups };
+/** Whether VMMs are jailed: only a root daemon can, and FORKD_JAIL=off turns it off. */
+export const jailEnabled = (env: NodeJS.ProcessEnv): boolean =>
+  env.FORKD_JAIL !== "off" && process.getuid?.() === 0;
+
+/** The jail's options: its uids come from the data directory's range (claimUidRange). */
+export function jailOptions(uids: UidRange, gid: number, hide: string[], groups: number[]): JailOptions {
+  return { uidBase: uids.base, uidCount: uids.count, gid, hide, groups };
 }
 
 export class Jail {
@@ -73,7 +73,7 @@ export class Jail {
   ) {}
 
   get gid(): number | null {
-    return this.opts?.uidBase ?? null;
+    return this.opts?.gid ?? null;
   }
 
   /** Marks a uid as taken by a VMM adopted from an earlier daemon. */
@@ -98,7 +98,10 @@ export class Jail {
         return uid;
       }
     }
-    throw new Error(`all ${o.uidCount} jail uids are in use`);
+    throw new ForkdError(
+      "resource_exhausted",
+      `all ${o.uidCount} jail uids are in use (a larger range: FORKD_JAIL_UIDS, docs/operations.md)`,
+    );
   }
 
   async prepare(spec: JailSpec): Promise<JailedLaunch> {
@@ -117,7 +120,7 @@ export class Jail {
     if (!o) return { args, uid, release };
     try {
       uid = this.takeUid();
-      const gid = o.uidBase;
+      const gid = o.gid;
       await chownTree(spec.dir, uid, gid);
       for (const r of spec.reads) await this.shareRead(r, gid);
       for (const h of o.hide) args.push("--hide", h);

@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { open } from "node:fs/promises";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { isAlive, processCmdline, processStartTime } from "../util/proc.js";
+import { childEnv, isAlive, processCmdline, processStartTime } from "../util/proc.js";
 import { sleep } from "../util/time.js";
 import { NETDEV_ID, qemuArgs, vmFiles } from "./config.js";
 import type { VmLaunch } from "./config.js";
@@ -349,10 +349,11 @@ export class QemuDriver {
       ? [jailer, [...(jail?.args ?? ["--no-thp"]), ...net, "--", binary, ...qemuArgs(l)]]
       : [binary, qemuArgs(l)];
     const log = await open(files.log, "a", 0o600);
+    // Its environment is its own, not the daemon's (childEnv): whatever reaches its uid can read it.
     const child = spawn(cmd, args, {
       detached: true,
       stdio: ["ignore", log.fd, log.fd],
-      env: { ...process.env, MALLOC_ARENA_MAX: "2" },
+      env: childEnv({ MALLOC_ARENA_MAX: "2" }),
     });
     await log.close();
     child.unref();

@@ -61,6 +61,7 @@ export async function testServices(
       qemu: { binary: "/bin/false", version: "0" },
       startedAt: "",
       cacheDir: dir,
+      hostDirs: { data: dir },
     },
     tokens,
     limits: {

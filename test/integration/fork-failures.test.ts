@@ -24,6 +24,9 @@ before(async () => {
   await chmod(work, 0o777);
   wrapper = join(work, "qemu");
   const dir = wrapper;
+  // Start 1 is the parent's boot; starts 2-5 are the four children; the third child fails. (In
+  // the script: a QEMU gets none of the daemon's environment.)
+  const FAIL_AT = 4;
   for (const f of [".lock", ".count"]) {
     await writeFile(`${dir}${f}`, f === ".count" ? "0\n" : "");
     await chmod(`${dir}${f}`, 0o666);
@@ -35,13 +38,12 @@ before(async () => {
 exec 9>"${dir}.lock"; flock 9
 n=$(( $(cat "${dir}.count" 2>/dev/null || echo 0) + 1 )); echo "$n" > "${dir}.count"
 flock -u 9
-if [ "$n" = "$FORKD_TEST_FAIL_AT" ]; then echo "injected failure: QEMU start $n" >&2; exit 1; fi
+if [ "$n" = "${FAIL_AT}" ]; then echo "injected failure: QEMU start $n" >&2; exit 1; fi
 exec ${qemu} "$@"
 `,
   );
   await chmod(`${dir}.sh`, 0o755);
-  // Start 1 is the parent's boot; starts 2-5 are the four children; the third child fails.
-  d = await makeDaemon({ FORKD_QEMU: `${dir}.sh`, FORKD_TEST_FAIL_AT: "4", FORKD_POOL_SIZE: "0" });
+  d = await makeDaemon({ FORKD_QEMU: `${dir}.sh`, FORKD_POOL_SIZE: "0" });
 });
 
 after(async () => {

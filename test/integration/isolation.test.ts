@@ -4,12 +4,14 @@
  * only its own files; one child's QEMU cannot open another's disk, sockets or memory. A child
  * over its memory limit is killed alone and the API says why; a fork bomb hits its pids limit
  * and the sandbox stays usable; a CPU quota holds; a child over its disk limit is killed alone;
- * a lifetime ends a sandbox whatever it is doing.
+ * a lifetime ends a sandbox whatever it is doing. A VMM's environment holds nothing of the
+ * daemon's (its admin token); two daemons on one host never give their VMMs one uid.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { readFile, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { ApiError } from "../../src/client/http.js";
@@ -56,9 +58,16 @@ const asVmm = async (uid: string, gid: string, argv: string[], nsOf?: number) =>
 
 let a: View;
 let b: View;
+/** The daemon's secrets: none may reach a child process. */
+const SECRETS = {
+  FORKD_TOKEN: process.env.FORKD_TOKEN ?? `it-${randomBytes(24).toString("base64url")}`,
+  FORKD_REGISTRY_PASSWORD: `reg-${randomBytes(12).toString("hex")}`,
+};
+const uidOf = (st: Record<string, string>) => st.Uid!.split(/\s+/)[0]!;
+const gidOf = (st: Record<string, string>) => st.Gid!.split(/\s+/)[0]!;
 
 before(async () => {
-  d = await makeDaemon({ FORKD_POOL_SIZE: "0" });
+  d = await makeDaemon({ FORKD_POOL_SIZE: "0", ...SECRETS });
   await api("POST", "/v1/snapshots", { tag: "iso", memory_mib: 256 }, 900_000);
 });
 
@@ -109,6 +118,84 @@ step("one child's VMM cannot open another's disk, sockets or memory", async () =
   const snapW = await asVmm(uid, gid, ["touch", join(d.dataDir, "snapshots", "iso", "probe")], a.pid);
   assert.equal(snapW.ok, false, "the snapshot is read-only to it");
   assert.equal(sb.State?.startsWith("S") || sb.State?.startsWith("R"), true);
+});
+
+step("a VMM's environment is its own: no admin token, nothing of the daemon's", async () => {
+  for (const v of [a, b]) {
+    const environ = await readFile(`/proc/${v.pid}/environ`, "utf8");
+    const names = environ
+      .split("\0")
+      .filter(Boolean)
+      .map((kv) => kv.slice(0, kv.indexOf("=")));
+    assert.ok(names.includes("PATH"), names.join(" "));
+    assert.deepEqual(
+      names.filter((n) => n.startsWith("FORKD_")),
+      [],
+      `the VMM sees the daemon's settings: ${names.join(" ")}`,
+    );
+    for (const secret of Object.values(SECRETS)) assert.ok(!environ.includes(secret), "a secret in the VMM");
+  }
+});
+
+step("a cwd that is not there is named as the cause, not the shell", async () => {
+  const r = await api("POST", `/v1/sandboxes/${a.id}/exec`, { cmd: "pwd", cwd: "/nope" }).catch(
+    (e: unknown) => e,
+  );
+  assert.ok(r instanceof ApiError, String(r));
+  assert.equal(r.status, 400);
+  assert.equal(r.message, "cwd /nope does not exist in the sandbox (ENOENT)");
+  assert.equal(
+    (await api<ExecOut>("POST", `/v1/sandboxes/${a.id}/exec`, { cmd: "pwd", cwd: "/tmp" })).stdout,
+    "/tmp\n",
+  );
+});
+
+step("two daemons on one host: their VMMs never share a uid (but the image readers' gid)", async () => {
+  const d2 = await makeDaemon({ FORKD_POOL_SIZE: "0" });
+  try {
+    // d2 gets a copy of d's snapshot (a cold boot of its own takes minutes under TCG); its
+    // children's layer names the published path of the frozen disk: d2's, after the copy.
+    const staging = join(d2.dataDir, "snapshots", ".copy-iso");
+    await run("cp", ["-a", "--sparse=always", join(d.dataDir, "snapshots", "iso"), staging]);
+    const disk = join(d2.dataDir, "snapshots", "iso", "disk.qcow2");
+    await run("qemu-img", ["rebase", "-u", "-b", disk, "-F", "qcow2", join(staging, "child.qcow2")]);
+    await rename(staging, join(d2.dataDir, "snapshots", "iso"));
+    const other = (
+      await checkedRequest<{ sandboxes: View[] }>(d2.ep, "POST", "/v1/sandboxes", { snapshot_tag: "iso" })
+    ).sandboxes[0]!;
+    const theirs = await status(other.pid);
+    assert.notEqual(uidOf(theirs), "0", "jailed");
+    for (const v of [a, b]) {
+      const mine = await status(v.pid);
+      assert.notEqual(uidOf(theirs), uidOf(mine), "another daemon's VMM has one of our uids");
+      // They share the guest image cache: its files' group is every daemon's.
+      assert.equal(gidOf(theirs), gidOf(mine));
+    }
+    // So one daemon's VMM cannot signal the other's.
+    const sa = await status(a.pid);
+    const kill = await asVmm(uidOf(sa), gidOf(sa), ["kill", "-0", String(other.pid)]);
+    assert.equal(kill.ok, false, "a VMM could signal another daemon's");
+    assert.match(kill.out, /not permitted/);
+    assert.equal((await sh(a.id, "echo mine")).stdout, "mine\n");
+    // Restarted (kill -9), d2 keeps its range (recorded): a new child's uid is in the block of
+    // its adopted one, and still none of d's.
+    const block = (st: Record<string, string>) => Math.floor(Number(uidOf(st)) / 4096);
+    await d2.kill9();
+    await d2.start();
+    const again = (
+      await checkedRequest<{ sandboxes: View[] }>(d2.ep, "POST", "/v1/sandboxes", { snapshot_tag: "iso" })
+    ).sandboxes[0]!;
+    const [adopted, fresh] = [await status(other.pid), await status(again.pid)];
+    assert.equal(block(fresh), block(adopted), "the restarted daemon took another range");
+    assert.notEqual(uidOf(fresh), uidOf(adopted));
+    assert.notEqual(block(fresh), block(sa), "d2's range is d's");
+    const out = await checkedRequest<ExecOut>(d2.ep, "POST", `/v1/sandboxes/${other.id}/exec`, {
+      cmd: "echo adopted",
+    });
+    assert.equal(out.stdout, "adopted\n");
+  } finally {
+    await d2.destroy(failed());
+  }
 });
 
 step("a child over its memory limit is killed alone, and the API says why", async () => {
@@ -199,17 +286,51 @@ step("a child over its disk limit is killed alone, and its branches' frozen laye
 });
 
 step("a lifetime ends a sandbox in use and a paused one; the API says why", async () => {
-  const busy = await fork({ limits: { lifetime_ms: 15000 } });
+  // The paused one first: nothing slow may come between the busy one's fork and its call.
   const idle = await fork({ limits: { lifetime_ms: 15000 } });
+  await api("POST", `/v1/sandboxes/${idle.id}/pause`);
+  const busy = await fork({ limits: { lifetime_ms: 15000 } });
   assert.equal(busy.limits.lifetime_ms, 15000);
   const v0 = await api<View & { created: string; ends_at: string | null }>("GET", `/v1/sandboxes/${busy.id}`);
   assert.equal(Date.parse(v0.ends_at ?? "") - Date.parse(v0.created), 15000);
-  await api("POST", `/v1/sandboxes/${idle.id}/pause`);
-  // A call in flight when the lifetime ends learns why.
-  await assert.rejects(
-    sh(busy.id, "sleep 60"),
-    (e: unknown) => e instanceof ApiError && /killed by the host: lifetime of 15 s over/.test(e.message),
+  // A call in flight when the lifetime ends fails with why (never an exit status, never a bare
+  // lost connection, whenever its VMM's exit is seen). In flight: its command is running while
+  // the sandbox still is (the command outlives any lifetime: it waits for a file never written).
+  const forever = "while [ ! -e /never ]; do sleep 1; done; echo finished";
+  const call = sh(busy.id, forever);
+  call.catch(() => undefined);
+  const streamed = api<{ type: string; error?: { code: string; message: string } }[]>(
+    "POST",
+    `/v1/sandboxes/${busy.id}/exec/stream`,
+    { cmd: `${forever} # streamed`, timeout_ms: 120_000 },
+    150_000,
   );
+  streamed.catch(() => undefined);
+  let running = false;
+  for (let i = 0; i < 600 && !running; i++) {
+    const [cmds, v] = await Promise.all([
+      api<{ commands: { cmd: string }[] }>("GET", `/v1/sandboxes/${busy.id}/commands`),
+      api<View>("GET", `/v1/sandboxes/${busy.id}`),
+    ]);
+    assert.equal(v.state, "running", "the command did not start before the lifetime ended");
+    running = cmds.commands.filter((c) => c.cmd.includes("/never")).length === 2;
+    if (!running) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(running, "the command never started");
+  await assert.rejects(call, (e: unknown) => {
+    assert.ok(e instanceof ApiError, String(e));
+    assert.equal(e.code, "unavailable", e.message);
+    assert.equal(e.status, 503);
+    assert.match(e.message, /^sandbox \S+ exited: killed by the host: lifetime of 15 s over$/);
+    assert.equal(e.details.exit_reason, "killed by the host: lifetime of 15 s over");
+    return true;
+  });
+  // The streamed call ends with the same error as its last event.
+  const events = await streamed;
+  const last = events[events.length - 1];
+  assert.equal(last?.type, "error", JSON.stringify(events));
+  assert.equal(last.error?.code, "unavailable");
+  assert.match(last.error?.message ?? "", /^sandbox \S+ exited: killed by the host: lifetime of 15 s over$/);
   for (const id of [busy.id, idle.id]) {
     let v = await api<View>("GET", `/v1/sandboxes/${id}`);
     for (let i = 0; i < 50 && v.state !== "exited"; i++) {

@@ -8,11 +8,12 @@ import { spawn, execFileSync } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AgentClient } from "../../src/agent/client.js";
+import { withStartExplained } from "../../src/agent/exec-start.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 import { ForkdError } from "../../src/util/errors.js";
 
@@ -191,4 +192,25 @@ test("eval: a runaway cell is interrupted and globals survive", async () => {
     (e: unknown) => e instanceof ForkdError && e.code === "timeout",
   );
   assert.equal((await agent.eval("kept")).value, "'yes'");
+});
+
+test("exec: a cwd that does not exist, or is a file, is named as the cause", async () => {
+  const req = { shell: "pwd", cwd: "/nonexistent-cwd" };
+  const h = withStartExplained(agent, req, agent.exec(req));
+  const e = await h.result.catch((x: unknown) => x);
+  assert.ok(e instanceof ForkdError, String(e));
+  // The agent alone reads as a missing shell; the host says what was wrong.
+  assert.equal(e.message, "cwd /nonexistent-cwd does not exist in the sandbox (ENOENT)");
+  assert.equal(e.code, "invalid_argument");
+  const file = join(dir, "a-file");
+  await writeFile(file, "x");
+  const f = { argv: ["pwd"], cwd: file };
+  const e2 = await withStartExplained(agent, f, agent.exec(f)).result.catch((x: unknown) => x);
+  assert.ok(e2 instanceof ForkdError);
+  assert.equal(e2.message, `cwd ${file} is not a directory in the sandbox (ENOTDIR)`);
+  // A missing program in an existing cwd keeps the agent's words.
+  const p = { argv: ["/nonexistent/program"], cwd: "/tmp" };
+  const e3 = await withStartExplained(agent, p, agent.exec(p)).result.catch((x: unknown) => x);
+  if (e3 instanceof ForkdError) assert.match(e3.message, /^cannot start \/nonexistent\/program/);
+  else assert.equal((e3 as { exitCode: number }).exitCode, 127);
 });

@@ -266,3 +266,27 @@ test("a valid body with an unknown tag reaches the store (not the VMM)", async (
   assert.equal(r.status, 404);
   assert.match(r.json.error?.message ?? "", /valid-but-missing/);
 });
+
+test("a request body cut short by its client is a 400, not a 500", async () => {
+  let sent = false;
+  const body = new ReadableStream<Uint8Array>({
+    pull(c) {
+      if (!sent) {
+        sent = true;
+        c.enqueue(new Uint8Array(1024));
+      } else c.error(new Error("aborted"));
+    },
+  });
+  const res = await app.request("/v1/snapshots/unpack", {
+    method: "POST",
+    headers: { "content-type": "application/octet-stream" },
+    body,
+    duplex: "half",
+  });
+  const json = (await res.json()) as { error: { code: string; message: string } };
+  assert.equal(res.status, 400, JSON.stringify(json));
+  assert.equal(json.error.code, "invalid_argument");
+  assert.match(json.error.message, /cut short/);
+  const staged = (await readdir(join(dir, "snapshots")).catch(() => [])).filter((n) => n.startsWith("."));
+  assert.deepEqual(staged, []);
+});

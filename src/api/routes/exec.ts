@@ -5,6 +5,7 @@
 import { Hono } from "hono";
 import type { z } from "zod";
 import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
+import { withStartExplained } from "../../agent/exec-start.js";
 import type { CommandTable } from "../../sandbox/commands.js";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
@@ -12,6 +13,7 @@ import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from ".
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { viewOfCommand } from "../../sandbox/commands.js";
 import { toEnvelope } from "../errors.js";
+import { replyStream } from "../reply-stream.js";
 
 /** Buffered exec keeps at most this much of each output stream. */
 const MAX_BUFFERED = 16 << 20;
@@ -26,14 +28,19 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
   };
 }
 
-/** Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. */
+/**
+ * Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. Its failure
+ * says why: a bad cwd, or (`explain`: the lease's) the sandbox ending under it.
+ */
 function start(
   agent: AgentClient,
   commands: CommandTable,
   body: z.infer<typeof Exec>,
   handlers: ExecHandlers,
+  explain: (e: unknown) => Promise<unknown> = async (e) => e,
 ): ExecHandle {
-  const h = agent.exec(toRequest(body), handlers);
+  const req = toRequest(body);
+  const h = withStartExplained(agent, req, agent.exec(req, handlers), explain);
   commands.track(body.cmd, body.keep_stdin_open, h);
   if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
   if (body.stdin !== undefined && !body.keep_stdin_open) h.closeStdin();
@@ -91,53 +98,62 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.post("/:id/exec/stream", async (c) => {
     const body = await parseBody(c, Exec);
     const lease = s.sandboxes.lease(c.req.param("id"));
-    const enc = new TextEncoder();
-    let handle: ExecHandle | null = null;
-    let finished = false;
-    const stream = new ReadableStream<Uint8Array>({
-      start(controller) {
-        const send = (o: unknown) => {
-          if (!finished) controller.enqueue(enc.encode(JSON.stringify(o) + "\n"));
-        };
+    const stream = replyStream(
+      (sink) => {
+        // A client gone before the reply started never sees its command: none is started.
+        if (sink.gone) return lease.release();
         const t0 = performance.now();
-        handle = start(lease.agent, lease.commands, body, {
-          onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }),
-          onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }),
+        let handle: ExecHandle;
+        try {
+          handle = start(
+            lease.agent,
+            lease.commands,
+            body,
+            {
+              onStdout: (d) => sink.line({ type: "stdout", data: d.toString("base64") }),
+              onStderr: (d) => sink.line({ type: "stderr", data: d.toString("base64") }),
+            },
+            lease.explain,
+          );
+        } catch (e) {
+          lease.release();
+          throw e; // before the reply started: an error reply with its status
+        }
+        // The client went away: do not leave its command running, nor the sandbox held by it.
+        sink.onHangup(() => {
+          lease.release();
+          handle.signal(9);
         });
         handle.started.then(
-          (p) => send({ type: "started", pid: p.pid }),
+          (p) => sink.line({ type: "started", pid: p.pid }),
           () => undefined,
         );
-        handle.result.finally(lease.release).catch(() => undefined);
-        handle.result.then(
-          (r) => {
-            s.metrics.exec((performance.now() - t0) / 1000);
-            send({
-              type: "exit",
-              exit_code: r.exitCode,
-              signal: r.signal,
-              timed_out: r.timedOut,
-              duration_ms: Math.round(performance.now() - t0),
-            });
-            finished = true;
-            controller.close();
-          },
-          (e: unknown) => {
-            const { body: env } = toEnvelope(e);
-            s.metrics.failure("execStream", env.error.code);
-            send({ type: "error", ...env });
-            finished = true;
-            controller.close();
-          },
-        );
+        handle.result
+          .then(
+            (r) => {
+              s.metrics.exec((performance.now() - t0) / 1000);
+              sink.line({
+                type: "exit",
+                exit_code: r.exitCode,
+                signal: r.signal,
+                timed_out: r.timedOut,
+                duration_ms: Math.round(performance.now() - t0),
+              });
+            },
+            (e: unknown) => {
+              const { body: env } = toEnvelope(e);
+              s.metrics.failure("execStream", env.error.code);
+              sink.line({ type: "error", ...env });
+            },
+          )
+          .finally(() => {
+            lease.release();
+            sink.end();
+          })
+          .catch((e: unknown) => s.log.warn("exec stream: reply not sent", { error: String(e) }));
       },
-      cancel() {
-        // The client went away: do not leave its command running.
-        if (!finished) handle?.signal(9);
-        finished = true;
-        lease.release();
-      },
-    });
+      { outgoing: c.env?.outgoing },
+    );
     return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson" } });
   });
 

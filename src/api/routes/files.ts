@@ -5,6 +5,7 @@ import type { ApiEnv } from "../env.js";
 import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { ForkdError } from "../../util/errors.js";
+import { replyStream } from "../reply-stream.js";
 
 export function fileRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -22,23 +23,23 @@ export function fileRoutes(s: Services): Hono<ApiEnv> {
       lease.release();
       throw e;
     }
-    let failed = false;
-    const stream = new ReadableStream<Uint8Array>({
-      start(controller) {
+    // A client that hangs up gets nothing more; the guest's read runs out (the agent protocol
+    // has no cancel) and only then is the sandbox released.
+    const stream = replyStream(
+      (sink) => {
+        if (sink.gone) return lease.release(); // gone during the stat: nothing is read
         agent
           .readFileStream(path, (chunk) => {
-            if (!failed) controller.enqueue(new Uint8Array(chunk));
+            sink.write(new Uint8Array(chunk));
           })
           .then(
-            () => controller.close(),
-            (e: unknown) => {
-              failed = true;
-              controller.error(e);
-            },
+            () => sink.end(),
+            (e: unknown) => sink.fail(e),
           )
           .finally(lease.release);
       },
-    });
+      { outgoing: c.env?.outgoing },
+    );
     return new Response(stream, {
       status: 200,
       headers: { "content-type": "application/octet-stream", "x-forkd-file-size": String(st.size) },

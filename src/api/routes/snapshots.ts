@@ -7,14 +7,14 @@ import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from
 import { compactSnapshot, deleteSnapshot } from "../../snapshot/chain.js";
 import { packSnapshot, unpackSnapshot } from "../../snapshot/pack.js";
 import { join } from "node:path";
-import { PassThrough, Readable } from "node:stream";
+import { Readable } from "node:stream";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
-import { toEnvelope } from "../errors.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { isAdmin } from "../../access/caller.js";
 import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } from "../scope.js";
 import { progressStream } from "../stream.js";
+import { replyStream } from "../reply-stream.js";
 import { pushSnapshot } from "../../snapshot/push.js";
 import { pullSnapshot } from "../../snapshot/pull.js";
 
@@ -49,31 +49,31 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       s.sandboxes.prewarm(meta.tag);
       return c.json(meta, 201);
     }
-    // Refuse a taken tag with a status code, before the stream starts.
+    // Refuse a taken tag or an unknown template with a status code, before the stream starts.
+    await s.snapshotDeps.images.assertKnown(body.template);
     if (await s.store.has(body.tag)) {
       throw new ForkdError("conflict", `snapshot ${body.tag} already exists`, { tag: body.tag });
     }
-    const enc = new TextEncoder();
-    const stream = new ReadableStream<Uint8Array>({
-      start(controller) {
-        const send = (o: unknown) => controller.enqueue(enc.encode(JSON.stringify(o) + "\n"));
-        createSnapshot(s.snapshotDeps, req, (line) => {
+    // A creation whose client stopped watching still ends: ready, or failed with its reason in
+    // the pending list (the client can no longer be told). A conflict is another creation's tag.
+    const started = new Date().toISOString();
+    return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, async (progress, watcher) => {
+      try {
+        const meta = await createSnapshot(s.snapshotDeps, req, (line) => {
           logLine(line);
-          send({ type: "progress", message: line });
-        }).then(
-          (meta) => {
-            s.sandboxes.prewarm(meta.tag);
-            send({ type: "done", snapshot: meta });
-            controller.close();
-          },
-          (e: unknown) => {
-            send({ type: "error", ...toEnvelope(e).body });
-            controller.close();
-          },
-        );
-      },
+          progress(line);
+        });
+        s.sandboxes.prewarm(meta.tag);
+        return meta;
+      } catch (e) {
+        if (watcher.gone && !(e instanceof ForkdError && e.code === "conflict")) {
+          await s.store
+            .recordFailed({ tag: body.tag, started, source: null, owner: req.owner }, e)
+            .catch((err: unknown) => s.log.warn("snapshot failure not recorded", { error: String(err) }));
+        }
+        throw e;
+      }
     });
-    return new Response(stream, { status: 201, headers: { "content-type": "application/x-ndjson" } });
   });
 
   app.get("/:tag", async (c) => {
@@ -102,12 +102,19 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   app.get("/:tag/pack", async (c) => {
     const tag = assertTag(c.req.param("tag"));
     await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt before the stream starts
-    const out = new PassThrough();
-    packSnapshot(s.store, tag, out).catch((e: unknown) => {
-      s.log.warn("pack failed", { tag, error: String(e) });
-      out.destroy(e instanceof Error ? e : new Error(String(e)));
-    });
-    return new Response(Readable.toWeb(out) as ReadableStream, {
+    // At the reader's pace; a client that hangs up ends the writer (tar, staging directory).
+    const body = replyStream(
+      (sink) => {
+        if (sink.gone) return; // gone before the reply started: nothing is packed
+        packSnapshot(s.store, tag, sink.writable(), s.snapshotDeps.crash).catch((e: unknown) => {
+          if (sink.gone) s.log.info("pack not sent: its client went away", { tag });
+          else s.log.warn("pack failed", { tag, error: String(e) });
+          sink.fail(e);
+        });
+      },
+      { outgoing: c.env?.outgoing },
+    );
+    return new Response(body, {
       status: 200,
       headers: {
         "content-type": "application/zstd",
@@ -125,6 +132,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
         imagesDir: join(s.info.cacheDir, "images"),
         accel: s.info.accel.accel,
         owner: c.get("caller").tenant,
+        crash: s.snapshotDeps.crash,
       },
       Readable.from(body),
     );
@@ -143,7 +151,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
         s.log.info(`push ${tag}: ${line}`);
         progress(line);
       });
-    if (c.req.query("stream") === "1") return progressStream(200, "result", work);
+    if (c.req.query("stream") === "1") return progressStream(c, 200, "result", `push ${tag}`, s.log, work);
     return c.json(await work(() => undefined), 200);
   });
 
@@ -167,7 +175,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
         s.log.info(`pull: ${line}`);
         progress(line);
       });
-    if (c.req.query("stream") === "1") return progressStream(201, "result", work);
+    if (c.req.query("stream") === "1") return progressStream(c, 201, "result", "pull", s.log, work);
     return c.json(await work(() => undefined), 201);
   });
 
