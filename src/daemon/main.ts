@@ -12,6 +12,7 @@ import { join } from "node:path";
 import type { Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import { createAdaptorServer } from "@hono/node-server";
+import { AuthFailureLimiter } from "../access/auth-failures.js";
 import { SandboxQuota } from "../access/quota.js";
 import { RateLimiter } from "../access/rate-limit.js";
 import { Authenticator, TokenStore } from "../access/tokens.js";
@@ -217,7 +218,12 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       hostDirs: { data: paths.dataDir, cache: paths.cacheDir, forkd: paths.repoDir },
     },
     tokens,
-    limits: { body: cfg.body, rate: new RateLimiter(cfg.rate), quota: new SandboxQuota() },
+    limits: {
+      body: cfg.body,
+      rate: new RateLimiter(cfg.rate),
+      quota: new SandboxQuota(),
+      authFailures: new AuthFailureLimiter(cfg.authFailures),
+    },
     metrics,
     audit,
   };

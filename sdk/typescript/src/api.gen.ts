@@ -1231,7 +1231,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1280,7 +1280,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1322,7 +1322,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1380,7 +1380,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1438,7 +1438,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1509,7 +1509,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1570,7 +1570,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1619,7 +1619,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1663,6 +1663,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Snapshot"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["SnapshotProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -1683,7 +1685,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1735,7 +1737,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1790,7 +1792,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1842,7 +1844,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1907,7 +1909,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1959,7 +1961,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2021,7 +2023,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2068,6 +2070,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Pushed"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["TransferProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -2097,7 +2101,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2141,6 +2145,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Pulled"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["TransferProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -2170,7 +2176,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2219,7 +2225,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2281,7 +2287,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2333,7 +2339,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2385,7 +2391,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2437,7 +2443,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2489,7 +2495,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2554,7 +2560,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2619,7 +2625,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2673,7 +2679,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2738,7 +2744,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2812,7 +2818,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2877,7 +2883,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2943,7 +2949,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2995,7 +3001,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3062,7 +3068,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3131,7 +3137,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3196,7 +3202,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3252,7 +3258,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3321,7 +3327,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3376,7 +3382,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3430,7 +3436,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3484,7 +3490,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3549,7 +3555,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3614,7 +3620,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
