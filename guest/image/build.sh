@@ -13,7 +13,7 @@
 #   INFO <text>                   informational (safe to show or ignore)
 #   build.sh: error: <text>       fatal error (exit status != 0)
 # stdout: exactly one line on success: the absolute path of the image directory
-#   DIR/images/<image-hash>/{vmlinuz,initrd.img,rootfs.ext4,manifest.json}
+#   DIR/images/<image-hash>/{vmlinuz,initrd.img,rootfs.ext4,manifest.json,provenance}
 #
 # Stages (each cached in DIR/stages/<stage>-<hash>, built in DIR/tmp-XXXX and renamed):
 #   kernel       key: resolved linux-image package name+version, module list, stage code
@@ -21,6 +21,13 @@
 #   rootfs-base  key: template package list, suite, mirror URI, stage code
 #   final        key: rootfs-base hash, agent sha256, evalsrv sha256, stage code
 # image hash = sha256 over (format, template, the four stage hashes).
+#
+# Only this script writes DIR/images/ (and DIR/stages/). An image directory is trusted only with
+# the `provenance` record this script writes into it (a file no pack can carry: packs install
+# their images under DIR/imported/<content address>, see src/image/content.ts). An image
+# directory without it (installed by an older forkd that trusted a pack's claimed hash, or made
+# by hand) is never used: it is moved to DIR/untrusted/ and the image built again. Format 2:
+# the first with provenance records, so no image of format 1 is ever looked up.
 #
 # Requires root (debootstrap, chroot, mknod). Uses only packages from scripts/setup-host.sh.
 set -euo pipefail
@@ -30,7 +37,7 @@ export LC_ALL=C
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$SCRIPT_DIR/../.." && pwd)
 
-FORMAT=1
+FORMAT=2
 SUITE=bookworm
 KERNEL_META=linux-image-cloud-amd64
 # Modules the initramfs loads; their dependencies are added in dependency order.
@@ -476,10 +483,17 @@ rootfs-base=$H_BASE
 final=$H_FINAL")
 IMAGE_DIR="$CACHE/images/$IMAGE_HASH"
 
-if [ -f "$IMAGE_DIR/manifest.json" ]; then
+if [ -f "$IMAGE_DIR/manifest.json" ] && [ -f "$IMAGE_DIR/provenance" ] &&
+	grep -qx "image_hash=$IMAGE_HASH" "$IMAGE_DIR/provenance"; then
 	for s in "${STEPS[@]:1}"; do step_start "$s"; step_done cached; done
 	echo "$IMAGE_DIR" >&3
 	exit 0
+fi
+if [ -e "$IMAGE_DIR" ]; then
+	mkdir -p "$CACHE/untrusted"
+	info "$IMAGE_DIR has no provenance record of this builder: moved to $CACHE/untrusted/, building the image"
+	mv -T "$IMAGE_DIR" "$CACHE/untrusted/$IMAGE_HASH-$(date -u +%Y%m%dT%H%M%SZ)-$$" ||
+		die "cannot move the untrusted $IMAGE_DIR aside"
 fi
 
 # ---------------------------------------------------------------------------------------
@@ -549,6 +563,10 @@ MODNAMES=$(sed 's#.*/##; s#\.ko$##' "$KERNEL_DIR/modules.order" | tr '\n' ' ')
 	printf '}\n'
 } >"$TMP_IMG/manifest.json"
 chmod 0444 "$TMP_IMG/manifest.json"
+# The builder's mark: only an image directory with this record is ever trusted by a lookup.
+printf 'built-by=guest/image/build.sh\nimage_hash=%s\nstages=kernel-%s initramfs-%s rootfs-base-%s final-%s\n' \
+	"$IMAGE_HASH" "$H_KERNEL" "$H_INITRAMFS" "$H_BASE" "$H_FINAL" >"$TMP_IMG/provenance"
+chmod 0444 "$TMP_IMG/provenance"
 commit_dir "$TMP_IMG" "$IMAGE_DIR"
 step_done
 

@@ -1,7 +1,8 @@
 /**
  * The edge every request passes before any route: it names the request (id, contract route),
- * finds its caller (the unix socket's local admin, or a bearer token on TCP), refuses what the
- * caller may not do (401, 403), applies the caller's limits (429) and the body's bound (413),
+ * finds its caller (the unix socket's local admin, or a bearer token on TCP, with failed
+ * authentication limited per remote address), refuses what the caller may not do (401, 403),
+ * applies the caller's limits (429) and the body's bound (413),
  * and afterwards records the call: latency and failures in the metrics, and an audit line for
  * every mutating call, refused ones included.
  */
@@ -29,15 +30,17 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
     c.set("requestId", randomUUID());
     c.set("target", {});
     c.set("hostDirs", s.info.hostDirs);
-    const caller =
-      listener.auth === null
-        ? LOCAL
-        : (listener.auth.authenticate(c.req.header("authorization")) ?? ANONYMOUS);
+    const match = matchRoute(c.req.method, c.req.path);
+    const caller = callerOf(s, c, listener, match);
+    if (caller instanceof Response) {
+      record(s, c, caller, ANONYMOUS, started, t0);
+      return caller;
+    }
     c.set("caller", caller);
-    let release: (() => void) | null = null;
     let early: Response | undefined;
+    let release: (() => void) | null = null;
     try {
-      const refused = gate(s, c, caller);
+      const refused = gate(s, c, caller, match);
       if (refused instanceof Response) return (early = refused);
       release = refused;
       await next();
@@ -61,11 +64,56 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
 }
 
 /**
+ * The caller: the socket's local admin, or on TCP its token's (ANONYMOUS without a valid one).
+ * A request that presents a credential, or needs one, is an attempt to authenticate: a failed
+ * one counts against its remote address, and an address past its failures is refused (the 429
+ * returned here) before any token is checked, so that reply tells nothing about the token.
+ */
+function callerOf(
+  s: Services,
+  c: ApiContext,
+  listener: Listener,
+  match: ReturnType<typeof matchRoute>,
+): Caller | Response {
+  if (listener.auth === null) return LOCAL;
+  const header = c.req.header("authorization");
+  const attempt = header !== undefined || (match !== null && !match.spec.public);
+  const remote = c.env?.incoming?.socket?.remoteAddress ?? "unknown";
+  const wait = attempt ? s.limits.authFailures.blockedFor(remote) : 0;
+  if (wait > 0) {
+    c.set("caller", ANONYMOUS);
+    if (match) {
+      c.set("route", match.spec);
+      c.set("target", { ...match.params });
+    }
+    c.header("retry-after", String(wait));
+    return errorResponse(
+      c,
+      new ForkdError(
+        "rate_limited",
+        `too many failed authentications from this address; retry after ${wait} s`,
+        {
+          reason: "auth_failures",
+          retry_after_s: wait,
+        },
+      ),
+    );
+  }
+  const caller = listener.auth.authenticate(header) ?? ANONYMOUS;
+  if (caller === ANONYMOUS && attempt) s.limits.authFailures.fail(remote);
+  return caller;
+}
+
+/**
  * Refuses what this caller may not do here, as the reply to send; else admits the request and
  * returns what frees its limits' slots (null when it has none).
  */
-function gate(s: Services, c: ApiContext, caller: Caller): Response | (() => void) | null {
-  const match = matchRoute(c.req.method, c.req.path);
+function gate(
+  s: Services,
+  c: ApiContext,
+  caller: Caller,
+  match: ReturnType<typeof matchRoute>,
+): Response | (() => void) | null {
   if (!match) return errorResponse(c, new ForkdError("not_found", `no route ${c.req.method} ${c.req.path}`));
   const spec = match.spec;
   c.set("route", spec);

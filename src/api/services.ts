@@ -1,4 +1,5 @@
 /** What the API layer is given: the services it calls. Built by the daemon's entry point. */
+import type { AuthFailureLimiter } from "../access/auth-failures.js";
 import type { SandboxQuota } from "../access/quota.js";
 import type { RateLimiter } from "../access/rate-limit.js";
 import type { Authenticator, TokenStore } from "../access/tokens.js";
@@ -64,14 +65,20 @@ export interface Services {
     accel: AccelChoice;
     qemu: { binary: string; version: string };
     startedAt: string;
-    /** Guest images live in <cacheDir>/images (unpack installs packed ones there). */
+    /** Guest images: built in <cacheDir>/images, from packs in <cacheDir>/imported (image/content.ts). */
     cacheDir: string;
     /** The data, cache and repository directories by logical name (kept from tenants' errors). */
     hostDirs: Record<string, string>;
   };
   /** The tokens file (token management routes). */
   tokens: TokenStore;
-  limits: { body: BodyLimits; rate: RateLimiter; quota: SandboxQuota };
+  limits: {
+    body: BodyLimits;
+    rate: RateLimiter;
+    quota: SandboxQuota;
+    /** Failed authentication per remote address (TCP listeners). */
+    authFailures: AuthFailureLimiter;
+  };
   metrics: ApiMetrics;
   audit: { append(r: AuditRecord): void };
 }

@@ -6,6 +6,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isIP } from "node:net";
+import type { AuthFailureLimits } from "../access/auth-failures.js";
 import type { RateLimits } from "../access/rate-limit.js";
 import { weakTokenReason } from "../access/tokens.js";
 import { DEFAULT_BODY_LIMITS } from "../api/services.js";
@@ -27,6 +28,8 @@ export interface AccessConfig {
   tokensFile: string;
   body: BodyLimits;
   rate: RateLimits;
+  /** Failed authentication per remote address (TCP). */
+  authFailures: AuthFailureLimits;
   audit: { dir: string; maxBytes: number; keep: number };
 }
 
@@ -99,6 +102,10 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
       burst: int(env, "FORKD_RATE_BURST", 100, 1),
       maxInflight: int(env, "FORKD_MAX_INFLIGHT", 64),
       maxHeavy: int(env, "FORKD_MAX_HEAVY", 8),
+    },
+    authFailures: {
+      rps: int(env, "FORKD_AUTH_FAIL_RPS", 1),
+      burst: int(env, "FORKD_AUTH_FAIL_BURST", 20, 1),
     },
     audit: {
       dir: env.FORKD_AUDIT_DIR || join(dataDir, "audit"),

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import type { Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import { createAdaptorServer } from "@hono/node-server";
+import { AuthFailureLimiter } from "../access/auth-failures.js";
 import { SandboxQuota } from "../access/quota.js";
 import { RateLimiter } from "../access/rate-limit.js";
 import { Authenticator, TokenStore } from "../access/tokens.js";
@@ -27,6 +28,7 @@ import { defaultPaths, sandboxesDir, snapshotsDir } from "../host/paths.js";
 import type { Paths } from "../host/paths.js";
 import { findQemu, qemuVersion } from "../host/qemu-binary.js";
 import { ImageBuilder } from "../image/builder.js";
+import { unpackMaxFromEnv } from "../snapshot/unpack-budget.js";
 import { SandboxService } from "../sandbox/service.js";
 import { SnapshotStore } from "../snapshot/store.js";
 import { BlobCache } from "../snapshot/blobs.js";
@@ -196,6 +198,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       store,
       blobs: new BlobCache(join(paths.dataDir, "registry", "blobs")),
       registry: registrySettings(env),
+      unpackMaxBytes: unpackMaxFromEnv(env),
     },
     snapshotDeps: {
       store,
@@ -215,7 +218,12 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       hostDirs: { data: paths.dataDir, cache: paths.cacheDir, forkd: paths.repoDir },
     },
     tokens,
-    limits: { body: cfg.body, rate: new RateLimiter(cfg.rate), quota: new SandboxQuota() },
+    limits: {
+      body: cfg.body,
+      rate: new RateLimiter(cfg.rate),
+      quota: new SandboxQuota(),
+      authFailures: new AuthFailureLimiter(cfg.authFailures),
+    },
     metrics,
     audit,
   };

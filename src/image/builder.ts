@@ -9,9 +9,13 @@ import { join } from "node:path";
 import { ForkdError } from "../util/errors.js";
 import { assertTemplate } from "../util/ids.js";
 import { childEnv, downloadEnv } from "../util/proc.js";
+import { builtImageAddress } from "./content.js";
 
 export interface GuestImage {
+  /** The build hash (over the build's inputs: guest/image/build.sh). */
   hash: string;
+  /** The content address of its files (content.ts). */
+  content: string;
   dir: string;
   template: string;
   kernel: string;
@@ -110,8 +114,11 @@ export class ImageBuilder {
     } catch (e) {
       throw new ForkdError("image_error", `no valid guest image at ${dir}`, {}, e);
     }
+    const content = await builtImageAddress(dir);
+    if (!content) throw new ForkdError("image_error", `${dir} is not an image the builder made`);
     return {
       hash: manifest.image_hash,
+      content,
       dir,
       template: manifest.template,
       kernel: join(dir, "vmlinuz"),

@@ -11,6 +11,7 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import type { GuestNet } from "./guest.js";
 import { hostTable, nsTable, slotPolicy } from "./nft.js";
 import type { NsTableOptions } from "./nft.js";
+import { forgetOwner, OWNERS_DIR } from "./owners.js";
 import type { Egress } from "./policy.js";
 import type { NetInstance, Slot } from "./slots.js";
 import { hostIfPrefix, slotIndexOfNetns, slotOf, tableName } from "./slots.js";
@@ -139,13 +140,16 @@ export class SlotPool {
     await ip(["link", "del", s.hostIf]).catch(() => undefined);
     await ip(["netns", "add", s.netns]);
     try {
-      // Before any interface exists: no IPv6 anywhere in the slot, and it routes.
+      // Before any interface exists: no IPv6 anywhere in the slot, and it routes. Any port may
+      // be bound in it by its (unprivileged, jailed) VMM: slirp's forward of an exposed guest
+      // port below 1024 listens on the same port at the slot's address.
       await inNetns(s.netns, "sysctl", [
         "-q",
         "-w",
         "net.ipv6.conf.all.disable_ipv6=1",
         "net.ipv6.conf.default.disable_ipv6=1",
         "net.ipv4.ip_forward=1",
+        "net.ipv4.ip_unprivileged_port_start=0",
       ]);
       await nft(nsTable(g, s, this.idle), s.netns);
       await ipBatch([
@@ -270,8 +274,11 @@ export class SlotPool {
   }
 }
 
-/** Deletes an instance's namespaces, host interfaces and host table, whatever state they are in. */
-export async function teardownInstance(inst: NetInstance): Promise<void> {
+/**
+ * Deletes an instance's namespaces, host interfaces and host table, whatever state they are in,
+ * then its owner marker (./owners.ts).
+ */
+export async function teardownInstance(inst: NetInstance, ownersDir = OWNERS_DIR): Promise<void> {
   await nft(`add table inet ${tableName(inst)}\ndelete table inet ${tableName(inst)}\n`).catch(
     () => undefined,
   );
@@ -281,4 +288,5 @@ export async function teardownInstance(inst: NetInstance): Promise<void> {
   for (const link of await listLinks()) {
     if (link.startsWith(hostIfPrefix(inst))) await ip(["link", "del", link]).catch(() => undefined);
   }
+  await forgetOwner(inst.id, ownersDir).catch(() => undefined);
 }

@@ -23,7 +23,8 @@ import { GUEST_NET, sameGuestNet } from "./guest.js";
 import type { GuestNet } from "./guest.js";
 import { cidrContains, egressView, parseCidr, parseIpv4 } from "./policy.js";
 import type { Egress, NetMode, NetworkSpec } from "./policy.js";
-import { SlotPool } from "./pool.js";
+import { orphanInstances, recordOwner } from "./owners.js";
+import { SlotPool, teardownInstance } from "./pool.js";
 import type { PoolLog, SlotUse } from "./pool.js";
 import { blockText, hostIfPrefix, instanceId, instanceOf, slotOf } from "./slots.js";
 import type { NetInstance, Slot } from "./slots.js";
@@ -107,6 +108,8 @@ export interface NetworkServiceOptions {
   jailer: string | null;
   /** Host TCP ports no sandbox may reach (the daemon's API). */
   protectedPorts: number[];
+  /** Where instances' owner markers live (./owners.ts; tests). */
+  ownersDir?: string;
 }
 
 export const recordView = (r: NetworkRecord | undefined): NetworkView =>
@@ -168,7 +171,12 @@ export class NetworkService {
     if (caps.netns.ok && max > 0) {
       try {
         inst = instanceOf(instanceId(o.dataDir, env), max, env);
+        // Orphans' slot routes would also push this block aside: they go first.
+        await removeOrphans(inst.id, o.log, o.ownersDir);
         await checkBlockFree(inst);
+        await recordOwner(inst.id, o.dataDir, o.ownersDir).catch((e: unknown) =>
+          o.log.warn("network: cannot record the instance's owner", { error: errorMessage(e) }),
+        );
         // Slots route through the host: forwarding on (as any container runtime does).
         if ((await sysctl("net.ipv4.ip_forward")) !== "1") {
           await writeFile("/proc/sys/net/ipv4/ip_forward", "1\n");
@@ -502,6 +510,21 @@ async function portFor(addr: string, want: number): Promise<number> {
 }
 
 /** Refuses a slot block that overlaps a route of the host's that is not one of ours. */
+/** Removes the instances whose data directory is gone and held by no daemon (./owners.ts). */
+async function removeOrphans(ownId: string, log: PoolLog, dir?: string): Promise<void> {
+  try {
+    for (const o of await orphanInstances(ownId, dir)) {
+      log.info("network: removing the slots of a data directory that no longer exists", {
+        instance: o.id,
+        data_dir: o.dataDir,
+      });
+      await teardownInstance(instanceOf(o.id, 1, {}), dir);
+    }
+  } catch (e) {
+    log.warn("network: could not look for orphaned instances", { error: errorMessage(e) });
+  }
+}
+
 async function checkBlockFree(inst: NetInstance): Promise<void> {
   const block = parseCidr(blockText(inst));
   for (const r of await hostRoutes()) {

@@ -30,7 +30,7 @@ export class Watchdog {
   private timer: NodeJS.Timeout | undefined;
   constructor(
     private readonly ms: number,
-    private readonly what: string,
+    readonly what: string,
   ) {
     this.touch();
   }
@@ -150,6 +150,23 @@ export function describeFetchError(e: unknown): string {
   return errorMessage(e);
 }
 
+/**
+ * What a failure while a body was read is reported as: our own error as it is, the watchdog's
+ * timeout if it fired, else the peer broke the response off (a connection closed before the
+ * declared length, a reset): unavailable.
+ */
+function bodyFailure(s: Sent, e: unknown): ForkdError {
+  if (e instanceof ForkdError) return e;
+  const reason: unknown = s.watchdog.signal.reason;
+  if (s.watchdog.signal.aborted && reason instanceof ForkdError) return reason;
+  return new ForkdError(
+    "unavailable",
+    `${s.watchdog.what}: the response broke off: ${describeFetchError(e)}`,
+    {},
+    e,
+  );
+}
+
 /** Reads a response body of at most `max` bytes (refused before reading when announced larger). */
 export async function readLimited(s: Sent, max: number): Promise<Buffer> {
   const declared = Number(s.res.headers.get("content-length") ?? "0");
@@ -171,10 +188,9 @@ export async function readLimited(s: Sent, max: number): Promise<Buffer> {
     }
     return Buffer.concat(parts);
   } catch (e) {
-    s.watchdog.abort(e instanceof Error ? e : new Error(String(e)));
-    const reason: unknown = s.watchdog.signal.reason;
-    if (!(e instanceof ForkdError) && reason instanceof ForkdError) throw reason;
-    throw e;
+    const err = bodyFailure(s, e);
+    s.watchdog.abort(err);
+    throw err;
   } finally {
     s.watchdog.clear();
   }
@@ -194,7 +210,7 @@ export function bodyStream(s: Sent): Readable {
   }
   const src = Readable.fromWeb(s.res.body as WebReadable<Uint8Array>);
   const out = src.pipe(touching(s.watchdog));
-  src.on("error", (e) => out.destroy(e));
+  src.on("error", (e) => out.destroy(bodyFailure(s, e)));
   out.on("close", () => {
     if (!src.readableEnded) {
       s.watchdog.abort(new Error("stream closed"));

@@ -175,7 +175,12 @@ export async function createSnapshot(
       created: new Date().toISOString(),
       status: "ready",
       machine,
-      image: { hash: image.hash, dir: image.dir, kernelVersion: image.kernelVersion },
+      image: {
+        hash: image.hash,
+        dir: image.dir,
+        kernelVersion: image.kernelVersion,
+        content: image.content,
+      },
       qemu: { binary: deps.driver.binary, version: deps.qemuVersion },
       warm: req.warm ?? null,
       warmEval: req.warmEval ?? null,

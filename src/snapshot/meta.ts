@@ -27,7 +27,21 @@ export const SnapshotMetaSchema = z.object({
     accel: z.enum(["kvm", "tcg"]),
     cpu: z.string().max(256),
   }),
-  image: z.object({ hash: z.string(), dir: z.string(), kernelVersion: z.string() }),
+  /**
+   * The guest image: `dir` is what children boot (its rootfs.ext4 is the root disk layer's
+   * backing file); `content` its content address, computed from its files (image/content.ts;
+   * absent in snapshots made before: their image is known by `dir` alone); `hash` the build hash
+   * the builder gave it (of an unpacked or pulled snapshot: what the pack said, a label only).
+   */
+  image: z.object({
+    hash: z.string(),
+    dir: z.string(),
+    kernelVersion: z.string(),
+    content: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/)
+      .optional(),
+  }),
   qemu: z.object({ binary: z.string(), version: z.string() }),
   warm: z.string().nullable(),
   warmEval: z.string().nullable(),

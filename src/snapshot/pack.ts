@@ -6,19 +6,22 @@
  *   image/                     vmlinuz, initrd.img, rootfs.ext4, manifest.json (the guest image)
  *   snapshots/<tag>/           meta.json, memory, vmstate, disk.qcow2 for every tag of the chain
  *
- * Unpacking refuses anything but plain files and directories at the expected paths, checks
- * every file's size and sha256 before registering anything, rewrites the disk layers' backing
- * paths and the image path for this host, and publishes the chain root first; if any step
- * fails, what it published is removed again.
+ * manifest.json is the archive's first member, so an unpack (unpack.ts) bounds every other
+ * file by the size it states. Registration (registerStaged, for unpack and pull alike) checks
+ * every file's size and sha256 before registering anything, installs the guest image under the
+ * content address computed from its files (image/content.ts: never under the build hash the
+ * pack claims, which only the image builder's own images answer to), rewrites the disk layers'
+ * backing paths and the image path for this host, and publishes the chain root first; if any
+ * step fails, what it published is removed again.
  */
 import { spawn } from "node:child_process";
-import { createWriteStream } from "node:fs";
-import { copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join, relative } from "node:path";
 import { pipeline } from "node:stream/promises";
-import type { Readable } from "node:stream";
 import { z } from "zod";
 import { createOverlay, rebaseUnsafe } from "../disk/overlay.js";
+import { IMAGE_FILES, findImage, imageAddress, importedDir } from "../image/content.js";
+import type { ImageFile } from "../image/content.js";
 import { exists, linkOrCopy } from "../util/fs.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isValidTag } from "../util/ids.js";
@@ -29,15 +32,37 @@ import type { SnapshotStore } from "./store.js";
 import type { CrashPoint } from "../util/crash.js";
 
 export const PACK_FORMAT = "forkd-pack/1";
-/** The guest image's files; its manifest.json is what marks an image directory complete. */
-const IMAGE_FILES = ["vmlinuz", "initrd.img", "rootfs.ext4", "manifest.json"] as const;
 const SNAPSHOT_FILES = ["meta.json", "memory", "vmstate", "disk.qcow2"] as const;
-const MAX_ENTRIES = 4096;
+export const MAX_ENTRIES = 4096;
 /** A pack manifest names at most 64 snapshots of 4 files and an image: far below this. */
 const MAX_MANIFEST = 16 << 20;
+/** A snapshot's meta.json (meta.ts reads at most 64 KiB) and an image's manifest.json. */
+const MAX_META = 64 << 10;
+const MAX_IMAGE_MANIFEST = 1 << 20;
+
+/** The largest a file at `path` of a pack may be, whatever its manifest says. */
+export function maxPackFileSize(path: string): number {
+  if (path === "manifest.json") return MAX_MANIFEST;
+  if (path === "image/manifest.json") return MAX_IMAGE_MANIFEST;
+  if (path.endsWith("/meta.json")) return MAX_META;
+  return Number.MAX_SAFE_INTEGER;
+}
+
+/**
+ * Errors of unpack and pull as the API shows them: what a pack or the host did wrong is a
+ * clear 4xx, never a raw exception (a full disk is resource_exhausted).
+ */
+export function mapPackError(e: unknown): unknown {
+  if (e instanceof ForkdError) return e;
+  const code = (e as NodeJS.ErrnoException | null)?.code;
+  if (code === "ENOSPC" || code === "EDQUOT") {
+    return new ForkdError("resource_exhausted", "no space left for the pack on this host", {}, e);
+  }
+  return e;
+}
 
 const FileSum = z.object({
-  size: z.number().int().nonnegative(),
+  size: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
 export const PackManifestSchema = z.strictObject({
@@ -82,7 +107,7 @@ export async function stagePack(store: SnapshotStore, tag: string, dir: string):
     files[`image/${f}`] = await sha256File(to);
   }
   for (const m of chain) {
-    if (m.image.hash !== root.image.hash) {
+    if (m.image.dir !== root.image.dir) {
       throw new ForkdError("snapshot_corrupt", `chain of ${tag} mixes guest images`);
     }
     const src = store.filesFor(m.tag);
@@ -116,10 +141,15 @@ export async function packSnapshot(
   const dir = store.stagingDir(`pack-${tag}-${Date.now().toString(36)}`);
   try {
     await stagePack(store, tag, dir);
-    const tar = spawn("tar", ["--zstd", "--sparse", "-cf", "-", "-C", dir, "."], {
-      stdio: ["ignore", "pipe", "pipe"],
-      env: childEnv(),
-    });
+    // manifest.json first: an unpack bounds every later file by the size it states.
+    const tar = spawn(
+      "tar",
+      ["--zstd", "--sparse", "-cf", "-", "-C", dir, "./manifest.json", "./image", "./snapshots"],
+      {
+        stdio: ["ignore", "pipe", "pipe"],
+        env: childEnv(),
+      },
+    );
     let err = "";
     tar.stderr.on("data", (c: Buffer) => (err += c.toString()));
     const exited = new Promise<number | null>((r) => tar.once("close", r));
@@ -158,35 +188,12 @@ export function isPackPath(p: string, dir: boolean): boolean {
   );
 }
 
-/** Checks a tar listing: only plain files and directories, only where a pack has them. */
-export function checkListing(listing: string): void {
-  const lines = listing.split("\n").filter((l) => l.length > 0);
-  if (lines.length > MAX_ENTRIES) throw new ForkdError("invalid_argument", "pack has too many entries");
-  for (const line of lines) {
-    const type = line[0];
-    // `tar -tv`: "-rw-r--r-- root/root 123 2026-01-01 00:00 ./path"
-    const name = line.split(/\s+/).slice(5).join(" ");
-    if (type !== "-" && type !== "d") {
-      throw new ForkdError(
-        "invalid_argument",
-        `pack entry ${JSON.stringify(name)} is not a plain file or directory`,
-      );
-    }
-    const p = name.replace(/^\.\//, "").replace(/\/$/, "");
-    if (p === "" || p === ".") continue;
-    if (p.startsWith("/") || p.split("/").some((x) => x === ".." || x === "." || x === "")) {
-      throw new ForkdError("invalid_argument", `pack entry ${JSON.stringify(name)} escapes the pack`);
-    }
-    if (!isPackPath(p, type === "d")) {
-      throw new ForkdError("invalid_argument", `unexpected pack entry ${JSON.stringify(name)}`);
-    }
-  }
-}
-
 export interface UnpackDeps {
   store: SnapshotStore;
-  /** Where guest images live (<cache>/images/<hash>). */
-  imagesDir: string;
+  /** The cache directory: built images in images/, imported ones in imported/ (image/content.ts). */
+  cacheDir: string;
+  /** FORKD_UNPACK_MAX_MIB in bytes: what one unpack or pull may write (null/absent: free space). */
+  maxBytes?: number | null;
   /** This host's accelerator: a snapshot restores only into the same kind of machine. */
   accel: "kvm" | "tcg";
   /**
@@ -209,45 +216,71 @@ export interface Registered {
 export const stagingName = (what: string): string =>
   `${what}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
 
-/** Reads a pack from `input` and registers its chain. Returns the tags published. */
-export async function unpackSnapshot(
-  deps: UnpackDeps,
-  input: Readable,
-  o: { as?: string } = {},
-): Promise<Registered> {
-  const dir = deps.store.stagingDir(stagingName("unpack"));
-  const archive = `${dir}.tar.zst`;
-  try {
-    // Consume `input` before anything else is awaited (its errors need a listener).
-    await pipeline(input, createWriteStream(archive, { mode: 0o600 }));
-    await mkdir(dir, { mode: 0o700 });
-    const { stdout: listing } = await run("tar", ["--zstd", "-tvf", archive], { timeoutMs: 600_000 }).catch(
-      (e: unknown) => {
-        throw new ForkdError("invalid_argument", `not a readable pack: ${errorMessage(e)}`);
-      },
-    );
-    checkListing(listing);
-    await run("tar", ["--zstd", "-xf", archive, "-C", dir, "--no-same-owner", "--no-same-permissions"], {
-      timeoutMs: 3_600_000,
-    });
-    await rm(archive, { force: true });
-    deps.crash?.("unpack:extracted");
-    return await registerStaged(deps, dir, o);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-    await rm(archive, { force: true });
-  }
+/** "a.b: message" for the first problem zod found. */
+export function firstIssue(e: z.ZodError): { field: string; message: string } {
+  const i = e.issues[0];
+  return { field: i?.path.join(".") || "(root)", message: i?.message ?? "invalid" };
 }
 
-/** Reads and validates a staged pack's manifest.json (at most 16 MiB). */
+/**
+ * Reads and validates a pack's manifest.json (at most 16 MiB): its schema, and its shape: a
+ * chain of distinct valid tags ending at its tag, and exactly the files such a pack has (the
+ * image's four, four per snapshot of the chain), none larger than its kind may be.
+ */
 export function parsePackManifest(raw: string): PackManifest {
   if (raw.length > MAX_MANIFEST) throw new ForkdError("invalid_argument", "pack manifest is too large");
+  let json: unknown;
   try {
-    return PackManifestSchema.parse(JSON.parse(raw));
-  } catch (e) {
-    throw new ForkdError("invalid_argument", `pack manifest is missing or invalid: ${errorMessage(e)}`);
+    json = JSON.parse(raw);
+  } catch {
+    throw new ForkdError("invalid_argument", "pack manifest is missing or not JSON");
   }
+  const r = PackManifestSchema.safeParse(json);
+  if (!r.success) {
+    const { field, message } = firstIssue(r.error);
+    throw new ForkdError("invalid_argument", `pack manifest is invalid: ${field}: ${message}`, { field });
+  }
+  const m = r.data;
+  const bad = (why: string, details: Record<string, unknown> = {}) =>
+    new ForkdError("invalid_argument", `pack manifest: ${why}`, details);
+  const tags = new Set<string>();
+  for (const t of m.chain) {
+    if (!isValidTag(t)) throw bad(`bad tag in its chain: ${JSON.stringify(t)}`, { field: "chain" });
+    if (tags.has(t)) throw bad(`tag ${t} twice in its chain`, { field: "chain" });
+    tags.add(t);
+  }
+  if (m.chain[m.chain.length - 1] !== m.tag) throw bad("chain does not end at its tag", { field: "tag" });
+  const want = new Set<string>(IMAGE_FILES.map((f) => `image/${f}`));
+  for (const t of m.chain) for (const f of SNAPSHOT_FILES) want.add(`snapshots/${t}/${f}`);
+  for (const [f, sum] of Object.entries(m.files)) {
+    if (!want.has(f)) {
+      throw bad(`lists an unexpected path: ${JSON.stringify(f)}`, { field: "files", file: f });
+    }
+    if (sum.size > maxPackFileSize(f)) throw bad(`${f} is too large (${sum.size} bytes)`, { file: f });
+  }
+  for (const f of want) {
+    if (!(f in m.files)) throw bad(`does not list ${f}`, { field: "files", file: f });
+  }
+  return m;
 }
+
+/** The image's file sums a pack manifest lists (parsePackManifest checked they are all there). */
+function imageSums(m: PackManifest): Record<ImageFile, { size: number; sha256: string }> {
+  const get = (f: ImageFile) => {
+    const s = m.files[`image/${f}`];
+    if (!s) throw new ForkdError("invalid_argument", `pack manifest: does not list image/${f}`);
+    return s;
+  };
+  return {
+    vmlinuz: get("vmlinuz"),
+    "initrd.img": get("initrd.img"),
+    "rootfs.ext4": get("rootfs.ext4"),
+    "manifest.json": get("manifest.json"),
+  };
+}
+
+/** The content address of a pack's guest image: from the sums its files are verified against. */
+export const packImageAddress = (m: PackManifest): string => imageAddress(imageSums(m));
 
 export interface RegisterOptions {
   /** Register the top of the chain under this tag instead of the pack's. */
@@ -257,6 +290,8 @@ export interface RegisterOptions {
    * a pull does not download them.
    */
   allowPresent?: boolean;
+  /** Sums of staged files computed as they were written (unpack): not read again. */
+  verified?: Map<string, { size: number; sha256: string }>;
 }
 
 /** The tag the chain's `i`-th snapshot is registered under. */
@@ -265,9 +300,10 @@ const localTag = (manifest: PackManifest, i: number, as: string | undefined): st
 
 /**
  * Files of a pack that registration will not use because this host has them: the guest image's
- * when that image is installed, and the memory, device state and disk layer of a snapshot of
- * the chain that is here already (registration then checks it is the same snapshot, or
- * refuses). meta.json files are always needed.
+ * when an image with the same content is here (by content address: image/content.ts), and the
+ * memory, device state and disk layer of a snapshot of the chain that is here already
+ * (registration then checks it is the same snapshot, or refuses). meta.json files are always
+ * needed.
  */
 export async function presentHere(
   deps: UnpackDeps,
@@ -275,7 +311,7 @@ export async function presentHere(
   as?: string,
 ): Promise<Set<string>> {
   const out = new Set<string>();
-  if (await exists(join(deps.imagesDir, manifest.image.hash, "manifest.json"))) {
+  if (await findImage(deps.cacheDir, packImageAddress(manifest))) {
     for (const f of IMAGE_FILES) out.add(`image/${f}`);
   }
   for (let i = 0; i < manifest.chain.length; i++) {
@@ -287,12 +323,94 @@ export async function presentHere(
 }
 
 /**
+ * The image directory for a pack's image of content `address`: one this host has (built or
+ * imported, same files), else the staged one installed as <cache>/imported/<address> (read-only
+ * files, one atomic rename; a concurrent install of the same content wins harmlessly).
+ */
+async function installImage(deps: UnpackDeps, staged: string, address: string): Promise<string> {
+  const here = await findImage(deps.cacheDir, address);
+  if (here) return here;
+  const dest = importedDir(deps.cacheDir, address);
+  await mkdir(join(deps.cacheDir, "imported"), { recursive: true, mode: 0o755 });
+  for (const f of IMAGE_FILES) await chmod(join(staged, f), 0o444);
+  await chmod(staged, 0o755);
+  const installed = async (e: unknown): Promise<string> => {
+    if (await exists(join(dest, "manifest.json"))) return dest; // a concurrent install won
+    throw e;
+  };
+  try {
+    await rename(staged, dest); // the staging directory is on the data directory's filesystem
+    return dest;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EXDEV") return installed(e);
+  }
+  // Another filesystem: copied next to its place first, then one rename.
+  const tmp = join(deps.cacheDir, "imported", `.tmp-${stagingName(address.slice(0, 16))}`);
+  try {
+    await mkdir(tmp, { mode: 0o755 });
+    for (const f of IMAGE_FILES) await copyFile(join(staged, f), join(tmp, f));
+    await rename(tmp, dest).catch(installed);
+  } finally {
+    await rm(tmp, { recursive: true, force: true });
+  }
+  return dest;
+}
+
+/** A tool's error about `path` as a tenant may read it: the pack's own name, no host path. */
+const scrub = (text: string, path: string, file: string): string => text.split(path).join(file).slice(0, 300);
+
+/**
+ * A pack's disk layer must be a plain qcow2 layer: no external data file (which would make
+ * QEMU read and write a host file the pack names). Its backing file is replaced by ours.
+ */
+async function checkPackDisk(path: string, file: string): Promise<void> {
+  const bad = (why: string) =>
+    new ForkdError("invalid_argument", `pack file ${file} is not a usable disk layer: ${why}`, { file });
+  const { stdout } = await run("qemu-img", ["info", "-U", "--output=json", "-f", "qcow2", path], {
+    timeoutMs: 30_000,
+  }).catch((e: unknown) => {
+    throw bad(scrub(errorMessage(e), path, file));
+  });
+  let info: { format?: unknown; "format-specific"?: { data?: Record<string, unknown> } };
+  try {
+    info = JSON.parse(stdout) as typeof info;
+  } catch {
+    throw bad("qemu-img info is not JSON");
+  }
+  if (info.format !== "qcow2") throw bad(`format ${JSON.stringify(info.format)}`);
+  const data = info["format-specific"]?.data ?? {};
+  if ("data-file" in data || data["data-file-raw"] === true) throw bad("it names an external data file");
+}
+
+/** Reads and checks a staged snapshot's meta.json: a clear 400 naming the bad field. */
+async function readPackMeta(dir: string, t: string): Promise<SnapshotMeta> {
+  const file = `snapshots/${t}/meta.json`;
+  const raw = await readFile(join(dir, file), "utf8").catch(() => null);
+  if (raw === null) throw new ForkdError("invalid_argument", `pack lacks ${file}`, { file });
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    throw new ForkdError("invalid_argument", `pack file ${file} is not JSON`, { file });
+  }
+  const r = SnapshotMetaSchema.safeParse(json);
+  if (!r.success) {
+    const { field, message } = firstIssue(r.error);
+    throw new ForkdError("invalid_argument", `pack file ${file} is invalid: ${field}: ${message}`, {
+      file,
+      field,
+    });
+  }
+  return r.data;
+}
+
+/**
  * Registers the pack laid out in `dir` (manifest.json, image/, snapshots/<tag>/), whether it
  * came from a tar (unpack) or a registry (pull): every file the manifest lists must be there
  * with its size and sha256, and nothing else (with `allowPresent`, files this host has may be
- * absent: `presentHere`); the guest image is installed if this host lacks it; the chain is
- * published root first, its disk layers rebased onto this host's paths. All or nothing: a
- * failure removes what it published. The caller removes `dir`.
+ * absent: `presentHere`); the guest image is found by, or installed under, the content address
+ * of those verified files; the chain is published root first, its disk layers rebased onto this
+ * host's paths. All or nothing: a failure removes what it published. The caller removes `dir`.
  */
 export async function registerStaged(
   deps: UnpackDeps,
@@ -304,14 +422,6 @@ export async function registerStaged(
   try {
     if (o.as !== undefined && !isValidTag(o.as)) throw new ForkdError("invalid_argument", "bad tag");
     const manifest = parsePackManifest(await readFile(join(dir, "manifest.json"), "utf8").catch(() => ""));
-    for (const f of Object.keys(manifest.files)) {
-      if (f === "manifest.json" || !isPackPath(f, false)) {
-        throw new ForkdError(
-          "invalid_argument",
-          `pack manifest lists an unexpected path: ${JSON.stringify(f)}`,
-        );
-      }
-    }
     // Every file the manifest names, with its size and hash; nothing else.
     const present = await listFiles(dir);
     const expected = new Set([...Object.keys(manifest.files), "manifest.json"]);
@@ -323,17 +433,14 @@ export async function registerStaged(
     const have = new Set(present);
     for (const [f, sum] of Object.entries(manifest.files)) {
       if (!have.has(f) && mayLack.has(f)) continue;
-      const got = await sha256File(join(dir, f)).catch(() => null);
+      const got = o.verified?.get(f) ?? (await sha256File(join(dir, f)).catch(() => null));
       if (!got || got.size !== sum.size || got.sha256 !== sum.sha256) {
         throw new ForkdError("invalid_argument", `pack file ${f} does not match its checksum`, { file: f });
       }
     }
     const metas: SnapshotMeta[] = [];
     for (const t of manifest.chain) {
-      if (!isValidTag(t)) throw new ForkdError("invalid_argument", `bad tag in pack: ${JSON.stringify(t)}`);
-      const m = SnapshotMetaSchema.parse(
-        JSON.parse(await readFile(join(dir, "snapshots", t, "meta.json"), "utf8")),
-      );
+      const m = await readPackMeta(dir, t);
       if (m.tag !== t) throw new ForkdError("invalid_argument", `pack snapshot ${t} claims tag ${m.tag}`);
       if (m.machine.accel !== deps.accel) {
         throw new ForkdError(
@@ -343,57 +450,71 @@ export async function registerStaged(
       }
       metas.push(m);
     }
-    if (manifest.chain[manifest.chain.length - 1] !== manifest.tag) {
-      throw new ForkdError("invalid_argument", "pack manifest: chain does not end at its tag");
+
+    // Everything that can refuse the pack is checked before the image is installed: a chain
+    // snapshot here with other content, a disk layer that is not a plain qcow2 layer.
+    const local: (SnapshotMeta | null)[] = [];
+    for (const [i, m] of metas.entries()) {
+      const tag = localTag(manifest, i, o.as);
+      if (!(await store.has(tag))) {
+        await checkPackDisk(join(dir, "snapshots", m.tag, "disk.qcow2"), `snapshots/${m.tag}/disk.qcow2`);
+        local.push(null);
+        continue;
+      }
+      const here = (await store.get(tag)).meta;
+      const mine =
+        !deps.owner || here.owner === null || here.owner === undefined || here.owner === deps.owner;
+      const same =
+        mine &&
+        here.files.memory.sha256 === m.files.memory.sha256 &&
+        here.files.vmstate.sha256 === m.files.vmstate.sha256;
+      if (!same) {
+        throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, { tag });
+      }
+      local.push(here);
     }
 
-    // The guest image: reuse this host's copy of the same content, else install it.
-    const imageDir = join(deps.imagesDir, manifest.image.hash);
-    if (!(await exists(join(imageDir, "manifest.json")))) {
-      const tmp = `${imageDir}.unpack-${Date.now().toString(36)}`;
-      await mkdir(deps.imagesDir, { recursive: true });
-      await rename(join(dir, "image"), tmp).catch(async () => {
-        await mkdir(tmp, { recursive: true });
-        for (const f of IMAGE_FILES) await copyFile(join(dir, "image", f), join(tmp, f));
-      });
-      await rename(tmp, imageDir);
-    }
+    // The guest image, by the content address of its verified files: this host's copy of the
+    // same content, else installed under that address (never under the hash the pack claims).
+    const address = packImageAddress(manifest);
+    const imageDir = have.has("image/rootfs.ext4")
+      ? await installImage(deps, join(dir, "image"), address)
+      : await findImage(deps.cacheDir, address);
+    if (!imageDir) throw new ForkdError("conflict", "the pack's guest image is no longer on this host");
 
     // Root first: rebase each disk layer onto this host's paths, rewrite metadata, publish.
     let parentMeta: SnapshotMeta | null = null;
     for (const [i, m] of metas.entries()) {
       const src = join(dir, "snapshots", m.tag);
       const tag = localTag(manifest, i, o.as);
-      if (await store.has(tag)) {
-        const local = (await store.get(tag)).meta;
-        const mine =
-          !deps.owner || local.owner === null || local.owner === undefined || local.owner === deps.owner;
-        const same =
-          mine &&
-          local.files.memory.sha256 === m.files.memory.sha256 &&
-          local.files.vmstate.sha256 === m.files.vmstate.sha256;
-        if (!same)
-          throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, {
-            tag,
-          });
-        parentMeta = local; // shared base: already here
+      const here = local[i];
+      if (here) {
+        parentMeta = here; // shared base: already here
         continue;
       }
       const release = await store.claim(tag);
       try {
         const disk = join(src, "disk.qcow2");
         const backing = parentMeta ? store.filesFor(parentMeta.tag).disk : join(imageDir, "rootfs.ext4");
-        await rebaseUnsafe(disk, backing, parentMeta ? "qcow2" : "raw");
+        await rebaseUnsafe(disk, backing, parentMeta ? "qcow2" : "raw").catch((e: unknown) => {
+          throw new ForkdError(
+            "invalid_argument",
+            `pack snapshot ${m.tag}: its disk layer is not a usable qcow2 image: ${scrub(errorMessage(e), disk, "disk.qcow2")}`,
+            { file: `snapshots/${m.tag}/disk.qcow2` },
+          );
+        });
         const { checksum: _c, ...rest } = m;
         await rm(join(src, "meta.json"));
         const meta = await writeMeta(join(src, "meta.json"), {
           ...rest,
           tag,
-          image: { ...m.image, dir: imageDir },
+          image: { ...m.image, dir: imageDir, content: address },
           files: { ...m.files, disk: await sha256File(disk) },
           ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
           owner: deps.owner ?? null,
         });
+        const files = ["memory", "vmstate", "disk.qcow2"].map((f) => join(src, f));
+        await Promise.all(files.map((f) => chmod(f, 0o444)));
         await createOverlay(join(src, "child.qcow2"), {
           backing: store.filesFor(tag).disk,
           backingFormat: "qcow2",
@@ -411,7 +532,7 @@ export async function registerStaged(
     return { tag: localTag(manifest, manifest.chain.length - 1, o.as), published };
   } catch (e) {
     for (const t of [...published].reverse()) await store.delete(t).catch(() => undefined);
-    throw e;
+    throw mapPackError(e);
   }
 }
 

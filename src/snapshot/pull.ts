@@ -12,7 +12,7 @@
  * directory then goes through the same verification and registration as an unpacked pack
  * (pack.ts registerStaged). Nothing is left staged, whatever happens.
  */
-import { mkdir, rm, statfs, writeFile } from "node:fs/promises";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Transform } from "node:stream";
 import { buffer } from "node:stream/consumers";
@@ -31,14 +31,14 @@ import {
   parseManifest,
 } from "./artifact.js";
 import { decompressTo } from "./blobs.js";
-import { parsePackManifest, presentHere, registerStaged, stagingName, unpackSnapshot } from "./pack.js";
+import { mapPackError, parsePackManifest, presentHere, registerStaged, stagingName } from "./pack.js";
 import type { PackManifest, UnpackDeps } from "./pack.js";
+import { overLimit } from "./unpack-budget.js";
+import { limitFor, unpackSnapshot } from "./unpack.js";
 import type { Progress, TransferDeps } from "./push.js";
 
 /** A pack fetched from a URL is at most this large. */
 const MAX_PACK_BYTES = 256 * 2 ** 30;
-/** Space left free on the data directory's filesystem after a pull. */
-const FREE_MARGIN = 1 << 30;
 
 export interface PullRequest {
   ref?: string;
@@ -66,9 +66,13 @@ export async function pullSnapshot(
     throw new ForkdError("invalid_argument", "give exactly one of ref and url");
   }
   if (req.tag !== undefined) assertTag(req.tag);
-  return req.url !== undefined
-    ? pullUrl(deps, req.url, req, progress)
-    : pullRef(deps, req.ref ?? "", req, progress);
+  try {
+    return await (req.url !== undefined
+      ? pullUrl(deps, req.url, req, progress)
+      : pullRef(deps, req.ref ?? "", req, progress));
+  } catch (e) {
+    throw mapPackError(e);
+  }
 }
 
 async function pullUrl(
@@ -195,19 +199,16 @@ async function pullRef(
   }
 }
 
-/** Refuses a pull that would not fit (with a margin) on the data directory's filesystem. */
+/**
+ * Refuses a pull past the unpack limit (FORKD_UNPACK_MAX_MIB) or that would not fit (with a
+ * margin) on the data directory's filesystem, before anything is downloaded: every file is
+ * then decompressed to exactly its listed size (blobs.ts decompressTo), so the listed sizes
+ * bound what the pull writes.
+ */
 async function checkSpace(deps: UnpackDeps, pack: PackManifest): Promise<void> {
   const need = Object.values(pack.files).reduce((a, f) => a + f.size, 0);
-  const st = await statfs(deps.store.root).catch(() => null);
-  if (st && need + FREE_MARGIN > st.bavail * st.bsize) {
-    throw new ForkdError(
-      "resource_exhausted",
-      `the snapshot needs ${need} bytes; the data directory has ${st.bavail * st.bsize} free`,
-      {
-        needed_bytes: need,
-      },
-    );
-  }
+  const limit = await limitFor(deps);
+  if (need > limit.bytes) throw overLimit(limit, need);
 }
 
 /**

@@ -23,6 +23,8 @@ export interface TransferDeps {
   store: SnapshotStore;
   blobs: BlobCache;
   registry: RegistrySettings;
+  /** FORKD_UNPACK_MAX_MIB in bytes: what one unpack or pull may write (null/absent: free space). */
+  unpackMaxBytes?: number | null;
 }
 
 export interface PushResult {

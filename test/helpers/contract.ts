@@ -20,8 +20,11 @@ interface Op {
 }
 
 export interface ContractValidator {
-  /** Throws unless `body` (for NDJSON: the array of events) matches the documented response. */
-  check(method: string, path: string, status: number, body: unknown): void;
+  /**
+   * Throws unless `body` (for NDJSON: the array of events) matches the documented response:
+   * the one of the reply's `contentType` where the status documents several.
+   */
+  check(method: string, path: string, status: number, body: unknown, contentType?: string): void;
   /** Operations checked so far, as "method template". */
   covered: Set<string>;
 }
@@ -59,7 +62,7 @@ async function load(): Promise<ContractValidator> {
 
   return {
     covered,
-    check(method, path, status, body) {
+    check(method, path, status, body, contentType) {
       const bare = path.split("?")[0] ?? path;
       const op = ops.find((o) => o.method === method.toLowerCase() && o.re.test(bare));
       if (!op) throw new Error(`no route ${method} ${bare} in the contract`);
@@ -72,7 +75,11 @@ async function load(): Promise<ContractValidator> {
       } else {
         if (!resp) throw new Error(`${method} ${op.template}: status ${status} is not in the contract`);
         const content = resp.content as Record<string, { schema: Json }>;
-        const type = Object.keys(content)[0] ?? "";
+        const types = Object.keys(content);
+        const type =
+          types.find((t) => contentType !== undefined && contentType.startsWith(t.split(";")[0] ?? t)) ??
+          types[0] ??
+          "";
         if (type === "application/octet-stream") return;
         ndjson = type === "application/x-ndjson";
         schema = (content[type] as { schema: Json }).schema;
@@ -120,7 +127,7 @@ export async function checkedRequest<T = unknown>(
         .filter((l) => l.trim())
         .map((l) => JSON.parse(l) as unknown)
     : JSON.parse(text);
-  v.check(method, path, status, parsed);
+  v.check(method, path, status, parsed, res.headers["content-type"]);
   if (status >= 300) {
     const e = (parsed as { error: { code: string; message: string; details: Record<string, unknown> } })
       .error;

@@ -2,6 +2,8 @@
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { AuthFailureLimiter } from "../../src/access/auth-failures.js";
+import type { AuthFailureLimits } from "../../src/access/auth-failures.js";
 import { SandboxQuota } from "../../src/access/quota.js";
 import { RateLimiter } from "../../src/access/rate-limit.js";
 import type { RateLimits } from "../../src/access/rate-limit.js";
@@ -29,7 +31,7 @@ export interface TestServices {
 }
 
 export async function testServices(
-  opts: { rate?: Partial<RateLimits>; body?: Partial<BodyLimits> } = {},
+  opts: { rate?: Partial<RateLimits>; body?: Partial<BodyLimits>; authFailures?: AuthFailureLimits } = {},
 ): Promise<TestServices> {
   const dir = await mkdtemp(join(tmpdir(), "forkd-api-"));
   await mkdir(join(dir, "snapshots"));
@@ -66,6 +68,7 @@ export async function testServices(
       body: { ...DEFAULT_BODY_LIMITS, ...opts.body },
       rate: new RateLimiter({ rps: 0, burst: 1, maxInflight: 0, maxHeavy: 0, ...opts.rate }),
       quota: new SandboxQuota(),
+      authFailures: new AuthFailureLimiter(opts.authFailures ?? { rps: 0, burst: 1 }),
     },
     metrics: NO_METRICS,
     audit: { append: (r) => audited.push(r) },

@@ -552,8 +552,12 @@ step("killed children give their slots back: rules emptied, slots reused", async
 step(
   "user mode with egress allow runs in a slot: the outside is reachable, the host's loopback is not",
   async () => {
-    const ua = await spawnOne("ua", { mode: "user", egress: { mode: "allow", dns: false } });
+    // Port 80 too: slirp listens on it at the slot's address, as the VMM's unprivileged uid.
+    const ua = await spawnOne("ua", { mode: "user", egress: { mode: "allow", dns: false }, expose: [80] });
     assert.equal(ua.network.mode, "user");
+    await startGuestServer(sid("ua"), 80);
+    const low = ua.network.ports.find((p) => p.port === 80)?.host ?? "";
+    assert.equal(await waitFor("ua's port 80", () => readLine(low)), `guest ${sid("ua")}`);
     // slirp alone would map 10.0.2.2 to the host's loopback; in a slot it is the slot's own.
     const r = await probe(sid("ua"), [`${OUTSIDE}:${ALLOWED_PORT}`, `10.0.2.2:${hostServicePort}`]);
     assert.equal(r.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server");

@@ -1,19 +1,24 @@
 /**
  * Packs with real VMs: a chain is packed on one daemon and unpacked into another with an empty
  * data directory and an empty image cache, then forked there. Tampered and path-escaping
- * archives are refused and leave nothing behind.
+ * archives are refused and leave nothing behind; a pack with a planted root filesystem under the
+ * real image hash never becomes the image a later snapshot boots; a tiny archive that expands to
+ * gigabytes is refused before it writes them; invalid metadata is a 400.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { api, forkOne, sh } from "../helpers/vm.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
+import { forgePack } from "../helpers/forge-pack.js";
+import { peakGrowth } from "../helpers/disk-usage.js";
+import { sha256File } from "../../src/snapshot/meta.js";
 
 const sh$ = promisify(execFile);
 const { step, failed } = steps();
@@ -147,3 +152,115 @@ step("a tampered or path-escaping pack is refused and leaves nothing behind", as
   // Where `../escape.txt` would land if extracted in the unpack's staging directory.
   await assert.rejects(stat(join(b.dataDir, "snapshots", "escape.txt")), "nothing was written outside");
 });
+
+interface SnapshotView {
+  image: { hash: string; dir: string };
+}
+
+step(
+  "a pack with a planted root filesystem under the real image hash is never what a later snapshot boots",
+  async () => {
+    // The real image of a's snapshots (which the poisoned pack claims to be).
+    const real = (await api<SnapshotView>(a, "GET", "/v1/snapshots/pbase")).image;
+    const realRootfs = await sha256File(join(real.dir, "rootfs.ext4"));
+    let planted = "";
+    const poisoned = await repack(
+      "poisoned",
+      async (d) => {
+        const rootfs = join(d, "image", "rootfs.ext4");
+        await writeFile(join(work, "planted.txt"), "planted\n");
+        await sh$("debugfs", ["-w", "-R", `write ${join(work, "planted.txt")} planted.txt`, rootfs]);
+        const m = JSON.parse(await readFile(join(d, "manifest.json"), "utf8")) as {
+          image: { hash: string };
+          files: Record<string, { size: number; sha256: string }>;
+        };
+        assert.equal(m.image.hash, real.hash);
+        const sum = await sha256File(rootfs);
+        m.files["image/rootfs.ext4"] = sum;
+        planted = sum.sha256;
+        assert.notEqual(planted, realRootfs.sha256);
+        await writeFile(join(d, "manifest.json"), JSON.stringify(m));
+      },
+      ["--sparse"],
+    );
+    // A host that has the image builder's stages (hard links to a's cache: nothing rebuilt) but
+    // not the image itself, as the host of the report had.
+    const cacheC = join(work, "cache-c");
+    const stagesOfA = join(dirname(dirname(real.dir)), "stages");
+    await mkdir(cacheC);
+    await sh$("cp", ["-al", stagesOfA, join(cacheC, "stages")]);
+    const c = await makeDaemon({ FORKD_POOL_SIZE: "0", FORKD_CACHE_DIR: cacheC });
+    try {
+      const r = await cli(c, ["unpack", poisoned]);
+      assert.equal(r.code, 0, r.stderr);
+      // Installed as what it is: the tenant's own snapshot boots the pack's image.
+      const unpacked = (await api<SnapshotView>(c, "GET", "/v1/snapshots/p2")).image;
+      assert.equal((await sha256File(join(unpacked.dir, "rootfs.ext4"))).sha256, planted);
+      // An admin's fresh snapshot on that host: the builder's own image, without the planted file.
+      await api(c, "POST", "/v1/snapshots", { tag: "fresh", memory_mib: 256 });
+      const fresh = (await api<SnapshotView>(c, "GET", "/v1/snapshots/fresh")).image;
+      assert.equal(fresh.hash, real.hash, "the same build");
+      assert.notEqual(fresh.dir, unpacked.dir);
+      assert.equal((await sha256File(join(fresh.dir, "rootfs.ext4"))).sha256, realRootfs.sha256);
+      const id = await forkOne(c, "fresh");
+      assert.equal(await sh(c, id, "test -e /planted.txt && echo planted || echo clean"), "clean\n");
+      await api(c, "DELETE", `/v1/sandboxes/${id}`);
+    } finally {
+      await c.destroy(failed());
+    }
+  },
+);
+
+step(
+  "a tiny archive that expands past its manifest is refused before it writes; invalid metadata is a 400",
+  async () => {
+    const before = await bState();
+    const { stdout } = await sh$("tar", ["--zstd", "-xOf", pack(), "./manifest.json"], {
+      maxBuffer: 1 << 26,
+    });
+    const raw = Buffer.from(stdout);
+    const stated = (JSON.parse(stdout) as { files: Record<string, { size: number }> }).files[
+      "snapshots/pbase/memory"
+    ]?.size;
+    const big = 2 ** 31; // 2 GiB of 'A' (not zeros: no hole would save the disk)
+    const bombs = [
+      await forgePack(join(work, "bomb-first.tar.zst"), [
+        ["manifest.json", raw.length, raw],
+        ["snapshots/pbase/memory", big, 0x41],
+      ]),
+      // The manifest last, as packs made before had it.
+      await forgePack(join(work, "bomb-last.tar.zst"), [
+        ["snapshots/pbase/memory", big, 0x41],
+        ["manifest.json", raw.length, raw],
+      ]),
+    ];
+    const watched = [b.dataDir, join(work, "cache-b")];
+    for (const bomb of bombs) {
+      assert.ok((await stat(bomb)).size < 1 << 20, "a small archive");
+      const { result, grownKiB } = await peakGrowth(watched, () => cli(b, ["unpack", bomb]));
+      assert.ok(grownKiB < 16 << 10, `${bomb}: at most 16 MiB written, not ${grownKiB} KiB`);
+      assert.equal(result.status, "fulfilled");
+      const r = result.status === "fulfilled" ? result.value : { code: -1, stderr: "" };
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, new RegExp(`memory is ${big} bytes; its manifest says ${stated}`));
+      assert.deepEqual(await bState(), before, `${bomb}: nothing left behind`);
+    }
+
+    // meta.json with a field of the wrong kind, the manifest's sums made to match.
+    const badMeta = await repack("badmeta", async (d) => {
+      const f = join(d, "snapshots", "pbase", "meta.json");
+      const meta = JSON.parse(await readFile(f, "utf8")) as { machine: { accel: string } };
+      meta.machine.accel = "arm";
+      await writeFile(f, JSON.stringify(meta));
+      const m = JSON.parse(await readFile(join(d, "manifest.json"), "utf8")) as {
+        files: Record<string, { size: number; sha256: string }>;
+      };
+      m.files["snapshots/pbase/meta.json"] = await sha256File(f);
+      await writeFile(join(d, "manifest.json"), JSON.stringify(m));
+    });
+    const r = await cli(b, ["unpack", badMeta]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /snapshots\/pbase\/meta\.json is invalid: machine\.accel/);
+    assert.deepEqual(await bState(), before, "bad metadata: nothing left behind");
+  },
+);

@@ -4,7 +4,8 @@
  * blobs, another repository filled by mounts, everything pulled into a daemon with an empty data
  * dir and image cache and forked there; pulls of pack files over http and https; and
  * registries that lie (a tampered blob, escaping paths, an oversized manifest, a foreign media
- * type) refused with nothing left registered or staged.
+ * type) and a pack URL serving a decompression bomb refused with nothing left registered or
+ * staged.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -21,6 +22,8 @@ import { api, forkOne, sh } from "../helpers/vm.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { startRegistry } from "../helpers/registry.js";
+import { peakGrowth } from "../helpers/disk-usage.js";
+import { forgePack } from "../helpers/forge-pack.js";
 import type { TestRegistry } from "../helpers/registry.js";
 import { steps } from "../helpers/steps.js";
 
@@ -362,5 +365,37 @@ step(
     }
     assert.equal(liar.blobAsks(), 0, "refused before any blob was asked for");
     await assert.rejects(stat("/etc/cron.d/forkd"), "nothing was written outside");
+  },
+);
+
+step(
+  "a pack URL serving a tiny archive that expands to gigabytes is refused before it writes them",
+  async () => {
+    const before = await bState();
+    const { stdout } = await sh$(
+      "tar",
+      ["--zstd", "-xOf", join(work, "r1.forkd.tar.zst"), "./manifest.json"],
+      {
+        maxBuffer: 1 << 26,
+      },
+    );
+    const raw = Buffer.from(stdout);
+    const big = 2 ** 31;
+    const bomb = await forgePack(join(work, "bomb.tar.zst"), [
+      ["manifest.json", raw.length, raw],
+      ["snapshots/rbase/memory", big, 0x41],
+    ]);
+    assert.ok((await stat(bomb)).size < 1 << 20, "a small archive");
+    const url = await servePack(bomb, false);
+    const { result, grownKiB } = await peakGrowth([b.dataDir, join(work, "cache-b")], () =>
+      api(b, "POST", "/v1/snapshots/pull", { url, tag: "bomb" }),
+    );
+    assert.ok(grownKiB < 16 << 10, `at most 16 MiB written, not ${grownKiB} KiB`);
+    assert.equal(result.status, "rejected");
+    assert.match(
+      String(result.status === "rejected" ? result.reason : ""),
+      new RegExp(`memory is ${big} bytes`),
+    );
+    assert.deepEqual(await bState(), before, "nothing left behind");
   },
 );

@@ -49,6 +49,8 @@ async function call(
     raw?: string | ReadableStream<Uint8Array>;
     headers?: Record<string, string>;
     app?: ReturnType<typeof createApp>;
+    /** The client's address, as the TCP listener sees it. */
+    remote?: string;
   } = {},
 ): Promise<Reply> {
   const headers: Record<string, string> = { ...o.headers };
@@ -61,7 +63,8 @@ async function call(
     body: o.raw ?? (o.json === undefined ? undefined : JSON.stringify(o.json)),
   };
   if (o.raw instanceof ReadableStream) init.duplex = "half"; // a streamed body without a length
-  const res = await (o.app ?? app).request(path, init);
+  const env = o.remote === undefined ? undefined : { incoming: { socket: { remoteAddress: o.remote } } };
+  const res = await (o.app ?? app).request(path, init, env);
   const text = await res.text();
   const body = (text ? JSON.parse(text) : {}) as Reply["body"];
   const v = await contractValidator();
@@ -218,6 +221,48 @@ test("a caller past its rate or its heavy operations in flight gets 429 with Ret
     end();
     assert.equal((await held).status, 400); // not a pack; the slot is free again
     assert.equal((await lcall("POST", "/v1/snapshots/unpack", { token: ADMIN, raw: "x" })).status, 400);
+  } finally {
+    await limited.cleanup();
+  }
+});
+
+test("failed authentications are limited per address: 429 with Retry-After, before any token is checked", async () => {
+  const limited = await testServices({ authFailures: { rps: 0.01, burst: 3 } });
+  try {
+    const lapp = createApp(limited.services, limited.tcp(ADMIN));
+    const from = (remote: string, o: Parameters<typeof call>[2] = {}) =>
+      call("GET", "/v1/sandboxes", { ...o, app: lapp, remote });
+    const mallory = "203.0.113.7";
+    assert.equal((await from(mallory, { token: "nope" })).status, 401);
+    assert.equal((await from(mallory)).status, 401, "no token on a protected route counts too");
+    assert.equal((await call("GET", "/v1/health", { app: lapp, remote: mallory, token: "x" })).status, 200);
+    const refused = await from(mallory, { token: "nope" });
+    assert.equal(refused.status, 429);
+    assert.equal(refused.body.error?.code, "rate_limited");
+    assert.match(refused.body.error?.message ?? "", /failed authentications from this address/);
+    assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+    // While blocked, the right token gets the same reply: a guess cannot be confirmed.
+    assert.equal((await from(mallory, { token: ADMIN })).status, 429);
+    assert.equal((await call("GET", "/v1/health", { app: lapp, remote: mallory, token: ADMIN })).status, 429);
+    // Health without a credential is no attempt; other addresses are not slowed.
+    assert.equal((await call("GET", "/v1/health", { app: lapp, remote: mallory })).status, 200);
+    assert.equal((await from("203.0.113.8", { token: ADMIN })).status, 200);
+    assert.equal((await from("203.0.113.8", { token: "nope" })).status, 401);
+    // Valid tokens never count as failures.
+    for (let i = 0; i < 10; i++) assert.equal((await from("198.51.100.1", { token: ADMIN })).status, 200);
+    // The refusals are audited like any mutating call.
+    assert.equal(
+      (await call("POST", "/v1/tokens", { app: lapp, remote: mallory, token: "nope", json: {} })).status,
+      429,
+    );
+    assert.ok(
+      limited.audited.some(
+        (a) => a.status === 429 && a.result === "rate_limited" && a.action === "POST /v1/tokens",
+      ),
+    );
+    // The unix socket (no authentication) is never limited.
+    const local = createApp(limited.services);
+    assert.equal((await call("GET", "/v1/sandboxes", { app: local, remote: mallory })).status, 200);
   } finally {
     await limited.cleanup();
   }

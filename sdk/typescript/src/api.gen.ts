@@ -702,6 +702,7 @@ export interface components {
                 hash: string;
                 dir: string;
                 kernelVersion: string;
+                content?: string;
             };
             qemu: {
                 binary: string;
@@ -1230,7 +1231,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1279,7 +1280,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1321,7 +1322,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1379,7 +1380,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1437,7 +1438,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1508,7 +1509,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1569,7 +1570,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1618,7 +1619,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1662,6 +1663,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Snapshot"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["SnapshotProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -1682,7 +1685,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1734,7 +1737,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1789,7 +1792,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1841,7 +1844,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1906,7 +1909,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -1958,7 +1961,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2020,7 +2023,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2067,6 +2070,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Pushed"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["TransferProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -2096,7 +2101,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2140,6 +2145,8 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Pulled"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["TransferProgressEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -2169,7 +2176,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2218,7 +2225,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2280,7 +2287,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2332,7 +2339,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2384,7 +2391,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2436,7 +2443,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2488,7 +2495,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2553,7 +2560,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2618,7 +2625,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2672,7 +2679,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2737,7 +2744,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2811,7 +2818,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2876,7 +2883,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2942,7 +2949,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -2994,7 +3001,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3061,7 +3068,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3130,7 +3137,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3195,7 +3202,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3251,7 +3258,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3320,7 +3327,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3375,7 +3382,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3429,7 +3436,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3483,7 +3490,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3548,7 +3555,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */
@@ -3613,7 +3620,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description rate_limited: too many requests, or too many in flight, for this caller */
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again */

@@ -111,7 +111,17 @@ export function buildOpenApi(version: string): Json {
       const headers = b.kind === "bytes" && b.headers ? b.headers : undefined;
       responses[status] = {
         description: r.summary,
-        content: content(b),
+        content: {
+          ...content(b),
+          ...(r.streamed
+            ? {
+                "application/x-ndjson": {
+                  schema: schemaOf(r.streamed),
+                  description: "With ?stream=1: one JSON object (this schema) per line",
+                },
+              }
+            : {}),
+        },
         ...(headers
           ? {
               headers: Object.fromEntries(
@@ -130,11 +140,14 @@ export function buildOpenApi(version: string): Json {
     if (r.admin) responses["403"] = error("forbidden: a tenant token on an admin-only route");
     if (r.body)
       responses["413"] = error(`payload_too_large: the body is over its bound (${r.limit ?? "json"})`);
-    responses["429"] = error("rate_limited: too many requests, or too many in flight, for this caller", {
-      headers: {
-        "retry-after": { description: "Seconds to wait before trying again", schema: { type: "integer" } },
+    responses["429"] = error(
+      "rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address",
+      {
+        headers: {
+          "retry-after": { description: "Seconds to wait before trying again", schema: { type: "integer" } },
+        },
       },
-    });
+    );
     responses.default = error("Error (see the code in the body)");
     const op: Json = {
       operationId: r.operationId,

@@ -36,6 +36,8 @@ export interface RouteSpec {
   query?: z.ZodObject;
   body?: Body;
   responses: Partial<Record<200 | 201 | 202, Body>>;
+  /** With ?stream=1 the success reply is instead NDJSON lines of this event. */
+  streamed?: z.ZodType;
 }
 
 const json = (schema: z.ZodType): Body => ({ kind: "json", schema });
@@ -128,6 +130,7 @@ export const ROUTES: RouteSpec[] = [
     heavy: true,
     limit: "code",
     responses: { 201: json(S.Snapshot) },
+    streamed: S.SnapshotProgressEvent,
   },
   {
     operationId: "getSnapshot",
@@ -190,6 +193,7 @@ export const ROUTES: RouteSpec[] = [
     query: z.object({ stream: z.enum(["0", "1"]).optional() }),
     body: json(S.Push),
     responses: { 200: json(S.Pushed) },
+    streamed: S.TransferProgressEvent,
   },
   {
     operationId: "pullSnapshot",
@@ -205,6 +209,7 @@ export const ROUTES: RouteSpec[] = [
     query: z.object({ stream: z.enum(["0", "1"]).optional() }),
     body: json(S.Pull),
     responses: { 201: json(S.Pulled) },
+    streamed: S.TransferProgressEvent,
   },
   {
     operationId: "deleteSnapshot",

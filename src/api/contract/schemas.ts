@@ -182,7 +182,12 @@ export const Snapshot = named(
       accel: z.enum(["kvm", "tcg"]),
       cpu: z.string(),
     }),
-    image: z.object({ hash: z.string(), dir: z.string(), kernelVersion: z.string() }),
+    image: z.object({
+      hash: z.string(),
+      dir: z.string(),
+      kernelVersion: z.string(),
+      content: z.string().optional(),
+    }),
     qemu: z.object({ binary: z.string(), version: z.string() }),
     warm: z.string().nullable(),
     warmEval: z.string().nullable(),

@@ -5,8 +5,8 @@ import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
 import { compactSnapshot, deleteSnapshot } from "../../snapshot/chain.js";
-import { packSnapshot, unpackSnapshot } from "../../snapshot/pack.js";
-import { join } from "node:path";
+import { packSnapshot } from "../../snapshot/pack.js";
+import { unpackSnapshot } from "../../snapshot/unpack.js";
 import { Readable } from "node:stream";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
@@ -129,7 +129,8 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const r = await unpackSnapshot(
       {
         store: s.store,
-        imagesDir: join(s.info.cacheDir, "images"),
+        cacheDir: s.info.cacheDir,
+        maxBytes: s.transfer.unpackMaxBytes ?? null,
         accel: s.info.accel.accel,
         owner: c.get("caller").tenant,
         crash: s.snapshotDeps.crash,
@@ -159,7 +160,8 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, Pull);
     const deps = {
       ...s.transfer,
-      imagesDir: join(s.info.cacheDir, "images"),
+      cacheDir: s.info.cacheDir,
+      maxBytes: s.transfer.unpackMaxBytes ?? null,
       accel: s.info.accel.accel,
       owner: c.get("caller").tenant,
     };
