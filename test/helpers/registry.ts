@@ -5,8 +5,8 @@
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { open, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { join } from "node:path";
+import { freePort } from "./port.js";
 
 export const REGISTRY_BIN = "/usr/bin/docker-registry";
 
@@ -17,14 +17,6 @@ export interface TestRegistry {
   storage: string;
   blobPath(digest: string): string;
   stop(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", () => r()));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 export async function startRegistry(dir: string): Promise<TestRegistry> {

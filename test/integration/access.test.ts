@@ -14,8 +14,6 @@ import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { createServer } from "node:net";
-import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -28,6 +26,7 @@ import { contractValidator } from "../helpers/contract.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { count, parseMetrics, value } from "../helpers/prometheus.js";
+import { freePort } from "../helpers/port.js";
 import { steps } from "../helpers/steps.js";
 
 const run = promisify(execFile);
@@ -71,14 +70,6 @@ async function call<T = Record<string, unknown>>(
   (await contractValidator()).check(method, path, status, parsed);
   if (method !== "GET") expected.push([who, `${method} ${action}`, status]);
   return { status, body: parsed, ...(parsed.error ? { error: parsed.error } : {}) };
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 async function scrape(token = ADMIN): Promise<string> {

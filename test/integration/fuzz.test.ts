@@ -26,8 +26,6 @@
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
-import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
@@ -50,6 +48,7 @@ import type { Listing } from "../helpers/host-files.js";
 import { rng } from "../helpers/rng.js";
 import type { Rng } from "../helpers/rng.js";
 import { steps } from "../helpers/steps.js";
+import { freePort } from "../helpers/port.js";
 
 const SEED = Number(process.env.FORKD_FUZZ_SEED ?? 1701);
 const COUNT = Number(process.env.FORKD_FUZZ_REQUESTS ?? 1500);
@@ -141,14 +140,6 @@ after(async () => {
   await d?.destroy(failed());
   await rm(privateTmp, { recursive: true, force: true });
 });
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 const tcp = (token?: string): Endpoint => ({ url: tcpBase, ...(token ? { token } : {}) });
 

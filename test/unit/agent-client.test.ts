@@ -4,51 +4,28 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
-import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import type { Socket } from "node:net";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { AgentClient } from "../../src/agent/client.js";
+import type { AgentClient } from "../../src/agent/client.js";
 import { withStartExplained } from "../../src/agent/exec-start.js";
-import { REPO_DIR } from "../../src/host/paths.js";
 import { ForkdError } from "../../src/util/errors.js";
+import { startHostAgent } from "../helpers/agent.js";
+import type { HostAgent } from "../helpers/agent.js";
 
-let proc: ChildProcess;
+let host: HostAgent;
 let agent: AgentClient;
 let dir: string;
 
 before(async () => {
-  const bin = join(REPO_DIR, "guest/agent/forkd-agent");
-  if (!existsSync(bin)) execFileSync("make", ["-s", "-C", join(REPO_DIR, "guest/agent")]);
-  dir = await mkdtemp(join(tmpdir(), "forkd-agent-"));
-  proc = spawn(
-    bin,
-    [
-      "--fd",
-      "3",
-      "--no-init",
-      "--python",
-      "/usr/bin/python3",
-      "--evalsrv",
-      join(REPO_DIR, "guest/evalsrv/forkd_eval.py"),
-    ],
-    { stdio: ["ignore", "inherit", "inherit", "pipe"] },
-  );
-  agent = AgentClient.fromSocket(proc.stdio[3] as Socket, "agent-under-test");
-  for (let i = 0; i < 100; i++) {
-    if ((await agent.ping()).evalReady) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  host = await startHostAgent({ python: true, stdio: "inherit" });
+  agent = host.agent;
+  dir = host.dir;
 });
 
 after(async () => {
-  agent.close();
-  proc.kill("SIGKILL");
-  await rm(dir, { recursive: true, force: true });
+  await host.close();
 });
 
 const collect = async (

@@ -5,39 +5,28 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
-import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import type { Socket } from "node:net";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { AgentClient } from "../../src/agent/client.js";
+import type { AgentClient } from "../../src/agent/client.js";
 import { CHUNK } from "../../src/agent/codec.js";
 import { WINDOW } from "../../src/agent/flow.js";
-import { REPO_DIR } from "../../src/host/paths.js";
 import { ForkdError } from "../../src/util/errors.js";
+import { startHostAgent } from "../helpers/agent.js";
+import type { HostAgent } from "../helpers/agent.js";
 
-let proc: ChildProcess;
+let host: HostAgent;
 let agent: AgentClient;
 let dir: string;
 
 before(async () => {
-  const bin = join(REPO_DIR, "guest/agent/forkd-agent");
-  if (!existsSync(bin)) execFileSync("make", ["-s", "-C", join(REPO_DIR, "guest/agent")]);
-  dir = await mkdtemp(join(tmpdir(), "forkd-flow-"));
-  proc = spawn(bin, ["--fd", "3", "--no-init", "--python", "/nonexistent"], {
-    stdio: ["ignore", "ignore", "ignore", "pipe"],
-  });
-  agent = AgentClient.fromSocket(proc.stdio[3] as Socket, "agent-under-test");
-  await agent.ping();
+  host = await startHostAgent({});
+  agent = host.agent;
+  dir = host.dir;
 });
 
 after(async () => {
-  agent.close();
-  proc.kill("SIGKILL");
-  await rm(dir, { recursive: true, force: true });
+  await host.close();
 });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
