@@ -107,7 +107,7 @@ const MAX_STREAMS = 1024;
 /** A guest that has not answered EXEC with STARTED (or ERROR) by then is not going to. */
 const STARTED_TIMEOUT_MS = 30_000;
 /** Past an exec's own timeout, the guest has this long to report it. */
-const EXEC_GRACE_MS = 10_000;
+export const EXEC_GRACE_MS = 10_000;
 /** An unpaced stream (an old agent) holding more than this pauses the whole connection. */
 const HOLD_CAP = 4 * WINDOW;
 /** Reconnections after garbage from the guest allowed within RESYNC_WINDOW_MS. */

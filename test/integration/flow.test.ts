@@ -15,6 +15,7 @@ import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
 import type { SandboxView } from "../../src/sandbox/sandbox.js";
+import { EXEC_GRACE_MS } from "../../src/agent/client.js";
 
 let d: TestDaemon;
 const { step, failed } = steps();
@@ -243,9 +244,13 @@ step("a fork bomb's exec ends at its timeout_ms with timed_out, not at the host'
       { cmd: "bomb(){ bomb | bomb & }; bomb; sleep 60", timeout_ms: timeoutMs },
       60_000,
     );
+    // The guest's own timeout answered (the backstop would have failed the call instead), and
+    // inside the backstop's grace. How late within it depends on how much of the emulated CPU
+    // the agent gets under the bomb (0.2-3.7 s seen under TCG): not a time this test gates on.
     assert.equal(r.timed_out, true);
     const late = r.duration_ms - timeoutMs;
-    assert.ok(late < 2_500, `round ${round}: ended ${late} ms after its timeout`);
+    console.log(`# fork bomb round ${round}: answered ${late} ms after its timeout`);
+    assert.ok(late < EXEC_GRACE_MS, `round ${round}: ended ${late} ms after its timeout`);
     assert.equal((await sh(c.id, "echo alive")).stdout, "alive\n");
   }
 });
