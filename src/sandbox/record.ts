@@ -5,6 +5,8 @@
  * directory, since recovery and kill act on them.
  */
 import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { writeJsonAtomic } from "../util/atomic.js";
 import { z } from "zod";
 import { SnapshotMetaSchema } from "../snapshot/meta.js";
 import { errorMessage } from "../util/errors.js";
@@ -88,11 +90,18 @@ function pathsOf(r: SandboxRecord): string[] {
   ];
 }
 
+/** Where a sandbox's record lives in its directory. */
+const recordFile = (dir: string): string => join(dir, "sandbox.json");
+
+/** Writes `<dir>/sandbox.json` atomically (write, fsync, rename), readable by the daemon only. */
+export const saveRecord = (dir: string, record: SandboxRecord): Promise<void> =>
+  writeJsonAtomic(recordFile(dir), record, 0o600);
+
 /** Reads and checks `<dir>/sandbox.json` for sandbox `id`. */
 export async function loadRecord(dir: string, id: string): Promise<LoadedRecord> {
   let raw: string;
   try {
-    raw = await readFile(`${dir}/sandbox.json`, "utf8");
+    raw = await readFile(recordFile(dir), "utf8");
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "ENOENT") return { kind: "missing" };
     return { kind: "corrupt", reason: `unreadable: ${errorMessage(e)}` };

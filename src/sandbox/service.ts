@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 import { AgentClient } from "../agent/client.js";
 import { cloneOverlay } from "../disk/overlay.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
-import { fsyncDir, writeFileAtomic, writeJsonAtomic } from "../util/atomic.js";
+import { fsyncDir, writeFileAtomic } from "../util/atomic.js";
 import { NO_CRASH } from "../util/crash.js";
 import type { CrashPoint } from "../util/crash.js";
 import { Quarantine } from "../util/quarantine.js";
@@ -28,7 +28,7 @@ import type { Egress, NetworkSpec } from "../net/policy.js";
 import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
 import { endsAt, expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
-import { loadRecord } from "./record.js";
+import { loadRecord, saveRecord } from "./record.js";
 import {
   buildMemory,
   FANOUT_PREFIX,
@@ -437,7 +437,7 @@ export class SandboxService {
       );
     if (await change(net, rec, s.vm)) {
       s.record = { ...s.record, network: net.record() };
-      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      await saveRecord(s.dir, s.record);
     }
     return viewOf(s);
   }
@@ -447,7 +447,7 @@ export class SandboxService {
     const s = this.running(id);
     s.record = { ...s.record, timeoutMs };
     s.lastUsed = Date.now();
-    await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+    await saveRecord(s.dir, s.record);
     return viewOf(s);
   }
 
@@ -650,7 +650,7 @@ export class SandboxService {
       };
       await fanout.journaled;
       this.crash("fork:before-record");
-      await writeJsonAtomic(join(p.dir, "sandbox.json"), record, 0o600);
+      await saveRecord(p.dir, record);
       const s = this.register(record, p.dir, p.vm, p.agent, net);
       try {
         await this.armDiskLimit(s);
@@ -826,7 +826,7 @@ export class SandboxService {
       };
       // Written ahead, before the VMM stops: the saved state is never only in this process.
       s.record = { ...s.record, paused: image };
-      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      await saveRecord(s.dir, s.record);
       this.crash("pause:recorded");
       // Detached from here: its VMM quitting is not an exit (onExit only acts on the current vm).
       const plain: Sandbox = s;
@@ -845,7 +845,7 @@ export class SandboxService {
       this.crash("pause:before-record");
       // Its slot is given back; the network it asked for (and its host ports) comes back on resume.
       s.record = pausedRecord(s.record, image);
-      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      await saveRecord(s.dir, s.record);
       s.state = "paused";
       // The previous paused image (if it was resumed from one) is no longer mapped by any VMM;
       // a branch still being finished may read it, so it goes once those settle.
@@ -868,7 +868,7 @@ export class SandboxService {
         await rm(dir, { recursive: true, force: true });
         if (s.record !== before) {
           s.record = before;
-          await writeJsonAtomic(join(s.dir, "sandbox.json"), before, 0o600).catch((w: unknown) =>
+          await saveRecord(s.dir, before).catch((w: unknown) =>
             this.o.log.warn("pause: record not restored", { id, error: errorMessage(w) }),
           );
         }
@@ -936,7 +936,7 @@ export class SandboxService {
         network: (net as Attachment).record(),
       });
       s.record = record();
-      await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+      await saveRecord(s.dir, s.record);
       this.crash("resume:recorded");
       await vm.resume();
       // Same identity; the clock has moved on (and the RNG is reseeded) while it was paused.
@@ -949,7 +949,7 @@ export class SandboxService {
       const started = record();
       if (JSON.stringify(started.network) !== JSON.stringify(s.record.network)) {
         s.record = started;
-        await writeJsonAtomic(join(s.dir, "sandbox.json"), s.record, 0o600);
+        await saveRecord(s.dir, s.record);
       }
       s.vm = vm;
       s.agent = agent;
@@ -974,7 +974,7 @@ export class SandboxService {
         await net?.release();
         if (s.record !== before) {
           s.record = before;
-          await writeJsonAtomic(join(s.dir, "sandbox.json"), before, 0o600).catch((w: unknown) =>
+          await saveRecord(s.dir, before).catch((w: unknown) =>
             this.o.log.warn("resume: record not restored", { id, error: errorMessage(w) }),
           );
         }
@@ -1098,7 +1098,7 @@ export class SandboxService {
         return null;
       });
       if (s) {
-        await writeJsonAtomic(join(dir, "sandbox.json"), running, 0o600);
+        await saveRecord(dir, running);
         await rm(dirname(record.paused.memory), { recursive: true, force: true });
         this.o.log.info("recover: a pause cut short was undone; the sandbox runs", { id });
         return;
@@ -1106,18 +1106,18 @@ export class SandboxService {
       await this.strays.kill([`${dir}/`], "the VMM of a pause cut short", procs);
       const old = record.memoryFile;
       record = await finishPause(this.o.memsnap, record);
-      await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
+      await saveRecord(dir, record);
       dirty = false;
       if (old && old !== record.paused?.memory) await rm(dirname(old), { recursive: true, force: true });
     }
     if (record.paused) {
       // Nothing may run from its files: a resume cut short left a VMM whose guest never ran.
       await this.strays.kill([`${dir}/`], "the VMM of a resume cut short", procs);
-      if (dirty) await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
+      if (dirty) await saveRecord(dir, record);
       this.register(record, dir, null, null, null).state = "paused";
     } else {
       await this.adoptRunning(dir, record);
-      if (dirty) await writeJsonAtomic(join(dir, "sandbox.json"), record, 0o600);
+      if (dirty) await saveRecord(dir, record);
     }
     for (const stray of await strayImages(dir, record)) await rm(stray, { recursive: true, force: true });
   }
