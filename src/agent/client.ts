@@ -401,30 +401,9 @@ export class AgentClient extends EventEmitter {
    */
   private async drain(): Promise<void> {
     if (this.closedError) return;
-    if (this.pending) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          this.off("resynced", done);
-          this.off("close", done);
-          resolve();
-        };
-        this.on("resynced", done);
-        this.on("close", done);
-      });
-      return;
-    }
+    if (this.pending) return firstOf(this, "resynced", "close");
     const s = this.socket;
-    if (s?.writableNeedDrain) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          s.off("drain", done);
-          s.off("close", done);
-          resolve();
-        };
-        s.on("drain", done);
-        s.on("close", done);
-      });
-    }
+    if (s?.writableNeedDrain) await firstOf(s, "drain", "close");
   }
 
   /** A flow for `stream` that credits the guest and keeps the connection's pause up to date. */
@@ -847,6 +826,19 @@ export class AgentClient extends EventEmitter {
     if (!json) throw new ForkdError("agent_protocol", "eval reply without JSON");
     return parseEvalJson(json);
   }
+}
+
+/** Resolves at the first of two events on `em`, then stops listening for both. */
+function firstOf(em: EventEmitter, a: string, b: string): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      em.off(a, done);
+      em.off(b, done);
+      resolve();
+    };
+    em.on(a, done);
+    em.on(b, done);
+  });
 }
 
 function toStat(f: Field[]): FileStat {
