@@ -5,7 +5,8 @@
  * HTTP server never reads, so never cancels, a body whose connection was already closed.
  *
  * The body is bounded: write() says whether the client wants more now, and drained() waits
- * until it does (or is gone), so a producer that can wait is paced by its reader.
+ * until it does (or is gone), so a producer that can wait is paced by its reader; a reader that
+ * takes nothing for `stallMs` while the producer waits is taken for gone.
  */
 import type { ServerResponse } from "node:http";
 import { Writable } from "node:stream";
@@ -37,7 +38,16 @@ export interface ReplyStreamOptions {
   outgoing?: ServerResponse | undefined;
   /** Bytes queued before write() says to wait (1 MiB). */
   highWaterMark?: number;
+  /**
+   * How long a producer may wait in drained() for a reader that takes nothing (10 min): past
+   * it the client counts as gone (its connection is cut), so a reader that stopped for good
+   * does not hold its work, and the sandbox it leases, forever.
+   */
+  stallMs?: number;
 }
+
+/** A reader that took nothing for this long while the producer waited has hung up. */
+export const REPLY_STALL_MS = 10 * 60_000;
 
 /** The error a writer into a reply sees once its client is gone. */
 export const clientGone = (): ForkdError => new ForkdError("unavailable", "the client went away");
@@ -57,7 +67,10 @@ export function replyStream(
   let state: "open" | "ended" | "gone" = "open";
   let hangups: (() => void)[] = [];
   let waiters: (() => void)[] = [];
+  let stall: NodeJS.Timeout | null = null;
   const wake = () => {
+    if (stall) clearTimeout(stall);
+    stall = null;
     const w = waiters;
     waiters = [];
     for (const f of w) f();
@@ -115,6 +128,11 @@ export function replyStream(
     },
     drained() {
       if (state !== "open" || wants()) return Promise.resolve();
+      stall ??= setTimeout(() => {
+        stall = null;
+        hangup("closed");
+        opts.outgoing?.destroy();
+      }, opts.stallMs ?? REPLY_STALL_MS);
       return new Promise((resolve) => waiters.push(resolve));
     },
     end() {

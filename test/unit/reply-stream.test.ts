@@ -160,6 +160,43 @@ test("paced by the reader: write says when to wait, drained resolves on demand",
   reader.releaseLock();
 });
 
+test("a reader that takes nothing while the producer waits is taken for gone after stallMs", async () => {
+  const out = fakeOutgoing();
+  let destroyed = false;
+  (out as unknown as { destroy(): void }).destroy = () => (destroyed = true);
+  const { sink, body, hangups } = opened({ highWaterMark: 4, stallMs: 50, outgoing: out });
+  assert.equal(sink.write(bytes("1234")), false);
+  // It resolves only through the stall (nobody reads); without the bound it would never.
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    sink.drained(),
+    new Promise(
+      (_, reject) => (timer = setTimeout(() => reject(new Error("drained() never resolved")), 5_000)),
+    ),
+  ]);
+  clearTimeout(timer);
+  assert.equal(sink.gone, true);
+  assert.equal(hangups(), 1);
+  assert.equal(destroyed, true, "its connection is cut");
+  await assert.rejects(body.getReader().read());
+});
+
+test("a reader that keeps reading is never taken for gone, however slowly it reads", async () => {
+  const { sink, body, hangups } = opened({ highWaterMark: 4, stallMs: 80 });
+  const reader = body.getReader();
+  for (let i = 0; i < 5; i++) {
+    if (!sink.write(bytes("1234"))) {
+      const waiting = sink.drained();
+      await new Promise((r) => setTimeout(r, 40)); // each wait shorter than stallMs, all longer
+      await reader.read();
+      await waiting;
+    }
+  }
+  assert.equal(sink.gone, false);
+  assert.equal(hangups(), 0);
+  reader.releaseLock();
+});
+
 test("a pipeline into writable() is paced, completes, and is ended when the client goes", async () => {
   // Complete: every byte arrives in order and the reply ends.
   const a = opened({ highWaterMark: 1024 });
