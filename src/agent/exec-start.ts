@@ -6,7 +6,8 @@
  */
 import { ForkdError } from "../util/errors.js";
 import { errnoName } from "./errno.js";
-import type { AgentClient, ExecHandle, ExecRequest } from "./client.js";
+import type { AgentClient } from "./client.js";
+import type { ExecHandle, ExecRequest } from "./exec.js";
 
 /** Errnos of chdir that a bad `cwd` gives (ENOENT, EACCES, ENOTDIR, ELOOP, ENAMETOOLONG). */
 const CHDIR_ERRNOS = new Set([2, 13, 20, 40, 36]);

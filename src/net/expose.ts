@@ -2,7 +2,7 @@
  * Exposed guest ports: a TCP listener on the host (FORKD_EXPOSE_ADDR, default 127.0.0.1) per
  * port, relaying each connection to the guest through its slot (the slot's address, where the
  * namespace's rules pass it on to the guest). User-mode children outside a slot use QEMU's own
- * hostfwd instead (./plan.ts); this is for those in a slot.
+ * hostfwd instead (./attachments/user.ts); this is for those in a slot.
  */
 import { createServer, connect } from "node:net";
 import type { Server, Socket } from "node:net";

@@ -1,0 +1,87 @@
+/**
+ * EVAL: a cell run by the guest's warm Python interpreter (guest/evalsrv), and the validation of
+ * the JSON it answers with (it comes from the guest).
+ */
+import { ForkdError } from "../util/errors.js";
+import { Msg, Tag, field } from "./codec.js";
+import { DEFAULT_TIMEOUT_MS } from "./connection.js";
+import type { AgentConnection } from "./connection.js";
+
+/** One rich output: MIME type to data (text, or base64 for images; JSON for application/json). */
+export type MimeBundle = Record<string, unknown>;
+
+export interface EvalResult {
+  ok: boolean;
+  value: string | null;
+  /** Rich forms of the value (text/html, image/png, ...), if it has any. */
+  value_data: MimeBundle | null;
+  /** display()ed objects and figures the cell left open, in order. */
+  display: MimeBundle[];
+  stdout: string;
+  stderr: string;
+  error: { name: string; value: string; traceback: string } | null;
+}
+
+/** The guest interrupts the cell at its timeout; it has this long more to answer. */
+const EVAL_GRACE_MS = 5_000;
+
+export async function evalCode(
+  conn: AgentConnection,
+  code: string,
+  timeoutMs = DEFAULT_TIMEOUT_MS,
+): Promise<EvalResult> {
+  const f = await conn.request(
+    Msg.EVAL,
+    [
+      [Tag.CODE, code],
+      [Tag.TIMEOUT_MS, timeoutMs],
+    ],
+    timeoutMs + EVAL_GRACE_MS,
+  );
+  const json = field(f, Tag.JSON);
+  if (!json) throw new ForkdError("agent_protocol", "eval reply without JSON");
+  return parseEvalJson(json);
+}
+
+const MIME_RE = /^[a-z]+\/[A-Za-z0-9.+-]{1,100}$/;
+
+/** A guest-sent MIME bundle, keeping only well-formed entries (strings; any JSON for JSON types). */
+function mimeBundle(v: unknown): MimeBundle | null {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
+  const out: MimeBundle = {};
+  for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+    if (!MIME_RE.test(k)) continue;
+    if (typeof x === "string" || k.endsWith("json")) out[k] = x;
+  }
+  return Object.keys(out).length > 0 ? out : null;
+}
+
+/** Validates the interpreter's JSON: it comes from the guest. */
+export function parseEvalJson(buf: Buffer): EvalResult {
+  let v: unknown;
+  try {
+    v = JSON.parse(buf.toString("utf8"));
+  } catch {
+    throw new ForkdError("agent_protocol", "eval reply is not JSON");
+  }
+  const o = v as Record<string, unknown>;
+  const str = (x: unknown) => (typeof x === "string" ? x : "");
+  if (typeof o !== "object" || o === null || typeof o.ok !== "boolean") {
+    throw new ForkdError("agent_protocol", "eval reply has the wrong shape");
+  }
+  const err = o.error as Record<string, unknown> | null | undefined;
+  return {
+    ok: o.ok,
+    value: typeof o.value === "string" ? o.value : null,
+    value_data: mimeBundle(o.value_data),
+    display: Array.isArray(o.display)
+      ? o.display.map(mimeBundle).filter((b): b is MimeBundle => b !== null)
+      : [],
+    stdout: str(o.stdout),
+    stderr: str(o.stderr),
+    error:
+      err && typeof err === "object"
+        ? { name: str(err.name), value: str(err.value), traceback: str(err.traceback) }
+        : null,
+  };
+}

@@ -1,0 +1,178 @@
+/**
+ * EXEC: a command in the guest, its output streams (paced by their consumers, flow.ts), its
+ * stdin and signals, and the deadlines the host keeps on a guest that does not answer.
+ */
+import { ForkdError, errorMessage } from "../util/errors.js";
+import { PausableTimer } from "../util/pausable-timer.js";
+import { CHUNK, Msg, Tag, field, intField } from "./codec.js";
+import type { FieldInput, Frame } from "./codec.js";
+import type { AgentConnection } from "./connection.js";
+import { WINDOW, isThenable } from "./flow.js";
+import type { Consumed } from "./flow.js";
+import { guestError } from "./guest-error.js";
+
+export interface ExecRequest {
+  /** argv, or a shell string run with /bin/sh -c. */
+  argv?: string[];
+  shell?: string;
+  env?: Record<string, string>;
+  cwd?: string;
+  timeoutMs?: number;
+  /** Keep stdin open for writeStdin(); otherwise it is /dev/null. */
+  stdin?: boolean;
+  /** How long the guest has to answer STARTED (default 30 s). */
+  startTimeoutMs?: number;
+}
+
+export interface ExecResult {
+  exitCode: number | null;
+  signal: number | null;
+  timedOut: boolean;
+}
+
+/**
+ * Output handlers. A handler that returns a promise paces the stream: its bytes count as held
+ * until the promise settles, and the guest stops sending once a window's worth is held.
+ * A consumer's exception is its own: it does not break the connection.
+ */
+export interface ExecHandlers {
+  onStdout?: (chunk: Buffer) => Consumed;
+  onStderr?: (chunk: Buffer) => Consumed;
+}
+
+export interface ExecHandle {
+  readonly started: Promise<{ pid: number }>;
+  readonly result: Promise<ExecResult>;
+  writeStdin(data: Uint8Array): void;
+  closeStdin(): void;
+  signal(sig: number): void;
+}
+
+/** A guest that has not answered EXEC with STARTED (or ERROR) by then is not going to. */
+const STARTED_TIMEOUT_MS = 30_000;
+/** Past an exec's own timeout, the guest has this long to report it. */
+export const EXEC_GRACE_MS = 10_000;
+
+/** Calls a consumer's handler; its exception is its own (the bytes count as consumed). */
+function consume(fn: ((chunk: Buffer) => Consumed) | undefined, chunk: Buffer): Consumed {
+  try {
+    const r = fn?.(chunk);
+    if (isThenable(r)) return Promise.resolve(r).catch(() => undefined);
+    return undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The EXEC request's fields. */
+function execFields(req: ExecRequest): FieldInput[] {
+  const fields: FieldInput[] = [[Tag.WINDOW, WINDOW]];
+  if (req.shell !== undefined) fields.push([Tag.SHELL, req.shell]);
+  for (const a of req.argv ?? []) fields.push([Tag.ARG, a]);
+  for (const [k, v] of Object.entries(req.env ?? {})) fields.push([Tag.ENV, `${k}=${v}`]);
+  if (req.cwd !== undefined) fields.push([Tag.CWD, req.cwd]);
+  if (req.timeoutMs !== undefined) fields.push([Tag.TIMEOUT_MS, req.timeoutMs]);
+  if (req.stdin) fields.push([Tag.STDIN, 1]);
+  return fields;
+}
+
+/**
+ * Runs a command. Its output is paced by `handlers` (see ExecHandlers). Deadlines: STARTED
+ * within STARTED_TIMEOUT_MS; with `timeoutMs`, EXIT within it plus EXEC_GRACE_MS, not counting
+ * the time the consumer held a full window (the guest is then waiting on us).
+ */
+export function execCommand(
+  conn: AgentConnection,
+  req: ExecRequest,
+  handlers: ExecHandlers = {},
+): ExecHandle {
+  const fields = execFields(req);
+  let resolveStarted!: (v: { pid: number }) => void;
+  let rejectStarted!: (e: Error) => void;
+  const started = new Promise<{ pid: number }>((res, rej) => {
+    resolveStarted = res;
+    rejectStarted = rej;
+  });
+  started.catch(() => undefined); // observed through `result` too
+  let stream = 0;
+  const result = new Promise<ExecResult>((resolve, reject) => {
+    let backstop: PausableTimer | undefined;
+    const flow = conn.flow(
+      () => stream,
+      (f) => (f.full ? backstop?.pause() : backstop?.resume()),
+    );
+    const finish = (err: ForkdError | null, r?: ExecResult) => {
+      clearTimeout(startTimer);
+      backstop?.clear();
+      flow.end();
+      conn.end(stream);
+      if (err) {
+        rejectStarted(err);
+        reject(err);
+      } else resolve(r!);
+    };
+    const giveUp = (msg: string) => {
+      conn.abandon(stream);
+      finish(new ForkdError("timeout", msg));
+    };
+    const startMs = req.startTimeoutMs ?? STARTED_TIMEOUT_MS;
+    const startTimer = setTimeout(
+      () => giveUp(`guest did not start the command within ${startMs} ms`),
+      startMs,
+    );
+    // The guest enforces the command's timeout; ours is a backstop for a guest that never answers.
+    if (req.timeoutMs !== undefined) {
+      const ms = req.timeoutMs + EXEC_GRACE_MS;
+      backstop = new PausableTimer(ms, () => giveUp(`guest did not finish exec within ${ms} ms`));
+    }
+    const output = (f: Frame, fn: ((chunk: Buffer) => Consumed) | undefined) => {
+      const d = field(f.fields, Tag.DATA) ?? Buffer.alloc(0);
+      flow.deliver(d.length, consume(fn, d));
+    };
+    try {
+      stream = conn.open((f) => {
+        if (f instanceof ForkdError) return finish(f);
+        switch (f.type) {
+          case Msg.STARTED:
+            clearTimeout(startTimer);
+            if (intField(f.fields, Tag.WINDOW) !== undefined) flow.paced = true;
+            return resolveStarted({ pid: intField(f.fields, Tag.PID) ?? -1 });
+          case Msg.STDOUT:
+            return output(f, handlers.onStdout);
+          case Msg.STDERR:
+            return output(f, handlers.onStderr);
+          case Msg.EXIT: {
+            const code = intField(f.fields, Tag.EXIT_CODE);
+            const sig = intField(f.fields, Tag.EXIT_SIGNAL);
+            return finish(null, {
+              exitCode: code ?? null,
+              signal: sig ?? null,
+              timedOut: intField(f.fields, Tag.TIMED_OUT) === 1,
+            });
+          }
+          case Msg.ERROR:
+            return finish(guestError(f.fields));
+          default:
+            throw new ForkdError("agent_protocol", `unexpected frame 0x${f.type.toString(16)} in exec`);
+        }
+      }, flow);
+      conn.send(Msg.EXEC, stream, fields);
+    } catch (e) {
+      finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));
+    }
+  });
+  const sendOnStream = (type: number, fields: FieldInput[]) => {
+    if (conn.isOpen(stream)) conn.send(type, stream, fields);
+  };
+  return {
+    started,
+    result,
+    writeStdin: (data) => {
+      for (let off = 0; off < data.length; off += CHUNK) {
+        sendOnStream(Msg.STDIN, [[Tag.DATA, data.subarray(off, off + CHUNK)]]);
+      }
+    },
+    closeStdin: () => sendOnStream(Msg.STDIN, []),
+    signal: (sig) => sendOnStream(Msg.SIGNAL, [[Tag.SIGNAL, sig]]),
+  };
+}
