@@ -8,7 +8,8 @@ import type { AccelChoice } from "../host/accel.js";
 import type { SnapshotDeps } from "../snapshot/create.js";
 import type { SnapshotStore } from "../snapshot/store.js";
 import type { TransferDeps } from "../snapshot/push.js";
-import type { Logger, SandboxService } from "../sandbox/service.js";
+import type { Logger } from "../util/log.js";
+import type { SandboxService } from "../sandbox/service.js";
 
 /** Bounds on request bodies, in bytes (see docs/operations.md, "Limits"). */
 export interface BodyLimits {

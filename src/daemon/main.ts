@@ -185,8 +185,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     sharing: new SharingProbe(() =>
       sandboxes
         .list()
-        .filter((v) => v.state === "running")
-        .map((v) => v.pid),
+        .filter((sb) => sb.state === "running")
+        .map((sb) => sb.record.pid),
     ),
     audit: () => audit.stats,
   });

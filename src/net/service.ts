@@ -21,7 +21,7 @@ import type { NetCapabilities } from "./capability.js";
 import { freePort, PortRelay } from "./expose.js";
 import { GUEST_NET, sameGuestNet } from "./guest.js";
 import type { GuestNet } from "./guest.js";
-import { cidrContains, egressView, parseCidr, parseIpv4 } from "./policy.js";
+import { cidrContains, parseCidr, parseIpv4 } from "./policy.js";
 import type { Egress, NetMode, NetworkSpec } from "./policy.js";
 import { orphanInstances, recordOwner } from "./owners.js";
 import { SlotPool, teardownInstance } from "./pool.js";
@@ -41,14 +41,6 @@ export interface NetworkRecord {
   slot: number | null;
   /** Exposed guest port → "host:port" where it answers, while the sandbox runs. */
   ports: Record<string, string>;
-}
-
-/** How the API shows a sandbox's network. */
-export interface NetworkView {
-  mode: NetMode;
-  guest_ip: string | null;
-  egress: ReturnType<typeof egressView> | null;
-  ports: Array<{ port: number; host: string }>;
 }
 
 /** One running child's network, from attach() (or adopt()) to release(). */
@@ -111,18 +103,6 @@ export interface NetworkServiceOptions {
   /** Where instances' owner markers live (./owners.ts; tests). */
   ownersDir?: string;
 }
-
-export const recordView = (r: NetworkRecord | undefined): NetworkView =>
-  r
-    ? {
-        mode: r.mode,
-        guest_ip: r.guestIp,
-        egress: r.mode === "none" ? null : egressView(r.egress),
-        ports: Object.entries(r.ports)
-          .map(([port, host]) => ({ port: Number(port), host }))
-          .sort((a, b) => a.port - b.port),
-      }
-    : { mode: "none", guest_ip: null, egress: null, ports: [] };
 
 const NONE_ATTACHMENT: Attachment = {
   backend: { kind: "none" },
