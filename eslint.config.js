@@ -2,6 +2,19 @@
 import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
+const CHILD_ENV = {
+  selector:
+    "CallExpression[callee.name=/^(spawn|spawnSync|execFile|execFileSync|exec|execSync|fork)$/]:not(:has(Property[key.name='env']))",
+  message: "pass an explicit `env` (childEnv(...) from src/util/proc.ts) to every child process",
+};
+const NO_MODULE_LET = [
+  "Program > VariableDeclaration",
+  "Program > ExportNamedDeclaration > VariableDeclaration",
+].map((at) => ({
+  selector: `${at}[kind=/^(let|var)$/]`,
+  message: "no module-level mutable state: keep it in the object that owns it",
+}));
+
 export default tseslint.config(
   { ignores: ["**/dist/", "node_modules/", "guest/", "sdk/python/", "**/*.gen.ts", "**/*.js", "**/*.mjs"] },
   js.configs.recommended,
@@ -26,16 +39,15 @@ export default tseslint.config(
   {
     // A child process never inherits the daemon's environment by accident (FORKD_TOKEN, registry
     // credentials): every spawn/execFile in src/ says what its child gets (src/util/proc.ts childEnv).
+    // No module-level mutable state: a `let` or `var` at the top of a module is refused (state
+    // lives in the objects that own it and is passed in).
     files: ["src/**/*.ts"],
-    rules: {
-      "no-restricted-syntax": [
-        "error",
-        {
-          selector:
-            "CallExpression[callee.name=/^(spawn|spawnSync|execFile|execFileSync|exec|execSync|fork)$/]:not(:has(Property[key.name='env']))",
-          message: "pass an explicit `env` (childEnv(...) from src/util/proc.ts) to every child process",
-        },
-      ],
-    },
+    rules: { "no-restricted-syntax": ["error", CHILD_ENV, ...NO_MODULE_LET] },
+  },
+  {
+    // Module state still to be removed by their owners (issue 12): QEMU's saveSeq, the CLI's
+    // autostart flag.
+    files: ["src/vmm/qemu.ts", "src/cli/autostart.ts"],
+    rules: { "no-restricted-syntax": ["error", CHILD_ENV] },
   },
 );

@@ -36,7 +36,9 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
   // Public: counts only what the caller (if it sent a valid token) may see.
   app.get("/v1/health", (c) => {
     const caller = c.get("caller");
-    const sandboxes = s.sandboxes.list().filter((v) => isAdmin(caller) || v.owner === caller.tenant);
+    const sandboxes = s.sandboxes
+      .list()
+      .filter((sb) => isAdmin(caller) || (sb.record.owner ?? null) === caller.tenant);
     return c.json({
       ok: true,
       accel: s.info.accel.accel,

@@ -56,7 +56,7 @@ export function sandboxGuard(s: Services): MiddlewareHandler<ApiEnv> {
 
 /** A ready snapshot the caller may see (else not found, as if it did not exist). */
 export async function visibleSnapshot(s: Services, caller: Caller, tag: string): Promise<Snapshot> {
-  const snap = await s.store.get(tag);
+  const snap = await s.snapshots.get(tag);
   if (!canSee(caller, snap.meta.owner)) throw noSnapshot(tag);
   return snap;
 }
@@ -75,11 +75,11 @@ export async function ownedSnapshot(s: Services, caller: Caller, tag: string): P
  */
 export async function forkable(s: Services, caller: Caller, tag: string): Promise<void> {
   if (isAdmin(caller)) return; // the fork itself reports a missing or corrupt snapshot
-  if (await s.store.has(tag)) {
+  if (await s.snapshots.has(tag)) {
     await visibleSnapshot(s, caller, tag);
     return;
   }
-  const p = await s.store.pending(tag);
+  const p = await s.snapshots.pending(tag);
   if (!p || !canSee(caller, p.owner)) throw noSnapshot(tag);
 }
 

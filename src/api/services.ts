@@ -5,10 +5,10 @@ import type { RateLimiter } from "../access/rate-limit.js";
 import type { Authenticator, TokenStore } from "../access/tokens.js";
 import type { AuditRecord } from "../audit/audit-log.js";
 import type { AccelChoice } from "../host/accel.js";
-import type { SnapshotDeps } from "../snapshot/create.js";
+import type { SnapshotService } from "../snapshot/service.js";
 import type { SnapshotStore } from "../snapshot/store.js";
-import type { TransferDeps } from "../snapshot/push.js";
-import type { Logger, SandboxService } from "../sandbox/service.js";
+import type { Logger } from "../util/log.js";
+import type { SandboxService } from "../sandbox/service.js";
 
 /** Bounds on request bodies, in bytes (see docs/operations.md, "Limits"). */
 export interface BodyLimits {
@@ -54,11 +54,11 @@ export const NO_METRICS: ApiMetrics = {
 };
 
 export interface Services {
+  /** The snapshot store itself (tests seed it; routes go through `snapshots`). */
   store: SnapshotStore;
   sandboxes: SandboxService;
-  snapshotDeps: SnapshotDeps;
-  /** Push and pull: the store, the blob digest cache and the registry settings. */
-  transfer: TransferDeps;
+  /** Everything the API does with snapshots: create, pack, push, pull, delete, ... */
+  snapshots: SnapshotService;
   log: Logger;
   info: {
     version: string;

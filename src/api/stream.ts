@@ -6,7 +6,7 @@
  * The client only watches: if it hangs up, the work is not abandoned. It runs to its end, and
  * its outcome goes to the daemon's log (the work may also record it: `watcher.gone`).
  */
-import type { Logger } from "../sandbox/service.js";
+import type { Logger } from "../util/log.js";
 import { errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";

@@ -30,6 +30,7 @@ import { findQemu, qemuVersion } from "../host/qemu-binary.js";
 import { ImageBuilder } from "../image/builder.js";
 import { unpackMaxFromEnv } from "../snapshot/unpack-budget.js";
 import { SandboxService } from "../sandbox/service.js";
+import { SnapshotService } from "../snapshot/service.js";
 import { SnapshotStore } from "../snapshot/store.js";
 import { BlobCache } from "../snapshot/blobs.js";
 import { registrySettings } from "../registry/settings.js";
@@ -185,22 +186,14 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     sharing: new SharingProbe(() =>
       sandboxes
         .list()
-        .filter((v) => v.state === "running")
-        .map((v) => v.pid),
+        .filter((sb) => sb.state === "running")
+        .map((sb) => sb.record.pid),
     ),
     audit: () => audit.stats,
   });
-  const services: Services = {
+  const snapshots = new SnapshotService({
     store,
-    sandboxes,
-    log,
-    transfer: {
-      store,
-      blobs: new BlobCache(join(paths.dataDir, "registry", "blobs")),
-      registry: registrySettings(env),
-      unpackMaxBytes: unpackMaxFromEnv(env),
-    },
-    snapshotDeps: {
+    create: {
       store,
       driver,
       images: new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env }),
@@ -209,6 +202,23 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       runDir,
       crash,
     },
+    transfer: {
+      store,
+      blobs: new BlobCache(join(paths.dataDir, "registry", "blobs")),
+      registry: registrySettings(env),
+      unpackMaxBytes: unpackMaxFromEnv(env),
+    },
+    cacheDir: paths.cacheDir,
+    accel: accel.accel,
+    sandboxes,
+    log,
+    crash,
+  });
+  const services: Services = {
+    store,
+    sandboxes,
+    snapshots,
+    log,
     info: {
       version: VERSION,
       accel,

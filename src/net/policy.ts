@@ -157,20 +157,3 @@ export function parseNetwork(input: NetworkInput | undefined): NetworkSpec {
   const dns = e.mode === "deny" ? false : (e.dns ?? e.mode === "allow");
   return { mode, egress: { mode: e.mode, allow, dns }, expose: expose.sort((a, b) => a - b) };
 }
-
-/** The wire form of an egress policy (ports back to numbers and "lo-hi" strings). */
-export function egressView(e: Egress): {
-  mode: EgressMode;
-  allow: Array<{ cidr: string; ports?: Array<number | string> }>;
-  dns: boolean;
-} {
-  return {
-    mode: e.mode,
-    allow: e.allow.map((r) =>
-      r.ports
-        ? { cidr: r.cidr, ports: r.ports.map(([lo, hi]) => (lo === hi ? lo : `${lo}-${hi}`)) }
-        : { cidr: r.cidr },
-    ),
-    dns: e.dns,
-  };
-}

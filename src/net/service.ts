@@ -26,21 +26,13 @@ import type { PortRelay } from "./expose.js";
 import { GUEST_NET, sameGuestNet } from "./guest.js";
 import type { GuestNet } from "./guest.js";
 import { setUpInstance } from "./instance-setup.js";
-import { egressView, parseIpv4 } from "./policy.js";
+import { parseIpv4 } from "./policy.js";
 import type { Egress, NetMode, NetworkSpec } from "./policy.js";
 import type { PoolLog, SlotPool } from "./pool.js";
 import { slotOf } from "./slots.js";
 import type { NetInstance } from "./slots.js";
 
 export type { Attachment, HostForwarder, NetworkRecord } from "./attachments/attachment.js";
-
-/** How the API shows a sandbox's network. */
-export interface NetworkView {
-  mode: NetMode;
-  guest_ip: string | null;
-  egress: ReturnType<typeof egressView> | null;
-  ports: Array<{ port: number; host: string }>;
-}
 
 export interface NetworkServiceOptions {
   dataDir: string;
@@ -53,18 +45,6 @@ export interface NetworkServiceOptions {
   /** Where instances' owner markers live (./owners.ts; tests). */
   ownersDir?: string;
 }
-
-export const recordView = (r: NetworkRecord | undefined): NetworkView =>
-  r
-    ? {
-        mode: r.mode,
-        guest_ip: r.guestIp,
-        egress: r.mode === "none" ? null : egressView(r.egress),
-        ports: Object.entries(r.ports)
-          .map(([port, host]) => ({ port: Number(port), host }))
-          .sort((a, b) => a.port - b.port),
-      }
-    : { mode: "none", guest_ip: null, egress: null, ports: [] };
 
 export class NetworkService {
   private readonly relays = new Set<PortRelay>();

@@ -9,8 +9,7 @@
  * private pages, the frozen disk layer hard-linked in, checksums, metadata, publish. Until then
  * the tag reads `writing` (durably: see SnapshotStore.recover).
  */
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
+import { randomBytes } from "node:crypto";
 import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
@@ -19,9 +18,16 @@ import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/met
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { childEnv, run } from "../util/proc.js";
+import { assertTag, newSandboxId } from "../util/ids.js";
+import type { Logger } from "../util/log.js";
+import { run } from "../util/proc.js";
 import { nowMs, since } from "../util/time.js";
 import type { CrashPoint } from "../util/crash.js";
+import { startCapture } from "./capture.js";
+import type { CaptureStats } from "./capture.js";
+import type { SandboxContext } from "./context.js";
+import { armDiskLimit } from "./disk-limit.js";
+import { notInTransition, transit } from "./transition.js";
 import type { Sandbox } from "./sandbox.js";
 
 export interface BranchDeps {
@@ -31,10 +37,7 @@ export interface BranchDeps {
   newTopLayer?: () => Promise<void>;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
-  log: {
-    info(m: string, f?: Record<string, unknown>): void;
-    warn(m: string, f?: Record<string, unknown>): void;
-  };
+  log: Logger;
 }
 
 export interface BranchStarted {
@@ -45,7 +48,63 @@ export interface BranchStarted {
   done: Promise<Snapshot>;
 }
 
-let layerSeq = 0;
+export interface BranchResult {
+  tag: string;
+  status: "ready" | "writing";
+  pauseMs: number;
+  privateBytes: number;
+  snapshot: Snapshot | null;
+}
+
+/**
+ * BRANCH of the running sandbox `id` as `tag` (default br-<random>): one transition at a time,
+ * the sandbox counts as in use meanwhile. Returns once the source runs again; with `wait`, once
+ * the snapshot is ready too.
+ */
+export async function branch(
+  ctx: SandboxContext,
+  id: string,
+  tag: string | undefined,
+  wait: boolean,
+): Promise<BranchResult> {
+  const s = ctx.live.running(id);
+  const memsnap = ctx.memsnap;
+  if (!memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
+  notInTransition(s);
+  const name = assertTag(tag ?? `br-${newSandboxId().slice(3, 15)}`);
+  s.busy++;
+  let started;
+  try {
+    started = await transit(s, "branch", async () => {
+      const st = await branchSandbox(
+        {
+          store: ctx.store,
+          memsnap,
+          log: ctx.log,
+          // Its writes now go to a new top layer: the limit counts the frozen one too.
+          newTopLayer: () => armDiskLimit(ctx, s),
+          crash: ctx.crash,
+        },
+        s,
+        name,
+      );
+      // Counted before the transition ends: a kill() waiting on it keeps the files this reads.
+      const finishing = st.done.then(
+        () => undefined,
+        () => undefined,
+      );
+      s.finishing.add(finishing);
+      void finishing.then(() => s.finishing.delete(finishing));
+      return st;
+    });
+  } finally {
+    s.busy--;
+    s.lastUsed = Date.now();
+  }
+  const base = { tag: name, pauseMs: started.pauseMs, privateBytes: started.privateBytes };
+  if (!wait) return { ...base, status: "writing", snapshot: null };
+  return { ...base, status: "ready", snapshot: await started.done };
+}
 
 /** The memory file a sandbox's VMM maps: its snapshot's, or its own paused image once resumed. */
 export const memoryFileOf = (s: Sandbox, source: Snapshot): string =>
@@ -65,7 +124,8 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     // A branch belongs to its sandbox's tenant.
     const owner = s.record.owner ?? null;
     await store.markWriting(staging, { tag, started, source: s.record.id, owner });
-    const newTop = join(s.dir, `disk-${Date.now().toString(36)}-${++layerSeq}.qcow2`);
+    // Unique without a counter: layers made within one millisecond (a resume, a branch) differ.
+    const newTop = join(s.dir, `disk-${Date.now().toString(36)}-${randomBytes(4).toString("hex")}.qcow2`);
     const diff = join(staging, "memory.diff");
 
     // Everything that can be done before the pause is: the new top layer is created now (over
@@ -235,96 +295,4 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   await rm(join(deps.store.filesFor(a.tag).dir, "status.json"), { force: true });
   deps.log.info("branch: snapshot ready", { tag: a.tag, finish_ms: since(t0) });
   return deps.store.get(a.tag);
-}
-
-const WRITE_TIMEOUT_MS = 10 * 60_000;
-
-export interface CaptureStats {
-  pages: number;
-  bytes: number;
-  runs: number;
-  scan_ms: number;
-  copy_ms: number;
-}
-
-interface Capture {
-  /** Tells the helper the VM is paused; resolves when it has copied the pages. */
-  go(): Promise<CaptureStats>;
-  /** Resolves when the diff file is written and the helper exited cleanly. */
-  written: Promise<void>;
-  kill(): void;
-}
-
-/** Starts forkd-memsnap capture and waits until it is ready (its buffer faulted in). */
-export async function startCapture(
-  memsnap: string,
-  pid: number,
-  memfile: string,
-  diff: string,
-): Promise<Capture> {
-  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], {
-    stdio: ["pipe", "pipe", "pipe"],
-    env: childEnv(),
-  });
-  let stderr = "";
-  child.stderr.on("data", (c: Buffer) => {
-    if (stderr.length < 4096) stderr += c.toString("utf8");
-  });
-  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
-  const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
-  const failure = async (what: string) => {
-    // Give it a moment to exit, so its own words are in stderr.
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 1000))]);
-    return new ForkdError("vmm_error", `memory capture ${what} failed: ${stderr.trim() || "no output"}`);
-  };
-  const nextJson = async <T>(what: string, timeoutMs: number): Promise<T> => {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new ForkdError("timeout", `memory capture ${what}: no answer`)),
-        timeoutMs,
-      );
-    });
-    try {
-      const r = await Promise.race([lines.next(), timeout]);
-      if (r.done) throw await failure(what);
-      return JSON.parse(r.value) as T;
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-  const kill = () => {
-    if (child.exitCode === null) child.kill("SIGKILL");
-  };
-  try {
-    await nextJson<{ ready: boolean }>("start", 60_000);
-  } catch (e) {
-    kill();
-    throw e;
-  }
-  const written = (async () => {
-    // Writing the diff is bounded by the disk; a helper stuck longer than this is killed, so a
-    // branch never stays `writing` (and a pause never hangs) forever.
-    let timer: NodeJS.Timeout | undefined;
-    const code = await Promise.race([
-      exited,
-      new Promise<"timeout">((r) => {
-        timer = setTimeout(() => r("timeout"), WRITE_TIMEOUT_MS);
-      }),
-    ]).finally(() => clearTimeout(timer));
-    if (code === "timeout") {
-      kill();
-      throw new ForkdError("timeout", `memory capture did not finish writing within ${WRITE_TIMEOUT_MS} ms`);
-    }
-    if (code !== 0) throw await failure("write");
-  })();
-  written.catch(() => undefined); // awaited by the caller on success; a killed helper is expected
-  return {
-    async go() {
-      child.stdin.write("go\n");
-      return nextJson<CaptureStats>("copy", 60_000);
-    },
-    written,
-    kill,
-  };
 }

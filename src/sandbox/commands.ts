@@ -13,13 +13,6 @@ export interface RunningCommand {
   handle: ExecHandle;
 }
 
-export interface CommandView {
-  pid: number;
-  cmd: string[] | string;
-  started: string;
-  stdin_open: boolean;
-}
-
 /** At most this many tracked commands per sandbox; more still run, untracked ones cannot be signalled. */
 export const MAX_TRACKED = 4096;
 
@@ -61,18 +54,11 @@ export class CommandTable {
     return c;
   }
 
-  list(): CommandView[] {
-    return [...this.byPid.values()].map(viewOfCommand);
+  list(): readonly Readonly<RunningCommand>[] {
+    return [...this.byPid.values()];
   }
 
   clear(): void {
     this.byPid.clear();
   }
 }
-
-export const viewOfCommand = (c: RunningCommand): CommandView => ({
-  pid: c.pid,
-  cmd: c.cmd,
-  started: c.started,
-  stdin_open: c.stdinOpen,
-});

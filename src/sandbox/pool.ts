@@ -8,7 +8,7 @@ import { rm } from "node:fs/promises";
 import type { AgentClient } from "../agent/client.js";
 import { errorMessage } from "../util/errors.js";
 import type { QemuVm } from "../vmm/qemu.js";
-import type { Logger } from "./service.js";
+import type { Logger } from "../util/log.js";
 
 export interface Prepared {
   id: string;

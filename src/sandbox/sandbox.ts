@@ -1,7 +1,6 @@
 /** A live sandbox: its persisted record, its VMM process and its agent connection. */
 import type { AgentClient } from "../agent/client.js";
-import { recordView } from "../net/service.js";
-import type { Attachment, NetworkRecord, NetworkView } from "../net/service.js";
+import type { Attachment, NetworkRecord } from "../net/service.js";
 import type { NicMeta } from "../snapshot/meta.js";
 import type { QemuVm } from "../vmm/qemu.js";
 import type { CommandTable } from "./commands.js";
@@ -113,30 +112,6 @@ export interface SandboxLimits {
 /** The guest's own workload pids.max when the request sets none (guest/agent/src/limits.c). */
 export const GUEST_DEFAULT_PIDS = 1024;
 
-export interface SandboxView {
-  id: string;
-  tag: string;
-  pid: number;
-  state: SandboxState;
-  created: string;
-  exit_reason: string | null;
-  timings: SandboxRecord["timings"];
-  from_pool: boolean;
-  timeout_ms: number | null;
-  expires_at: string | null;
-  metadata: Record<string, string>;
-  owner: string | null;
-  limits: {
-    memory_mib: number | null;
-    cpus: number | null;
-    pids: number | null;
-    disk_mib: number | null;
-    lifetime_ms: number | null;
-  };
-  ends_at: string | null;
-  network: NetworkView;
-}
-
 /** When its lifetime ends and the host kills `s` (null: it has none). */
 export function endsAt(s: Sandbox): number | null {
   const l = s.record.limits?.lifetimeMs ?? null;
@@ -150,26 +125,34 @@ export function expiresAt(s: Sandbox): number | null {
   return s.lastUsed + t;
 }
 
-export const viewOf = (s: Sandbox): SandboxView => ({
-  id: s.record.id,
-  tag: s.record.tag,
-  pid: s.record.pid,
-  state: s.state,
-  created: s.record.created,
-  exit_reason: s.exitReason,
-  timings: s.record.timings,
-  from_pool: s.record.fromPool ?? false,
-  timeout_ms: s.record.timeoutMs ?? null,
-  expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),
-  ends_at: ((at) => (at === null ? null : new Date(at).toISOString()))(endsAt(s)),
-  metadata: s.record.metadata ?? {},
-  owner: s.record.owner ?? null,
-  limits: {
-    memory_mib: s.record.limits?.memoryMiB ?? null,
-    cpus: s.record.limits?.cpus ?? null,
-    pids: s.record.limits?.pids ?? null,
-    disk_mib: s.record.limits?.diskMiB ?? null,
-    lifetime_ms: s.record.limits?.lifetimeMs ?? null,
-  },
-  network: ((v) => (s.state === "running" ? v : { ...v, ports: [] }))(recordView(s.record.network)),
-});
+/** What a caller outside the sandbox service is given: a sandbox to read, not to change. */
+export type ReadonlySandbox = Readonly<Sandbox>;
+
+/** Marks `s` running on `vm`, with its agent connection and network (a fork, a resume, an adoption). */
+export function markRunning(s: Sandbox, vm: QemuVm, agent: AgentClient, net: Attachment | null): void {
+  s.vm = vm;
+  s.agent = agent;
+  s.net = net;
+  s.state = "running";
+  s.lastUsed = Date.now();
+}
+
+/** Marks `s` paused: no VMM, agent connection nor network of its own any more (they are gone). */
+export function markPaused(s: Sandbox): void {
+  s.vm = null;
+  s.agent = null;
+  s.net = null;
+  s.state = "paused";
+}
+
+/**
+ * Marks `s` exited for `reason` (false: it was already, nothing changes). Its VMM, agent
+ * connection and network are for the caller to end; it stays listed as exited for a while.
+ */
+export function markExited(s: Sandbox, reason: string): boolean {
+  if (s.state === "exited") return false;
+  s.state = "exited";
+  s.exitReason = reason;
+  s.exitedAt = Date.now();
+  return true;
+}

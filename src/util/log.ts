@@ -1,5 +1,9 @@
-/** JSON-lines logger on stderr (stdout is left to the CLI and to protocols). */
-import type { Logger } from "../sandbox/service.js";
+/** The daemon's logger, and its JSON-lines implementation on stderr (stdout is left to the CLI and to protocols). */
+
+export interface Logger {
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+}
 
 export function jsonLogger(component: string, out: NodeJS.WritableStream = process.stderr): Logger {
   const write = (level: string, msg: string, fields?: Record<string, unknown>) =>

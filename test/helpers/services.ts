@@ -13,6 +13,7 @@ import { DEFAULT_BODY_LIMITS, NO_METRICS } from "../../src/api/services.js";
 import type { BodyLimits, Listener, Services } from "../../src/api/services.js";
 import { ImageBuilder } from "../../src/image/builder.js";
 import { SandboxService } from "../../src/sandbox/service.js";
+import { SnapshotService } from "../../src/snapshot/service.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
 import { BlobCache } from "../../src/snapshot/blobs.js";
 import { registrySettings } from "../../src/registry/settings.js";
@@ -42,12 +43,9 @@ export async function testServices(
   const sandboxes = new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet });
   const tokens = new TokenStore(join(dir, "tokens.json"));
   const audited: AuditRecord[] = [];
-  const services: Services = {
+  const snapshots = new SnapshotService({
     store,
-    sandboxes,
-    log: quiet,
-    transfer: { store, blobs: new BlobCache(join(dir, "blobs")), registry: registrySettings({}) },
-    snapshotDeps: {
+    create: {
       store,
       driver,
       images: new ImageBuilder(dir, dir),
@@ -55,6 +53,17 @@ export async function testServices(
       qemuVersion: "0",
       runDir: join(dir, "run"),
     },
+    transfer: { store, blobs: new BlobCache(join(dir, "blobs")), registry: registrySettings({}) },
+    cacheDir: dir,
+    accel: accel.accel,
+    sandboxes,
+    log: quiet,
+  });
+  const services: Services = {
+    store,
+    sandboxes,
+    snapshots,
+    log: quiet,
     info: {
       version: "test",
       accel,

@@ -14,7 +14,7 @@ import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
-import type { SandboxView } from "../../src/sandbox/sandbox.js";
+import type { SandboxView } from "../../src/api/views/sandbox.js";
 import { EXEC_GRACE_MS } from "../../src/agent/client.js";
 
 let d: TestDaemon;

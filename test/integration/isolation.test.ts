@@ -19,7 +19,7 @@ import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
-import type { SandboxView } from "../../src/sandbox/sandbox.js";
+import type { SandboxView } from "../../src/api/views/sandbox.js";
 
 const run = promisify(execFile);
 let d: TestDaemon;

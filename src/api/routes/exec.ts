@@ -11,7 +11,7 @@ import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
 import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from "../contract/schemas.js";
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
-import { viewOfCommand } from "../../sandbox/commands.js";
+import { commandView } from "../views/command.js";
 import { toEnvelope } from "../errors.js";
 import { replyStream } from "../reply-stream.js";
 
@@ -158,7 +158,9 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
     return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson" } });
   });
 
-  app.get("/:id/commands", (c) => c.json({ commands: s.sandboxes.get(c.req.param("id")).commands.list() }));
+  app.get("/:id/commands", (c) =>
+    c.json({ commands: s.sandboxes.get(c.req.param("id")).commands.list().map(commandView) }),
+  );
 
   app.post("/:id/commands/:pid/signal", async (c) => {
     const { id, pid } = parseParams(c, PidParam);
@@ -168,7 +170,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
       r.handle.signal(typeof signal === "number" ? signal : SIGNALS[signal]);
       return r;
     });
-    return c.json(viewOfCommand(cmd));
+    return c.json(commandView(cmd));
   });
 
   app.post("/:id/commands/:pid/stdin", async (c) => {
@@ -178,7 +180,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
     const cmd = await s.sandboxes.use(id, async (_agent, commands) =>
       commands.writeStdin(pid, data, truthy(q.eof)),
     );
-    return c.json(viewOfCommand(cmd));
+    return c.json(commandView(cmd));
   });
 
   app.post("/:id/eval", async (c) => {

@@ -7,7 +7,7 @@ import type { ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
 import { forkable } from "../scope.js";
 import { isAdmin } from "../../access/caller.js";
-import { viewOf } from "../../sandbox/sandbox.js";
+import { sandboxView } from "../views/sandbox.js";
 import { parseNetwork } from "../../net/policy.js";
 
 export function sandboxRoutes(s: Services): Hono<ApiEnv> {
@@ -16,7 +16,8 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   app.get("/", (c) => {
     const caller = c.get("caller");
     const all = s.sandboxes.list();
-    return c.json({ sandboxes: isAdmin(caller) ? all : all.filter((v) => v.owner === caller.tenant) });
+    const mine = isAdmin(caller) ? all : all.filter((sb) => (sb.record.owner ?? null) === caller.tenant);
+    return c.json({ sandboxes: mine.map(sandboxView) });
   });
 
   app.post("/", async (c) => {
@@ -47,9 +48,9 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     noteTarget(
       c,
       "sandboxes",
-      r.sandboxes.map((v) => v.id),
+      r.sandboxes.map((sb) => sb.record.id),
     );
-    for (const v of r.sandboxes) s.metrics.fork(v.timings.totalMs / 1000);
+    for (const sb of r.sandboxes) s.metrics.fork(sb.record.timings.totalMs / 1000);
     for (const f of r.failures) s.metrics.failure("fork", f.code);
     if (r.sandboxes.length === 0) {
       const first = r.failures[0];
@@ -59,10 +60,10 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
         { failures: r.failures },
       );
     }
-    return c.json(r, 201);
+    return c.json({ sandboxes: r.sandboxes.map(sandboxView), failures: r.failures }, 201);
   });
 
-  app.get("/:id", (c) => c.json(viewOf(s.sandboxes.get(c.req.param("id")))));
+  app.get("/:id", (c) => c.json(sandboxView(s.sandboxes.get(c.req.param("id")))));
 
   app.post("/:id/branch", async (c) => {
     const body = await parseBody(c, Branch);
@@ -81,19 +82,19 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     );
   });
 
-  app.post("/:id/pause", async (c) => c.json(await s.sandboxes.pause(c.req.param("id"))));
-  app.post("/:id/resume", async (c) => c.json(await s.sandboxes.resume(c.req.param("id"))));
+  app.post("/:id/pause", async (c) => c.json(sandboxView(await s.sandboxes.pause(c.req.param("id")))));
+  app.post("/:id/resume", async (c) => c.json(sandboxView(await s.sandboxes.resume(c.req.param("id")))));
 
   app.post("/:id/ports", async (c) => {
     const body = await parseBody(c, ExposePort);
-    return c.json(await s.sandboxes.exposePort(c.req.param("id"), body.port));
+    return c.json(sandboxView(await s.sandboxes.exposePort(c.req.param("id"), body.port)));
   });
 
   app.delete("/:id/ports/:port", async (c) => {
     const port = Number(c.req.param("port"));
     if (!/^\d{1,5}$/.test(c.req.param("port")) || port < 1 || port > 65535)
       throw new ForkdError("invalid_argument", "port must be a TCP port (1-65535)", { field: "port" });
-    return c.json(await s.sandboxes.unexposePort(c.req.param("id"), port));
+    return c.json(sandboxView(await s.sandboxes.unexposePort(c.req.param("id"), port)));
   });
 
   app.post("/:id/egress", async (c) => {
@@ -102,12 +103,12 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const mode = s.sandboxes.get(id).record.network?.mode ?? "none";
     // The same validation as at creation (errors name network.egress...).
     const { egress } = parseNetwork({ mode: mode === "none" ? "netns" : mode, egress: body });
-    return c.json(await s.sandboxes.setEgress(id, egress));
+    return c.json(sandboxView(await s.sandboxes.setEgress(id, egress)));
   });
 
   app.post("/:id/timeout", async (c) => {
     const body = await parseBody(c, SetTimeout);
-    return c.json(await s.sandboxes.setIdleTimeout(c.req.param("id"), body.timeout_ms));
+    return c.json(sandboxView(await s.sandboxes.setIdleTimeout(c.req.param("id"), body.timeout_ms)));
   });
 
   app.delete("/:id", async (c) => {
@@ -121,5 +122,6 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
 
 /** Sandboxes of `tenant` that hold resources (running or paused). */
 function ownedBy(s: Services, tenant: string | null): number {
-  return s.sandboxes.list().filter((v) => v.owner === tenant && v.state !== "exited").length;
+  return s.sandboxes.list().filter((sb) => (sb.record.owner ?? null) === tenant && sb.state !== "exited")
+    .length;
 }

@@ -1,12 +1,8 @@
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import { assertTag } from "../../util/ids.js";
-import { createSnapshot } from "../../snapshot/create.js";
 import type { Services } from "../services.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
-import { compactSnapshot, deleteSnapshot } from "../../snapshot/chain.js";
-import { packSnapshot } from "../../snapshot/pack.js";
-import { unpackSnapshot } from "../../snapshot/unpack.js";
 import { Readable } from "node:stream";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
@@ -15,17 +11,16 @@ import { isAdmin } from "../../access/caller.js";
 import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } from "../scope.js";
 import { progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
-import { pushSnapshot } from "../../snapshot/push.js";
-import { pullSnapshot } from "../../snapshot/pull.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
 
   app.get("/", async (c) => {
     const caller = c.get("caller");
+    const all = await s.snapshots.list();
     return c.json({
-      snapshots: (await s.store.list()).filter((m) => canSee(caller, m.owner)),
-      pending: visiblePending(caller, await s.store.listPending()),
+      snapshots: all.snapshots.filter((m) => canSee(caller, m.owner)),
+      pending: visiblePending(caller, all.pending),
     });
   });
 
@@ -43,44 +38,21 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       owner: c.get("caller").tenant,
     };
     noteTarget(c, "snapshot", body.tag);
-    const logLine = (line: string) => s.log.info(`snapshot ${body.tag}: ${line}`);
-    if (c.req.query("stream") !== "1") {
-      const meta = await createSnapshot(s.snapshotDeps, req, logLine);
-      s.sandboxes.prewarm(meta.tag);
-      return c.json(meta, 201);
-    }
+    if (c.req.query("stream") !== "1") return c.json(await s.snapshots.create(req), 201);
     // Refuse a taken tag or an unknown template with a status code, before the stream starts.
-    await s.snapshotDeps.images.assertKnown(body.template);
-    if (await s.store.has(body.tag)) {
-      throw new ForkdError("conflict", `snapshot ${body.tag} already exists`, { tag: body.tag });
-    }
+    await s.snapshots.checkCreatable(body.tag, body.template);
     // A creation whose client stopped watching still ends: ready, or failed with its reason in
-    // the pending list (the client can no longer be told). A conflict is another creation's tag.
-    const started = new Date().toISOString();
-    return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, async (progress, watcher) => {
-      try {
-        const meta = await createSnapshot(s.snapshotDeps, req, (line) => {
-          logLine(line);
-          progress(line);
-        });
-        s.sandboxes.prewarm(meta.tag);
-        return meta;
-      } catch (e) {
-        if (watcher.gone && !(e instanceof ForkdError && e.code === "conflict")) {
-          await s.store
-            .recordFailed({ tag: body.tag, started, source: null, owner: req.owner }, e)
-            .catch((err: unknown) => s.log.warn("snapshot failure not recorded", { error: String(err) }));
-        }
-        throw e;
-      }
-    });
+    // the pending list (the client can no longer be told).
+    return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, (progress, watcher) =>
+      s.snapshots.create(req, progress, () => watcher.gone),
+    );
   });
 
   app.get("/:tag", async (c) => {
     const tag = assertTag(c.req.param("tag"));
     const caller = c.get("caller");
-    if (!(await s.store.has(tag))) {
-      const p = await s.store.pending(tag);
+    if (!(await s.snapshots.has(tag))) {
+      const p = await s.snapshots.pending(tag);
       if (p) {
         if (!canSee(caller, p.owner)) throw noSnapshot(tag);
         return c.json(p);
@@ -93,9 +65,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const tag = assertTag(c.req.param("tag"));
     const caller = c.get("caller");
     await visibleSnapshot(s, caller, tag);
-    const info = await s.store.info(tag);
+    const info = await s.snapshots.info(tag);
     // Branches other tenants stacked on a shared snapshot are theirs to know about.
-    const visible = new Set((await s.store.list()).filter((m) => canSee(caller, m.owner)).map((m) => m.tag));
+    const { snapshots } = await s.snapshots.list();
+    const visible = new Set(snapshots.filter((m) => canSee(caller, m.owner)).map((m) => m.tag));
     return c.json({ ...info, dependents: info.dependents.filter((t) => visible.has(t)) });
   });
 
@@ -106,7 +79,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const body = replyStream(
       (sink) => {
         if (sink.gone) return; // gone before the reply started: nothing is packed
-        packSnapshot(s.store, tag, sink.writable(), s.snapshotDeps.crash).catch((e: unknown) => {
+        s.snapshots.pack(tag, sink.writable()).catch((e: unknown) => {
           if (sink.gone) s.log.info("pack not sent: its client went away", { tag });
           else s.log.warn("pack failed", { tag, error: String(e) });
           sink.fail(e);
@@ -126,17 +99,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   app.post("/unpack", async (c) => {
     const body = bodyStream(c);
     if (!body) throw new ForkdError("invalid_argument", "the request body must be a pack");
-    const r = await unpackSnapshot(
-      {
-        store: s.store,
-        cacheDir: s.info.cacheDir,
-        maxBytes: s.transfer.unpackMaxBytes ?? null,
-        accel: s.info.accel.accel,
-        owner: c.get("caller").tenant,
-        crash: s.snapshotDeps.crash,
-      },
-      Readable.from(body),
-    );
+    const r = await s.snapshots.unpack(Readable.from(body), c.get("caller").tenant);
     noteTarget(c, "published", r.published);
     return c.json(r, 201);
   });
@@ -148,23 +111,14 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt with a status, before any stream starts
     noteTarget(c, "snapshot", tag);
     const work = (progress: (line: string) => void) =>
-      pushSnapshot(s.transfer, tag, body.ref, { insecure: body.insecure }, (line) => {
-        s.log.info(`push ${tag}: ${line}`);
-        progress(line);
-      });
+      s.snapshots.push(tag, body.ref, { insecure: body.insecure }, progress);
     if (c.req.query("stream") === "1") return progressStream(c, 200, "result", `push ${tag}`, s.log, work);
     return c.json(await work(() => undefined), 200);
   });
 
   app.post("/pull", async (c) => {
     const body = await parseBody(c, Pull);
-    const deps = {
-      ...s.transfer,
-      cacheDir: s.info.cacheDir,
-      maxBytes: s.transfer.unpackMaxBytes ?? null,
-      accel: s.info.accel.accel,
-      owner: c.get("caller").tenant,
-    };
+    const owner = c.get("caller").tenant;
     if (body.tag !== undefined) noteTarget(c, "snapshot", body.tag);
     const req = {
       ...(body.ref !== undefined ? { ref: body.ref } : {}),
@@ -172,11 +126,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       ...(body.tag !== undefined ? { tag: body.tag } : {}),
       insecure: body.insecure,
     };
-    const work = (progress: (line: string) => void) =>
-      pullSnapshot(deps, req, (line) => {
-        s.log.info(`pull: ${line}`);
-        progress(line);
-      });
+    const work = (progress: (line: string) => void) => s.snapshots.pull(req, owner, progress);
     if (c.req.query("stream") === "1") return progressStream(c, 201, "result", "pull", s.log, work);
     return c.json(await work(() => undefined), 201);
   });
@@ -187,7 +137,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, Compact);
     await ownedSnapshot(s, c.get("caller"), tag);
     noteTarget(c, "snapshot", body.tag);
-    return c.json(await compactSnapshot(s.store, tag, body.tag), 201);
+    return c.json(await s.snapshots.compact(tag, body.tag), 201);
   });
 
   app.delete("/:tag", async (c) => {
@@ -195,15 +145,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const q = parseQuery(c, DeleteSnapshotQuery);
     const caller = c.get("caller");
     if (!isAdmin(caller)) await ownedSnapshot(s, caller, tag);
-    const r = await deleteSnapshot(
-      s.store,
-      tag,
-      { cascade: truthy(q.cascade), force: truthy(q.force) },
-      {
-        inUse: (t) => s.sandboxes.countByTag(t),
-        beforeDelete: (t) => s.sandboxes.forgetSnapshot(t),
-      },
-    );
+    const r = await s.snapshots.delete(tag, { cascade: truthy(q.cascade), force: truthy(q.force) });
     return c.json({ deleted: tag, ...r });
   });
 

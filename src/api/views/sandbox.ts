@@ -1,0 +1,34 @@
+/** A sandbox as the API shows it (schema Sandbox), from the sandbox service's domain sandbox. */
+import type { z } from "zod";
+import { endsAt, expiresAt } from "../../sandbox/sandbox.js";
+import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
+import type * as schemas from "../contract/schemas.js";
+import { networkView } from "./network.js";
+
+export type SandboxView = z.infer<typeof schemas.Sandbox>;
+
+const isoOrNull = (at: number | null): string | null => (at === null ? null : new Date(at).toISOString());
+
+export const sandboxView = (s: ReadonlySandbox): SandboxView => ({
+  id: s.record.id,
+  tag: s.record.tag,
+  pid: s.record.pid,
+  state: s.state,
+  created: s.record.created,
+  exit_reason: s.exitReason,
+  timings: s.record.timings,
+  from_pool: s.record.fromPool ?? false,
+  timeout_ms: s.record.timeoutMs ?? null,
+  expires_at: isoOrNull(expiresAt(s)),
+  ends_at: isoOrNull(endsAt(s)),
+  metadata: s.record.metadata ?? {},
+  owner: s.record.owner ?? null,
+  limits: {
+    memory_mib: s.record.limits?.memoryMiB ?? null,
+    cpus: s.record.limits?.cpus ?? null,
+    pids: s.record.limits?.pids ?? null,
+    disk_mib: s.record.limits?.diskMiB ?? null,
+    lifetime_ms: s.record.limits?.lifetimeMs ?? null,
+  },
+  network: networkView(s.record.network, s.state === "running"),
+});

@@ -1,0 +1,44 @@
+/**
+ * What every sandbox operation is given (fork.ts, pause.ts, adopt.ts, ...): the daemon's
+ * dependencies and the service's own state, built once by SandboxService (service.ts) and
+ * passed in, never held in module state.
+ */
+import type { Cgroups } from "../host/cgroups.js";
+import type { NetworkService } from "../net/service.js";
+import type { SnapshotStore } from "../snapshot/store.js";
+import type { CrashPoint } from "../util/crash.js";
+import type { Logger } from "../util/log.js";
+import type { Quarantine } from "../util/quarantine.js";
+import type { QemuDriver } from "../vmm/qemu.js";
+import type { Strays } from "../vmm/strays.js";
+import type { WarmPool } from "./pool.js";
+import type { SandboxRegistry } from "./registry.js";
+
+export interface SandboxContext {
+  /** <data>/sandboxes: one directory per sandbox, and fan-out journals. */
+  readonly root: string;
+  readonly store: SnapshotStore;
+  readonly driver: QemuDriver;
+  /** Host-side limits per sandbox (the driver's jail joins each VMM to its cgroup). */
+  readonly cgroups: Cgroups | undefined;
+  readonly log: Logger;
+  /** TCG translation buffer per child (MiB). */
+  readonly tbSizeMiB: number | undefined;
+  /** Children started at once during a fan-out. */
+  readonly forkParallelism: number;
+  /** Sandboxes (running, exited-but-listed and starting) the daemon will hold at once. */
+  readonly maxSandboxes: number;
+  /** How long a child's agent may take to answer after its restore. */
+  readonly readyTimeoutMs: number;
+  /** How long a fork waits for a snapshot that is still being written. */
+  readonly writingWaitMs: number;
+  /** native/memsnap/forkd-memsnap (branch, pause); absent: neither is possible. */
+  readonly memsnap: string | undefined;
+  readonly net: NetworkService;
+  readonly strays: Strays;
+  readonly quarantine: Quarantine;
+  /** Test-only fault injection (src/util/crash.ts). */
+  readonly crash: CrashPoint;
+  readonly live: SandboxRegistry;
+  readonly pool: WarmPool;
+}

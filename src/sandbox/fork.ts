@@ -1,0 +1,216 @@
+/**
+ * FORK: `n` children of a snapshot in one fan-out. Each child gets a VMM (a pre-started one
+ * from the warm pool when it has no network, else a new one: prepare.ts), its limits, its
+ * network, the snapshot's device state and its identity; it is recorded and registered once its
+ * agent answers. A failed child is cleaned up and reported without failing its siblings.
+ */
+import { randomBytes } from "node:crypto";
+import { rm } from "node:fs/promises";
+import type { Attachment } from "../net/service.js";
+import { NO_NETWORK } from "../net/policy.js";
+import type { NetworkSpec } from "../net/policy.js";
+import type { Snapshot } from "../snapshot/store.js";
+import { fsyncDir, writeFileAtomic } from "../util/atomic.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
+import { nowMs, since } from "../util/time.js";
+import type { SandboxContext } from "./context.js";
+import { armDiskLimit } from "./disk-limit.js";
+import { MAX_FORK } from "./limits.js";
+import type { Prepared } from "./pool.js";
+import { prepare } from "./prepare.js";
+import { saveRecord } from "./record.js";
+import { fanoutJournal } from "./recovery.js";
+import { register } from "./register.js";
+import { retire } from "./retire.js";
+import { GUEST_DEFAULT_PIDS } from "./sandbox.js";
+import type { ReadonlySandbox, Sandbox, SandboxLimits, SandboxRecord } from "./sandbox.js";
+import { settleWithLimit } from "../util/settle-with-limit.js";
+import { limitsFor } from "./vmm-limits.js";
+
+/** How long a child whose link is set up may take to see its carrier (the fork waits for it). */
+export const NET_UP_WAIT_MS = 2_000;
+
+export interface ForkFailure {
+  index: number;
+  code: string;
+  message: string;
+}
+
+export interface ForkResult {
+  sandboxes: ReadonlySandbox[];
+  failures: ForkFailure[];
+}
+
+export interface ForkOptions {
+  /** Idle timeout in ms (null or absent: none). */
+  timeoutMs?: number | null;
+  /** What the idle timeout does (default kill). */
+  onIdle?: "kill" | "pause";
+  metadata?: Record<string, string>;
+  /** The tenant it belongs to (null: an admin's). */
+  owner?: string | null;
+  /** Limits; unset fields take the defaults (limitsFor). */
+  limits?: SandboxLimits;
+  /** The children's network (default none). */
+  network?: NetworkSpec;
+}
+
+/**
+ * Forks `n` children of snapshot `tag` in parallel. Returns when every child has answered its
+ * agent or failed; a failed child is cleaned up and reported without failing its siblings.
+ */
+export async function forkChildren(
+  ctx: SandboxContext,
+  tag: string,
+  n: number,
+  opts: ForkOptions = {},
+): Promise<ForkResult> {
+  if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
+    throw new ForkdError("invalid_argument", `n must be an integer in 1..${MAX_FORK}`, { field: "n" });
+  }
+  // A snapshot still being written (an async branch) is waited for, briefly; never half-read.
+  const snap = await ctx.store.getReady(tag, ctx.writingWaitMs);
+  ctx.net.check(opts.network ?? NO_NETWORK, snap.meta.nic, tag);
+  const max = ctx.maxSandboxes;
+  const held = ctx.live.held;
+  if (held + n > max) {
+    throw new ForkdError(
+      "resource_exhausted",
+      `forking ${n} would exceed the limit of ${max} sandboxes (${held} exist)`,
+      {
+        limit: max,
+        existing: held,
+      },
+    );
+  }
+  const started = ctx.live.starting(tag, n);
+  // Until the reply goes out, only this journal says who the children are for: a daemon that
+  // dies first adopts them as unclaimed (recovery.ts). Written while the first VMMs start.
+  const fanout = randomBytes(6).toString("hex");
+  const journal = fanoutJournal(ctx.root, fanout);
+  const journaled = writeFileAtomic(journal, `${new Date().toISOString()}\n`, 0o600);
+  journaled.catch(() => undefined);
+  // Bounded parallelism: starting every VMM at once makes them all contend and none finish
+  // early; a few in flight per core keeps the CPU busy with less thrashing.
+  const results = await settleWithLimit(n, ctx.forkParallelism, () =>
+    forkOne(ctx, snap, opts, { id: fanout, journaled }),
+  ).finally(() => {
+    started();
+    ctx.pool.refill(snap.meta.tag);
+  });
+  const out: ForkResult = { sandboxes: [], failures: [] };
+  results.forEach((r, index) => {
+    if (r.status === "fulfilled") out.sandboxes.push(r.value);
+    else {
+      const e = r.reason as unknown;
+      out.failures.push({
+        index,
+        code: e instanceof ForkdError ? e.code : "internal",
+        message: errorMessage(e),
+      });
+    }
+  });
+  if (out.failures.length > 0)
+    ctx.log.warn("fork: some children failed", { tag, failed: out.failures.length, n });
+  ctx.crash("fork:after-record");
+  // The reply goes out now, naming every child: they are their client's.
+  await rm(journal, { force: true })
+    .then(() => fsyncDir(ctx.root))
+    .catch((e: unknown) => ctx.log.warn("fork: journal not removed", { error: errorMessage(e) }));
+  return out;
+}
+
+/** One child of the fan-out `fanout`: its VMM, network, restore, identity, record, registration. */
+async function forkOne(
+  ctx: SandboxContext,
+  snap: Snapshot,
+  opts: ForkOptions,
+  fanout: { id: string; journaled: Promise<void> },
+): Promise<Sandbox> {
+  const tag = snap.meta.tag;
+  const nic = snap.meta.nic;
+  const spec = opts.network ?? NO_NETWORK;
+  const t0 = nowMs();
+  // Pre-started VMMs have no network backend: they serve children without one.
+  const pooled = spec.mode === "none" ? ctx.pool.take(tag) : null;
+  let net: Attachment | null = null;
+  let p: Prepared;
+  try {
+    net = await ctx.net.attach(spec, nic);
+    p = pooled ?? (await prepare(ctx, snap, net));
+  } catch (e) {
+    await net?.release();
+    if (pooled) {
+      pooled.agent.close();
+      await pooled.vm.kill().catch(() => undefined);
+      await rm(pooled.dir, { recursive: true, force: true });
+    }
+    throw e;
+  }
+  const launchMs = since(t0);
+  const limits = limitsFor(snap.meta.machine, opts.limits);
+  const cgroups = ctx.cgroups;
+  try {
+    // Pre-started with the defaults: the request's own limits are set before the guest runs.
+    if (opts.limits && cgroups) await cgroups.apply(p.id, limits);
+    const t1 = nowMs();
+    await p.vm.restoreState(snap.files.vmstate);
+    // The link as the snapshot saved it, unless this child wants the other state.
+    if (nic && nic.linkUp !== net.linkUp) await p.vm.setLink(net.linkUp);
+    await p.vm.resume();
+    const restoreMs = since(t1);
+    await p.agent.identity(
+      {
+        hostname: p.id,
+        sandboxId: p.id,
+        ...(typeof opts.limits?.pids === "number" ? { pidsMax: opts.limits.pids } : {}),
+        netUpWaitMs: nic && net.linkUp ? NET_UP_WAIT_MS : undefined,
+      },
+      ctx.readyTimeoutMs,
+    );
+    await net.start();
+    const readyMs = since(t1);
+    const limited = cgroups !== undefined && cgroups.mode !== "none";
+    const record: SandboxRecord = {
+      format: 1,
+      id: p.id,
+      tag,
+      pid: p.vm.pid,
+      pidStartTime: p.vm.id.startTime,
+      created: new Date().toISOString(),
+      timings: { launchMs, restoreMs, readyMs, totalMs: since(t0) },
+      fromPool: pooled !== null,
+      timeoutMs: opts.timeoutMs ?? null,
+      metadata: opts.metadata ?? {},
+      onIdle: opts.onIdle ?? "kill",
+      owner: opts.owner ?? null,
+      limits: {
+        memoryMiB: limited ? (limits.memoryMiB ?? null) : null,
+        cpus: limited ? (limits.cpus ?? null) : null,
+        pids: opts.limits?.pids ?? GUEST_DEFAULT_PIDS,
+        diskMiB: opts.limits?.diskMiB ?? null,
+        lifetimeMs: opts.limits?.lifetimeMs ?? null,
+      },
+      network: net.record(),
+      fanout: fanout.id,
+    };
+    await fanout.journaled;
+    ctx.crash("fork:before-record");
+    await saveRecord(p.dir, record);
+    const s = register(ctx, record, p.dir, p.vm, p.agent, net);
+    try {
+      await armDiskLimit(ctx, s);
+    } catch (e) {
+      ctx.live.delete(record.id);
+      await retire(s, "failed to start", true);
+      throw e;
+    }
+    return s;
+  } catch (e) {
+    p.agent.close();
+    await p.vm.kill().catch(() => undefined);
+    await net.release();
+    await rm(p.dir, { recursive: true, force: true });
+    throw e;
+  }
+}

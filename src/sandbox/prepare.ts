@@ -1,0 +1,59 @@
+/**
+ * Starting a child's VMM: its own directory and disk layer over its snapshot's, QEMU with the
+ * snapshot's memory mapped, waiting for device state (`-incoming defer`), and the agent socket
+ * connected. Used by a fork, and by the warm pool ahead of forks (pool.ts).
+ */
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { AgentClient } from "../agent/client.js";
+import { cloneOverlay } from "../disk/overlay.js";
+import { guestNetOf } from "../net/service.js";
+import type { Attachment } from "../net/service.js";
+import type { Snapshot } from "../snapshot/store.js";
+import { newSandboxId } from "../util/ids.js";
+import { nowMs, since } from "../util/time.js";
+import { vmFiles } from "../vmm/config.js";
+import type { QemuVm } from "../vmm/qemu.js";
+import type { SandboxContext } from "./context.js";
+import type { Prepared } from "./pool.js";
+import { jailFor, limitsFor } from "./vmm-limits.js";
+
+/**
+ * Starts a VMM for a child of `snap`, waiting for device state (for the pool `net` is absent,
+ * and a NIC gets no connectivity). Nothing is left behind when it fails.
+ */
+export async function prepare(ctx: SandboxContext, snap: Snapshot, net?: Attachment): Promise<Prepared> {
+  const id = newSandboxId();
+  const dir = join(ctx.root, id);
+  const t0 = nowMs();
+  let vm: QemuVm | null = null;
+  try {
+    await mkdir(dir, { mode: 0o700 });
+    const disk = join(dir, "disk.qcow2");
+    await cloneOverlay(snap.files.childDisk, disk);
+    vm = await ctx.driver.launch(
+      {
+        dir,
+        machine: snap.meta.machine,
+        memory: { path: snap.files.memory, mode: "child" },
+        disk,
+        incoming: true,
+        tbSizeMiB: ctx.tbSizeMiB,
+        devicesOnlyState: snap.meta.stateFormat === "devices",
+        nic: snap.meta.nic
+          ? { guest: guestNetOf(snap.meta.nic), backend: net?.backend ?? { kind: "none" } }
+          : undefined,
+        netns: net?.netns,
+        jail: await jailFor(ctx, snap, limitsFor(snap.meta.machine)),
+      },
+      { binary: net?.binary },
+    );
+    // Connect to the agent before the guest runs, so it never sees its host end closed.
+    const agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
+    return { id, dir, vm, agent, launchMs: since(t0) };
+  } catch (e) {
+    await vm?.kill().catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+    throw e;
+  }
+}
