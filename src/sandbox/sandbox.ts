@@ -120,7 +120,7 @@ export interface SandboxView {
   state: SandboxState;
   created: string;
   exit_reason: string | null;
-  timings: SandboxRecord["timings"];
+  timings: { launch_ms: number; restore_ms: number; ready_ms: number; total_ms: number };
   from_pool: boolean;
   timeout_ms: number | null;
   expires_at: string | null;
@@ -157,7 +157,12 @@ export const viewOf = (s: Sandbox): SandboxView => ({
   state: s.state,
   created: s.record.created,
   exit_reason: s.exitReason,
-  timings: s.record.timings,
+  timings: {
+    launch_ms: s.record.timings.launchMs,
+    restore_ms: s.record.timings.restoreMs,
+    ready_ms: s.record.timings.readyMs,
+    total_ms: s.record.timings.totalMs,
+  },
   from_pool: s.record.fromPool ?? false,
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: ((at) => (at === null ? null : new Date(at).toISOString()))(expiresAt(s)),

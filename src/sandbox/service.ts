@@ -16,6 +16,7 @@ import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
 import type { StrayProcess } from "../vmm/strays.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import type { ErrorCode } from "../util/errors.js";
 import { assertSandboxId, assertTag, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
 import { branchSandbox, memoryFileOf, startCapture } from "./branch.js";
 import { nowMs, since, sleep } from "../util/time.js";
@@ -49,7 +50,7 @@ export { MAX_FORK };
 
 export interface ForkFailure {
   index: number;
-  code: string;
+  code: ErrorCode;
   message: string;
 }
 

@@ -2,6 +2,8 @@ import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
 import { Branch, CreateSandboxes, EgressRequest, ExposePort, SetTimeout } from "../contract/schemas.js";
+import type { BranchResult, ForkResult } from "../contract/schemas.js";
+import type { z } from "zod";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
@@ -9,6 +11,7 @@ import { forkable } from "../scope.js";
 import { isAdmin } from "../../access/caller.js";
 import { viewOf } from "../../sandbox/sandbox.js";
 import { parseNetwork } from "../../net/policy.js";
+import { snapshotView } from "../views/snapshot.js";
 
 export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -49,7 +52,7 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
       "sandboxes",
       r.sandboxes.map((v) => v.id),
     );
-    for (const v of r.sandboxes) s.metrics.fork(v.timings.totalMs / 1000);
+    for (const v of r.sandboxes) s.metrics.fork(v.timings.total_ms / 1000);
     for (const f of r.failures) s.metrics.failure("fork", f.code);
     if (r.sandboxes.length === 0) {
       const first = r.failures[0];
@@ -59,7 +62,8 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
         { failures: r.failures },
       );
     }
-    return c.json(r, 201);
+    const reply: z.infer<typeof ForkResult> = r;
+    return c.json(reply, 201);
   });
 
   app.get("/:id", (c) => c.json(viewOf(s.sandboxes.get(c.req.param("id")))));
@@ -69,16 +73,14 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const r = await s.sandboxes.branch(c.req.param("id"), body.tag, body.wait);
     noteTarget(c, "snapshot", r.tag);
     s.metrics.branchPause(r.pauseMs / 1000);
-    return c.json(
-      {
-        tag: r.tag,
-        status: r.status,
-        pause_ms: r.pauseMs,
-        private_bytes: r.privateBytes,
-        snapshot: r.snapshot?.meta ?? null,
-      },
-      r.status === "ready" ? 201 : 202,
-    );
+    const reply: z.infer<typeof BranchResult> = {
+      tag: r.tag,
+      status: r.status,
+      pause_ms: r.pauseMs,
+      private_bytes: r.privateBytes,
+      snapshot: r.snapshot ? snapshotView(r.snapshot.meta) : null,
+    };
+    return c.json(reply, r.status === "ready" ? 201 : 202);
   });
 
   app.post("/:id/pause", async (c) => c.json(await s.sandboxes.pause(c.req.param("id"))));

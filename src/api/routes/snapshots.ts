@@ -17,6 +17,7 @@ import { progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
 import { pushSnapshot } from "../../snapshot/push.js";
 import { pullSnapshot } from "../../snapshot/pull.js";
+import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -24,8 +25,8 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   app.get("/", async (c) => {
     const caller = c.get("caller");
     return c.json({
-      snapshots: (await s.store.list()).filter((m) => canSee(caller, m.owner)),
-      pending: visiblePending(caller, await s.store.listPending()),
+      snapshots: (await s.store.list()).filter((m) => canSee(caller, m.owner)).map(snapshotView),
+      pending: visiblePending(caller, await s.store.listPending()).map(snapshotStatusView),
     });
   });
 
@@ -47,7 +48,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     if (c.req.query("stream") !== "1") {
       const meta = await createSnapshot(s.snapshotDeps, req, logLine);
       s.sandboxes.prewarm(meta.tag);
-      return c.json(meta, 201);
+      return c.json(snapshotView(meta), 201);
     }
     // Refuse a taken tag or an unknown template with a status code, before the stream starts.
     await s.snapshotDeps.images.assertKnown(body.template);
@@ -64,7 +65,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
           progress(line);
         });
         s.sandboxes.prewarm(meta.tag);
-        return meta;
+        return snapshotView(meta);
       } catch (e) {
         if (watcher.gone && !(e instanceof ForkdError && e.code === "conflict")) {
           await s.store
@@ -83,10 +84,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       const p = await s.store.pending(tag);
       if (p) {
         if (!canSee(caller, p.owner)) throw noSnapshot(tag);
-        return c.json(p);
+        return c.json(snapshotStatusView(p));
       }
     }
-    return c.json((await visibleSnapshot(s, caller, tag)).meta);
+    return c.json(snapshotView((await visibleSnapshot(s, caller, tag)).meta));
   });
 
   app.get("/:tag/info", async (c) => {
@@ -187,7 +188,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, Compact);
     await ownedSnapshot(s, c.get("caller"), tag);
     noteTarget(c, "snapshot", body.tag);
-    return c.json(await compactSnapshot(s.store, tag, body.tag), 201);
+    return c.json(snapshotView(await compactSnapshot(s.store, tag, body.tag)), 201);
   });
 
   app.delete("/:tag", async (c) => {
