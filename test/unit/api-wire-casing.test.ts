@@ -62,11 +62,10 @@ test("every property and parameter in the OpenAPI document is snake_case", () =>
 });
 
 test("the wire's error code is the enum of the daemon's error codes", () => {
-  const schemas = buildOpenApi(VERSION).components as { schemas: Record<string, Json> };
-  const error = schemas.schemas.Error as {
-    properties: { error: { properties: { code: { enum?: string[] } } } };
-  };
-  assert.deepEqual(error.properties.error.properties.code.enum, [...ERROR_CODES]);
+  const { schemas } = buildOpenApi(VERSION).components as { schemas: Record<string, Json> };
+  assert.deepEqual(schemas.ErrorCode?.enum, [...ERROR_CODES]);
+  const error = schemas.Error as { properties: { error: { properties: { code: Json } } } };
+  assert.deepEqual(error.properties.error.properties.code, { $ref: "#/components/schemas/ErrorCode" });
 });
 
 /** Every key of a JSON value, at any depth. */

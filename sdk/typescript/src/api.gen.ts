@@ -593,13 +593,14 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
+         * @enum {string}
+         */
+        ErrorCode: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
         Error: {
             error: {
-                /**
-                 * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
-                 * @enum {string}
-                 */
-                code: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;
@@ -771,11 +772,7 @@ export interface components {
             /** @description The sandbox it is branched from */
             source: string | null;
             error: {
-                /**
-                 * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
-                 * @enum {string}
-                 */
-                code: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
+                code: components["schemas"]["ErrorCode"];
                 message: string;
             } | null;
             /** @description The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant. */
@@ -810,11 +807,7 @@ export interface components {
             snapshot: components["schemas"]["Snapshot"];
         } | {
             error: {
-                /**
-                 * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
-                 * @enum {string}
-                 */
-                code: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;
@@ -910,11 +903,7 @@ export interface components {
             result: components["schemas"]["Pushed"] | components["schemas"]["Pulled"];
         } | {
             error: {
-                /**
-                 * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
-                 * @enum {string}
-                 */
-                code: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;
@@ -1048,11 +1037,7 @@ export interface components {
             sandboxes: components["schemas"]["Sandbox"][];
             failures: {
                 index: number;
-                /**
-                 * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
-                 * @enum {string}
-                 */
-                code: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
+                code: components["schemas"]["ErrorCode"];
                 message: string;
             }[];
         };
@@ -1133,11 +1118,7 @@ export interface components {
             duration_ms: number;
         } | {
             error: {
-                /**
-                 * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
-                 * @enum {string}
-                 */
-                code: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;

@@ -18,4 +18,4 @@ export type VersionWire = Schemas["Version"];
 export type BranchResultWire = Schemas["BranchResult"];
 export type NetworkRequestWire = Schemas["NetworkRequest"];
 /** The daemon's error codes (the wire's closed enum). */
-export type ErrorCodeWire = Schemas["Error"]["error"]["code"];
+export type ErrorCodeWire = Schemas["ErrorCode"];

@@ -47,15 +47,18 @@ const Metadata = z
   .describe("Free-form string labels kept with the sandbox (at most 32 keys).");
 
 /** The daemon's error codes (src/util/errors.ts): one list for the TypeScript type and the wire. */
-export const ErrorCodeSchema = z
-  .enum(ERROR_CODES)
-  .describe(
-    "Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), " +
-      "conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), " +
-      "vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), " +
-      "unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with " +
-      "Retry-After), internal (500).",
-  );
+export const ErrorCodeSchema = named(
+  z
+    .enum(ERROR_CODES)
+    .describe(
+      "Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), " +
+        "conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), " +
+        "vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), " +
+        "unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with " +
+        "Retry-After), internal (500).",
+    ),
+  "ErrorCode",
+);
 
 export const ErrorEnvelope = named(
   z.object({
