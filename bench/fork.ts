@@ -90,8 +90,8 @@ async function main(): Promise<void> {
     for (let i = 0; i < Math.max(1, COLD); i++) {
       const tag = i === 0 ? "bench" : `bench-cold-${i}`;
       log(`cold boot ${i + 1}/${Math.max(1, COLD)} (snapshot ${tag})`);
-      const meta = await api<{ timings: { bootMs: number } }>("POST", "/v1/snapshots", snapBody(tag));
-      coldMs.push(meta.timings.bootMs);
+      const meta = await api<{ timings: { boot_ms: number } }>("POST", "/v1/snapshots", snapBody(tag));
+      coldMs.push(meta.timings.boot_ms);
       if (i > 0) await api("DELETE", `/v1/snapshots/${tag}`);
     }
 
@@ -102,7 +102,7 @@ async function main(): Promise<void> {
     const firstExec: number[] = [];
     for (let i = 0; i < SAMPLES; i++) {
       const t0 = performance.now();
-      const r = await api<{ sandboxes: (View & { timings: { totalMs: number } })[] }>(
+      const r = await api<{ sandboxes: (View & { timings: { total_ms: number } })[] }>(
         "POST",
         "/v1/sandboxes",
         { snapshot_tag: "bench", n: 1 },

@@ -1,7 +1,7 @@
 /**
  * Fork latency by network mode: one snapshot, then `--samples` sequential forks per mode, each
  * timed from the client (POST to reply: the child's agent has answered, its link is up and its
- * exposed ports relay) and by the daemon (timings.totalMs), killed before the next.
+ * exposed ports relay) and by the daemon (timings.total_ms), killed before the next.
  *
  *   node dist/bench/net.js [--samples 15] [--modes none,user-deny,user-allow,netns] [--pool 2]
  *                          [--json-out FILE]
@@ -46,7 +46,7 @@ interface ForkReply {
   sandboxes: Array<{
     id: string;
     from_pool: boolean;
-    timings: { launchMs: number; restoreMs: number; readyMs: number; totalMs: number };
+    timings: { launch_ms: number; restore_ms: number; ready_ms: number; total_ms: number };
   }>;
   failures: Array<{ message: string }>;
 }
@@ -78,9 +78,9 @@ async function main(): Promise<void> {
         // The first fork of each mode warms caches (and the pool): not counted.
         if (i > 0) {
           client.push(ms);
-          daemon.push(sb.timings.totalMs);
-          launch.push(sb.timings.launchMs);
-          ready.push(sb.timings.readyMs);
+          daemon.push(sb.timings.total_ms);
+          launch.push(sb.timings.launch_ms);
+          ready.push(sb.timings.ready_ms);
           if (sb.from_pool) pooled++;
         }
         await d.api("DELETE", `/v1/sandboxes/${sb.id}`);

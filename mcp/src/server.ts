@@ -6,7 +6,7 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { CommandExitError, Controller, ForkdError, Sandbox, fork } from "@forkd/sdk";
-import type { ConnectionOpts } from "@forkd/sdk";
+import type { ConnectionOpts, SandboxInfo } from "@forkd/sdk";
 import { z } from "zod";
 import { waitForText } from "./wait.js";
 
@@ -33,6 +33,38 @@ function failure(e: unknown): CallToolResult {
   return { isError: true, content: [{ type: "text", text }] };
 }
 
+/** A sandbox as tools report it: snake_case keys, like every other tool result and the REST API. */
+const sandboxView = (s: SandboxInfo) => ({
+  sandbox_id: s.sandboxId,
+  snapshot: s.snapshot,
+  pid: s.pid,
+  state: s.state,
+  started_at: s.startedAt,
+  exit_reason: s.exitReason,
+  timeout_ms: s.timeoutMs,
+  end_at: s.endAt,
+  metadata: s.metadata,
+  timings: {
+    launch_ms: s.timings.launchMs,
+    restore_ms: s.timings.restoreMs,
+    ready_ms: s.timings.readyMs,
+    total_ms: s.timings.totalMs,
+  },
+  limits: {
+    memory_mib: s.limits.memoryMiB,
+    cpus: s.limits.cpus,
+    pids: s.limits.pids,
+    disk_mib: s.limits.diskMiB,
+    lifetime_ms: s.limits.lifetimeMs,
+  },
+  network: {
+    mode: s.network.mode,
+    guest_ip: s.network.guestIp,
+    egress: s.network.egress,
+    ports: s.network.ports,
+  },
+});
+
 /** Runs a tool body; any failure becomes an isError result. */
 const guard =
   <A>(fn: (args: A) => Promise<CallToolResult>) =>
@@ -58,9 +90,9 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
           tag: s.tag,
           template: s.template,
           created: s.created,
-          memory_mib: s.machine.memoryMiB,
+          memory_mib: s.machine.memory_mib,
           warm: s.warm,
-          warm_eval: s.warmEval,
+          warm_eval: s.warm_eval,
         })),
       ),
     ),
@@ -156,7 +188,7 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
       description: "One sandbox's state, snapshot, timings, idle timeout and network (exposed ports).",
       inputSchema: { sandbox_id: SandboxId },
     },
-    guard(async (a) => json(await Sandbox.getInfo(a.sandbox_id, conn))),
+    guard(async (a) => json(sandboxView(await Sandbox.getInfo(a.sandbox_id, conn)))),
   );
 
   server.registerTool(

@@ -63,7 +63,12 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
       version: s.info.version,
       api: "v1",
       qemu: s.info.qemu,
-      accel: s.info.accel,
+      accel: {
+        accel: s.info.accel.accel,
+        reason: s.info.accel.reason,
+        forced: s.info.accel.forced,
+        tsc_khz: s.info.accel.tscKhz,
+      },
       started_at: s.info.startedAt,
     }),
   );

@@ -5,6 +5,8 @@ import { redactEnvelope } from "./redact.js";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { ForkdError } from "../util/errors.js";
 import type { ErrorCode } from "../util/errors.js";
+import type { z } from "zod";
+import type { ErrorEnvelope as ErrorEnvelopeSchema } from "./contract/schemas.js";
 
 const STATUS: Record<ErrorCode, ContentfulStatusCode> = {
   invalid_argument: 400,
@@ -27,9 +29,7 @@ const STATUS: Record<ErrorCode, ContentfulStatusCode> = {
 
 export const statusOf = (code: ErrorCode): ContentfulStatusCode => STATUS[code];
 
-export interface ErrorEnvelope {
-  error: { code: string; message: string; details: Record<string, unknown> };
-}
+export type ErrorEnvelope = z.infer<typeof ErrorEnvelopeSchema>;
 
 export function toEnvelope(e: unknown): { status: ContentfulStatusCode; body: ErrorEnvelope } {
   if (e instanceof ForkdError) {

@@ -46,7 +46,7 @@ interface SandboxView {
   pid: number;
   state: string;
   created: string;
-  timings: { totalMs: number; readyMs: number };
+  timings: { total_ms: number; ready_ms: number };
   network: { mode: string; ports: Array<{ port: number; host: string }> };
 }
 
@@ -140,7 +140,7 @@ program
           "content-type": "application/json",
         }),
       );
-      let meta: { tag: string; timings: { bootMs: number; freezeMs: number } } | null = null;
+      let meta: { tag: string; timings: { boot_ms: number; freeze_ms: number } } | null = null;
       await readNdjson(
         res,
         (ev: {
@@ -161,12 +161,12 @@ program
             );
         },
       );
-      const m = meta as { tag: string; timings: { bootMs: number; freezeMs: number } } | null;
+      const m = meta as { tag: string; timings: { boot_ms: number; freeze_ms: number } } | null;
       if (!m) throw new ApiError(500, "internal", "the daemon ended the snapshot stream without a result");
       if (o.json) console.log(JSON.stringify(m, null, 2));
       else
         console.log(
-          `snapshot ${m.tag} ready: boot ${Math.round(m.timings.bootMs)} ms, freeze ${Math.round(m.timings.freezeMs)} ms, total ${Date.now() - t0} ms`,
+          `snapshot ${m.tag} ready: boot ${Math.round(m.timings.boot_ms)} ms, freeze ${Math.round(m.timings.freeze_ms)} ms, total ${Date.now() - t0} ms`,
         );
     },
   );
@@ -211,8 +211,8 @@ program
           String(s.pid),
           s.tag,
           s.network.mode,
-          String(Math.round(s.timings.readyMs)),
-          String(Math.round(s.timings.totalMs)),
+          String(Math.round(s.timings.ready_ms)),
+          String(Math.round(s.timings.total_ms)),
           s.network.ports.map((p) => `${p.port}->${p.host}`).join(" "),
         ]),
       );
@@ -435,7 +435,7 @@ program
         tag: string;
         template: string;
         created: string;
-        machine: { memoryMiB: number; vcpus: number; accel: string };
+        machine: { memory_mib: number; vcpus: number; accel: string };
         files: { memory: { size: number } };
         parent?: { tag: string } | null;
       }[];
@@ -451,7 +451,7 @@ program
             "ready",
             s.parent?.tag ?? "-",
             s.template,
-            `${s.machine.memoryMiB}M`,
+            `${s.machine.memory_mib}M`,
             String(s.machine.vcpus),
             s.machine.accel,
             s.created,

@@ -10,12 +10,12 @@ import { printTable } from "./table.js";
 
 interface Meta {
   tag: string;
-  timings: { bootMs: number; warmMs: number };
+  timings: { boot_ms: number; warm_ms: number };
 }
 interface Child {
   id: string;
   pid: number;
-  timings: { readyMs: number; totalMs: number };
+  timings: { ready_ms: number; total_ms: number };
 }
 
 const median = (xs: number[]): number => {
@@ -57,7 +57,7 @@ export async function quickstart(
       clearInterval(tick);
     }
     say(
-      `snapshot ready in ${Math.round((Date.now() - t0) / 1000)} s (parent cold boot ${Math.round(meta.timings.bootMs)} ms)`,
+      `snapshot ready in ${Math.round((Date.now() - t0) / 1000)} s (parent cold boot ${Math.round(meta.timings.boot_ms)} ms)`,
     );
   }
 
@@ -109,19 +109,19 @@ export async function quickstart(
     rows.map((x) => [
       x.c.id,
       String(x.c.pid),
-      String(Math.round(x.c.timings.readyMs)),
+      String(Math.round(x.c.timings.ready_ms)),
       x.execMs.toFixed(0),
       x.evalMs.toFixed(0),
       x.out,
       x.value.length > 52 ? x.value.slice(0, 49) + "..." : x.value,
     ]),
   );
-  const ready = median(r.sandboxes.map((c) => c.timings.totalMs));
+  const ready = median(r.sandboxes.map((c) => c.timings.total_ms));
   console.log(
     [
       ``,
       `${r.sandboxes.length}/${o.n} children forked and answering in ${forkWall.toFixed(0)} ms (wall)`,
-      `median fork to first agent reply: ${ready.toFixed(0)} ms; parent cold boot: ${Math.round(meta.timings.bootMs)} ms (${(meta.timings.bootMs / ready).toFixed(0)}x)`,
+      `median fork to first agent reply: ${ready.toFixed(0)} ms; parent cold boot: ${Math.round(meta.timings.boot_ms)} ms (${(meta.timings.boot_ms / ready).toFixed(0)}x)`,
       `median first exec in a child: ${median(rows.map((x) => x.execMs)).toFixed(0)} ms; first eval: ${median(rows.map((x) => x.evalMs)).toFixed(0)} ms (all children at once; a child's first run of any code is slower under TCG, which translates it anew)`,
       `each child inherited numpy and a 1M-element array from the parent, and wrote its own state.`,
     ].join("\n"),

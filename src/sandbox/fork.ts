@@ -12,6 +12,7 @@ import type { NetworkSpec } from "../net/policy.js";
 import type { Snapshot } from "../snapshot/store.js";
 import { fsyncDir, writeFileAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import type { ErrorCode } from "../util/errors.js";
 import { nowMs, since } from "../util/time.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
@@ -32,7 +33,7 @@ export const NET_UP_WAIT_MS = 2_000;
 
 export interface ForkFailure {
   index: number;
-  code: string;
+  code: ErrorCode;
   message: string;
 }
 

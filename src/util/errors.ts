@@ -1,24 +1,30 @@
 /**
  * Local errors with stable string codes. The API maps each code to one HTTP status and one wire
- * envelope (src/api/errors.ts); `cause` is kept for logs.
+ * envelope (src/api/errors.ts); `cause` is kept for logs. The wire's `error.code` is an enum of
+ * ERROR_CODES (src/api/contract/schemas.ts), so a new code is a change of the API.
  */
-export type ErrorCode =
-  | "invalid_argument"
-  | "not_found"
-  | "conflict"
-  | "timeout"
-  | "unavailable"
-  | "guest_error"
-  | "agent_protocol"
-  | "vmm_error"
-  | "image_error"
-  | "snapshot_corrupt"
-  | "resource_exhausted"
-  | "unauthenticated"
-  | "forbidden"
-  | "payload_too_large"
-  | "rate_limited"
-  | "internal";
+export const ERROR_CODES = [
+  "invalid_argument",
+  "not_found",
+  "conflict",
+  "timeout",
+  "unavailable",
+  "guest_error",
+  "agent_protocol",
+  "vmm_error",
+  "image_error",
+  "snapshot_corrupt",
+  "resource_exhausted",
+  // Mostly the API edge's (src/api/edge.ts, parse.ts, scope.ts): a request refused as such.
+  "unauthenticated",
+  "forbidden",
+  "payload_too_large",
+  "rate_limited",
+  "internal",
+] as const;
+
+/** Every code an error may carry: the one list the wire's error schema is made from. */
+export type ErrorCode = (typeof ERROR_CODES)[number];
 
 export class ForkdError extends Error {
   readonly code: ErrorCode;

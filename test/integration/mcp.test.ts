@@ -94,23 +94,31 @@ step("lists its tools with input schemas", async () => {
 });
 
 step("creates a snapshot and forks sandboxes from it", async () => {
-  const snap = await ok<{ tag: string }>("create_snapshot", {
+  const snap = await ok<{ tag: string; timings: { boot_ms: number } }>("create_snapshot", {
     tag: "mcp",
     memory_mib: 384,
     warm_eval: "base = 40",
   });
   assert.equal(snap.tag, "mcp");
-  const listed = await ok<Array<{ tag: string }>>("list_snapshots", {});
+  assert.ok(snap.timings.boot_ms > 0, "the snapshot's timings are snake_case");
+  const listed = await ok<Array<{ tag: string; memory_mib: number; warm_eval: string }>>(
+    "list_snapshots",
+    {},
+  );
   assert.deepEqual(
-    listed.map((s) => s.tag),
-    ["mcp"],
+    listed.map((s) => [s.tag, s.memory_mib, s.warm_eval]),
+    [["mcp", 384, "base = 40"]],
   );
   ids = (await ok<{ sandbox_ids: string[] }>("spawn_sandboxes", { snapshot: "mcp", n: 2 })).sandbox_ids;
   assert.equal(ids.length, 2);
   const all = await ok<Array<{ sandbox_id: string; state: string }>>("list_sandboxes", {});
   assert.deepEqual(all.map((s) => s.sandbox_id).sort(), [...ids].sort());
-  const one = await ok<{ sandboxId: string; state: string }>("get_sandbox", { sandbox_id: ids[0] });
+  const one = await ok<{ sandbox_id: string; state: string; timings: { total_ms: number } }>("get_sandbox", {
+    sandbox_id: ids[0],
+  });
+  assert.equal(one.sandbox_id, ids[0]);
   assert.equal(one.state, "running");
+  assert.ok(one.timings.total_ms > 0);
 });
 
 step("runs commands: output, a failing exit code, a timeout", async () => {

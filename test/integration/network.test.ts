@@ -254,12 +254,12 @@ after(async () => {
 });
 
 step("a snapshot has a NIC, with the link saved down", async () => {
-  const snap = await api<{ nic?: { addr: string; linkUp: boolean } }>("POST", "/v1/snapshots", {
+  const snap = await api<{ nic?: { addr: string; link_up: boolean } }>("POST", "/v1/snapshots", {
     tag: TAG,
     memory_mib: 512,
   });
   assert.equal(snap.nic?.addr, "10.0.2.15");
-  assert.equal(snap.nic?.linkUp, false);
+  assert.equal(snap.nic?.link_up, false);
 });
 
 step(

@@ -36,6 +36,10 @@ step("Sandbox.create() with no arguments creates the default snapshot once, then
   assert.equal(info.snapshot, "default");
   assert.equal(info.state, "running");
   assert.deepEqual(info.metadata, { suite: "ts" });
+  assert.ok(
+    info.timings.totalMs > 0 && info.timings.readyMs > 0,
+    "the fork's timings (total_ms on the wire)",
+  );
   assert.equal(await sb.isRunning(), true);
   const again = await Sandbox.connect(sb.sandboxId);
   assert.equal(again.sandboxId, sb.sandboxId);
@@ -130,7 +134,10 @@ step("files: text, binary round trip, 10 MiB, list, exists, makeDir, rename, rem
   const inGuest = await sb.commands.run("sha256sum /root/big.bin");
   assert.equal(inGuest.stdout.split(" ")[0], sha(big));
 
-  const names = (await sb.files.list("/root")).map((e) => `${e.name}:${e.type}`);
+  const entries = await sb.files.list("/root");
+  const names = entries.map((e) => `${e.name}:${e.type}`);
+  // modifiedTime comes from the stat's mtime_ms: a real date, not NaN.
+  assert.ok(entries.every((e) => e.modifiedTime.getFullYear() > 2000));
   assert.ok(names.includes("notes:dir") && names.includes("big.bin:file"), names.join(","));
   assert.equal(await sb.files.exists("/root/notes/a.txt"), true);
   assert.equal(await sb.files.exists("/root/nope"), false);
@@ -196,6 +203,9 @@ step("a snapshot warmed with Python globals: fork(tag, 3) children inherit them 
     onProgress: (m) => progress.push(m),
   });
   assert.equal(meta.tag, WARM);
+  assert.equal(meta.machine.memory_mib, 384);
+  assert.equal(meta.warm_eval, "import numpy as np\nseed_value = 41\nweights = np.arange(5)");
+  assert.ok(meta.timings.boot_ms > 0);
   assert.ok(progress.length > 0, "progress lines arrive while the snapshot is made");
   assert.ok((await ctl.listSnapshots()).some((s) => s.tag === WARM));
 

@@ -49,7 +49,7 @@ test("operation ids are unique; the validator accepts a valid reply and rejects 
     type: "file",
     size: 1,
     mode: 420,
-    mtimeMs: 0,
+    mtime_ms: 0,
   });
   assert.throws(
     () => v.check("get", "/v1/sandboxes/sb-aaaaaaaaaaaaaaaa/files/stat", 200, { path: "/x", type: "pipe" }),

@@ -34,6 +34,8 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(info.snapshot, SNAP)
         self.assertEqual(info.state, "running")
         self.assertEqual(info.metadata, {"suite": "py"})
+        self.assertEqual(sorted(info.timings), ["launch_ms", "ready_ms", "restore_ms", "total_ms"])
+        self.assertGreater(info.timings["total_ms"], 0)
         self.assertTrue(self.sb.is_running())
         self.assertEqual([s.sandbox_id for s in Sandbox.list(metadata={"suite": "py"})], [self.sb.sandbox_id])
         self.assertEqual(Sandbox.connect(self.sb.sandbox_id).sandbox_id, self.sb.sandbox_id)
@@ -91,7 +93,9 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(len(streamed), len(big))
         # A generator is streamed to the guest, not held whole.
         self.sb.files.write("/root/gen.bin", (bytes([i]) * 65536 for i in range(32)))
-        self.assertEqual(self.sb.files.get_info("/root/gen.bin").size, 32 * 65536)
+        gen = self.sb.files.get_info("/root/gen.bin")
+        self.assertEqual(gen.size, 32 * 65536)
+        self.assertGreater(gen.modified_time.year, 2000)  # read from the stat's mtime_ms
         names = {"%s:%s" % (e.name, e.type) for e in self.sb.files.list("/root")}
         self.assertTrue({"notes:dir", "big.bin:file"} <= names, names)
         self.assertTrue(self.sb.files.exists("/root/notes/a.txt"))
@@ -198,7 +202,10 @@ class ForkAndLifecycleTest(unittest.TestCase):
         c = Controller()
         self.assertTrue(c.health()["ok"])
         self.assertIn(SNAP, [s["tag"] for s in c.list_snapshots()])
-        self.assertEqual(c.get_snapshot(SNAP)["tag"], SNAP)
+        snap = c.get_snapshot(SNAP)
+        self.assertEqual(snap["tag"], SNAP)
+        self.assertGreater(snap["machine"]["memory_mib"], 0)
+        self.assertGreater(snap["timings"]["boot_ms"], 0)
         with self.assertRaises(InvalidArgumentError):
             c.create_snapshot("bad/tag")
 

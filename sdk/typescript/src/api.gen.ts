@@ -593,10 +593,14 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal (500).
+         * @enum {string}
+         */
+        ErrorCode: "invalid_argument" | "not_found" | "conflict" | "timeout" | "unavailable" | "guest_error" | "agent_protocol" | "vmm_error" | "image_error" | "snapshot_corrupt" | "resource_exhausted" | "unauthenticated" | "forbidden" | "payload_too_large" | "rate_limited" | "internal";
         Error: {
             error: {
-                /** @description Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal. */
-                code: string;
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;
@@ -637,7 +641,8 @@ export interface components {
                 accel: "kvm" | "tcg";
                 reason: string;
                 forced: boolean;
-                tscKhz: number;
+                /** @description The host TSC frequency given to guests (kHz) */
+                tsc_khz: number;
             };
             started_at: string;
         };
@@ -692,7 +697,7 @@ export interface components {
             /** @enum {string} */
             status: "ready";
             machine: {
-                memoryMiB: number;
+                memory_mib: number;
                 vcpus: number;
                 /** @enum {string} */
                 accel: "kvm" | "tcg";
@@ -701,7 +706,7 @@ export interface components {
             image: {
                 hash: string;
                 dir: string;
-                kernelVersion: string;
+                kernel_version: string;
                 content?: string;
             };
             qemu: {
@@ -709,8 +714,9 @@ export interface components {
                 version: string;
             };
             warm: string | null;
-            warmEval: string | null;
-            diskSize: number;
+            warm_eval: string | null;
+            /** @description Virtual size of the root disk in bytes */
+            disk_size: number;
             files: {
                 memory: {
                     size: number;
@@ -726,12 +732,12 @@ export interface components {
                 };
             };
             timings: {
-                bootMs: number;
-                warmMs: number;
-                freezeMs: number;
+                boot_ms: number;
+                warm_ms: number;
+                freeze_ms: number;
             };
             /** @enum {string} */
-            stateFormat?: "migration" | "devices";
+            state_format?: "migration" | "devices";
             /** @description A branch's parent snapshot: its disk layer is stacked on the parent's. */
             parent?: {
                 tag: string;
@@ -740,9 +746,9 @@ export interface components {
             /** @description A branch: the sandbox it was taken from and what its pause cost. */
             branch?: {
                 sandbox: string;
-                pauseMs: number;
-                privateBytes: number;
-                finishMs: number;
+                pause_ms: number;
+                private_bytes: number;
+                finish_ms: number;
             };
             /** @description The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant. */
             owner?: string | null;
@@ -753,8 +759,8 @@ export interface components {
                 prefix: number;
                 gateway: string;
                 dns: string;
-                gatewayMac: string;
-                linkUp: boolean;
+                gateway_mac: string;
+                link_up: boolean;
             };
             checksum: string;
         };
@@ -766,7 +772,7 @@ export interface components {
             /** @description The sandbox it is branched from */
             source: string | null;
             error: {
-                code: string;
+                code: components["schemas"]["ErrorCode"];
                 message: string;
             } | null;
             /** @description The tenant that owns it; null or absent: shared (made by an admin), visible to every tenant. */
@@ -801,8 +807,7 @@ export interface components {
             snapshot: components["schemas"]["Snapshot"];
         } | {
             error: {
-                /** @description Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal. */
-                code: string;
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;
@@ -898,8 +903,7 @@ export interface components {
             result: components["schemas"]["Pushed"] | components["schemas"]["Pulled"];
         } | {
             error: {
-                /** @description Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal. */
-                code: string;
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;
@@ -1000,10 +1004,10 @@ export interface components {
             created: string;
             exit_reason: string | null;
             timings: {
-                launchMs: number;
-                restoreMs: number;
-                readyMs: number;
-                totalMs: number;
+                launch_ms: number;
+                restore_ms: number;
+                ready_ms: number;
+                total_ms: number;
             };
             from_pool: boolean;
             timeout_ms: number | null;
@@ -1033,7 +1037,7 @@ export interface components {
             sandboxes: components["schemas"]["Sandbox"][];
             failures: {
                 index: number;
-                code: string;
+                code: components["schemas"]["ErrorCode"];
                 message: string;
             }[];
         };
@@ -1114,8 +1118,7 @@ export interface components {
             duration_ms: number;
         } | {
             error: {
-                /** @description Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with Retry-After), internal. */
-                code: string;
+                code: components["schemas"]["ErrorCode"];
                 message: string;
                 details: {
                     [key: string]: unknown;
@@ -1180,7 +1183,8 @@ export interface components {
             type: "file" | "dir" | "symlink" | "other";
             size: number;
             mode: number;
-            mtimeMs: number;
+            /** @description Last modification, ms since the epoch */
+            mtime_ms: number;
         };
         DirList: {
             path: string;
@@ -1190,7 +1194,8 @@ export interface components {
                 type: "file" | "dir" | "symlink" | "other";
                 size: number;
                 mode: number;
-                mtimeMs: number;
+                /** @description Last modification, ms since the epoch */
+                mtime_ms: number;
             }[];
         };
         FileWritten: {

@@ -3,6 +3,8 @@
  * "details"}}). Catch `ForkdError` for all of them, or a subclass for one kind.
  */
 
+import type { ErrorCodeWire } from "./types.js";
+
 export class ForkdError extends Error {
   /** The daemon's stable error code (e.g. "not_found"), or a local one ("connection"). */
   readonly code: string;
@@ -40,21 +42,23 @@ export class GuestError extends ForkdError {}
 /** The daemon could not be reached. */
 export class ConnectionError extends ForkdError {}
 
-const BY_CODE: Record<string, new (m: string, o: ConstructorParameters<typeof ForkdError>[1]) => ForkdError> =
-  {
-    invalid_argument: InvalidArgumentError,
-    not_found: NotFoundError,
-    conflict: ConflictError,
-    timeout: TimeoutError,
-    unauthenticated: AuthenticationError,
-    forbidden: AuthenticationError,
-    payload_too_large: InvalidArgumentError,
-    resource_exhausted: RateLimitError,
-    rate_limited: RateLimitError,
-    unavailable: UnavailableError,
-    guest_error: GuestError,
-    agent_protocol: GuestError,
-  };
+/** Codes not listed (vmm_error, image_error, snapshot_corrupt, internal) are the base class. */
+const BY_CODE: Partial<
+  Record<ErrorCodeWire, new (m: string, o: ConstructorParameters<typeof ForkdError>[1]) => ForkdError>
+> = {
+  invalid_argument: InvalidArgumentError,
+  not_found: NotFoundError,
+  conflict: ConflictError,
+  timeout: TimeoutError,
+  unauthenticated: AuthenticationError,
+  forbidden: AuthenticationError,
+  payload_too_large: InvalidArgumentError,
+  resource_exhausted: RateLimitError,
+  rate_limited: RateLimitError,
+  unavailable: UnavailableError,
+  guest_error: GuestError,
+  agent_protocol: GuestError,
+};
 
 /** The error for a daemon error envelope. */
 export function errorFromEnvelope(
@@ -63,7 +67,7 @@ export function errorFromEnvelope(
   message: string,
   details: Record<string, unknown> = {},
 ): ForkdError {
-  const Cls = BY_CODE[code] ?? ForkdError;
+  const Cls = BY_CODE[code as ErrorCodeWire] ?? ForkdError;
   return new Cls(message, { code, status, details });
 }
 

@@ -36,7 +36,7 @@ const baseName = (p: string): string => p.replace(/\/+$/, "").split("/").pop() ?
 const joinPath = (dir: string, name: string): string => (dir.endsWith("/") ? dir + name : `${dir}/${name}`);
 
 function toEntry(path: string, s: Omit<FileStatWire, "path">, name = baseName(path)): EntryInfo {
-  return { name, path, type: s.type, size: s.size, mode: s.mode, modifiedTime: new Date(s.mtimeMs) };
+  return { name, path, type: s.type, size: s.size, mode: s.mode, modifiedTime: new Date(s.mtime_ms) };
 }
 
 async function toBody(data: FileData): Promise<Uint8Array | NodeJS.ReadableStream> {

@@ -68,7 +68,7 @@ export interface SandboxInfo {
   endAt: Date | null;
   metadata: Record<string, string>;
   /** Fork timings measured by the daemon (ms). */
-  timings: SandboxWire["timings"];
+  timings: { launchMs: number; restoreMs: number; readyMs: number; totalMs: number };
   /** The host-side limits in force (null: not limited). */
   limits: {
     memoryMiB: number | null;
@@ -131,7 +131,12 @@ export function infoOf(w: SandboxWire): SandboxInfo {
       lifetimeMs: w.limits.lifetime_ms,
     },
     metadata: w.metadata,
-    timings: w.timings,
+    timings: {
+      launchMs: w.timings.launch_ms,
+      restoreMs: w.timings.restore_ms,
+      readyMs: w.timings.ready_ms,
+      totalMs: w.timings.total_ms,
+    },
     network: {
       mode: w.network.mode,
       guestIp: w.network.guest_ip,

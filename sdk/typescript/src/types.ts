@@ -17,3 +17,5 @@ export type HealthWire = Schemas["Health"];
 export type VersionWire = Schemas["Version"];
 export type BranchResultWire = Schemas["BranchResult"];
 export type NetworkRequestWire = Schemas["NetworkRequest"];
+/** The daemon's error codes (the wire's closed enum). */
+export type ErrorCodeWire = Schemas["ErrorCode"];

@@ -6,12 +6,17 @@
  *
  * Every schema that appears in the document under a name is registered in `contract` with its
  * id; unnamed ones are inlined where they are used.
+ *
+ * Every key on the wire is snake_case, in requests, replies and stream events alike (a unit test
+ * walks the document for it). Records the daemon keeps on disk have their own shapes; they are
+ * mapped to these in src/api/views/.
  */
 import { z } from "zod";
 import { SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
 import { MAX_FORK } from "../../sandbox/limits.js";
 import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
 import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/policy.js";
+import { ERROR_CODES } from "../../util/errors.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -41,17 +46,24 @@ const Metadata = z
   .refine((m) => Object.keys(m).length <= 32, "at most 32 metadata keys")
   .describe("Free-form string labels kept with the sandbox (at most 32 keys).");
 
+/** The daemon's error codes (src/util/errors.ts): one list for the TypeScript type and the wire. */
+export const ErrorCodeSchema = named(
+  z
+    .enum(ERROR_CODES)
+    .describe(
+      "Stable machine-readable code; each has one HTTP status: invalid_argument (400), not_found (404), " +
+        "conflict (409), timeout (504), unavailable (503), guest_error (502), agent_protocol (502), " +
+        "vmm_error (500), image_error (500), snapshot_corrupt (500), resource_exhausted (429), " +
+        "unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with " +
+        "Retry-After), internal (500).",
+    ),
+  "ErrorCode",
+);
+
 export const ErrorEnvelope = named(
   z.object({
     error: z.object({
-      code: z
-        .string()
-        .describe(
-          "Stable machine-readable code: invalid_argument, not_found, conflict, timeout, unavailable, " +
-            "guest_error, agent_protocol, vmm_error, image_error, snapshot_corrupt, resource_exhausted, " +
-            "unauthenticated (401), forbidden (403), payload_too_large (413), rate_limited (429, with " +
-            "Retry-After), internal.",
-        ),
+      code: ErrorCodeSchema,
       message: z.string(),
       details: z.record(z.string(), z.unknown()),
     }),
@@ -90,7 +102,7 @@ export const Version = named(
       accel: z.enum(["kvm", "tcg"]),
       reason: z.string(),
       forced: z.boolean(),
-      tscKhz: z.number(),
+      tsc_khz: z.number().describe("The host TSC frequency given to guests (kHz)"),
     }),
     started_at: z.string(),
   }),
@@ -177,7 +189,7 @@ export const Snapshot = named(
     created: z.string(),
     status: z.enum(["ready"]),
     machine: z.object({
-      memoryMiB: z.number().int(),
+      memory_mib: z.number().int(),
       vcpus: z.number().int(),
       accel: z.enum(["kvm", "tcg"]),
       cpu: z.string(),
@@ -185,16 +197,16 @@ export const Snapshot = named(
     image: z.object({
       hash: z.string(),
       dir: z.string(),
-      kernelVersion: z.string(),
+      kernel_version: z.string(),
       content: z.string().optional(),
     }),
     qemu: z.object({ binary: z.string(), version: z.string() }),
     warm: z.string().nullable(),
-    warmEval: z.string().nullable(),
-    diskSize: z.number().int(),
+    warm_eval: z.string().nullable(),
+    disk_size: z.number().int().describe("Virtual size of the root disk in bytes"),
     files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
-    timings: z.object({ bootMs: z.number(), warmMs: z.number(), freezeMs: z.number() }),
-    stateFormat: z.enum(["migration", "devices"]).optional(),
+    timings: z.object({ boot_ms: z.number(), warm_ms: z.number(), freeze_ms: z.number() }),
+    state_format: z.enum(["migration", "devices"]).optional(),
     parent: z
       .object({ tag: z.string(), checksum: z.string() })
       .nullable()
@@ -203,9 +215,9 @@ export const Snapshot = named(
     branch: z
       .object({
         sandbox: z.string(),
-        pauseMs: z.number(),
-        privateBytes: z.number().int(),
-        finishMs: z.number(),
+        pause_ms: z.number(),
+        private_bytes: z.number().int(),
+        finish_ms: z.number(),
       })
       .optional()
       .describe("A branch: the sandbox it was taken from and what its pause cost."),
@@ -217,8 +229,8 @@ export const Snapshot = named(
         prefix: z.number().int(),
         gateway: z.string(),
         dns: z.string(),
-        gatewayMac: z.string(),
-        linkUp: z.boolean(),
+        gateway_mac: z.string(),
+        link_up: z.boolean(),
       })
       .optional()
       .describe(
@@ -236,7 +248,7 @@ export const SnapshotStatus = named(
     status: z.enum(["writing", "failed"]),
     started: z.string(),
     source: z.string().nullable().describe("The sandbox it is branched from"),
-    error: z.object({ code: z.string(), message: z.string() }).nullable(),
+    error: z.object({ code: ErrorCodeSchema, message: z.string() }).nullable(),
     owner: SnapshotOwner,
   }),
   "SnapshotStatus",
@@ -544,10 +556,10 @@ export const Sandbox = named(
     created: z.string(),
     exit_reason: z.string().nullable(),
     timings: z.object({
-      launchMs: z.number(),
-      restoreMs: z.number(),
-      readyMs: z.number(),
-      totalMs: z.number(),
+      launch_ms: z.number(),
+      restore_ms: z.number(),
+      ready_ms: z.number(),
+      total_ms: z.number(),
     }),
     from_pool: z.boolean(),
     timeout_ms: z.number().int().nullable(),
@@ -577,7 +589,7 @@ export const SandboxList = named(z.object({ sandboxes: z.array(Sandbox) }), "San
 export const ForkResult = named(
   z.object({
     sandboxes: z.array(Sandbox),
-    failures: z.array(z.object({ index: z.number().int(), code: z.string(), message: z.string() })),
+    failures: z.array(z.object({ index: z.number().int(), code: ErrorCodeSchema, message: z.string() })),
   }),
   "ForkResult",
   "Children that answered, and those that failed (cleaned up) without failing their siblings.",
@@ -799,7 +811,7 @@ const StatFields = {
   type: z.enum(["file", "dir", "symlink", "other"]),
   size: z.number().int(),
   mode: z.number().int(),
-  mtimeMs: z.number(),
+  mtime_ms: z.number().describe("Last modification, ms since the epoch"),
 };
 export const FileStat = named(z.object({ path: z.string(), ...StatFields }), "FileStat");
 export const DirList = named(

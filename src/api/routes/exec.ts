@@ -10,10 +10,15 @@ import type { CommandTable } from "../../sandbox/commands.js";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
 import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from "../contract/schemas.js";
+import type { EvalResult, ExecEvent, ExecResult } from "../contract/schemas.js";
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { commandView } from "../views/command.js";
 import { toEnvelope } from "../errors.js";
 import { replyStream } from "../reply-stream.js";
+
+type ExecResultView = z.infer<typeof ExecResult>;
+type ExecEventView = z.infer<typeof ExecEvent>;
+type EvalResultView = z.infer<typeof EvalResult>;
 
 /** Buffered exec keeps at most this much of each output stream. */
 const MAX_BUFFERED = 16 << 20;
@@ -82,7 +87,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
       return h.result;
     });
     s.metrics.exec((performance.now() - t0) / 1000);
-    return c.json({
+    const reply: ExecResultView = {
       exit_code: r.exitCode,
       signal: r.signal,
       timed_out: r.timedOut,
@@ -91,7 +96,8 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
       stdout_truncated: out.truncated,
       stderr_truncated: err.truncated,
       duration_ms: Math.round(performance.now() - t0),
-    });
+    };
+    return c.json(reply);
   });
 
   // One JSON object per line: started, stdout/stderr (base64: output is bytes), exit or error.
@@ -103,6 +109,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
         // A client gone before the reply started never sees its command: none is started.
         if (sink.gone) return lease.release();
         const t0 = performance.now();
+        const send = (ev: ExecEventView): boolean => sink.line(ev);
         let handle: ExecHandle;
         try {
           handle = start(
@@ -111,8 +118,8 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
             body,
             {
               // Paced by the client: while it reads slowly the output waits in the guest.
-              onStdout: (d) => sink.line({ type: "stdout", data: d.toString("base64") }) || sink.drained(),
-              onStderr: (d) => sink.line({ type: "stderr", data: d.toString("base64") }) || sink.drained(),
+              onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }) || sink.drained(),
+              onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }) || sink.drained(),
             },
             lease.explain,
           );
@@ -126,14 +133,14 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
           handle.signal(9);
         });
         handle.started.then(
-          (p) => sink.line({ type: "started", pid: p.pid }),
+          (p) => send({ type: "started", pid: p.pid }),
           () => undefined,
         );
         handle.result
           .then(
             (r) => {
               s.metrics.exec((performance.now() - t0) / 1000);
-              sink.line({
+              send({
                 type: "exit",
                 exit_code: r.exitCode,
                 signal: r.signal,
@@ -144,7 +151,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
             (e: unknown) => {
               const { body: env } = toEnvelope(e);
               s.metrics.failure("execStream", env.error.code);
-              sink.line({ type: "error", ...env });
+              send({ type: "error", ...env });
             },
           )
           .finally(() => {
@@ -185,9 +192,10 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
 
   app.post("/:id/eval", async (c) => {
     const body = await parseBody(c, Eval);
-    return c.json(
-      await s.sandboxes.use(c.req.param("id"), (agent) => agent.eval(body.code, body.timeout_ms)),
+    const reply: EvalResultView = await s.sandboxes.use(c.req.param("id"), (agent) =>
+      agent.eval(body.code, body.timeout_ms),
     );
+    return c.json(reply);
   });
 
   return app;

@@ -6,6 +6,7 @@ import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../co
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { ForkdError } from "../../util/errors.js";
 import { clientGone, replyStream } from "../reply-stream.js";
+import { dirListView, fileStatView } from "../views/file.js";
 
 export function fileRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -71,12 +72,12 @@ export function fileRoutes(s: Services): Hono<ApiEnv> {
 
   app.get("/:id/files/stat", async (c) => {
     const { path } = parseQuery(c, PathQuery);
-    return c.json({ path, ...(await s.sandboxes.use(c.req.param("id"), (a) => a.stat(path))) });
+    return c.json(fileStatView(path, await s.sandboxes.use(c.req.param("id"), (a) => a.stat(path))));
   });
 
   app.get("/:id/files/list", async (c) => {
     const { path } = parseQuery(c, PathQuery);
-    return c.json({ path, entries: await s.sandboxes.use(c.req.param("id"), (a) => a.list(path)) });
+    return c.json(dirListView(path, await s.sandboxes.use(c.req.param("id"), (a) => a.list(path))));
   });
 
   app.post("/:id/files/mkdir", async (c) => {

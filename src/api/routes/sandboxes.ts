@@ -2,6 +2,8 @@ import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
 import { Branch, CreateSandboxes, EgressRequest, ExposePort, SetTimeout } from "../contract/schemas.js";
+import type { BranchResult, ForkResult } from "../contract/schemas.js";
+import type { z } from "zod";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
@@ -9,6 +11,7 @@ import { forkable } from "../scope.js";
 import { isAdmin } from "../../access/caller.js";
 import { sandboxView } from "../views/sandbox.js";
 import { parseNetwork } from "../../net/policy.js";
+import { snapshotView } from "../views/snapshot.js";
 
 export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -60,7 +63,11 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
         { failures: r.failures },
       );
     }
-    return c.json({ sandboxes: r.sandboxes.map(sandboxView), failures: r.failures }, 201);
+    const reply: z.infer<typeof ForkResult> = {
+      sandboxes: r.sandboxes.map(sandboxView),
+      failures: r.failures,
+    };
+    return c.json(reply, 201);
   });
 
   app.get("/:id", (c) => c.json(sandboxView(s.sandboxes.get(c.req.param("id")))));
@@ -70,16 +77,14 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const r = await s.sandboxes.branch(c.req.param("id"), body.tag, body.wait);
     noteTarget(c, "snapshot", r.tag);
     s.metrics.branchPause(r.pauseMs / 1000);
-    return c.json(
-      {
-        tag: r.tag,
-        status: r.status,
-        pause_ms: r.pauseMs,
-        private_bytes: r.privateBytes,
-        snapshot: r.snapshot?.meta ?? null,
-      },
-      r.status === "ready" ? 201 : 202,
-    );
+    const reply: z.infer<typeof BranchResult> = {
+      tag: r.tag,
+      status: r.status,
+      pause_ms: r.pauseMs,
+      private_bytes: r.privateBytes,
+      snapshot: r.snapshot ? snapshotView(r.snapshot.meta) : null,
+    };
+    return c.json(reply, r.status === "ready" ? 201 : 202);
   });
 
   app.post("/:id/pause", async (c) => c.json(sandboxView(await s.sandboxes.pause(c.req.param("id")))));

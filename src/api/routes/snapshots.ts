@@ -11,6 +11,7 @@ import { isAdmin } from "../../access/caller.js";
 import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } from "../scope.js";
 import { progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
+import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -19,8 +20,8 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const caller = c.get("caller");
     const all = await s.snapshots.list();
     return c.json({
-      snapshots: all.snapshots.filter((m) => canSee(caller, m.owner)),
-      pending: visiblePending(caller, all.pending),
+      snapshots: all.snapshots.filter((m) => canSee(caller, m.owner)).map(snapshotView),
+      pending: visiblePending(caller, all.pending).map(snapshotStatusView),
     });
   });
 
@@ -38,13 +39,13 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       owner: c.get("caller").tenant,
     };
     noteTarget(c, "snapshot", body.tag);
-    if (c.req.query("stream") !== "1") return c.json(await s.snapshots.create(req), 201);
+    if (c.req.query("stream") !== "1") return c.json(snapshotView(await s.snapshots.create(req)), 201);
     // Refuse a taken tag or an unknown template with a status code, before the stream starts.
     await s.snapshots.checkCreatable(body.tag, body.template);
     // A creation whose client stopped watching still ends: ready, or failed with its reason in
     // the pending list (the client can no longer be told).
-    return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, (progress, watcher) =>
-      s.snapshots.create(req, progress, () => watcher.gone),
+    return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, async (progress, watcher) =>
+      snapshotView(await s.snapshots.create(req, progress, () => watcher.gone)),
     );
   });
 
@@ -55,10 +56,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       const p = await s.snapshots.pending(tag);
       if (p) {
         if (!canSee(caller, p.owner)) throw noSnapshot(tag);
-        return c.json(p);
+        return c.json(snapshotStatusView(p));
       }
     }
-    return c.json((await visibleSnapshot(s, caller, tag)).meta);
+    return c.json(snapshotView((await visibleSnapshot(s, caller, tag)).meta));
   });
 
   app.get("/:tag/info", async (c) => {
@@ -137,7 +138,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, Compact);
     await ownedSnapshot(s, c.get("caller"), tag);
     noteTarget(c, "snapshot", body.tag);
-    return c.json(await s.snapshots.compact(tag, body.tag), 201);
+    return c.json(snapshotView(await s.snapshots.compact(tag, body.tag)), 201);
   });
 
   app.delete("/:tag", async (c) => {

@@ -16,7 +16,12 @@ export const sandboxView = (s: ReadonlySandbox): SandboxView => ({
   state: s.state,
   created: s.record.created,
   exit_reason: s.exitReason,
-  timings: s.record.timings,
+  timings: {
+    launch_ms: s.record.timings.launchMs,
+    restore_ms: s.record.timings.restoreMs,
+    ready_ms: s.record.timings.readyMs,
+    total_ms: s.record.timings.totalMs,
+  },
   from_pool: s.record.fromPool ?? false,
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: isoOrNull(expiresAt(s)),

@@ -39,7 +39,7 @@ def _join(d, name):
 
 def _entry(path, s, name=None):
     return EntryInfo(name or _base(path), path, s["type"], s["size"], s["mode"],
-                     datetime.fromtimestamp(s["mtimeMs"] / 1000, tz=timezone.utc))
+                     datetime.fromtimestamp(s["mtime_ms"] / 1000, tz=timezone.utc))
 
 
 class Files:

@@ -33,6 +33,7 @@ class SandboxInfo:
         # {"memory_mib", "cpus", "pids", "disk_mib", "lifetime_ms"}: the host-side limits in force.
         self.limits = w.get("limits") or {}
         self.metadata = w["metadata"]
+        # {"launch_ms", "restore_ms", "ready_ms", "total_ms"}: the fork as the daemon measured it.
         self.timings = w["timings"]
         net = w.get("network") or {"mode": "none", "guest_ip": None, "egress": None, "ports": []}
         # {"mode", "guest_ip", "egress", "ports": [{"port", "host"}]}: exposed ports while it runs.

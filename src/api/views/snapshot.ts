@@ -1,0 +1,94 @@
+/**
+ * Snapshots as the API serves them: the one place a snapshot's metadata (meta.json, which keeps
+ * its own shape and format version: docs/snapshot-format.md) and a pending write's record become
+ * wire views (snake_case, src/api/contract/schemas.ts). Every reply, stream event and result that
+ * holds a snapshot goes through here.
+ */
+import type { z } from "zod";
+import type { SnapshotMeta } from "../../snapshot/meta.js";
+import type { SnapshotPending } from "../../snapshot/store.js";
+import { ERROR_CODES } from "../../util/errors.js";
+import type { ErrorCode } from "../../util/errors.js";
+import type { Snapshot, SnapshotStatus } from "../contract/schemas.js";
+
+export type SnapshotView = z.infer<typeof Snapshot>;
+export type SnapshotStatusView = z.infer<typeof SnapshotStatus>;
+
+/** A ready snapshot's metadata as served. Optional parts stay absent when the metadata has none. */
+export function snapshotView(m: SnapshotMeta): SnapshotView {
+  return {
+    format: m.format,
+    tag: m.tag,
+    template: m.template,
+    created: m.created,
+    status: m.status,
+    machine: {
+      memory_mib: m.machine.memoryMiB,
+      vcpus: m.machine.vcpus,
+      accel: m.machine.accel,
+      cpu: m.machine.cpu,
+    },
+    image: {
+      hash: m.image.hash,
+      dir: m.image.dir,
+      kernel_version: m.image.kernelVersion,
+      ...(m.image.content !== undefined ? { content: m.image.content } : {}),
+    },
+    qemu: { binary: m.qemu.binary, version: m.qemu.version },
+    warm: m.warm,
+    warm_eval: m.warmEval,
+    disk_size: m.diskSize,
+    files: {
+      memory: { size: m.files.memory.size, sha256: m.files.memory.sha256 },
+      vmstate: { size: m.files.vmstate.size, sha256: m.files.vmstate.sha256 },
+      disk: { size: m.files.disk.size, sha256: m.files.disk.sha256 },
+    },
+    timings: { boot_ms: m.timings.bootMs, warm_ms: m.timings.warmMs, freeze_ms: m.timings.freezeMs },
+    ...(m.stateFormat !== undefined ? { state_format: m.stateFormat } : {}),
+    ...(m.parent !== undefined
+      ? { parent: m.parent && { tag: m.parent.tag, checksum: m.parent.checksum } }
+      : {}),
+    ...(m.branch !== undefined
+      ? {
+          branch: {
+            sandbox: m.branch.sandbox,
+            pause_ms: m.branch.pauseMs,
+            private_bytes: m.branch.privateBytes,
+            finish_ms: m.branch.finishMs,
+          },
+        }
+      : {}),
+    ...(m.owner !== undefined ? { owner: m.owner } : {}),
+    ...(m.nic !== undefined
+      ? {
+          nic: {
+            mac: m.nic.mac,
+            addr: m.nic.addr,
+            prefix: m.nic.prefix,
+            gateway: m.nic.gateway,
+            dns: m.nic.dns,
+            gateway_mac: m.nic.gatewayMac,
+            link_up: m.nic.linkUp,
+          },
+        }
+      : {}),
+    checksum: m.checksum,
+  };
+}
+
+const isErrorCode = (c: string): c is ErrorCode => (ERROR_CODES as readonly string[]).includes(c);
+
+/** A snapshot being written, or failed. A stored code this daemon does not know reads `internal`. */
+export function snapshotStatusView(p: SnapshotPending): SnapshotStatusView {
+  return {
+    tag: p.tag,
+    status: p.status,
+    started: p.started,
+    source: p.source,
+    error: p.error && {
+      code: isErrorCode(p.error.code) ? p.error.code : "internal",
+      message: p.error.message,
+    },
+    ...(p.owner !== undefined ? { owner: p.owner } : {}),
+  };
+}
