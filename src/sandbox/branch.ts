@@ -9,8 +9,6 @@
  * private pages, the frozen disk layer hard-linked in, checksums, metadata, publish. Until then
  * the tag reads `writing` (durably: see SnapshotStore.recover).
  */
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { chmod, chown, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
@@ -19,14 +17,15 @@ import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/met
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { childEnv, run } from "../util/proc.js";
+import type { CaptureStats, MemoryDiffs } from "../vmm/memsnap.js";
 import { nowMs, since } from "../util/time.js";
 import type { CrashPoint } from "../util/crash.js";
 import type { Sandbox } from "./sandbox.js";
 
 export interface BranchDeps {
   store: SnapshotStore;
-  memsnap: string;
+  /** Captures and applies private memory pages (forkd-memsnap). */
+  memsnap: MemoryDiffs;
   /** Called (paused) once the source writes to a new top disk layer. */
   newTopLayer?: () => Promise<void>;
   /** Test-only fault injection (src/util/crash.ts). */
@@ -81,7 +80,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     if (vm.owner) await chown(newTop, vm.owner.uid, vm.owner.gid);
 
     // The memory helper pre-scans and prepares its buffer while the VM still runs.
-    const capture = await startCapture(deps.memsnap, vm.pid, memoryFileOf(s, source), diff);
+    const capture = await deps.memsnap.capture(vm.pid, memoryFileOf(s, source), diff);
     const t0 = nowMs();
     let t = t0;
     const lap = () => {
@@ -193,7 +192,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     // (Never rebase the frozen file in place: the running source reads it as a backing file.)
     await flattenLayers(a.frozen, { path: a.source.files.disk, format: "qcow2" }, files.disk);
   }
-  await run(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeoutMs: 600_000 });
+  await deps.memsnap.apply(a.base, a.diff, files.memory);
   await rm(a.diff, { force: true });
   const [memory, vmstate, disk] = await Promise.all([
     sha256File(files.memory),
@@ -235,96 +234,4 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   await rm(join(deps.store.filesFor(a.tag).dir, "status.json"), { force: true });
   deps.log.info("branch: snapshot ready", { tag: a.tag, finish_ms: since(t0) });
   return deps.store.get(a.tag);
-}
-
-const WRITE_TIMEOUT_MS = 10 * 60_000;
-
-export interface CaptureStats {
-  pages: number;
-  bytes: number;
-  runs: number;
-  scan_ms: number;
-  copy_ms: number;
-}
-
-interface Capture {
-  /** Tells the helper the VM is paused; resolves when it has copied the pages. */
-  go(): Promise<CaptureStats>;
-  /** Resolves when the diff file is written and the helper exited cleanly. */
-  written: Promise<void>;
-  kill(): void;
-}
-
-/** Starts forkd-memsnap capture and waits until it is ready (its buffer faulted in). */
-export async function startCapture(
-  memsnap: string,
-  pid: number,
-  memfile: string,
-  diff: string,
-): Promise<Capture> {
-  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], {
-    stdio: ["pipe", "pipe", "pipe"],
-    env: childEnv(),
-  });
-  let stderr = "";
-  child.stderr.on("data", (c: Buffer) => {
-    if (stderr.length < 4096) stderr += c.toString("utf8");
-  });
-  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
-  const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
-  const failure = async (what: string) => {
-    // Give it a moment to exit, so its own words are in stderr.
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 1000))]);
-    return new ForkdError("vmm_error", `memory capture ${what} failed: ${stderr.trim() || "no output"}`);
-  };
-  const nextJson = async <T>(what: string, timeoutMs: number): Promise<T> => {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new ForkdError("timeout", `memory capture ${what}: no answer`)),
-        timeoutMs,
-      );
-    });
-    try {
-      const r = await Promise.race([lines.next(), timeout]);
-      if (r.done) throw await failure(what);
-      return JSON.parse(r.value) as T;
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-  const kill = () => {
-    if (child.exitCode === null) child.kill("SIGKILL");
-  };
-  try {
-    await nextJson<{ ready: boolean }>("start", 60_000);
-  } catch (e) {
-    kill();
-    throw e;
-  }
-  const written = (async () => {
-    // Writing the diff is bounded by the disk; a helper stuck longer than this is killed, so a
-    // branch never stays `writing` (and a pause never hangs) forever.
-    let timer: NodeJS.Timeout | undefined;
-    const code = await Promise.race([
-      exited,
-      new Promise<"timeout">((r) => {
-        timer = setTimeout(() => r("timeout"), WRITE_TIMEOUT_MS);
-      }),
-    ]).finally(() => clearTimeout(timer));
-    if (code === "timeout") {
-      kill();
-      throw new ForkdError("timeout", `memory capture did not finish writing within ${WRITE_TIMEOUT_MS} ms`);
-    }
-    if (code !== 0) throw await failure("write");
-  })();
-  written.catch(() => undefined); // awaited by the caller on success; a killed helper is expected
-  return {
-    async go() {
-      child.stdin.write("go\n");
-      return nextJson<CaptureStats>("copy", 60_000);
-    },
-    written,
-    kill,
-  };
 }

@@ -3,7 +3,7 @@ import type { AgentClient } from "../agent/client.js";
 import { recordView } from "../net/service.js";
 import type { Attachment, NetworkRecord, NetworkView } from "../net/service.js";
 import type { NicMeta } from "../snapshot/meta.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { CommandTable } from "./commands.js";
 
 export type SandboxState = "running" | "paused" | "exited";
@@ -64,7 +64,7 @@ export interface Sandbox {
   record: SandboxRecord;
   dir: string;
   /** Its VMM and agent connection; null while paused (no process). */
-  vm: QemuVm | null;
+  vm: Vm | null;
   agent: AgentClient | null;
   /** Its network on the host while its VMM runs (slot, relays); null otherwise. */
   net: Attachment | null;

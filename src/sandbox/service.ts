@@ -6,7 +6,7 @@
 import type { Cgroups, VmLimits } from "../host/cgroups.js";
 import { mkdir, readdir, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { AgentClient } from "../agent/client.js";
+import type { AgentClient } from "../agent/client.js";
 import { cloneOverlay } from "../disk/overlay.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { fsyncDir, writeFileAtomic } from "../util/atomic.js";
@@ -17,15 +17,17 @@ import { Strays } from "../vmm/strays.js";
 import type { StrayProcess } from "../vmm/strays.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertSandboxId, assertTag, newSandboxId, SANDBOX_ID_RE } from "../util/ids.js";
-import { branchSandbox, memoryFileOf, startCapture } from "./branch.js";
+import { branchSandbox, memoryFileOf } from "./branch.js";
 import { nowMs, since, sleep } from "../util/time.js";
 import { randomBytes } from "node:crypto";
-import { vmFiles } from "../vmm/config.js";
 import { guestNetOf, NetworkService } from "../net/service.js";
 import type { Attachment, NetworkRecord } from "../net/service.js";
 import { MAX_EXPOSE, NO_NETWORK } from "../net/policy.js";
 import type { Egress, NetworkSpec } from "../net/policy.js";
-import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
+import type { VmmDriver } from "../vmm/driver.js";
+import { forkdMemsnap } from "../vmm/memsnap.js";
+import type { MemoryDiffs } from "../vmm/memsnap.js";
+import type { Vm } from "../vmm/vm.js";
 import { endsAt, expiresAt, GUEST_DEFAULT_PIDS, settled, viewOf } from "./sandbox.js";
 import type { PausedImage } from "./sandbox.js";
 import { loadRecord, saveRecord } from "./record.js";
@@ -99,7 +101,7 @@ export interface Logger {
 export interface SandboxServiceOptions {
   root: string;
   store: SnapshotStore;
-  driver: QemuDriver;
+  driver: VmmDriver;
   /** Host-side limits per sandbox (the driver's jail joins each VMM to its cgroup). */
   cgroups?: Cgroups;
   log: Logger;
@@ -114,8 +116,10 @@ export interface SandboxServiceOptions {
   readyTimeoutMs?: number;
   /** How long a fork waits for a snapshot that is still being written. */
   writingWaitMs?: number;
-  /** native/memsnap/forkd-memsnap, for BRANCH. */
+  /** native/memsnap/forkd-memsnap, for BRANCH and pause. */
   memsnap?: string;
+  /** How private memory pages are captured and applied (default: forkd-memsnap at `memsnap`). */
+  memory?: MemoryDiffs;
   /** Host networking (absent: children can only have network none). */
   network?: NetworkService;
   /** Finds and kills VMMs a dead daemon left (default: QEMU and memsnap processes by path). */
@@ -144,8 +148,11 @@ export class SandboxService {
   private readonly strays: Strays;
   private readonly quarantine: Quarantine;
   private readonly crash: CrashPoint;
+  /** Pause and BRANCH save private memory pages with this (null: neither is available). */
+  private readonly memory: MemoryDiffs | null;
 
   constructor(private readonly o: SandboxServiceOptions) {
+    this.memory = o.memory ?? (o.memsnap ? forkdMemsnap(o.memsnap) : null);
     this.net = o.network ?? NetworkService.disabled(o.log);
     this.strays = o.strays ?? new Strays([o.driver.binary, ...(o.memsnap ? [o.memsnap] : [])], o.log);
     this.quarantine = o.quarantine ?? new Quarantine(join(dirname(o.root), "quarantine"), o.log);
@@ -243,7 +250,7 @@ export class SandboxService {
     return s;
   }
 
-  private running(id: string): Sandbox & { vm: QemuVm; agent: AgentClient } {
+  private running(id: string): Sandbox & { vm: Vm; agent: AgentClient } {
     const s = this.get(id);
     if (s.state !== "running" || !s.vm || !s.agent) {
       const why =
@@ -254,7 +261,7 @@ export class SandboxService {
             : (s.exitReason ?? s.state);
       throw new ForkdError("conflict", `sandbox ${id} is not running (${why})`, { id, state: s.state });
     }
-    return s as Sandbox & { vm: QemuVm; agent: AgentClient };
+    return s as Sandbox & { vm: Vm; agent: AgentClient };
   }
 
   /**
@@ -340,7 +347,7 @@ export class SandboxService {
     snapshot: Snapshot | null;
   }> {
     const s = this.running(id);
-    const memsnap = this.o.memsnap;
+    const memsnap = this.memory;
     if (!memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
     this.notInTransition(s);
     const name = assertTag(tag ?? `br-${newSandboxId().slice(3, 15)}`);
@@ -423,7 +430,7 @@ export class SandboxService {
     id: string,
     field: string,
     what: string,
-    change: (net: Attachment, rec: NetworkRecord, vm: QemuVm) => Promise<boolean>,
+    change: (net: Attachment, rec: NetworkRecord, vm: Vm) => Promise<boolean>,
   ): Promise<SandboxView> {
     const s = this.running(id);
     this.notInTransition(s);
@@ -541,7 +548,7 @@ export class SandboxService {
     const id = newSandboxId();
     const dir = join(this.o.root, id);
     const t0 = nowMs();
-    let vm: QemuVm | null = null;
+    let vm: Vm | null = null;
     try {
       await mkdir(dir, { mode: 0o700 });
       const disk = join(dir, "disk.qcow2");
@@ -564,7 +571,7 @@ export class SandboxService {
         { binary: net?.binary },
       );
       // Connect to the agent before the guest runs, so it never sees its host end closed.
-      const agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
+      const agent = await vm.connectAgent(10_000);
       return { id, dir, vm, agent, launchMs: since(t0) };
     } catch (e) {
       await vm?.kill().catch(() => undefined);
@@ -672,7 +679,7 @@ export class SandboxService {
   private register(
     record: SandboxRecord,
     dir: string,
-    vm: QemuVm | null,
+    vm: Vm | null,
     agent: AgentClient | null,
     net: Attachment | null,
   ): Sandbox {
@@ -721,7 +728,7 @@ export class SandboxService {
     else await vm.setWriteThreshold(topNode, left);
   }
 
-  private async diskLimitHit(s: Sandbox, vm: QemuVm): Promise<void> {
+  private async diskLimitHit(s: Sandbox, vm: Vm): Promise<void> {
     if (s.vm !== vm || s.state !== "running") return;
     const reason = `killed by the host: disk limit of ${s.record.limits?.diskMiB ?? "?"} MiB exceeded`;
     this.o.log.warn("sandbox exceeded its disk limit", { id: s.record.id, pid: s.record.pid });
@@ -785,12 +792,12 @@ export class SandboxService {
    */
   async pause(id: string): Promise<SandboxView> {
     const s = this.running(id);
-    const memsnap = this.o.memsnap;
+    const memsnap = this.memory;
     if (!memsnap) throw new ForkdError("unavailable", "pausing needs native/memsnap/forkd-memsnap");
     return this.transit(s, "pause", () => this.pauseNow(s, s.vm, memsnap));
   }
 
-  private async pauseNow(s: Sandbox, vm: QemuVm, memsnap: string): Promise<SandboxView> {
+  private async pauseNow(s: Sandbox, vm: Vm, memsnap: MemoryDiffs): Promise<SandboxView> {
     const id = s.record.id;
     const snap = await this.o.store.get(s.record.tag);
     const base = memoryFileOf(s, snap);
@@ -800,7 +807,7 @@ export class SandboxService {
     let stopped = false;
     try {
       await mkdir(dir, { mode: 0o700 });
-      const capture = await startCapture(memsnap, vm.pid, base, diff);
+      const capture = await memsnap.capture(vm.pid, base, diff);
       let disk: string;
       try {
         await vm.pause();
@@ -896,7 +903,7 @@ export class SandboxService {
   private async resumeNow(s: Sandbox, p: PausedImage): Promise<SandboxView> {
     const id = s.record.id;
     const before = s.record;
-    let vm: QemuVm | null = null;
+    let vm: Vm | null = null;
     let net: Attachment | null = null;
     try {
       const prior = s.record.network;
@@ -922,7 +929,7 @@ export class SandboxService {
         },
         { binary: net.binary },
       );
-      const agent = await AgentClient.connect(vmFiles(s.dir).agent, 10_000);
+      const agent = await vm.connectAgent(10_000);
       await vm.restoreState(p.vmstate);
       if (p.nic && p.nic.linkUp !== net.linkUp) await vm.setLink(net.linkUp);
       this.crash("resume:launched");
@@ -930,8 +937,8 @@ export class SandboxService {
       const { paused: _p, ...rest } = s.record;
       const record = (): SandboxRecord => ({
         ...rest,
-        pid: (vm as QemuVm).pid,
-        pidStartTime: (vm as QemuVm).id.startTime,
+        pid: (vm as Vm).pid,
+        pidStartTime: (vm as Vm).id.startTime,
         memoryFile: p.memory,
         network: (net as Attachment).record(),
       });
@@ -1052,7 +1059,7 @@ export class SandboxService {
           this.live.delete(name);
           half.state = "exited"; // its VMM's end below is not an exit to act on
           half.agent?.close();
-          half.vm?.qmp.close();
+          half.vm?.detach();
           await half.net?.release();
         }
         await this.strays.kill([`${dir}/`], "a sandbox that cannot be adopted", procs);
@@ -1105,7 +1112,7 @@ export class SandboxService {
       }
       await this.strays.kill([`${dir}/`], "the VMM of a pause cut short", procs);
       const old = record.memoryFile;
-      record = await finishPause(this.o.memsnap, record);
+      record = await finishPause(this.memory, record);
       await saveRecord(dir, record);
       dirty = false;
       if (old && old !== record.paused?.memory) await rm(dirname(old), { recursive: true, force: true });
@@ -1133,7 +1140,7 @@ export class SandboxService {
     if (!vm) throw new Error("VMM process is gone");
     let agent: AgentClient | null = null;
     try {
-      agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
+      agent = await vm.connectAgent(15_000);
       if ((await vm.status()) === "paused") {
         await vm.resume();
         await agent.identity({ hostname: id, sandboxId: id }, 15_000);
@@ -1141,7 +1148,7 @@ export class SandboxService {
       } else await agent.ping(15_000);
     } catch (e) {
       agent?.close();
-      vm.qmp.close();
+      vm.detach();
       throw e;
     }
     const net = record.network ? this.net.adopt(record.network) : null;
@@ -1164,7 +1171,7 @@ export class SandboxService {
     await this.pool.close();
     for (const s of this.live.values()) {
       s.agent?.close();
-      s.vm?.qmp.close();
+      s.vm?.detach();
     }
   }
 
