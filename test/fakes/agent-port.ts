@@ -119,7 +119,8 @@ export class AgentPort {
 
   private flush(): void {
     const g = this.guest;
-    if (!this.running || !g || !this.host) return;
+    // A guest whose agent is not connected (starting, reconnecting, silent) answers nothing.
+    if (!this.running || !g?.connected || !this.host) return;
     while (this.queue.length > 0) {
       const next = this.queue[0]!;
       if (typeof next === "number") this.host.write(encodeFrame(Msg.OK, next));

@@ -96,7 +96,8 @@ export class FakeVmmProcess extends EventEmitter {
     } catch {
       /* another VMM's state (a fake snapshot's): a fresh guest */
     }
-    const frozen = saved?.kind === "devices" ? this.world.frozen.get(saved.guest) : undefined;
+    // A silent guest stands in even for a frozen one (which stays frozen for a later restore).
+    const frozen = saved?.kind === "devices" && !silent ? this.world.frozen.get(saved.guest) : undefined;
     if (frozen) this.world.frozen.delete(frozen.name);
     this.setGuest(frozen ?? (await FakeGuest.start({ python: this.world.python, silent })));
     this.guest?.freeze();

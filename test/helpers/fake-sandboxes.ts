@@ -76,7 +76,11 @@ export async function fakeSandboxes(o: Partial<SandboxServiceOptions> = {}): Pro
 }
 
 /** Waits until `cond` holds (checked every 20 ms), failing after `ms`. */
-export async function until(what: string, cond: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
+export async function until(
+  what: string,
+  cond: () => boolean | Promise<boolean>,
+  ms = 10_000,
+): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await cond())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
