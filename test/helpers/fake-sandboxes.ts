@@ -1,6 +1,6 @@
 /**
  * A SandboxService over the fake VMM (test/fakes/vmm.ts) and a fake snapshot `base`: the sandbox
- * state machine without QEMU. Memory capture is the fake's; no cgroups, no network, no strays.
+ * state machine without QEMU. Memory capture and strays are the fake's; no cgroups, no network.
  * restart() is a daemon restart: the service drops its connections (detachAll) and a new one,
  * with a new driver on the same host, recovers.
  */
@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { SandboxService } from "../../src/sandbox/service.js";
 import type { SandboxServiceOptions } from "../../src/sandbox/service.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
-import { Strays } from "../../src/vmm/strays.js";
+import { FakeStrays } from "../fakes/strays.js";
 import { FakeHost } from "../fakes/vmm.js";
 import { fakeSnapshot } from "./snapshots.js";
 
@@ -43,7 +43,7 @@ export async function fakeSandboxes(o: Partial<SandboxServiceOptions> = {}): Pro
       store,
       driver: host.driver(),
       log,
-      strays: new Strays([], log),
+      strays: new FakeStrays(host, log),
       memory: host.memory,
       readyTimeoutMs: 5_000,
       ...o,
