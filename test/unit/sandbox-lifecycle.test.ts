@@ -170,7 +170,7 @@ test("a pause that fails before its VMM stops leaves the child running as it was
     const s = fx.svc.get(id);
     assert.equal(s.state, "running");
     assert.equal(s.transition, null);
-    assert.equal(await fx.host.process(before.pid)?.status, "running", "its guest runs again");
+    assert.equal(fx.host.process(before.pid)?.status, "running", "its guest runs again");
     assert.equal((await sh(fx, id, "echo alive")).trim(), "alive");
     assert.deepEqual(await readRecord(fx, id), before, "the record is as before");
     assert.deepEqual(await readdir(join(fx.root, id)), ["disk.qcow2", "sandbox.json"], "no image left");
