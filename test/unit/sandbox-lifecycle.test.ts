@@ -210,8 +210,29 @@ test("a resume that fails (state does not load, or the agent never answers) leav
     assert.deepEqual(await readRecord(fx, id), paused, "the record names the paused image again");
     assert.equal(fx.host.processes().length, 0);
 
-    assert.equal((await fx.svc.resume(id)).state, "running", "a third try works");
+    // The record names the new VMM before its guest runs; a resume failing after that is undone.
+    fx.host.inject("resume", { fail: "cont refused" });
+    await assert.rejects(fx.svc.resume(id), /cont refused/);
+    assert.equal(fx.svc.get(id).state, "paused");
+    assert.deepEqual(await readRecord(fx, id), paused, "the record written ahead is rolled back");
+    assert.equal(fx.host.processes().length, 0);
+
+    assert.equal((await fx.svc.resume(id)).state, "running", "the next try works");
     assert.equal((await sh(fx, id, "echo back")).trim(), "back");
+  });
+});
+
+test("a VMM that dies in the middle of a pause: the pause fails, the child is reported exited", async () => {
+  await withSandboxes(async (fx) => {
+    const id = await forkOne(fx);
+    const pid = fx.svc.get(id).record.pid;
+    fx.host.inject("saveDevicesState", { run: (p) => fx.host.process(p ?? 0)?.crash(), pid });
+    await assert.rejects(fx.svc.pause(id), (e: unknown) => e instanceof ForkdError);
+    await until("the child to be retired", () => fx.svc.get(id).state === "exited");
+    assert.equal(fx.svc.get(id).exitReason, "vmm process exited");
+    assert.equal(fx.svc.get(id).transition, null);
+    await until("its files to be gone", async () => (await fx.dirs()).length === 0);
+    await assert.rejects(fx.svc.resume(id), (e: unknown) => e instanceof ForkdError && e.code === "conflict");
   });
 });
 
