@@ -292,3 +292,20 @@ test("a VMM that dies in the middle of a BRANCH: the branch fails cleanly, the s
     assert.equal((await sh(fx, r.sandboxes[0]?.id ?? "", "echo child")).trim(), "child");
   });
 });
+
+test("disk limit: the first write past it kills the child, with why", async () => {
+  await withSandboxes(async (fx) => {
+    const id = await forkOne(fx, { limits: { diskMiB: 1 } });
+    const p = fx.host.process(fx.svc.get(id).record.pid);
+    assert.ok(p);
+    await p.writeDisk(512 * 1024);
+    assert.equal(fx.svc.get(id).state, "running", "within its limit");
+    await p.writeDisk(768 * 1024);
+    await until("the child to be killed", () => fx.svc.get(id).state === "exited");
+    assert.equal(fx.svc.get(id).exitReason, "killed by the host: disk limit of 1 MiB exceeded");
+    await until(
+      "its VMM and files to be gone",
+      async () => (await fx.dirs()).length === 0 && fx.host.processes().length === 0,
+    );
+  });
+});
