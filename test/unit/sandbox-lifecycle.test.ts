@@ -309,3 +309,24 @@ test("disk limit: the first write past it kills the child, with why", async () =
     );
   });
 });
+
+test("the warm pool serves the next fork; a pooled VMM that died is passed over", async () => {
+  const fx = await fakeSandboxes({ poolSize: 1 });
+  try {
+    fx.svc.prewarm("base");
+    await until("a VMM to be pre-started", () => fx.svc.poolStatus().base === 1);
+    const first = await fx.svc.fork("base", 1);
+    assert.equal(first.sandboxes[0]?.from_pool, true);
+    await until("the pool to be refilled", () => fx.svc.poolStatus().base === 1);
+    const running = new Set(fx.svc.list().map((v) => v.pid));
+    const pooled = fx.host.processes().find((p) => !running.has(p.id.pid));
+    assert.ok(pooled);
+    await pooled.crash();
+    const second = await fx.svc.fork("base", 1);
+    assert.deepEqual(second.failures, []);
+    assert.equal(second.sandboxes[0]?.from_pool, false, "the dead one was not handed out");
+    assert.equal((await sh(fx, second.sandboxes[0]?.id ?? "", "echo fresh")).trim(), "fresh");
+  } finally {
+    await fx.cleanup();
+  }
+});
