@@ -16,6 +16,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_DIR } from "../../src/host/paths.js";
 
+const SETPRIV = "/usr/bin/setpriv";
+
 export class FakeGuest extends EventEmitter {
   private conn: Socket | null = null;
   private dead = false;
@@ -59,7 +61,10 @@ export class FakeGuest extends EventEmitter {
     const python = o.python
       ? ["--python", "/usr/bin/python3", "--evalsrv", join(REPO_DIR, "guest/evalsrv/forkd_eval.py")]
       : ["--python", "/nonexistent"];
-    const proc = spawn(bin, ["--port", port, "--no-init", ...python], { stdio: "ignore", cwd: dir });
+    const argv = [bin, "--port", port, "--no-init", ...python];
+    // Killed with the test process, should it die before close(): no agent outlives its test.
+    const [cmd, ...args] = existsSync(SETPRIV) ? [SETPRIV, "--pdeathsig", "KILL", ...argv] : argv;
+    const proc = spawn(cmd!, args, { stdio: "ignore", cwd: dir });
     proc.on("error", () => undefined);
     return new FakeGuest(dir, server, proc);
   }

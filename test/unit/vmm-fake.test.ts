@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { ForkdError } from "../../src/util/errors.js";
@@ -97,4 +97,27 @@ test("fake: a paused VM's guest (its files) comes back in the VM that loads its 
   assert.equal(host.process(b.pid)?.guest, guest);
   again.close();
   await b.kill();
+});
+
+test("fake: IDENTITY is answered by the fake VM and recorded, never run by the agent on the host", async () => {
+  const d = join(dir, "identity");
+  await mkdir(d);
+  await writeFile(join(d, "disk"), "");
+  const machine = { memoryMiB: 128, vcpus: 1, accel: "tcg" as const, cpu: "qemu64" };
+  const vm = await host
+    .driver()
+    .launch({ dir: d, machine, memory: { path: join(d, "memory"), mode: "parent" }, disk: join(d, "disk") });
+  const agent = await vm.connectAgent(1_000);
+  const name = hostname();
+  await agent.identity(
+    { hostname: "forkd-fake-must-not-rename-the-host", sandboxId: "sb-abcdefghijklmnop" },
+    5_000,
+  );
+  assert.equal(hostname(), name);
+  assert.deepEqual(host.process(vm.pid)?.guest?.identities, [
+    { hostname: "forkd-fake-must-not-rename-the-host", sandboxId: "sb-abcdefghijklmnop" },
+  ]);
+  assert.equal((await agent.ping(5_000)).version, 1, "the agent still answers after it");
+  agent.close();
+  await vm.kill();
 });
