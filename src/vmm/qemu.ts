@@ -1,7 +1,8 @@
 /**
  * QEMU processes: launch (cold boot or restore), adopt after a daemon restart, pause, resume,
  * save device state, stop. A VM process outlives the daemon (its own session, stdio to a file),
- * so a daemon restart re-adopts it instead of killing it.
+ * so a daemon restart re-adopts it instead of killing it. QemuDriver and QemuVm are the daemon's
+ * VmmDriver and Vm (driver.ts, vm.ts).
  */
 import { spawn } from "node:child_process";
 import { open } from "node:fs/promises";
