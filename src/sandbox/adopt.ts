@@ -6,10 +6,9 @@
  */
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { AgentClient } from "../agent/client.js";
+import type { AgentClient } from "../agent/client.js";
 import { errorMessage } from "../util/errors.js";
 import { SANDBOX_ID_RE } from "../util/ids.js";
-import { vmFiles } from "../vmm/config.js";
 import type { StrayProcess } from "../vmm/strays.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
@@ -72,7 +71,7 @@ export async function recover(ctx: SandboxContext): Promise<Recovered> {
         ctx.live.delete(name);
         markExited(half, "not adopted"); // its VMM's end below is not an exit to act on
         half.agent?.close();
-        half.vm?.qmp.close();
+        half.vm?.detach();
         await half.net?.release();
       }
       await ctx.strays.kill([`${dir}/`], "a sandbox that cannot be adopted", procs);
@@ -154,7 +153,7 @@ async function adoptRunning(ctx: SandboxContext, dir: string, record: SandboxRec
   if (!vm) throw new Error("VMM process is gone");
   let agent: AgentClient | null = null;
   try {
-    agent = await AgentClient.connect(vmFiles(dir).agent, 15_000);
+    agent = await vm.connectAgent(15_000);
     if ((await vm.status()) === "paused") {
       await vm.resume();
       await agent.identity({ hostname: id, sandboxId: id }, 15_000);
@@ -162,7 +161,7 @@ async function adoptRunning(ctx: SandboxContext, dir: string, record: SandboxRec
     } else await agent.ping(15_000);
   } catch (e) {
     agent?.close();
-    vm.qmp.close();
+    vm.detach();
     throw e;
   }
   const net = record.network ? ctx.net.adopt(record.network) : null;

@@ -20,11 +20,9 @@ import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertTag, newSandboxId } from "../util/ids.js";
 import type { Logger } from "../util/log.js";
-import { run } from "../util/proc.js";
+import type { CaptureStats, MemoryDiffs } from "../vmm/memsnap.js";
 import { nowMs, since } from "../util/time.js";
 import type { CrashPoint } from "../util/crash.js";
-import { startCapture } from "./capture.js";
-import type { CaptureStats } from "./capture.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
 import { notInTransition, transit } from "./transition.js";
@@ -32,7 +30,8 @@ import type { Sandbox } from "./sandbox.js";
 
 export interface BranchDeps {
   store: SnapshotStore;
-  memsnap: string;
+  /** Captures and applies private memory pages (forkd-memsnap). */
+  memsnap: MemoryDiffs;
   /** Called (paused) once the source writes to a new top disk layer. */
   newTopLayer?: () => Promise<void>;
   /** Test-only fault injection (src/util/crash.ts). */
@@ -141,7 +140,7 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
     if (vm.owner) await chown(newTop, vm.owner.uid, vm.owner.gid);
 
     // The memory helper pre-scans and prepares its buffer while the VM still runs.
-    const capture = await startCapture(deps.memsnap, vm.pid, memoryFileOf(s, source), diff);
+    const capture = await deps.memsnap.capture(vm.pid, memoryFileOf(s, source), diff);
     const t0 = nowMs();
     let t = t0;
     const lap = () => {
@@ -253,7 +252,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     // (Never rebase the frozen file in place: the running source reads it as a backing file.)
     await flattenLayers(a.frozen, { path: a.source.files.disk, format: "qcow2" }, files.disk);
   }
-  await run(deps.memsnap, ["apply", a.base, a.diff, files.memory], { timeoutMs: 600_000 });
+  await deps.memsnap.apply(a.base, a.diff, files.memory);
   await rm(a.diff, { force: true });
   const [memory, vmstate, disk] = await Promise.all([
     sha256File(files.memory),

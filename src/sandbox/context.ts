@@ -9,7 +9,8 @@ import type { SnapshotStore } from "../snapshot/store.js";
 import type { CrashPoint } from "../util/crash.js";
 import type { Logger } from "../util/log.js";
 import type { Quarantine } from "../util/quarantine.js";
-import type { QemuDriver } from "../vmm/qemu.js";
+import type { VmmDriver } from "../vmm/driver.js";
+import type { MemoryDiffs } from "../vmm/memsnap.js";
 import type { Strays } from "../vmm/strays.js";
 import type { WarmPool } from "./pool.js";
 import type { SandboxRegistry } from "./registry.js";
@@ -18,7 +19,7 @@ export interface SandboxContext {
   /** <data>/sandboxes: one directory per sandbox, and fan-out journals. */
   readonly root: string;
   readonly store: SnapshotStore;
-  readonly driver: QemuDriver;
+  readonly driver: VmmDriver;
   /** Host-side limits per sandbox (the driver's jail joins each VMM to its cgroup). */
   readonly cgroups: Cgroups | undefined;
   readonly log: Logger;
@@ -32,8 +33,8 @@ export interface SandboxContext {
   readonly readyTimeoutMs: number;
   /** How long a fork waits for a snapshot that is still being written. */
   readonly writingWaitMs: number;
-  /** native/memsnap/forkd-memsnap (branch, pause); absent: neither is possible. */
-  readonly memsnap: string | undefined;
+  /** How private memory pages are captured and applied (branch, pause); null: neither is possible. */
+  readonly memsnap: MemoryDiffs | null;
   readonly net: NetworkService;
   readonly strays: Strays;
   readonly quarantine: Quarantine;

@@ -4,7 +4,7 @@
  * left, and the sandbox is killed with that reason.
  */
 import { stat } from "node:fs/promises";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { SandboxContext } from "./context.js";
 import { retire } from "./retire.js";
 import type { Sandbox } from "./sandbox.js";
@@ -26,7 +26,7 @@ export async function armDiskLimit(ctx: SandboxContext, s: Sandbox): Promise<voi
 }
 
 /** `vm` (if still `s`'s and running) crossed the threshold: `s` is killed, saying why. */
-export async function diskLimitHit(ctx: SandboxContext, s: Sandbox, vm: QemuVm): Promise<void> {
+export async function diskLimitHit(ctx: SandboxContext, s: Sandbox, vm: Vm): Promise<void> {
   if (s.vm !== vm || s.state !== "running") return;
   const reason = `killed by the host: disk limit of ${s.record.limits?.diskMiB ?? "?"} MiB exceeded`;
   ctx.log.warn("sandbox exceeded its disk limit", { id: s.record.id, pid: s.record.pid });

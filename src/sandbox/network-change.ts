@@ -7,7 +7,7 @@ import { MAX_EXPOSE } from "../net/policy.js";
 import type { Egress } from "../net/policy.js";
 import type { Attachment, NetworkRecord } from "../net/service.js";
 import { ForkdError } from "../util/errors.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { SandboxContext } from "./context.js";
 import { saveRecord } from "./record.js";
 import type { Sandbox } from "./sandbox.js";
@@ -58,7 +58,7 @@ async function changeNetwork(
   id: string,
   field: string,
   what: string,
-  change: (net: Attachment, rec: NetworkRecord, vm: QemuVm) => Promise<boolean>,
+  change: (net: Attachment, rec: NetworkRecord, vm: Vm) => Promise<boolean>,
 ): Promise<Sandbox> {
   const s = ctx.live.running(id);
   notInTransition(s);

@@ -10,9 +10,9 @@
 import { mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import { memoryFileOf } from "./branch.js";
-import { startCapture } from "./capture.js";
+import type { MemoryDiffs } from "../vmm/memsnap.js";
 import type { SandboxContext } from "./context.js";
 import { saveRecord } from "./record.js";
 import { buildMemory, pausedRecord } from "./recovery.js";
@@ -29,7 +29,7 @@ export async function pause(ctx: SandboxContext, id: string): Promise<Sandbox> {
   return transit(s, "pause", () => pauseNow(ctx, s, s.vm, memsnap));
 }
 
-async function pauseNow(ctx: SandboxContext, s: Sandbox, vm: QemuVm, memsnap: string): Promise<Sandbox> {
+async function pauseNow(ctx: SandboxContext, s: Sandbox, vm: Vm, memsnap: MemoryDiffs): Promise<Sandbox> {
   const id = s.record.id;
   const snap = await ctx.store.get(s.record.tag);
   const base = memoryFileOf(s, snap);
@@ -39,7 +39,7 @@ async function pauseNow(ctx: SandboxContext, s: Sandbox, vm: QemuVm, memsnap: st
   let stopped = false;
   try {
     await mkdir(dir, { mode: 0o700 });
-    const capture = await startCapture(memsnap, vm.pid, base, diff);
+    const capture = await memsnap.capture(vm.pid, base, diff);
     let disk: string;
     try {
       await vm.pause();

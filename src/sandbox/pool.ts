@@ -7,13 +7,13 @@
 import { rm } from "node:fs/promises";
 import type { AgentClient } from "../agent/client.js";
 import { errorMessage } from "../util/errors.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { Logger } from "../util/log.js";
 
 export interface Prepared {
   id: string;
   dir: string;
-  vm: QemuVm;
+  vm: Vm;
   agent: AgentClient;
   launchMs: number;
 }

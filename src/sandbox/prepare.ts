@@ -5,15 +5,13 @@
  */
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { AgentClient } from "../agent/client.js";
 import { cloneOverlay } from "../disk/overlay.js";
 import { guestNetOf } from "../net/service.js";
 import type { Attachment } from "../net/service.js";
 import type { Snapshot } from "../snapshot/store.js";
 import { newSandboxId } from "../util/ids.js";
 import { nowMs, since } from "../util/time.js";
-import { vmFiles } from "../vmm/config.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { SandboxContext } from "./context.js";
 import type { Prepared } from "./pool.js";
 import { jailFor, limitsFor } from "./vmm-limits.js";
@@ -26,7 +24,7 @@ export async function prepare(ctx: SandboxContext, snap: Snapshot, net?: Attachm
   const id = newSandboxId();
   const dir = join(ctx.root, id);
   const t0 = nowMs();
-  let vm: QemuVm | null = null;
+  let vm: Vm | null = null;
   try {
     await mkdir(dir, { mode: 0o700 });
     const disk = join(dir, "disk.qcow2");
@@ -49,7 +47,7 @@ export async function prepare(ctx: SandboxContext, snap: Snapshot, net?: Attachm
       { binary: net?.binary },
     );
     // Connect to the agent before the guest runs, so it never sees its host end closed.
-    const agent = await AgentClient.connect(vmFiles(dir).agent, 10_000);
+    const agent = await vm.connectAgent(10_000);
     return { id, dir, vm, agent, launchMs: since(t0) };
   } catch (e) {
     await vm?.kill().catch(() => undefined);

@@ -11,7 +11,7 @@ import { readdir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { exists } from "../util/fs.js";
 import { ForkdError } from "../util/errors.js";
-import { run } from "../util/proc.js";
+import type { MemoryDiffs } from "../vmm/memsnap.js";
 import type { PausedImage, SandboxRecord } from "./sandbox.js";
 
 /** The idle timeout an unclaimed sandbox (a fan-out's reply never sent) is adopted with. */
@@ -25,10 +25,15 @@ export const FANOUT_PREFIX = ".fanout-";
  * Builds a paused image's memory file: `out` = `base` with `diff`'s pages over it, written to a
  * partial file and renamed, so `out` exists only whole; the diff goes after.
  */
-export async function buildMemory(memsnap: string, base: string, diff: string, out: string): Promise<void> {
+export async function buildMemory(
+  memsnap: MemoryDiffs,
+  base: string,
+  diff: string,
+  out: string,
+): Promise<void> {
   const partial = `${out}.partial`;
   await rm(partial, { force: true });
-  await run(memsnap, ["apply", base, diff, partial], { timeoutMs: 600_000 });
+  await memsnap.apply(base, diff, partial);
   await rename(partial, out);
   await rm(diff, { force: true });
 }
@@ -37,7 +42,7 @@ export async function buildMemory(memsnap: string, base: string, diff: string, o
  * Finishes a pause written ahead whose VMM is gone: builds its memory image unless the dead
  * daemon got that far, and returns the record of a paused sandbox (no slot: nothing runs).
  */
-export async function finishPause(memsnap: string | undefined, r: SandboxRecord): Promise<SandboxRecord> {
+export async function finishPause(memsnap: MemoryDiffs | null, r: SandboxRecord): Promise<SandboxRecord> {
   const p = r.paused;
   if (!p?.pending) throw new ForkdError("internal", "no pause to finish");
   if (!(await exists(p.memory))) {

@@ -6,7 +6,7 @@
 import type { AgentClient } from "../agent/client.js";
 import type { Attachment } from "../net/service.js";
 import { errorMessage } from "../util/errors.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import { CommandTable } from "./commands.js";
 import type { SandboxContext } from "./context.js";
 import { diskLimitHit } from "./disk-limit.js";
@@ -18,7 +18,7 @@ export function register(
   ctx: SandboxContext,
   record: SandboxRecord,
   dir: string,
-  vm: QemuVm | null,
+  vm: Vm | null,
   agent: AgentClient | null,
   net: Attachment | null,
 ): Sandbox {
@@ -50,7 +50,7 @@ export function register(
  * threshold (only a sandbox with a disk limit arms one: disk-limit.ts). Events of a VMM that is
  * no longer `s`'s (paused, replaced) are ignored.
  */
-export function watchVmm(ctx: SandboxContext, s: Sandbox, vm: QemuVm): void {
+export function watchVmm(ctx: SandboxContext, s: Sandbox, vm: Vm): void {
   vm.onExit(() => {
     if (s.vm === vm) void onExit(ctx, s);
   });

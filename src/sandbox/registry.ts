@@ -5,7 +5,7 @@
 import { ForkdError } from "../util/errors.js";
 import { assertSandboxId } from "../util/ids.js";
 import type { AgentClient } from "../agent/client.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { Sandbox } from "./sandbox.js";
 
 export class SandboxRegistry {
@@ -41,7 +41,7 @@ export class SandboxRegistry {
   }
 
   /** The sandbox `id` if it runs now (else a conflict saying why not). */
-  running(id: string): Sandbox & { vm: QemuVm; agent: AgentClient } {
+  running(id: string): Sandbox & { vm: Vm; agent: AgentClient } {
     const s = this.get(id);
     if (s.state !== "running" || !s.vm || !s.agent) {
       const why =
@@ -52,7 +52,7 @@ export class SandboxRegistry {
             : (s.exitReason ?? s.state);
       throw new ForkdError("conflict", `sandbox ${id} is not running (${why})`, { id, state: s.state });
     }
-    return s as Sandbox & { vm: QemuVm; agent: AgentClient };
+    return s as Sandbox & { vm: Vm; agent: AgentClient };
   }
 
   /** Every sandbox held, oldest first. */

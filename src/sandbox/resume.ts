@@ -4,14 +4,12 @@
  * disk until then): a daemon that dies earlier kills that VMM and keeps the sandbox paused;
  * later, the next one adopts it as running.
  */
-import { AgentClient } from "../agent/client.js";
 import { guestNetOf } from "../net/service.js";
 import type { Attachment } from "../net/service.js";
 import { NO_NETWORK } from "../net/policy.js";
 import type { NetworkSpec } from "../net/policy.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { vmFiles } from "../vmm/config.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
 import { NET_UP_WAIT_MS } from "./fork.js";
@@ -37,7 +35,7 @@ export async function resume(ctx: SandboxContext, id: string): Promise<Sandbox> 
 async function resumeNow(ctx: SandboxContext, s: Sandbox, p: PausedImage): Promise<Sandbox> {
   const id = s.record.id;
   const before = s.record;
-  let vm: QemuVm | null = null;
+  let vm: Vm | null = null;
   let net: Attachment | null = null;
   try {
     const prior = s.record.network;
@@ -64,7 +62,7 @@ async function resumeNow(ctx: SandboxContext, s: Sandbox, p: PausedImage): Promi
       },
       { binary: net.binary },
     );
-    const agent = await AgentClient.connect(vmFiles(s.dir).agent, 10_000);
+    const agent = await vm.connectAgent(10_000);
     await vm.restoreState(p.vmstate);
     if (p.nic && p.nic.linkUp !== net.linkUp) await vm.setLink(net.linkUp);
     ctx.crash("resume:launched");
@@ -72,8 +70,8 @@ async function resumeNow(ctx: SandboxContext, s: Sandbox, p: PausedImage): Promi
     const { paused: _p, ...rest } = s.record;
     const record = (): SandboxRecord => ({
       ...rest,
-      pid: (vm as QemuVm).pid,
-      pidStartTime: (vm as QemuVm).id.startTime,
+      pid: (vm as Vm).pid,
+      pidStartTime: (vm as Vm).id.startTime,
       memoryFile: p.memory,
       network: (net as Attachment).record(),
     });

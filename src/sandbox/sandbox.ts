@@ -2,7 +2,7 @@
 import type { AgentClient } from "../agent/client.js";
 import type { Attachment, NetworkRecord } from "../net/service.js";
 import type { NicMeta } from "../snapshot/meta.js";
-import type { QemuVm } from "../vmm/qemu.js";
+import type { Vm } from "../vmm/vm.js";
 import type { CommandTable } from "./commands.js";
 
 export type SandboxState = "running" | "paused" | "exited";
@@ -63,7 +63,7 @@ export interface Sandbox {
   record: SandboxRecord;
   dir: string;
   /** Its VMM and agent connection; null while paused (no process). */
-  vm: QemuVm | null;
+  vm: Vm | null;
   agent: AgentClient | null;
   /** Its network on the host while its VMM runs (slot, relays); null otherwise. */
   net: Attachment | null;
@@ -129,7 +129,7 @@ export function expiresAt(s: Sandbox): number | null {
 export type ReadonlySandbox = Readonly<Sandbox>;
 
 /** Marks `s` running on `vm`, with its agent connection and network (a fork, a resume, an adoption). */
-export function markRunning(s: Sandbox, vm: QemuVm, agent: AgentClient, net: Attachment | null): void {
+export function markRunning(s: Sandbox, vm: Vm, agent: AgentClient, net: Attachment | null): void {
   s.vm = vm;
   s.agent = agent;
   s.net = net;

@@ -23,7 +23,9 @@ import { NO_CRASH } from "../util/crash.js";
 import type { CrashPoint } from "../util/crash.js";
 import type { Logger } from "../util/log.js";
 import { Quarantine } from "../util/quarantine.js";
-import type { QemuDriver } from "../vmm/qemu.js";
+import type { VmmDriver } from "../vmm/driver.js";
+import { forkdMemsnap } from "../vmm/memsnap.js";
+import type { MemoryDiffs } from "../vmm/memsnap.js";
 import { Strays } from "../vmm/strays.js";
 import { recover } from "./adopt.js";
 import type { Recovered } from "./adopt.js";
@@ -57,7 +59,7 @@ export { limitsFor } from "./vmm-limits.js";
 export interface SandboxServiceOptions {
   root: string;
   store: SnapshotStore;
-  driver: QemuDriver;
+  driver: VmmDriver;
   /** Host-side limits per sandbox (the driver's jail joins each VMM to its cgroup). */
   cgroups?: Cgroups;
   log: Logger;
@@ -72,8 +74,10 @@ export interface SandboxServiceOptions {
   readyTimeoutMs?: number;
   /** How long a fork waits for a snapshot that is still being written. */
   writingWaitMs?: number;
-  /** native/memsnap/forkd-memsnap, for BRANCH. */
+  /** native/memsnap/forkd-memsnap, for BRANCH and pause. */
   memsnap?: string;
+  /** How private memory pages are captured and applied (default: forkd-memsnap at `memsnap`). */
+  memory?: MemoryDiffs;
   /** Host networking (absent: children can only have network none). */
   network?: NetworkService;
   /** Finds and kills VMMs a dead daemon left (default: QEMU and memsnap processes by path). */
@@ -100,7 +104,7 @@ export class SandboxService {
       maxSandboxes: o.maxSandboxes ?? 1000,
       readyTimeoutMs: o.readyTimeoutMs ?? 60_000,
       writingWaitMs: o.writingWaitMs ?? 60_000,
-      memsnap: o.memsnap,
+      memsnap: o.memory ?? (o.memsnap ? forkdMemsnap(o.memsnap) : null),
       net: o.network ?? NetworkService.disabled(o.log),
       strays: o.strays ?? new Strays([o.driver.binary, ...(o.memsnap ? [o.memsnap] : [])], o.log),
       quarantine: o.quarantine ?? new Quarantine(join(dirname(o.root), "quarantine"), o.log),

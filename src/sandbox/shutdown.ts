@@ -7,7 +7,7 @@ export async function detachAll(ctx: SandboxContext): Promise<void> {
   await ctx.pool.close();
   for (const s of ctx.live.list()) {
     s.agent?.close();
-    s.vm?.qmp.close();
+    s.vm?.detach();
   }
 }
 

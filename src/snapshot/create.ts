@@ -6,17 +6,17 @@
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { AgentClient } from "../agent/client.js";
+import type { AgentClient } from "../agent/client.js";
 import { createOverlay, virtualSize } from "../disk/overlay.js";
 import type { AccelChoice } from "../host/accel.js";
 import type { ImageBuilder, ProgressFn } from "../image/builder.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
 import { GUEST_NET, guestNetArg } from "../net/guest.js";
-import { defaultCpu, kernelCmdline, vmFiles } from "../vmm/config.js";
+import { defaultCpu, kernelCmdline } from "../vmm/config.js";
 import type { MachineConfig } from "../vmm/config.js";
-import { readTail } from "../vmm/qemu.js";
-import type { QemuDriver, QemuVm } from "../vmm/qemu.js";
+import type { VmmDriver } from "../vmm/driver.js";
+import type { Vm } from "../vmm/vm.js";
 import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import { snapshotFiles } from "./store.js";
@@ -40,7 +40,7 @@ export interface CreateSnapshotRequest {
 
 export interface SnapshotDeps {
   store: SnapshotStore;
-  driver: QemuDriver;
+  driver: VmmDriver;
   images: ImageBuilder;
   accel: AccelChoice;
   qemuVersion: string;
@@ -59,7 +59,7 @@ export async function createSnapshot(
   const suffix = randomBytes(6).toString("hex");
   const staging = deps.store.stagingDir(suffix);
   const runtime = join(deps.runDir, `p-${suffix}`);
-  let vm: QemuVm | null = null;
+  let vm: Vm | null = null;
   let agent: AgentClient | null = null;
   try {
     progress(`image: ensuring template ${req.template}`);
@@ -98,8 +98,8 @@ export async function createSnapshot(
       // The parent has the device children need, with no connectivity (warm-ups run offline).
       nic: { guest: GUEST_NET, backend: { kind: "none" } },
     });
-    agent = await AgentClient.connect(vmFiles(runtime).agent, 10_000);
-    await waitReady(vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
+    agent = await vm.connectAgent(10_000);
+    await waitReady(deps.driver, vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
     const bootMs = since(t0);
     // There is no RTC: the agent sets the parent's clock (and names it) before the warm-up runs.
     await agent.identity({ hostname: "forkd-parent", sandboxId: `snapshot-${req.tag}` });
@@ -197,7 +197,7 @@ export async function createSnapshot(
     progress(`snapshot ${req.tag} ready`);
     return meta;
   } catch (e) {
-    const tail = await readTail(vmFiles(runtime).console, 1500);
+    const tail = await deps.driver.consoleTail(runtime, 1500);
     if (e instanceof ForkdError && tail && e.code !== "conflict") {
       e.details.console_tail = tail;
     }
@@ -227,14 +227,20 @@ async function waitCarrier(agent: AgentClient, up: boolean, timeoutMs: number): 
 }
 
 /** Pings until the agent and its warm interpreter answer, or the VM dies, or time runs out. */
-async function waitReady(vm: QemuVm, agent: AgentClient, timeoutMs: number, runtime: string): Promise<void> {
+async function waitReady(
+  driver: VmmDriver,
+  vm: Vm,
+  agent: AgentClient,
+  timeoutMs: number,
+  runtime: string,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let lastError = "no answer";
   while (Date.now() < deadline) {
     if (vm.exited) {
       throw new ForkdError(
         "vmm_error",
-        `parent VM exited during boot: ${await readTail(vmFiles(runtime).console, 800)}`,
+        `parent VM exited during boot: ${await driver.consoleTail(runtime, 800)}`,
       );
     }
     try {

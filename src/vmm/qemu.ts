@@ -1,10 +1,12 @@
 /**
  * QEMU processes: launch (cold boot or restore), adopt after a daemon restart, pause, resume,
  * save device state, stop. A VM process outlives the daemon (its own session, stdio to a file),
- * so a daemon restart re-adopts it instead of killing it.
+ * so a daemon restart re-adopts it instead of killing it. QemuDriver and QemuVm are the daemon's
+ * VmmDriver and Vm (driver.ts, vm.ts).
  */
 import { spawn } from "node:child_process";
 import { open } from "node:fs/promises";
+import { AgentClient } from "../agent/client.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { childEnv, isAlive, processCmdline, processStartTime } from "../util/proc.js";
 import { sleep } from "../util/time.js";
@@ -13,26 +15,16 @@ import type { VmLaunch } from "./config.js";
 import { QmpClient } from "./qmp.js";
 import type { QmpEvent } from "./qmp.js";
 import type { Jail } from "./jail.js";
+import type { LaunchOptions, VmmDriver } from "./driver.js";
+import type { ExitVerdict, Vm, VmIdentity } from "./vm.js";
 import { chown, readFile, rename, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 
-let saveSeq = 0;
-
-/** What the VM's cgroup says about its end (see Cgroups.verdict). */
-export interface ExitVerdict {
-  oomKilled: boolean;
-  memoryLimitMiB: number | null;
-}
-
-export interface VmIdentity {
-  pid: number;
-  /** /proc start time of `pid`; guards against pid reuse when adopting. */
-  startTime: number;
-}
-
-export class QemuVm {
+export class QemuVm implements Vm {
   private exitWaiters: Array<() => void> = [];
   private hasExited = false;
+  /** Names this VM's temporary device-state files apart. */
+  private saveSeq = 0;
   /**
    * Resolves once the process is gone and its jail released (uid, cgroup): with the cgroup's
    * verdict on why it died. Set by the driver.
@@ -95,6 +87,14 @@ export class QemuVm {
         resolve();
       });
     });
+  }
+
+  connectAgent(timeoutMs: number, signal?: AbortSignal): Promise<AgentClient> {
+    return AgentClient.connect(vmFiles(this.dir).agent, timeoutMs, signal);
+  }
+
+  detach(): void {
+    this.qmp.close();
   }
 
   async resume(): Promise<void> {
@@ -169,7 +169,7 @@ export class QemuVm {
   async saveDevicesState(file: string): Promise<void> {
     // A jailed VMM sees only its own directory: it writes there, and the daemon moves the file
     // (same file system) and takes it back from the VMM's uid.
-    const tmp = join(this.dir, `.devices-${++saveSeq}`);
+    const tmp = join(this.dir, `.devices-${++this.saveSeq}`);
     try {
       await this.qmp.execute("xen-save-devices-state", { filename: tmp, live: false }, 30_000);
       if (this.owner) await chown(tmp, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
@@ -317,7 +317,7 @@ export interface DriverOptions {
   jail?: Jail;
 }
 
-export class QemuDriver {
+export class QemuDriver implements VmmDriver {
   constructor(
     readonly binary: string,
     readonly opts: DriverOptions = {},
@@ -327,10 +327,7 @@ export class QemuDriver {
    * Starts QEMU and connects QMP. With `incoming`, the VM is left paused after its state loads:
    * the caller connects the agent, then resumes.
    */
-  async launch(
-    l: VmLaunch,
-    opts: { timeoutMs?: number; signal?: AbortSignal; binary?: string } = {},
-  ): Promise<QemuVm> {
+  async launch(l: VmLaunch, opts: LaunchOptions = {}): Promise<QemuVm> {
     const files = vmFiles(l.dir);
     const jailer = this.opts.jailer;
     const jail =
@@ -403,6 +400,10 @@ export class QemuDriver {
     }
   }
 
+  consoleTail(dir: string, bytes: number): Promise<string> {
+    return readTail(vmFiles(dir).console, bytes);
+  }
+
   /** Re-adopts a VM started by an earlier daemon, if it is still the same process. */
   async adopt(id: VmIdentity, dir: string): Promise<QemuVm | null> {
     if (!isAlive(id.pid) || (await processStartTime(id.pid)) !== id.startTime) return null;
@@ -432,7 +433,7 @@ export class QemuDriver {
   }
 }
 
-export async function readTail(path: string, bytes = 2048): Promise<string> {
+async function readTail(path: string, bytes = 2048): Promise<string> {
   try {
     const fh = await open(path, "r");
     try {

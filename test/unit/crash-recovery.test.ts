@@ -20,6 +20,7 @@ import { crashPointFromEnv } from "../../src/util/crash.js";
 import { isAlive } from "../../src/util/proc.js";
 import { Quarantine } from "../../src/util/quarantine.js";
 import { QemuDriver } from "../../src/vmm/qemu.js";
+import type { VmmDriver } from "../../src/vmm/driver.js";
 import { Strays } from "../../src/vmm/strays.js";
 import { fakeSnapshot } from "../helpers/snapshots.js";
 
@@ -282,7 +283,7 @@ test("DELETE during a resume waits for it, then nothing of the sandbox is left",
         launched();
         return new Promise((_, reject) => (fail = reject));
       },
-    } as unknown as QemuDriver;
+    } as unknown as VmmDriver;
     const { log } = logger();
     const svc = new SandboxService({ root, store, driver, log, strays: new Strays([], log) });
     await svc.recover();

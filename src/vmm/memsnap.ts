@@ -1,11 +1,28 @@
 /**
- * forkd-memsnap capture (native/memsnap): while a VM is paused, copies the pages it wrote since
- * it mapped its memory file (MAP_PRIVATE) into a diff file. Used by branch and pause.
+ * A VMM's private memory pages as a diff over the memory file it maps MAP_PRIVATE, and a diff
+ * applied back onto that file: how a pause and a BRANCH save RAM without stopping for its size.
+ * `MemoryDiffs` is what the sandbox service needs; forkdMemsnap() is native/memsnap's
+ * forkd-memsnap (capture reads /proc/PID/mem of the paused VMM); tests inject a fake.
  */
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { ForkdError } from "../util/errors.js";
-import { childEnv } from "../util/proc.js";
+import { childEnv, run } from "../util/proc.js";
+
+export interface MemoryDiffs {
+  /** Starts capturing VMM `pid`'s private pages of `memfile` into `diff`; resolves once ready. */
+  capture(pid: number, memfile: string, diff: string): Promise<Capture>;
+  /** Writes `out`: `base` with `diff`'s pages over it. */
+  apply(base: string, diff: string, out: string): Promise<void>;
+}
+
+/** forkd-memsnap at `binary`. */
+export const forkdMemsnap = (binary: string): MemoryDiffs => ({
+  capture: (pid, memfile, diff) => startCapture(binary, pid, memfile, diff),
+  apply: async (base, diff, out) => {
+    await run(binary, ["apply", base, diff, out], { timeoutMs: 600_000 });
+  },
+});
 
 const WRITE_TIMEOUT_MS = 10 * 60_000;
 
@@ -17,7 +34,7 @@ export interface CaptureStats {
   copy_ms: number;
 }
 
-interface Capture {
+export interface Capture {
   /** Tells the helper the VM is paused; resolves when it has copied the pages. */
   go(): Promise<CaptureStats>;
   /** Resolves when the diff file is written and the helper exited cleanly. */
@@ -26,12 +43,7 @@ interface Capture {
 }
 
 /** Starts forkd-memsnap capture and waits until it is ready (its buffer faulted in). */
-export async function startCapture(
-  memsnap: string,
-  pid: number,
-  memfile: string,
-  diff: string,
-): Promise<Capture> {
+async function startCapture(memsnap: string, pid: number, memfile: string, diff: string): Promise<Capture> {
   const child = spawn(memsnap, ["capture", String(pid), memfile, diff], {
     stdio: ["pipe", "pipe", "pipe"],
     env: childEnv(),
