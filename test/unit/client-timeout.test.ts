@@ -4,7 +4,7 @@ import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
 
-import { ApiError, apiRequest, checkResponse, rawRequest, readNdjson } from "../../src/client/http.js";
+import { ApiError, apiRequest, checkResponse, rawRequest, readNdjson } from "../helpers/http.js";
 import { execIdleMs } from "../../src/cli/timeouts.js";
 
 let server: Server;
