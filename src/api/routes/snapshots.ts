@@ -17,6 +17,7 @@ import { progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
 import { pushSnapshot } from "../../snapshot/push.js";
 import { pullSnapshot } from "../../snapshot/pull.js";
+import type { Progress } from "../../snapshot/progress.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -59,9 +60,9 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const started = new Date().toISOString();
     return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, async (progress, watcher) => {
       try {
-        const meta = await createSnapshot(s.snapshotDeps, req, (line) => {
+        const meta = await createSnapshot(s.snapshotDeps, req, (line, detail) => {
           logLine(line);
-          progress(line);
+          progress(line, detail);
         });
         s.sandboxes.prewarm(meta.tag);
         return meta;
@@ -147,10 +148,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, Push);
     await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt with a status, before any stream starts
     noteTarget(c, "snapshot", tag);
-    const work = (progress: (line: string) => void) =>
-      pushSnapshot(s.transfer, tag, body.ref, { insecure: body.insecure }, (line) => {
+    const work = (progress: Progress) =>
+      pushSnapshot(s.transfer, tag, body.ref, { insecure: body.insecure }, (line, detail) => {
         s.log.info(`push ${tag}: ${line}`);
-        progress(line);
+        progress(line, detail);
       });
     if (c.req.query("stream") === "1") return progressStream(c, 200, "result", `push ${tag}`, s.log, work);
     return c.json(await work(() => undefined), 200);
@@ -172,10 +173,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       ...(body.tag !== undefined ? { tag: body.tag } : {}),
       insecure: body.insecure,
     };
-    const work = (progress: (line: string) => void) =>
-      pullSnapshot(deps, req, (line) => {
+    const work = (progress: Progress) =>
+      pullSnapshot(deps, req, (line, detail) => {
         s.log.info(`pull: ${line}`);
-        progress(line);
+        progress(line, detail);
       });
     if (c.req.query("stream") === "1") return progressStream(c, 201, "result", "pull", s.log, work);
     return c.json(await work(() => undefined), 201);
