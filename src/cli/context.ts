@@ -32,11 +32,10 @@ export function connectionFromEnv(env: NodeJS.ProcessEnv, paths: Paths): Connect
   };
 }
 
-export function makeContext(env: NodeJS.ProcessEnv): CliContext {
+export function makeContext(env: NodeJS.ProcessEnv, say: (line: string) => void): CliContext {
   const paths = defaultPaths(env);
   const conn = connectionFromEnv(env, paths);
   const api = new ApiClient(conn);
-  const say = (line: string) => void process.stderr.write(line + "\n");
   let started: Promise<void> | null = null;
   return {
     paths,

@@ -52,11 +52,11 @@ function buildProgram(ctx: CliContext): Command {
 }
 
 async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
-  const ctx = makeContext(env);
+  const say = (line: string) => void process.stderr.write(line + "\n");
   try {
-    await buildProgram(ctx).parseAsync(argv);
+    await buildProgram(makeContext(env, say)).parseAsync(argv);
   } catch (e) {
-    process.exit(reportFailure(e, ctx.say));
+    process.exit(reportFailure(e, say));
   }
 }
 

@@ -17,7 +17,7 @@ export async function execStream(
   o: { idleMs: number; signal?: AbortSignal; out: NodeJS.WritableStream; err: NodeJS.WritableStream },
   say: (s: string) => void,
 ): Promise<number> {
-  let code = 1;
+  let code: number | null = null;
   await api.execStream(
     id,
     body,
@@ -34,6 +34,10 @@ export async function execStream(
     },
     { timeoutMs: o.idleMs, ...(o.signal ? { signal: o.signal } : {}) },
   );
+  if (code === null) {
+    say("forkd: the daemon ended the command's stream before it exited");
+    return 1;
+  }
   return code;
 }
 
