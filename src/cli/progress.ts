@@ -115,7 +115,7 @@ export class ProgressView {
 
   private draw(): void {
     if (!this.current) return;
-    const width = Math.max(20, (this.out.columns ?? 80) - 1);
+    const width = Math.max(20, (this.out.columns || 80) - 1);
     let line = `  ${this.elapsed()} ${ProgressView.summary(this.current)}`;
     if (line.length > width) line = line.slice(0, width - 1) + "…";
     this.out.write(`\r\x1b[2K${line}`);

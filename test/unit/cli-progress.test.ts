@@ -101,3 +101,11 @@ test("a pipe gets the CLI's own counts at a phase change and then every quietMs,
     "  [10.0s] verify — the daemon checks every file",
   ]);
 });
+
+test("a terminal that does not say its width (columns 0, as under script(1)) is taken as 80 wide", () => {
+  const out = fakeOut(true, 0);
+  const v = new ProgressView(out, { tickMs: 0 });
+  v.event({ message: "x".repeat(100), phase: "upload" });
+  v.end();
+  assert.equal(out.text.replace("\r\x1b[2K", "").trimEnd().length, 79);
+});
