@@ -15,7 +15,7 @@
 import { createReadStream, createWriteStream } from "node:fs";
 import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { pipeline } from "node:stream/promises";
-import { checkResponse, rawRequest, readAll } from "../src/client/http.js";
+import { checkResponse, rawRequest, readAll } from "../test/helpers/http.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";

@@ -3,8 +3,8 @@ import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { open } from "node:fs/promises";
 import { join } from "node:path";
-import { apiRequest } from "../src/client/http.js";
-import type { Endpoint } from "../src/client/http.js";
+import { apiRequest } from "../test/helpers/http.js";
+import type { Endpoint } from "../test/helpers/http.js";
 import { REPO_DIR } from "../src/host/paths.js";
 
 export interface BenchDaemon {

@@ -10,8 +10,8 @@ import { mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { apiRequest } from "../src/client/http.js";
-import type { Endpoint } from "../src/client/http.js";
+import { apiRequest } from "../test/helpers/http.js";
+import type { Endpoint } from "../test/helpers/http.js";
 import { REPO_DIR } from "../src/host/paths.js";
 import { pidsReferencing } from "../src/util/proc.js";
 

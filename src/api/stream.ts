@@ -1,5 +1,6 @@
 /**
- * Long operations with ?stream=1: NDJSON lines {"type":"progress","message"}, then
+ * Long operations with ?stream=1: NDJSON lines {"type":"progress","message", phase?, layer?,
+ * done_bytes?, total_bytes?} (src/snapshot/progress.ts), then
  * {"type":"done", <key>: result} or {"type":"error", "error": …} (the one error envelope).
  * Errors found before the work starts should be thrown before calling this, so they get a status.
  *
@@ -7,6 +8,7 @@
  * its outcome goes to the daemon's log (the work may also record it: `watcher.gone`).
  */
 import type { Logger } from "../util/log.js";
+import type { Progress } from "../snapshot/progress.js";
 import { errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";
@@ -23,13 +25,13 @@ export function progressStream<T>(
   key: string,
   what: string,
   log: Logger,
-  work: (progress: (line: string) => void, watcher: Watcher) => Promise<T>,
+  work: (progress: Progress, watcher: Watcher) => Promise<T>,
 ): Response {
   const stream = replyStream(
     (sink) => {
       sink.onHangup(() => log.info(`${what}: its client went away; it goes on`));
       const p = Promise.resolve().then(() =>
-        work((message) => sink.line({ type: "progress", message }), sink),
+        work((message, detail) => sink.line({ type: "progress", message, ...detail }), sink),
       );
       p.then(
         (result) => {

@@ -3,32 +3,28 @@ import { spawn } from "node:child_process";
 import { mkdir, open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { apiRequest } from "../client/http.js";
-import type { Endpoint } from "../client/http.js";
+import type { ApiClient } from "@forkd/sdk";
 import type { Paths } from "../host/paths.js";
 import { sleep } from "../util/time.js";
 import { VERSION } from "../version.js";
 import { daemonHoldsLock } from "../daemon/lock.js";
 
-async function answers(ep: Endpoint): Promise<boolean> {
+async function answers(api: ApiClient): Promise<boolean> {
   try {
-    await apiRequest(ep, "GET", "/v1/health", undefined, 2_000);
+    await api.health({ timeoutMs: 2_000 });
     return true;
   } catch {
     return false;
   }
 }
 
-let ensured = false;
-
-/** Makes sure a daemon answers on `ep`, starting one if none holds the data directory. Once per process. */
-export async function ensureDaemon(paths: Paths, ep: Endpoint, say: (s: string) => void): Promise<void> {
-  if (ep.url || ensured) return;
-  ensured = true;
-  if (await answers(ep)) {
-    const v = await apiRequest<{ version: string }>(ep, "GET", "/v1/version", undefined, 2_000).catch(
-      () => null,
-    );
+/**
+ * Makes sure a daemon answers on the local socket, starting one if none holds the data
+ * directory. The caller calls it once per run (CliContext.ready()).
+ */
+export async function ensureDaemon(api: ApiClient, paths: Paths, say: (s: string) => void): Promise<void> {
+  if (await answers(api)) {
+    const v = await api.version({ timeoutMs: 2_000 }).catch(() => null);
     if (v && v.version !== VERSION) {
       say(
         `forkd: warning: the running daemon is version ${v.version}, this CLI is ${VERSION}; restart the daemon to upgrade it`,
@@ -42,7 +38,7 @@ export async function ensureDaemon(paths: Paths, ep: Endpoint, say: (s: string) 
     say("forkd: the daemon is busy or starting; waiting for it");
     const deadline = Date.now() + 120_000;
     while (Date.now() < deadline) {
-      if (await answers(ep)) return;
+      if (await answers(api)) return;
       await sleep(250);
     }
     throw new Error(`the daemon holding ${paths.dataDir} does not answer; see ${logPath}`);
@@ -63,7 +59,7 @@ export async function ensureDaemon(paths: Paths, ep: Endpoint, say: (s: string) 
   child.once("exit", (code) => (state.exited = code ?? 1));
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
-    if (await answers(ep)) return;
+    if (await answers(api)) return;
     if (state.exited !== null) throw new Error(`the daemon exited (code ${state.exited}); see ${logPath}`);
     await sleep(100);
   }

@@ -3,66 +3,52 @@
  * child of T, run CMD in it (output streamed), branch it as T2, kill it. A failing CMD leaves
  * no snapshot behind.
  */
-import { apiRequest, checkResponse, rawRequest, readNdjson } from "../client/http.js";
-import type { Endpoint } from "../client/http.js";
+import type { ApiClient } from "@forkd/sdk";
+import { snapshotWritten } from "./commands/branch.js";
+import { execStream } from "./commands/exec.js";
+import { ProgressView } from "./progress.js";
+import type { ProgressOut } from "./progress.js";
 import { CALL_MS, HEAVY_MS, execIdleMs } from "./timeouts.js";
 
 export async function snapshotLayer(
-  ep: Endpoint,
+  api: ApiClient,
   o: { from: string; tag: string; exec: string; json: boolean },
   say: (s: string) => void,
+  progressOut: ProgressOut,
 ): Promise<number> {
   const t0 = Date.now();
-  const fork = await apiRequest<{ sandboxes: { id: string }[]; failures: { message: string }[] }>(
-    ep,
-    "POST",
-    "/v1/sandboxes",
-    { snapshot_tag: o.from, n: 1 },
-    HEAVY_MS,
-  );
+  const fork = await api.fork({ snapshot_tag: o.from, n: 1 }, { timeoutMs: HEAVY_MS });
   const id = fork.sandboxes[0]?.id;
   if (!id) throw new Error(`could not fork ${o.from}: ${fork.failures[0]?.message ?? "unknown"}`);
   try {
     say(`forkd: building ${o.tag} on ${o.from} in ${id}: ${o.exec}`);
-    const res = await checkResponse(
-      await rawRequest(
-        ep,
-        "POST",
-        `/v1/sandboxes/${id}/exec/stream`,
-        JSON.stringify({ cmd: o.exec }),
-        execIdleMs(),
-        {
-          "content-type": "application/json",
-        },
-      ),
+    // The command's output goes to stderr: stdout is for the result.
+    const code = await execStream(
+      api,
+      id,
+      { cmd: o.exec },
+      { idleMs: execIdleMs(), out: process.stderr, err: process.stderr },
+      say,
     );
-    let exit: { exit_code: number | null; signal: number | null } | null = null;
-    await readNdjson(
-      res,
-      (ev: { type: string; data?: string; exit_code?: number | null; signal?: number | null }) => {
-        if (ev.type === "stdout" || ev.type === "stderr")
-          process.stderr.write(Buffer.from(ev.data ?? "", "base64"));
-        else if (ev.type === "exit") exit = { exit_code: ev.exit_code ?? null, signal: ev.signal ?? null };
-      },
-    );
-    const e = exit as { exit_code: number | null; signal: number | null } | null;
-    if (!e || e.exit_code !== 0) {
-      say(
-        `forkd: the command failed (${e ? `exit ${e.exit_code ?? `signal ${e.signal}`}` : "no exit"}); no snapshot made`,
-      );
+    if (code !== 0) {
+      say(`forkd: the command failed (exit ${code}); no snapshot made`);
       return 1;
     }
-    const b = await apiRequest<{ tag: string; pause_ms: number; snapshot: unknown }>(
-      ep,
-      "POST",
-      `/v1/sandboxes/${id}/branch`,
-      { tag: o.tag, wait: true },
-      HEAVY_MS,
-    );
+    const view = new ProgressView(progressOut);
+    let b;
+    try {
+      view.local({ phase: "branch", message: `pausing ${id} to copy its memory and disk` });
+      b = await api.branch(id, { tag: o.tag, wait: false }, { timeoutMs: HEAVY_MS });
+      view.local({ phase: "write", message: `writing ${o.tag} (paused ${b.pause_ms.toFixed(1)} ms)` });
+      const snapshot = b.snapshot ?? (await snapshotWritten(api, b.tag, HEAVY_MS));
+      b = { ...b, status: "ready" as const, snapshot };
+    } finally {
+      view.end();
+    }
     if (o.json) console.log(JSON.stringify(b.snapshot, null, 2));
     else console.log(`snapshot ${b.tag} ready (layer on ${o.from}): ${Date.now() - t0} ms`);
     return 0;
   } finally {
-    await apiRequest(ep, "DELETE", `/v1/sandboxes/${id}`, undefined, CALL_MS).catch(() => undefined);
+    await api.kill(id, { timeoutMs: CALL_MS }).catch(() => undefined);
   }
 }

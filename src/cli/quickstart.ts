@@ -3,20 +3,12 @@
  * parent, fork N children from it, run a shell command and a Python cell in every child, and
  * print what happened and how long it took.
  */
-import { ApiError, apiRequest } from "../client/http.js";
-import { CALL_MS, HEAVY_MS, SNAPSHOT_MS, evalMs as evalTimeoutMs } from "./timeouts.js";
-import type { Endpoint } from "../client/http.js";
+import { NotFoundError } from "@forkd/sdk";
+import type { ApiClient, Wire } from "@forkd/sdk";
+import { CALL_MS, HEAVY_MS, PROGRESS_IDLE_MS, evalMs as evalTimeoutMs } from "./timeouts.js";
+import { ProgressView } from "./progress.js";
+import type { ProgressOut } from "./progress.js";
 import { printTable } from "./table.js";
-
-interface Meta {
-  tag: string;
-  timings: { boot_ms: number; warm_ms: number };
-}
-interface Child {
-  id: string;
-  pid: number;
-  timings: { ready_ms: number; total_ms: number };
-}
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -24,26 +16,27 @@ const median = (xs: number[]): number => {
 };
 
 export async function quickstart(
-  ep: Endpoint,
+  api: ApiClient,
   o: { n: number; tag: string; keep: boolean },
   say: (s: string) => void,
+  progressOut: ProgressOut,
 ): Promise<number> {
-  let meta: Meta;
+  let meta: Wire["Snapshot"];
   try {
-    meta = await apiRequest<Meta>(ep, "GET", `/v1/snapshots/${o.tag}`, undefined, CALL_MS);
+    const got = await api.getSnapshot(o.tag, { timeoutMs: CALL_MS });
+    if ("status" in got && (got.status === "writing" || got.status === "failed"))
+      throw new Error(`snapshot ${o.tag} is ${got.status}; use another --tag, or delete it (forkd rmi)`);
+    meta = got as Wire["Snapshot"];
     say(`using snapshot ${o.tag}`);
   } catch (e) {
-    if (!(e instanceof ApiError) || e.status !== 404) throw e;
+    if (!(e instanceof NotFoundError)) throw e;
     say(
       `creating snapshot ${o.tag}: build the guest image (first run only), boot a Python parent, import numpy, freeze it`,
     );
     const t0 = Date.now();
-    const tick = setInterval(() => say(`  ... ${Math.round((Date.now() - t0) / 1000)} s`), 15_000);
+    const view = new ProgressView(progressOut);
     try {
-      meta = await apiRequest<Meta>(
-        ep,
-        "POST",
-        "/v1/snapshots",
+      meta = await api.createSnapshot(
         {
           tag: o.tag,
           template: "python",
@@ -51,10 +44,10 @@ export async function quickstart(
           warm_eval:
             "import numpy as np\nweights = np.arange(1_000_000, dtype=np.float64)\nloaded = 'model loaded in the parent'",
         },
-        SNAPSHOT_MS,
+        { timeoutMs: PROGRESS_IDLE_MS, onProgress: (ev) => view.event(ev) },
       );
     } finally {
-      clearInterval(tick);
+      view.end();
     }
     say(
       `snapshot ready in ${Math.round((Date.now() - t0) / 1000)} s (parent cold boot ${Math.round(meta.timings.boot_ms)} ms)`,
@@ -63,42 +56,24 @@ export async function quickstart(
 
   say(`forking ${o.n} children from ${o.tag} ...`);
   const t0 = performance.now();
-  const r = await apiRequest<{ sandboxes: Child[]; failures: { index: number; message: string }[] }>(
-    ep,
-    "POST",
-    "/v1/sandboxes",
-    {
-      snapshot_tag: o.tag,
-      n: o.n,
-    },
-    HEAVY_MS,
-  );
+  const r = await api.fork({ snapshot_tag: o.tag, n: o.n }, { timeoutMs: HEAVY_MS });
   const forkWall = performance.now() - t0;
   for (const f of r.failures) say(`child ${f.index} failed: ${f.message}`);
 
   const rows = await Promise.all(
     r.sandboxes.map(async (c, i) => {
       const e0 = performance.now();
-      const ex = await apiRequest<{ stdout: string; exit_code: number }>(
-        ep,
-        "POST",
-        `/v1/sandboxes/${c.id}/exec`,
-        {
-          cmd: 'echo "$(hostname): $(cat /root/parent.txt | cut -c1-20)..."',
-          timeout_ms: 120_000,
-        },
-        120_000 + CALL_MS,
+      const ex = await api.exec(
+        c.id,
+        { cmd: 'echo "$(hostname): $(cat /root/parent.txt | cut -c1-20)..."', timeout_ms: 120_000 },
+        { timeoutMs: 120_000 + CALL_MS },
       );
       const execMs = performance.now() - e0;
       const v0 = performance.now();
-      const ev = await apiRequest<{ value: string | null; error: { name: string } | null }>(
-        ep,
-        "POST",
-        `/v1/sandboxes/${c.id}/eval`,
-        {
-          code: `x = float(weights.sum()) + ${i}\n(loaded, x)`,
-        },
-        evalTimeoutMs(),
+      const ev = await api.eval(
+        c.id,
+        { code: `x = float(weights.sum()) + ${i}\n(loaded, x)` },
+        { timeoutMs: evalTimeoutMs() },
       );
       const evalMs = performance.now() - v0;
       return { c, out: ex.stdout.trim(), value: ev.value ?? ev.error?.name ?? "", execMs, evalMs };
@@ -127,9 +102,7 @@ export async function quickstart(
     ].join("\n"),
   );
   if (!o.keep) {
-    await Promise.all(
-      r.sandboxes.map((c) => apiRequest(ep, "DELETE", `/v1/sandboxes/${c.id}`, undefined, HEAVY_MS)),
-    );
+    await Promise.all(r.sandboxes.map((c) => api.kill(c.id, { timeoutMs: HEAVY_MS })));
     say(`children killed (keep them with --keep; list with 'forkd ls')`);
   }
   return r.failures.length > 0 ? 1 : 0;

@@ -1,6 +1,6 @@
 /**
  * How long the CLI waits for the daemon: every request has a deadline. The client's timeout is
- * an idle one (src/client/http.ts: no byte sent or received for that long), so a call whose
+ * an idle one (the SDK's RequestOpts.timeoutMs: no byte sent or received for that long), so a call whose
  * reply comes when its work is done waits as long as that work may take, and a streamed call
  * waits for its next line, not for its end. The daemon bounds the work itself; these only keep
  * the CLI from waiting forever on a daemon that went away without closing the connection.
@@ -17,8 +17,6 @@ export const evalMs = (cellTimeoutMs = 30_000): number => cellTimeoutMs + 30_000
  * own timeout (600 s); image builds and transfers report at least every few seconds.
  */
 export const PROGRESS_IDLE_MS = 15 * 60_000;
-/** A buffered snapshot creation (quickstart): the first one builds the guest image. */
-export const SNAPSHOT_MS = 60 * 60_000;
 /**
  * exec: output comes when the command prints. With --timeout the guest ends it then (plus a
  * margin); without, a command silent for an hour is given up (and, the stream closed, killed).

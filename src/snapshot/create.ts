@@ -9,7 +9,8 @@ import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import { createOverlay, virtualSize } from "../disk/overlay.js";
 import type { AccelChoice } from "../host/accel.js";
-import type { ImageBuilder, ProgressFn } from "../image/builder.js";
+import type { ImageBuilder } from "../image/builder.js";
+import type { Progress } from "./progress.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
 import { GUEST_NET, guestNetArg } from "../net/guest.js";
@@ -52,7 +53,7 @@ export interface SnapshotDeps {
 export async function createSnapshot(
   deps: SnapshotDeps,
   req: CreateSnapshotRequest,
-  progress: ProgressFn = () => undefined,
+  progress: Progress = () => undefined,
 ): Promise<SnapshotMeta> {
   await deps.images.assertKnown(req.template);
   const release = await deps.store.claim(req.tag);
@@ -62,8 +63,8 @@ export async function createSnapshot(
   let vm: Vm | null = null;
   let agent: AgentClient | null = null;
   try {
-    progress(`image: ensuring template ${req.template}`);
-    const image = await deps.images.ensure(req.template, progress);
+    progress(`image: ensuring template ${req.template}`, { phase: "image" });
+    const image = await deps.images.ensure(req.template, (line) => progress(line, { phase: "image" }));
     await mkdir(staging, { recursive: true, mode: 0o700 });
     // A daemon that dies before publishing leaves the tag failed (SnapshotStore.recover), and
     // the next one kills the parent VM still running from run/ (daemon/main.ts).
@@ -83,7 +84,9 @@ export async function createSnapshot(
       cpu: defaultCpu(deps.accel.accel),
     };
 
-    progress(`boot: starting parent VM (${machine.accel}, ${req.memoryMiB} MiB, ${req.vcpus} vCPU)`);
+    progress(`boot: starting parent VM (${machine.accel}, ${req.memoryMiB} MiB, ${req.vcpus} vCPU)`, {
+      phase: "boot",
+    });
     const t0 = nowMs();
     vm = await deps.driver.launch({
       dir: runtime,
@@ -103,12 +106,12 @@ export async function createSnapshot(
     const bootMs = since(t0);
     // There is no RTC: the agent sets the parent's clock (and names it) before the warm-up runs.
     await agent.identity({ hostname: "forkd-parent", sandboxId: `snapshot-${req.tag}` });
-    progress(`boot: agent ready after ${Math.round(bootMs)} ms`);
+    progress(`boot: agent ready after ${Math.round(bootMs)} ms`, { phase: "boot" });
     deps.crash?.("create:booted");
 
     const t1 = nowMs();
     if (req.warm) {
-      progress(`warm: ${req.warm}`);
+      progress(`warm: ${req.warm}`, { phase: "warm" });
       const out: Buffer[] = [];
       const r = await agent.exec(
         { shell: req.warm, timeoutMs: req.warmTimeoutMs ?? 600_000 },
@@ -123,7 +126,7 @@ export async function createSnapshot(
       }
     }
     if (req.warmEval) {
-      progress("warm: evaluating code in the warm interpreter");
+      progress("warm: evaluating code in the warm interpreter", { phase: "warm" });
       const r = await agent.eval(req.warmEval, req.warmTimeoutMs ?? 600_000);
       if (!r.ok) {
         throw new ForkdError(
@@ -137,7 +140,7 @@ export async function createSnapshot(
     }
     const warmMs = since(t1);
 
-    progress("freeze: syncing guest disks and saving device state");
+    progress("freeze: syncing guest disks and saving device state", { phase: "freeze" });
     const t2 = nowMs();
     await agent.sync();
     // Frozen with the link down: children without a network (the default) need no change, and
@@ -153,7 +156,7 @@ export async function createSnapshot(
     vm = null;
     const freezeMs = since(t2);
 
-    progress("freeze: checksumming memory, device state and disk");
+    progress("freeze: checksumming memory, device state and disk", { phase: "freeze" });
     const [memory, vmstate, disk] = await Promise.all([
       sha256File(files.memory),
       sha256File(files.vmstate),
@@ -194,7 +197,7 @@ export async function createSnapshot(
     await deps.store.publish(staging, req.tag);
     // Kept until published (see markWriting above); a published tag is complete without it.
     await rm(join(deps.store.filesFor(req.tag).dir, "status.json"), { force: true });
-    progress(`snapshot ${req.tag} ready`);
+    progress(`snapshot ${req.tag} ready`, { phase: "ready" });
     return meta;
   } catch (e) {
     const tail = await deps.driver.consoleTail(runtime, 1500);

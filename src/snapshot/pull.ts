@@ -35,7 +35,8 @@ import { mapPackError, parsePackManifest, presentHere, registerStaged, stagingNa
 import type { PackManifest, UnpackDeps } from "./pack.js";
 import { overLimit } from "./unpack-budget.js";
 import { limitFor, unpackSnapshot } from "./unpack.js";
-import type { Progress, TransferDeps } from "./push.js";
+import type { TransferDeps } from "./push.js";
+import type { Progress } from "./progress.js";
 
 /** A pack fetched from a URL is at most this large. */
 const MAX_PACK_BYTES = 256 * 2 ** 30;
@@ -124,11 +125,19 @@ async function pullUrl(
       cb(null, chunk);
     },
   });
-  progress(`downloading ${url.origin}${url.pathname}`);
+  progress(`downloading ${url.origin}${url.pathname}`, {
+    phase: "receive",
+    done_bytes: 0,
+    ...(declared > 0 ? { total_bytes: declared } : {}),
+  });
   const body = bodyStream(s);
   body.on("error", (e) => bound.destroy(e));
-  const r = await unpackSnapshot(deps, body.pipe(bound), req.tag !== undefined ? { as: req.tag } : {});
-  progress(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`);
+  const r = await unpackSnapshot(deps, body.pipe(bound), {
+    ...(req.tag !== undefined ? { as: req.tag } : {}),
+    progress,
+    ...(declared > 0 ? { totalBytes: declared } : {}),
+  });
+  progress(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`, { phase: "register" });
   return {
     ...r,
     source: `${url.origin}${url.pathname}`,
@@ -146,6 +155,7 @@ async function pullRef(
 ): Promise<PullResult> {
   const ref = parseRef(text);
   const client = clientFor(ref, deps.registry, { insecure: req.insecure, push: false });
+  progress(`reading the manifest of ${formatRef(ref)}`, { phase: "manifest" });
   const got = await client.getManifest(reference(ref), [MEDIA.manifest], MAX_MANIFEST_BYTES);
   const manifest = parseManifest(got.bytes, got.mediaType);
   const configBytes = await buffer(await client.openBlob(manifest.config.digest, manifest.config.size));
@@ -169,6 +179,9 @@ async function pullRef(
     await writeFile(join(dir, "manifest.json"), configBytes, { mode: 0o600 });
     const skip = await presentHere(deps, pack, req.tag);
     const local = await localFiles(deps);
+    // Compressed bytes of every layer: a layer here already counts as done.
+    const totalBytes = manifest.layers.reduce((a, l) => a + l.size, 0);
+    let doneBytes = 0;
     let n = 0;
     for (const l of manifest.layers) {
       n++;
@@ -180,19 +193,37 @@ async function pullRef(
       if (skip.has(path) || have) {
         if (!skip.has(path) && have) await linkOrCopy(have, out);
         result.blobs.reused++;
-        progress(`[${n}/${manifest.layers.length}] ${path}: here already`);
+        doneBytes += l.size;
+        progress(`[${n}/${manifest.layers.length}] ${path}: here already`, {
+          phase: "download",
+          layer: { index: n, count: manifest.layers.length, path },
+          done_bytes: doneBytes,
+          total_bytes: totalBytes,
+        });
         continue;
       }
       await decompressTo(await client.openBlob(l.digest, l.size), out, size);
       result.blobs.downloaded++;
       result.bytes.downloaded += l.size;
-      progress(`[${n}/${manifest.layers.length}] ${path}: downloaded (${(l.size / 2 ** 20).toFixed(1)} MiB)`);
+      doneBytes += l.size;
+      progress(
+        `[${n}/${manifest.layers.length}] ${path}: downloaded (${(l.size / 2 ** 20).toFixed(1)} MiB)`,
+        {
+          phase: "download",
+          layer: { index: n, count: manifest.layers.length, path },
+          done_bytes: doneBytes,
+          total_bytes: totalBytes,
+        },
+      );
     }
+    progress("verifying and registering the chain", { phase: "register" });
     const r = await registerStaged(deps, dir, {
       allowPresent: true,
       ...(req.tag !== undefined ? { as: req.tag } : {}),
     });
-    progress(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`);
+    progress(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`, {
+      phase: "register",
+    });
     return { ...result, ...r };
   } finally {
     await rm(dir, { recursive: true, force: true });

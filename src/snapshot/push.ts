@@ -18,6 +18,7 @@ import type { Descriptor } from "./artifact.js";
 import type { BlobCache, BlobRecord } from "./blobs.js";
 import { stagePack, stagingName } from "./pack.js";
 import type { SnapshotStore } from "./store.js";
+import type { Progress } from "./progress.js";
 
 export interface TransferDeps {
   store: SnapshotStore;
@@ -35,7 +36,7 @@ export interface PushResult {
   bytes: { uploaded: number; skipped: number };
 }
 
-export type Progress = (line: string) => void;
+export type { Progress } from "./progress.js";
 
 const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
@@ -64,10 +65,14 @@ export async function pushSnapshot(
     bytes: { uploaded: 0, skipped: 0 },
   };
   try {
+    progress(`staging ${tag}: its chain, disk layers and guest image`, { phase: "stage" });
     const pack = await stagePack(deps.store, tag, dir);
     await mkdir(join(dir, ".blobs"), { mode: 0o700 });
     const layers = new Map<string, Descriptor>();
     const files = Object.entries(pack.files);
+    // Bytes of the files (uncompressed): what is done of the upload phase, layer by layer.
+    const totalBytes = files.reduce((a, [, f]) => a + f.size, 0);
+    let doneBytes = 0;
     let n = 0;
     for (const [path, sum] of files) {
       n++;
@@ -94,7 +99,13 @@ export async function pushSnapshot(
       if (how === "uploaded") result.bytes.uploaded += rec.compressedSize;
       else result.bytes.skipped += rec.compressedSize;
       layers.set(path, { digest: rec.digest, size: rec.compressedSize });
-      progress(`[${n}/${files.length}] ${path}: ${how} (${mib(rec.compressedSize)})`);
+      doneBytes += sum.size;
+      progress(`[${n}/${files.length}] ${path}: ${how} (${mib(rec.compressedSize)})`, {
+        phase: "upload",
+        layer: { index: n, count: files.length, path },
+        done_bytes: doneBytes,
+        total_bytes: totalBytes,
+      });
     }
 
     const configBytes = await readFile(join(dir, "manifest.json"));
@@ -109,7 +120,7 @@ export async function pushSnapshot(
     }
     const manifest = buildManifest(pack, config, layers);
     result.digest = await client.putManifest(ref.tag, MEDIA.manifest, manifest);
-    progress(`pushed ${result.ref}@${result.digest}`);
+    progress(`pushed ${result.ref}@${result.digest}`, { phase: "manifest" });
     return result;
   } finally {
     await rm(dir, { recursive: true, force: true });

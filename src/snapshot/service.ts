@@ -94,9 +94,9 @@ export class SnapshotService {
   ): Promise<SnapshotMeta> {
     const started = new Date().toISOString();
     try {
-      const meta = await createSnapshot(this.o.create, req, (line) => {
+      const meta = await createSnapshot(this.o.create, req, (line, detail) => {
         this.o.log.info(`snapshot ${req.tag}: ${line}`);
-        progress(line);
+        progress(line, detail);
       });
       this.o.sandboxes.prewarm(meta.tag);
       return meta;
@@ -127,9 +127,9 @@ export class SnapshotService {
     o: { insecure: boolean },
     progress: Progress = () => undefined,
   ): Promise<PushResult> {
-    return pushSnapshot(this.o.transfer, tag, ref, o, (line) => {
+    return pushSnapshot(this.o.transfer, tag, ref, o, (line, detail) => {
       this.o.log.info(`push ${tag}: ${line}`);
-      progress(line);
+      progress(line, detail);
     });
   }
 
@@ -137,9 +137,9 @@ export class SnapshotService {
   pull(req: PullRequest, owner: string | null, progress: Progress = () => undefined): Promise<PullResult> {
     // (No fault injection in a pull: its crash points are an unpack's.)
     const { crash: _c, ...deps } = this.unpackDeps(owner);
-    return pullSnapshot({ ...this.o.transfer, ...deps }, req, (line) => {
+    return pullSnapshot({ ...this.o.transfer, ...deps }, req, (line, detail) => {
       this.o.log.info(`pull: ${line}`);
-      progress(line);
+      progress(line, detail);
     });
   }
 

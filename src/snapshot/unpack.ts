@@ -18,6 +18,7 @@ import { mkdir, open, rm, statfs } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { pipeline } from "node:stream/promises";
+import { Transform } from "node:stream";
 import type { Readable } from "node:stream";
 import { setImmediate as yieldNow } from "node:timers/promises";
 import { ForkdError } from "../util/errors.js";
@@ -36,6 +37,7 @@ import {
 } from "./pack.js";
 import type { PackManifest, Registered, UnpackDeps } from "./pack.js";
 import { childEnv } from "../util/proc.js";
+import type { Progress } from "./progress.js";
 
 /** Space left free on the data directory's filesystem after an unpack or a pull. */
 export const FREE_MARGIN = 1 << 30;
@@ -251,17 +253,42 @@ async function readArchive(archive: string, sink: TarSink, done: () => boolean):
  * bounded by the size that manifest states and the whole by the unpack limit, and hashes as
  * it writes.
  */
+/** Progress lines while a pack is received: at most one per this many bytes. */
+const RECEIVE_STEP = 16 << 20;
+
+/** Passes bytes through, reporting the count every RECEIVE_STEP bytes (phase "receive"). */
+function receiveMeter(progress: Progress, totalBytes: number | undefined): Transform {
+  let done = 0;
+  let next = RECEIVE_STEP;
+  return new Transform({
+    transform(chunk: Buffer, _e, cb) {
+      done += chunk.length;
+      if (done >= next) {
+        next = done + RECEIVE_STEP;
+        progress(`received ${(done / 2 ** 20).toFixed(1)} MiB`, {
+          phase: "receive",
+          done_bytes: done,
+          ...(totalBytes !== undefined ? { total_bytes: totalBytes } : {}),
+        });
+      }
+      cb(null, chunk);
+    },
+  });
+}
+
 export async function unpackSnapshot(
   deps: UnpackDeps,
   input: Readable,
-  o: { as?: string } = {},
+  o: { as?: string; progress?: Progress; totalBytes?: number } = {},
 ): Promise<Registered> {
+  const progress: Progress = o.progress ?? (() => undefined);
   const dir = deps.store.stagingDir(stagingName("unpack"));
   const archive = `${dir}.tar.zst`;
   let writer: PackWriter | null = null;
   try {
     // Consume `input` before anything else is awaited (its errors need a listener).
-    await pipeline(input, createWriteStream(archive, { mode: 0o600 }));
+    await pipeline(input, receiveMeter(progress, o.totalBytes), createWriteStream(archive, { mode: 0o600 }));
+    progress("verifying the pack: every file against its manifest", { phase: "verify" });
     const limit = await limitFor(deps);
     const finder = new ManifestFinder(new UnpackBudget(limit, maxPackFileSize));
     await readArchive(archive, finder, () => finder.manifest !== null);
@@ -274,7 +301,11 @@ export async function unpackSnapshot(
     await writer.close();
     await rm(archive, { force: true });
     deps.crash?.("unpack:extracted");
-    return await registerStaged(deps, dir, { ...o, verified: writer.sums });
+    progress("registering the chain", { phase: "register" });
+    return await registerStaged(deps, dir, {
+      ...(o.as !== undefined ? { as: o.as } : {}),
+      verified: writer.sums,
+    });
   } catch (e) {
     throw mapPackError(e);
   } finally {

@@ -7,8 +7,8 @@ import { join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import type { ValidateFunction } from "ajv/dist/2020.js";
 import { REPO_DIR } from "../../src/host/paths.js";
-import { ApiError, rawRequest, readAll } from "../../src/client/http.js";
-import type { Endpoint } from "../../src/client/http.js";
+import { ApiError, rawRequest, readAll } from "./http.js";
+import type { Endpoint } from "./http.js";
 
 type Json = Record<string, unknown>;
 

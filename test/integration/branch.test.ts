@@ -8,7 +8,7 @@ import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { ApiError } from "../../src/client/http.js";
+import { ApiError } from "../helpers/http.js";
 import { isAlive } from "../../src/util/proc.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { steps } from "../helpers/steps.js";

@@ -10,7 +10,7 @@ import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ApiError } from "../../src/client/http.js";
+import { ApiError } from "../helpers/http.js";
 import { processCmdline } from "../../src/util/proc.js";
 import type { CrashPointName } from "../../src/util/crash.js";
 import { api, forkOne, sh } from "../helpers/vm.js";

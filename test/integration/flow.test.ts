@@ -9,7 +9,7 @@ import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
-import { ApiError, checkResponse, rawRequest } from "../../src/client/http.js";
+import { ApiError, checkResponse, rawRequest } from "../helpers/http.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { checkResponse, rawRequest, readAll, ApiError } from "../../src/client/http.js";
+import { checkResponse, rawRequest, readAll, ApiError } from "../helpers/http.js";
 import { sha256File } from "../../src/snapshot/meta.js";
 import { pidsReferencing } from "../../src/util/proc.js";
 import { checkedRequest } from "../helpers/contract.js";

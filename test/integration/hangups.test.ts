@@ -21,7 +21,7 @@ import type { Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { rawRequest, readAll } from "../../src/client/http.js";
+import { rawRequest, readAll } from "../helpers/http.js";
 import { api, forkOne, sh } from "../helpers/vm.js";
 import { CLI, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";

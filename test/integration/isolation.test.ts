@@ -14,7 +14,7 @@ import { randomBytes } from "node:crypto";
 import { readFile, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { ApiError } from "../../src/client/http.js";
+import { ApiError } from "../helpers/http.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";

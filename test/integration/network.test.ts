@@ -25,7 +25,7 @@ import { REPO_DIR } from "../../src/host/paths.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
-import { ApiError, rawRequest, readAll } from "../../src/client/http.js";
+import { ApiError, rawRequest, readAll } from "../helpers/http.js";
 
 const TAG = "nettest";
 const SKIP = process.getuid?.() !== 0 ? "needs root (network namespaces, nftables)" : false;

@@ -1,10 +1,15 @@
+/**
+ * The SDK's timeouts (what the CLI's src/cli/timeouts.ts values mean): an idle timeout, not a
+ * deadline. A call the daemon never answers fails with TimeoutError; a stream that keeps
+ * flowing outlives the timeout, a stalled one fails with TimeoutError (not a bare "aborted");
+ * an aborted call rejects with an AbortError, also mid-stream.
+ */
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-
-import { ApiError, apiRequest, checkResponse, rawRequest, readNdjson } from "../../src/client/http.js";
+import { ApiClient, TimeoutError } from "@forkd/sdk";
 import { execIdleMs } from "../../src/cli/timeouts.js";
 
 let server: Server;
@@ -12,13 +17,14 @@ let url: string;
 
 before(async () => {
   server = createServer((req, res) => {
-    if (req.url === "/silent") return; // never answers
+    if (req.url === "/v1/health") return; // never answers
     res.writeHead(200, { "content-type": "application/x-ndjson" });
     let n = 0;
-    // /flowing: a line every 50 ms for 600 ms; /stalls: two lines, then nothing.
+    // .../flowing/exec/stream: an event every 50 ms for 600 ms; .../stalls/...: two, then nothing.
     const t = setInterval(() => {
-      if (req.url === "/stalls" && n >= 2) return;
-      res.write(JSON.stringify({ n: n++ }) + "\n");
+      if (req.url?.includes("stalls") && n >= 2) return;
+      n++;
+      res.write(JSON.stringify({ type: "stdout", data: "" }) + "\n");
       if (n >= 12) {
         clearInterval(t);
         res.end();
@@ -36,21 +42,38 @@ after(async () => {
 });
 
 test("a call the daemon never answers times out", async () => {
-  await assert.rejects(
-    apiRequest({ url }, "GET", "/silent", undefined, 200),
-    (e: unknown) => e instanceof ApiError && e.code === "timeout",
-  );
+  await assert.rejects(new ApiClient({ url, token: "" }).health({ timeoutMs: 200 }), TimeoutError);
 });
 
 test("a stream's timeout is an idle one: one that keeps flowing outlives it, a stalled one fails", async () => {
+  const api = new ApiClient({ url, token: "" });
   const lines: unknown[] = [];
-  const res = await checkResponse(await rawRequest({ url }, "GET", "/flowing", undefined, 200));
-  await readNdjson(res, (ev) => lines.push(ev));
+  await api.execStream("flowing", { cmd: "x" }, (ev) => lines.push(ev), { timeoutMs: 200 });
   assert.equal(lines.length, 12, "600 ms of lines through a 200 ms idle timeout");
   const got: unknown[] = [];
-  const stalled = await checkResponse(await rawRequest({ url }, "GET", "/stalls", undefined, 200));
-  await assert.rejects(readNdjson(stalled, (ev) => got.push(ev)));
+  await assert.rejects(
+    api.execStream("stalls", { cmd: "x" }, (ev) => got.push(ev), { timeoutMs: 200 }),
+    TimeoutError,
+  );
   assert.equal(got.length, 2);
+});
+
+test("aborting a stream rejects it with an AbortError", async () => {
+  const api = new ApiClient({ url, token: "" });
+  const ctl = new AbortController();
+  const got: unknown[] = [];
+  await assert.rejects(
+    api.execStream(
+      "stalls",
+      { cmd: "x" },
+      (ev) => {
+        got.push(ev);
+        if (got.length === 2) ctl.abort();
+      },
+      { timeoutMs: 0, signal: ctl.signal },
+    ),
+    (e: unknown) => e instanceof Error && e.name === "AbortError",
+  );
 });
 
 test("exec's idle timeout follows the command's", () => {

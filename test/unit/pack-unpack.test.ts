@@ -514,3 +514,25 @@ test("an image's content address is over every file, and a budget refuses before
   c.admit("m", 5);
   assert.equal(c.bytes, 45);
 });
+
+test("an unpack reports its phases: verify, then register (with the structured phase field)", async () => {
+  const s = await scratch();
+  try {
+    const dir = join(s.root, "p");
+    await fakePack(dir);
+    const file = await tarZst(dir, join(s.root, "p.tar.zst"));
+    const lines: Array<{ message: string; phase?: string | undefined }> = [];
+    const r = await unpackSnapshot(s.deps, createReadStream(file), {
+      progress: (message, d) => lines.push({ message, phase: d?.phase }),
+    });
+    assert.deepEqual(r.published, ["t1"]);
+    assert.deepEqual(
+      lines.map((l) => l.phase),
+      ["verify", "register"],
+      JSON.stringify(lines),
+    );
+    assert.ok(lines.every((l) => l.message.length > 0));
+  } finally {
+    await s.done();
+  }
+});

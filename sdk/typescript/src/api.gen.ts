@@ -801,6 +801,20 @@ export interface components {
             /** @constant */
             type: "progress";
             message: string;
+            /** @description What it is doing. Create: image, boot, warm, freeze, ready. Push: stage, upload, manifest. Pull: manifest, download, receive, verify, register. */
+            phase?: string;
+            /** @description The file (layer) this line is about */
+            layer?: {
+                /** @description 1-based */
+                index: number;
+                count: number;
+                /** @description The file's path in the pack */
+                path: string;
+            };
+            /** @description Bytes done so far in this phase */
+            done_bytes?: number;
+            /** @description Bytes the phase has in all, when known */
+            total_bytes?: number;
         } | {
             /** @constant */
             type: "done";
@@ -897,6 +911,20 @@ export interface components {
             /** @constant */
             type: "progress";
             message: string;
+            /** @description What it is doing. Create: image, boot, warm, freeze, ready. Push: stage, upload, manifest. Pull: manifest, download, receive, verify, register. */
+            phase?: string;
+            /** @description The file (layer) this line is about */
+            layer?: {
+                /** @description 1-based */
+                index: number;
+                count: number;
+                /** @description The file's path in the pack */
+                path: string;
+            };
+            /** @description Bytes done so far in this phase */
+            done_bytes?: number;
+            /** @description Bytes the phase has in all, when known */
+            total_bytes?: number;
         } | {
             /** @constant */
             type: "done";

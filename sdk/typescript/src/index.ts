@@ -13,6 +13,15 @@ export type {
   NetworkInfo,
 } from "./sandbox.js";
 export { Controller, fork } from "./controller.js";
+export { ApiClient } from "./api-client.js";
+export type {
+  CallOpts,
+  Requests,
+  StreamOpts,
+  SnapshotProgress,
+  TransferProgress,
+  Wire,
+} from "./api-client.js";
 export type { CreateSnapshotOpts, SnapshotInfo } from "./controller.js";
 export { Commands, CommandHandle } from "./commands.js";
 export type { CommandStartOpts, ProcessInfo } from "./commands.js";

@@ -19,6 +19,8 @@ export interface ConnectionOpts {
   socket?: string;
   /** Timeout of each API request in ms (default 60 000; 0 = none). Long operations take their own. */
   requestTimeoutMs?: number;
+  /** Extra CA certificate(s) (PEM) trusted for an https URL, e.g. a self-signed daemon's. */
+  ca?: string | Buffer;
 }
 
 export const DEFAULT_SOCKET = "/var/lib/forkd/forkd.sock";
@@ -30,7 +32,13 @@ export interface RequestOpts {
   json?: unknown;
   /** Raw request body (bytes or a stream of bytes). */
   body?: Uint8Array | NodeJS.ReadableStream;
+  /**
+   * An idle timeout (0: none): the request fails with TimeoutError once no byte has been sent or
+   * received for this long, while its body is sent and while its reply (a stream included) is
+   * read, so a long stream that keeps flowing is never cut and a stalled one always is.
+   */
   timeoutMs?: number;
+  /** Aborting it cuts the request and its reply (both fail with an AbortError). */
   signal?: AbortSignal;
 }
 
@@ -38,6 +46,7 @@ export class Transport {
   readonly url: URL | null;
   readonly socket: string;
   private readonly token: string | undefined;
+  private readonly ca: string | Buffer | undefined;
   readonly timeoutMs: number;
 
   constructor(opts: ConnectionOpts = {}) {
@@ -47,6 +56,7 @@ export class Transport {
     this.socket = opts.socket ?? env.FORKD_SOCKET ?? DEFAULT_SOCKET;
     this.token = opts.token ?? opts.apiKey ?? env.FORKD_TOKEN;
     this.timeoutMs = opts.requestTimeoutMs ?? 60_000;
+    this.ca = opts.ca;
   }
 
   /** Where requests go, for messages. */
@@ -78,16 +88,21 @@ export class Transport {
     const res = await new Promise<IncomingMessage>((resolve, reject) => {
       const base: RequestOptions = { method, path: full, headers, signal: o.signal };
       const req = this.url
-        ? (this.url.protocol === "https:" ? httpsRequest : httpRequest)({
-            ...base,
-            host: this.url.hostname,
-            port: this.url.port || undefined,
-            path: this.url.pathname.replace(/\/$/, "") + full,
-          })
+        ? this.url.protocol === "https:"
+          ? httpsRequest({ ...this.#tcp(base, full), ...(this.ca ? { ca: this.ca } : {}) })
+          : httpRequest(this.#tcp(base, full))
         : httpRequest({ ...base, socketPath: this.socket });
-      req.once("response", resolve);
-      req.once("error", (e: NodeJS.ErrnoException) => {
-        if (e instanceof ForkdError) reject(e);
+      // Once the reply has begun, a timeout or an abort ends it too, with that error (not a bare
+      // "aborted"), so whoever reads it learns why.
+      let reply: IncomingMessage | null = null;
+      req.once("response", (r: IncomingMessage) => {
+        reply = r;
+        o.signal?.addEventListener("abort", () => r.destroy(abortError()), { once: true });
+        resolve(r);
+      });
+      let bodyError: unknown = null;
+      req.on("error", (e: NodeJS.ErrnoException) => {
+        if (e instanceof ForkdError || e === bodyError) reject(e);
         else if (e.name === "AbortError") reject(e);
         else
           reject(
@@ -98,15 +113,24 @@ export class Transport {
           );
       });
       if (timeoutMs > 0) {
-        req.setTimeout(timeoutMs, () =>
-          req.destroy(
-            new TimeoutError(`${method} ${path}: no reply within ${timeoutMs} ms`, { code: "timeout" }),
-          ),
-        );
+        req.setTimeout(timeoutMs, () => {
+          const e = new TimeoutError(`${method} ${path}: nothing sent or received for ${timeoutMs} ms`, {
+            code: "timeout",
+          });
+          req.destroy(e);
+          reply?.destroy(e);
+        });
       }
       if (payload === undefined) req.end();
       else if (payload instanceof Uint8Array) req.end(payload);
-      else Readable.from(payload as AsyncIterable<Uint8Array>).pipe(req);
+      else {
+        const body = Readable.from(payload as AsyncIterable<Uint8Array>);
+        body.once("error", (e) => {
+          bodyError = e; // the caller's stream failed (e.g. a file that cannot be read)
+          req.destroy(e);
+        });
+        body.pipe(req);
+      }
     });
     const status = res.statusCode ?? 0;
     if (status >= 200 && status < 300) return res;
@@ -123,6 +147,16 @@ export class Transport {
       env.error?.message ?? (text || `HTTP ${status}`),
       env.error?.details ?? {},
     );
+  }
+
+  #tcp(base: RequestOptions, full: string): RequestOptions {
+    const url = this.url as URL;
+    return {
+      ...base,
+      host: url.hostname,
+      port: url.port || undefined,
+      path: url.pathname.replace(/\/$/, "") + full,
+    };
   }
 
   async json<T>(method: string, path: string, o: RequestOpts = {}): Promise<T> {
@@ -153,6 +187,12 @@ export class Transport {
       }
     }
   }
+}
+
+function abortError(): Error {
+  const e = new Error("the request was aborted");
+  e.name = "AbortError";
+  return e;
 }
 
 export async function readAll(res: IncomingMessage): Promise<Buffer> {

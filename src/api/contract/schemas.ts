@@ -277,9 +277,35 @@ export const SnapshotInfo = named(
 
 export const SnapshotOrStatus = named(z.union([Snapshot, SnapshotStatus]), "SnapshotOrStatus");
 
+/**
+ * A progress line of a streamed long operation: `message` for people; the optional fields when
+ * the operation knows them (src/snapshot/progress.ts), for a client to draw phases and bytes.
+ */
+const ProgressLine = z.object({
+  type: z.literal("progress"),
+  message: z.string(),
+  phase: z
+    .string()
+    .optional()
+    .describe(
+      "What it is doing. Create: image, boot, warm, freeze, ready. Push: stage, upload, manifest. " +
+        "Pull: manifest, download, receive, verify, register.",
+    ),
+  layer: z
+    .object({
+      index: z.number().int().describe("1-based"),
+      count: z.number().int(),
+      path: z.string().describe("The file's path in the pack"),
+    })
+    .optional()
+    .describe("The file (layer) this line is about"),
+  done_bytes: z.number().int().optional().describe("Bytes done so far in this phase"),
+  total_bytes: z.number().int().optional().describe("Bytes the phase has in all, when known"),
+});
+
 export const SnapshotProgressEvent = named(
   z.discriminatedUnion("type", [
-    z.object({ type: z.literal("progress"), message: z.string() }),
+    ProgressLine,
     z.object({ type: z.literal("done"), snapshot: Snapshot }),
     ErrorEnvelope.extend({ type: z.literal("error") }),
   ]),
@@ -385,7 +411,7 @@ export const Pulled = named(
 
 export const TransferProgressEvent = named(
   z.discriminatedUnion("type", [
-    z.object({ type: z.literal("progress"), message: z.string() }),
+    ProgressLine,
     z.object({ type: z.literal("done"), result: z.union([Pushed, Pulled]) }),
     ErrorEnvelope.extend({ type: z.literal("error") }),
   ]),

@@ -12,6 +12,7 @@ import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } fr
 import { progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
+import type { Progress } from "../../snapshot/progress.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -111,7 +112,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, Push);
     await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt with a status, before any stream starts
     noteTarget(c, "snapshot", tag);
-    const work = (progress: (line: string) => void) =>
+    const work = (progress: Progress) =>
       s.snapshots.push(tag, body.ref, { insecure: body.insecure }, progress);
     if (c.req.query("stream") === "1") return progressStream(c, 200, "result", `push ${tag}`, s.log, work);
     return c.json(await work(() => undefined), 200);
@@ -127,7 +128,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       ...(body.tag !== undefined ? { tag: body.tag } : {}),
       insecure: body.insecure,
     };
-    const work = (progress: (line: string) => void) => s.snapshots.pull(req, owner, progress);
+    const work = (progress: Progress) => s.snapshots.pull(req, owner, progress);
     if (c.req.query("stream") === "1") return progressStream(c, 201, "result", "pull", s.log, work);
     return c.json(await work(() => undefined), 201);
   });

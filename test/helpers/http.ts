@@ -1,6 +1,7 @@
 /**
- * A small client for the daemon's REST API, over its unix socket or a URL with a bearer token.
- * The CLI uses only this. (The SDKs have their own copies: they import nothing from here.)
+ * A raw HTTP client for tests and benchmarks: the requests the SDK would never send (hostile
+ * bodies, hang-ups at a chosen byte, bare status codes). Every client of the product — the
+ * CLI, the MCP server, programs — goes through the SDK instead.
  */
 import { request as httpRequest } from "node:http";
 import type { IncomingMessage } from "node:http";

@@ -1,0 +1,154 @@
+/** Snapshots: snapshot (create, or a layer --from), images, image, rmi, compact. */
+import type { Command } from "commander";
+import type { Wire } from "@forkd/sdk";
+import type { CliContext } from "../context.js";
+import { usageError } from "../errors.js";
+import { interruptible } from "../interrupt.js";
+import { snapshotLayer } from "../layer.js";
+import { ProgressView } from "../progress.js";
+import { printTable } from "../table.js";
+import { CALL_MS, HEAVY_MS, PROGRESS_IDLE_MS } from "../timeouts.js";
+
+export function snapshotCommands(program: Command, ctx: CliContext): void {
+  program
+    .command("snapshot")
+    .description("boot a parent VM, warm it, and freeze it into a snapshot")
+    .requiredOption("--tag <tag>", "snapshot tag")
+    .option("--template <name>", "guest template", "python")
+    .option("--warm <cmd>", "shell command to run in the parent before freezing")
+    .option("--warm-eval <code>", "Python to run in the parent's warm interpreter before freezing")
+    .option("--memory <MiB>", "guest RAM in MiB", (v) => parseInt(v, 10), 512)
+    .option("--vcpus <n>", "vCPUs", (v) => parseInt(v, 10), 1)
+    .option("--from <tag>", "build a layer on an existing snapshot: fork it, run --exec, branch, kill")
+    .option("--exec <cmd>", "with --from: shell command that makes the layer")
+    .option("--json", "print the snapshot metadata as JSON")
+    .action(
+      async (o: {
+        tag: string;
+        template: string;
+        warm?: string;
+        warmEval?: string;
+        memory: number;
+        vcpus: number;
+        from?: string;
+        exec?: string;
+        json?: boolean;
+      }) => {
+        if (o.from !== undefined || o.exec !== undefined) {
+          if (o.from === undefined || o.exec === undefined) throw usageError("--from and --exec go together");
+          const api = await ctx.ready();
+          process.exitCode = await snapshotLayer(
+            api,
+            { from: o.from, tag: o.tag, exec: o.exec, json: o.json ?? false },
+            ctx.say,
+            ctx.progressOut,
+          );
+          return;
+        }
+        ctx.say(
+          `forkd: creating snapshot ${o.tag} (template ${o.template}); the first run builds the guest image`,
+        );
+        const t0 = Date.now();
+        const api = await ctx.ready();
+        const view = new ProgressView(ctx.progressOut);
+        let m: Wire["Snapshot"];
+        try {
+          m = await interruptible("the snapshot goes on in the daemon (forkd images shows it)", (signal) =>
+            api.createSnapshot(
+              {
+                tag: o.tag,
+                template: o.template,
+                ...(o.warm !== undefined ? { warm: o.warm } : {}),
+                ...(o.warmEval !== undefined ? { warm_eval: o.warmEval } : {}),
+                memory_mib: o.memory,
+                vcpus: o.vcpus,
+              },
+              { timeoutMs: PROGRESS_IDLE_MS, signal, onProgress: (ev) => view.event(ev) },
+            ),
+          );
+        } finally {
+          view.end();
+        }
+        if (o.json) console.log(JSON.stringify(m, null, 2));
+        else
+          console.log(
+            `snapshot ${m.tag} ready: boot ${Math.round(m.timings.boot_ms)} ms, freeze ${Math.round(m.timings.freeze_ms)} ms, total ${Date.now() - t0} ms`,
+          );
+      },
+    );
+
+  program
+    .command("images")
+    .description("list snapshots")
+    .option("--json", "JSON output")
+    .action(async (o: { json?: boolean }) => {
+      const r = await (await ctx.ready()).listSnapshots({ timeoutMs: CALL_MS });
+      if (o.json) console.log(JSON.stringify(r, null, 2));
+      else
+        printTable(
+          ["TAG", "STATUS", "PARENT", "TEMPLATE", "MEMORY", "VCPUS", "ACCEL", "CREATED"],
+          [
+            ...r.snapshots.map((s) => [
+              s.tag,
+              "ready",
+              s.parent?.tag ?? "-",
+              s.template,
+              `${s.machine.memory_mib}M`,
+              String(s.machine.vcpus),
+              s.machine.accel,
+              s.created,
+            ]),
+            ...r.pending.map((p) => [p.tag, p.status, "-", "-", "-", "-", "-", p.started]),
+          ],
+        );
+    });
+
+  program
+    .command("image")
+    .description("print a snapshot's metadata (or, being written or failed, its status) as JSON")
+    .argument("<tag>")
+    .option("--info", "its chain, dependents and sizes on disk instead")
+    .action(async (tag: string, o: { info?: boolean }) => {
+      const api = await ctx.ready();
+      const r = o.info
+        ? await api.snapshotInfo(tag, { timeoutMs: CALL_MS })
+        : await api.getSnapshot(tag, { timeoutMs: CALL_MS });
+      console.log(JSON.stringify(r, null, 2));
+    });
+
+  program
+    .command("rmi")
+    .description("delete snapshots (refused while sandboxes run from one, or branches stack on it)")
+    .argument("<tags...>")
+    .option("--cascade", "delete the branches stacked on it too (deepest first)")
+    .option("--force", "flatten the branches stacked on it, so they no longer need it, then delete it")
+    .action(async (tags: string[], o: { cascade?: boolean; force?: boolean }) => {
+      if (o.cascade && o.force) throw usageError("--cascade and --force exclude each other");
+      const api = await ctx.ready();
+      for (const t of tags) {
+        const r = await api.deleteSnapshot(
+          t,
+          { cascade: o.cascade ?? false, force: o.force ?? false },
+          // Flattening dependents copies their disks.
+          { timeoutMs: o.force ? HEAVY_MS : CALL_MS },
+        );
+        const also = [
+          ...(r.cascaded?.length ? [`with ${r.cascaded.join(", ")}`] : []),
+          ...(r.orphaned?.length ? [`${r.orphaned.join(", ")} flattened`] : []),
+        ];
+        if (also.length > 0) ctx.say(`forkd: deleted ${r.deleted} (${also.join("; ")})`);
+      }
+    });
+
+  program
+    .command("compact")
+    .description("copy a snapshot as a new base with no parent (its disk chain in one layer)")
+    .argument("<tag>")
+    .requiredOption("--tag <new>", "tag of the copy")
+    .option("--json", "print its metadata as JSON")
+    .action(async (tag: string, o: { tag: string; json?: boolean }) => {
+      const m = await (await ctx.ready()).compactSnapshot(tag, { tag: o.tag }, { timeoutMs: HEAVY_MS });
+      if (o.json) console.log(JSON.stringify(m, null, 2));
+      else console.log(`${m.tag} ready (a base copy of ${tag})`);
+    });
+}
