@@ -44,9 +44,4 @@ export default tseslint.config(
     files: ["src/**/*.ts"],
     rules: { "no-restricted-syntax": ["error", CHILD_ENV, ...NO_MODULE_LET] },
   },
-  {
-    // Module state still to be removed by its owner (issue 12): the CLI's autostart flag.
-    files: ["src/cli/autostart.ts"],
-    rules: { "no-restricted-syntax": ["error", CHILD_ENV] },
-  },
 );
