@@ -9,7 +9,7 @@ import { GUEST_NET } from "./guest.js";
 import { orphanInstances, recordOwner } from "./owners.js";
 import { cidrContains, parseCidr } from "./policy.js";
 import { SlotPool, teardownInstance } from "./pool.js";
-import type { PoolLog } from "./pool.js";
+import type { Logger } from "../util/log.js";
 import { blockText, hostIfPrefix, instanceId, instanceOf } from "./slots.js";
 import type { NetInstance } from "./slots.js";
 import { hostRoutes, sysctl } from "./sys.js";
@@ -17,7 +17,7 @@ import { hostRoutes, sysctl } from "./sys.js";
 export interface InstanceSetupOptions {
   dataDir: string;
   env: NodeJS.ProcessEnv;
-  log: PoolLog;
+  log: Logger;
   /** Where the host's DNS resolver is (a slot's DNS goes there). */
   resolver: string | null;
   /** Host TCP ports no sandbox may reach (the daemon's API). */
@@ -55,7 +55,7 @@ export async function setUpInstance(o: InstanceSetupOptions): Promise<{ inst: Ne
 }
 
 /** Removes the instances whose data directory is gone and held by no daemon (./owners.ts). */
-async function removeOrphans(ownId: string, log: PoolLog, dir?: string): Promise<void> {
+async function removeOrphans(ownId: string, log: Logger, dir?: string): Promise<void> {
   try {
     for (const o of await orphanInstances(ownId, dir)) {
       log.info("network: removing the slots of a data directory that no longer exists", {

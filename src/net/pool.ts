@@ -8,6 +8,7 @@
  * namespace and interface of this instance is deleted and slots are created afresh.
  */
 import { ForkdError, errorMessage } from "../util/errors.js";
+import type { Logger } from "../util/log.js";
 import type { GuestNet } from "./guest.js";
 import { hostTable, nsTable, slotPolicy } from "./nft.js";
 import type { NsTableOptions } from "./nft.js";
@@ -22,11 +23,6 @@ export interface SlotUse {
   ns: NsTableOptions;
 }
 
-export interface PoolLog {
-  info(msg: string, fields?: Record<string, unknown>): void;
-  warn(msg: string, fields?: Record<string, unknown>): void;
-}
-
 export interface SlotPoolOptions {
   inst: NetInstance;
   guest: GuestNet;
@@ -35,7 +31,7 @@ export interface SlotPoolOptions {
   protectedPorts: number[];
   /** Free slots kept ready. */
   warm: number;
-  log: PoolLog;
+  log: Logger;
 }
 
 /** Whether two uses give a slot's namespace the same table. */

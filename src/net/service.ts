@@ -28,7 +28,8 @@ import type { GuestNet } from "./guest.js";
 import { setUpInstance } from "./instance-setup.js";
 import { parseIpv4 } from "./policy.js";
 import type { Egress, NetMode, NetworkSpec } from "./policy.js";
-import type { PoolLog, SlotPool } from "./pool.js";
+import type { SlotPool } from "./pool.js";
+import type { Logger } from "../util/log.js";
 import { slotOf } from "./slots.js";
 import type { NetInstance } from "./slots.js";
 
@@ -37,7 +38,7 @@ export type { Attachment, HostForwarder, NetworkRecord } from "./attachments/att
 export interface NetworkServiceOptions {
   dataDir: string;
   env?: NodeJS.ProcessEnv;
-  log: PoolLog;
+  log: Logger;
   qemuBinary: string;
   jailer: string | null;
   /** Host TCP ports no sandbox may reach (the daemon's API). */
@@ -57,7 +58,7 @@ export class NetworkService {
     readonly instance: NetInstance | null,
     private readonly exposeAddr: string,
     private readonly userUnisolated: boolean,
-    private readonly log: PoolLog,
+    private readonly log: Logger,
   ) {
     this.slots = pool ? { pool, exposeAddr, resolver: caps.resolver, relays: this.relays } : null;
   }
@@ -101,7 +102,7 @@ export class NetworkService {
   }
 
   /** A service with no host networking at all (tests that never start a VM; `none` only). */
-  static disabled(log: PoolLog): NetworkService {
+  static disabled(log: Logger): NetworkService {
     const no = { ok: false, reason: "networking disabled" };
     return new NetworkService(
       { user: { ...no, binary: null }, netns: no, resolver: null, dns: no },

@@ -10,6 +10,7 @@
  * else that happens to mention the path is left alone.
  */
 import { readdir, readlink, realpath } from "node:fs/promises";
+import type { Logger } from "../util/log.js";
 import { basename } from "node:path";
 import { isAlive, processCmdline, processStartTime } from "../util/proc.js";
 import { sleep } from "../util/time.js";
@@ -22,9 +23,8 @@ export interface StrayProcess {
   args: string[];
 }
 
-export interface StrayLogger {
-  warn(msg: string, fields?: Record<string, unknown>): void;
-}
+/** Strays only warn. */
+export type StrayLogger = Pick<Logger, "warn">;
 
 /** Helpers forkd runs by name from PATH (their exact path is not known in advance). */
 const PATH_PROGRAMS = new Set(["qemu-img", "tar"]);

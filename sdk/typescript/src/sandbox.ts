@@ -373,6 +373,7 @@ export async function forkWith(
               ...(opts.limits.cpus !== undefined ? { cpus: opts.limits.cpus } : {}),
               ...(opts.limits.pids !== undefined ? { pids: opts.limits.pids } : {}),
               ...(opts.limits.diskMiB !== undefined ? { disk_mib: opts.limits.diskMiB } : {}),
+              ...(opts.limits.lifetimeMs !== undefined ? { lifetime_ms: opts.limits.lifetimeMs } : {}),
             },
           }
         : {}),
