@@ -7,10 +7,10 @@ import type { AgentClient } from "../agent/client.js";
 import type { Attachment } from "../net/service.js";
 import { errorMessage } from "../util/errors.js";
 import type { Vm } from "../vmm/vm.js";
-import { CommandTable } from "./commands.js";
 import type { SandboxContext } from "./context.js";
 import { diskLimitHit } from "./disk-limit.js";
 import { retire } from "./retire.js";
+import { newSandbox } from "./sandbox.js";
 import type { Sandbox, SandboxRecord } from "./sandbox.js";
 
 /** Registers a sandbox (running, unless the caller marks it paused) and watches its VMM. */
@@ -22,23 +22,7 @@ export function register(
   agent: AgentClient | null,
   net: Attachment | null,
 ): Sandbox {
-  const s: Sandbox = {
-    record,
-    dir,
-    vm,
-    agent,
-    net,
-    state: "running",
-    exitReason: null,
-    exitedAt: null,
-    lastUsed: Date.now(),
-    busy: 0,
-    transition: null,
-    settling: null,
-    doomed: null,
-    finishing: new Set(),
-    commands: new CommandTable(),
-  };
+  const s = newSandbox(record, dir, vm, agent, net);
   ctx.live.add(s);
   if (vm) watchVmm(ctx, s, vm);
   if (agent) watchAgent(ctx, s, agent);

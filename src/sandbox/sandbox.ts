@@ -3,7 +3,7 @@ import type { AgentClient } from "../agent/client.js";
 import type { Attachment, NetworkRecord } from "../net/service.js";
 import type { NicMeta } from "../snapshot/meta.js";
 import type { Vm } from "../vmm/vm.js";
-import type { CommandTable } from "./commands.js";
+import { CommandTable } from "./commands.js";
 
 export type SandboxState = "running" | "paused" | "exited";
 
@@ -107,6 +107,36 @@ export interface SandboxLimits {
   diskMiB?: number | null;
   /** Killed this long after its creation, in use, idle or paused (null: no lifetime). */
   lifetimeMs?: number | null;
+}
+
+/**
+ * A sandbox as it enters the registry: running on `vm` (unless the caller marks it otherwise),
+ * just used, not busy, nothing in transition, no commands yet.
+ */
+export function newSandbox(
+  record: SandboxRecord,
+  dir: string,
+  vm: Vm | null,
+  agent: AgentClient | null,
+  net: Attachment | null,
+): Sandbox {
+  return {
+    record,
+    dir,
+    vm,
+    agent,
+    net,
+    state: "running",
+    exitReason: null,
+    exitedAt: null,
+    lastUsed: Date.now(),
+    busy: 0,
+    transition: null,
+    settling: null,
+    doomed: null,
+    finishing: new Set(),
+    commands: new CommandTable(),
+  };
 }
 
 /** The guest's own workload pids.max when the request sets none (guest/agent/src/limits.c). */

@@ -8,7 +8,7 @@ import { networkView } from "../../src/api/views/network.js";
 import { sandboxView } from "../../src/api/views/sandbox.js";
 import type { ExecHandle } from "../../src/agent/client.js";
 import type { NetworkRecord } from "../../src/net/service.js";
-import { CommandTable } from "../../src/sandbox/commands.js";
+import { newSandbox } from "../../src/sandbox/sandbox.js";
 import type { Sandbox, SandboxRecord } from "../../src/sandbox/sandbox.js";
 
 const record: SandboxRecord = {
@@ -48,21 +48,8 @@ const record: SandboxRecord = {
 };
 
 const sandbox = (over: Partial<Sandbox> = {}): Sandbox => ({
-  record,
-  dir: "/nonexistent",
-  vm: null,
-  agent: null,
-  net: null,
-  state: "running",
-  exitReason: null,
-  exitedAt: null,
+  ...newSandbox(record, "/nonexistent", null, null, null),
   lastUsed: Date.parse("2026-01-01T00:01:00.000Z"),
-  busy: 0,
-  transition: null,
-  settling: null,
-  doomed: null,
-  finishing: new Set(),
-  commands: new CommandTable(),
   ...over,
 });
 

@@ -1,38 +1,30 @@
 /** The live registry: lookups, the order of the list, children being forked counted by tag. */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { CommandTable } from "../../src/sandbox/commands.js";
 import { SandboxRegistry } from "../../src/sandbox/registry.js";
-import { markExited, markPaused } from "../../src/sandbox/sandbox.js";
+import { markExited, markPaused, newSandbox } from "../../src/sandbox/sandbox.js";
 import type { Sandbox } from "../../src/sandbox/sandbox.js";
 import { ForkdError } from "../../src/util/errors.js";
 
 const sandbox = (n: number, tag: string): Sandbox => ({
-  record: {
-    format: 1,
-    id: `sb-${"a".repeat(15)}${"bcdefghijk"[n] ?? "z"}`,
-    tag,
-    pid: 100 + n,
-    pidStartTime: 1,
-    // Created in the reverse order of n.
-    created: new Date(Date.UTC(2026, 0, 1, 0, 0, 10 - n)).toISOString(),
-    timings: { launchMs: 0, restoreMs: 0, readyMs: 0, totalMs: 0 },
-    fromPool: false,
-  },
-  dir: "/nonexistent",
-  vm: null,
-  agent: null,
-  net: null,
-  state: "running",
-  exitReason: null,
-  exitedAt: null,
+  ...newSandbox(
+    {
+      format: 1,
+      id: `sb-${"a".repeat(15)}${"bcdefghijk"[n] ?? "z"}`,
+      tag,
+      pid: 100 + n,
+      pidStartTime: 1,
+      // Created in the reverse order of n.
+      created: new Date(Date.UTC(2026, 0, 1, 0, 0, 10 - n)).toISOString(),
+      timings: { launchMs: 0, restoreMs: 0, readyMs: 0, totalMs: 0 },
+      fromPool: false,
+    },
+    "/nonexistent",
+    null,
+    null,
+    null,
+  ),
   lastUsed: 0,
-  busy: 0,
-  transition: null,
-  settling: null,
-  doomed: null,
-  finishing: new Set(),
-  commands: new CommandTable(),
 });
 
 const code = (c: string) => (e: unknown) => e instanceof ForkdError && e.code === c;
