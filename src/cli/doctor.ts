@@ -1,3 +1,4 @@
+/** `forkd doctor`: the host's prerequisites as a table (or JSON), with the fix for each that fails. */
 import { runChecks } from "../host/doctor.js";
 import type { Paths } from "../host/paths.js";
 import { printTable } from "./table.js";

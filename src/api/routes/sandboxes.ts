@@ -1,3 +1,4 @@
+/** Routes of sandboxes: fork, list, inspect, kill, branch, pause, resume, timeout, exposed ports and egress. */
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";

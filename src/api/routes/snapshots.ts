@@ -1,3 +1,4 @@
+/** Routes of snapshots: create (optionally streamed), list, inspect, compact, delete, pack, unpack, push and pull. */
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import { assertTag } from "../../util/ids.js";
