@@ -1,5 +1,9 @@
 /** Services for API tests that never start a VM (QEMU is /bin/false). */
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import type { AddressInfo } from "node:net";
+import { serve } from "@hono/node-server";
+import type { ServerType } from "@hono/node-server";
+import { createApp } from "../../src/api/app.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AuthFailureLimiter } from "../../src/access/auth-failures.js";
@@ -28,6 +32,8 @@ export interface TestServices {
   audited: AuditRecord[];
   /** A TCP-like listener: FORKD_TOKEN `adminToken` plus the tokens file in `dir`. */
   tcp: (adminToken?: string) => Listener;
+  /** Serves the API on 127.0.0.1 (a free port) behind tcp(adminToken); its URL. Closed by cleanup(). */
+  serveTcp: (adminToken: string) => Promise<string>;
   cleanup: () => Promise<void>;
 }
 
@@ -82,12 +88,23 @@ export async function testServices(
     metrics: NO_METRICS,
     audit: { append: (r) => audited.push(r) },
   };
+  const servers: ServerType[] = [];
+  const tcp = (adminToken?: string): Listener => ({ auth: new Authenticator(tokens, adminToken) });
   return {
     services,
     dir,
     audited,
-    tcp: (adminToken) => ({ auth: new Authenticator(tokens, adminToken) }),
+    tcp,
+    serveTcp: async (adminToken) => {
+      const app = createApp(services, tcp(adminToken));
+      const server = await new Promise<ServerType>((resolve) => {
+        const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve(s));
+      });
+      servers.push(server);
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    },
     cleanup: async () => {
+      for (const s of servers) await new Promise((r) => s.close(r));
       await sandboxes.killAll();
       await rm(dir, { recursive: true, force: true });
     },

@@ -28,6 +28,7 @@ import type { TestDaemon } from "../helpers/daemon.js";
 import { count, parseMetrics, value } from "../helpers/prometheus.js";
 import { freePort } from "../helpers/port.js";
 import { steps } from "../helpers/steps.js";
+import { selfSignedCert } from "../helpers/tls.js";
 
 const run = promisify(execFile);
 const ADMIN = "Qm4-tZ8_vX2pLr7wKb9nYc3dHf6jGs1eA";
@@ -81,26 +82,7 @@ async function scrape(token = ADMIN): Promise<string> {
 
 before(async () => {
   certDir = await mkdtemp(join(tmpdir(), "forkd-tls-"));
-  await run("openssl", [
-    "req",
-    "-x509",
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:prime256v1",
-    "-nodes",
-    "-days",
-    "1",
-    "-subj",
-    "/CN=forkd-test",
-    "-addext",
-    "subjectAltName=IP:127.0.0.1",
-    "-keyout",
-    join(certDir, "key.pem"),
-    "-out",
-    join(certDir, "cert.pem"),
-  ]);
-  cert = await readFile(join(certDir, "cert.pem"));
+  cert = (await selfSignedCert(certDir)).pem;
   const port = await freePort();
   base = `https://127.0.0.1:${port}`;
   d = await makeDaemon({

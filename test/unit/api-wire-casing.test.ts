@@ -4,6 +4,7 @@
  * sandbox and version views) matches the documented shapes, which allow no other keys. Records on
  * disk keep their own shapes; the views map them (src/api/views/).
  */
+import { GUEST_NET } from "../../src/net/guest.js";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createApp } from "../../src/api/app.js";
@@ -93,15 +94,7 @@ test("snapshots, pending writes and the version are served snake_case, as docume
       image: { ...rest.image, content: "c".repeat(64) },
       warmEval: "x = 1",
       stateFormat: "devices",
-      nic: {
-        addr: "10.0.2.15",
-        prefix: 24,
-        gateway: "10.0.2.2",
-        dns: "10.0.2.3",
-        gatewayMac: "52:55:0a:00:02:02",
-        mac: "52:54:00:12:34:56",
-        linkUp: false,
-      },
+      nic: { ...GUEST_NET, linkUp: false },
       parent: { tag: "base", checksum: base.checksum },
       branch: { sandbox: "sb-aaaaaaaaaaaaaaaa", pauseMs: 12.5, privateBytes: 4096, finishMs: 80 },
     };

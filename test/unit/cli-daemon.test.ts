@@ -7,12 +7,8 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
-import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { serve } from "@hono/node-server";
-import type { ServerType } from "@hono/node-server";
-import { createApp } from "../../src/api/app.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 import { testServices } from "../helpers/services.js";
 import type { TestServices } from "../helpers/services.js";
@@ -20,21 +16,15 @@ import { fakeSnapshot } from "../helpers/snapshots.js";
 
 const CLI = join(REPO_DIR, "dist/src/cli/main.js");
 const TOKEN = "c".repeat(24) + "0123456789abcdef";
-let server: ServerType;
 let url = "";
 let t: TestServices;
 
 before(async () => {
   t = await testServices();
-  const app = createApp(t.services, t.tcp(TOKEN));
-  await new Promise<void>((resolve) => {
-    server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve());
-  });
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  url = await t.serveTcp(TOKEN);
 });
 
 after(async () => {
-  await new Promise((r) => server.close(r));
   await t.cleanup();
 });
 

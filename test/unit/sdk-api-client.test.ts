@@ -5,7 +5,6 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { createServer } from "node:https";
 import type { Server } from "node:https";
@@ -13,8 +12,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
-import { promisify } from "node:util";
 import { ApiClient, ConnectionError } from "@forkd/sdk";
+import { selfSignedCert } from "../helpers/tls.js";
 
 let dir = "";
 let ca: Buffer;
@@ -24,29 +23,9 @@ const seen: string[] = [];
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), "forkd-sdk-tls-"));
-  const key = join(dir, "key.pem");
-  const cert = join(dir, "cert.pem");
-  await promisify(execFile)("openssl", [
-    "req",
-    "-x509",
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:prime256v1",
-    "-nodes",
-    "-days",
-    "1",
-    "-subj",
-    "/CN=forkd-test",
-    "-addext",
-    "subjectAltName=IP:127.0.0.1",
-    "-keyout",
-    key,
-    "-out",
-    cert,
-  ]);
-  ca = await readFile(cert);
-  server = createServer({ key: await readFile(key), cert: ca }, (req, res) => {
+  const tls = await selfSignedCert(dir);
+  ca = tls.pem;
+  server = createServer({ key: await readFile(tls.key), cert: ca }, (req, res) => {
     seen.push(`${req.method} ${req.url} ${req.headers.authorization ?? "-"}`);
     req.resume();
     req.on("end", () => {

@@ -6,33 +6,23 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { serve } from "@hono/node-server";
-import type { ServerType } from "@hono/node-server";
 import { AuthenticationError, ConnectionError, Controller, NotFoundError, Sandbox } from "@forkd/sdk";
-import { createApp } from "../../src/api/app.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 import { testServices } from "../helpers/services.js";
 
 const TOKEN = "s".repeat(24) + "0123456789abcdef";
-let server: ServerType;
 let url = "";
 let cleanup: () => Promise<void>;
 
 before(async () => {
   const t = await testServices();
   cleanup = t.cleanup;
-  const app = createApp(t.services, t.tcp(TOKEN));
-  await new Promise<void>((resolve) => {
-    server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () => resolve());
-  });
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  url = await t.serveTcp(TOKEN);
 });
 
 after(async () => {
-  await new Promise((r) => server.close(r));
   await cleanup();
 });
 
