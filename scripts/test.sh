@@ -11,4 +11,4 @@ npx prettier --check . >/dev/null || { npx prettier --check .; exit 1; }
 echo "== guest agent tests (on the host, over a socketpair)"
 make -s -C guest/agent test
 echo "== unit and integration tests"
-node --test --test-concurrency=1 dist/test/unit/ dist/test/integration/
+node --test --test-concurrency=1 --test-timeout=900000 dist/test/unit/ dist/test/integration/

@@ -23,7 +23,7 @@ export interface CliContext {
 }
 
 /** FORKD_URL (+ FORKD_TOKEN, FORKD_CA_CERT) names a remote daemon; else the local socket. */
-export function connectionFromEnv(env: NodeJS.ProcessEnv, paths: Paths): ConnectionOpts {
+function connectionFromEnv(env: NodeJS.ProcessEnv, paths: Paths): ConnectionOpts {
   if (!env.FORKD_URL) return { socket: paths.socket, token: "" };
   return {
     url: env.FORKD_URL,

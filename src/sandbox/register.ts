@@ -36,9 +36,17 @@ export function register(
  */
 export function watchVmm(ctx: SandboxContext, s: Sandbox, vm: Vm): void {
   vm.onExit(() => {
-    if (s.vm === vm) void onExit(ctx, s);
+    if (s.vm === vm)
+      onExit(ctx, s).catch((e: unknown) =>
+        ctx.log.warn("retire failed", { id: s.record.id, error: errorMessage(e) }),
+      );
   });
-  if (s.record.limits?.diskMiB) vm.onDiskWriteThreshold(() => void diskLimitHit(ctx, s, vm));
+  if (s.record.limits?.diskMiB)
+    vm.onDiskWriteThreshold(() => {
+      diskLimitHit(ctx, s, vm).catch((e: unknown) =>
+        ctx.log.warn("disk limit: retire failed", { id: s.record.id, error: errorMessage(e) }),
+      );
+    });
 }
 
 /**

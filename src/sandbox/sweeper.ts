@@ -17,9 +17,11 @@ const SWEEP_MS = 1_000;
 
 export class Sweeper {
   private timer: NodeJS.Timeout | null;
+  /** Sandboxes whose idle or lifetime action is running: each is acted on once, on its own. */
+  private readonly acting = new Set<string>();
 
-  constructor(ctx: SandboxContext) {
-    this.timer = setInterval(() => void sweep(ctx), SWEEP_MS);
+  constructor(private readonly ctx: SandboxContext) {
+    this.timer = setInterval(() => this.sweep(), SWEEP_MS);
     this.timer.unref();
   }
 
@@ -27,33 +29,52 @@ export class Sweeper {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
   }
-}
 
-/** One pass over the registry (see Sweeper). */
-export async function sweep(ctx: SandboxContext): Promise<void> {
-  const now = Date.now();
-  for (const s of ctx.live.list()) {
-    const at = expiresAt(s);
-    const end = endsAt(s);
-    if (end !== null && now >= end && s.state !== "exited" && s.transition === null) {
-      const ms = s.record.limits?.lifetimeMs ?? 0;
-      ctx.log.info("sandbox lifetime over", { id: s.record.id, lifetime_ms: ms });
-      await retire(s, `killed by the host: lifetime of ${ms / 1000} s over`, true);
-    } else if (at !== null && s.busy === 0 && s.transition === null && now >= at) {
-      ctx.log.info("sandbox idle timeout", {
-        id: s.record.id,
-        timeout_ms: s.record.timeoutMs,
-        action: s.record.onIdle ?? "kill",
-      });
-      if (s.record.onIdle === "pause") {
-        await pause(ctx, s.record.id).catch(async (e: unknown) => {
-          ctx.log.warn("idle pause failed; killing", { id: s.record.id, error: errorMessage(e) });
-          await retire(s, "idle timeout (pause failed)", true);
+  /**
+   * One pass over the registry. Each due action runs apart from the pass and from the others
+   * (an idle pause takes seconds; it never holds up another sandbox's lifetime), and its failure
+   * is logged, never thrown into the timer.
+   */
+  private sweep(): void {
+    const ctx = this.ctx;
+    const now = Date.now();
+    for (const s of ctx.live.list()) {
+      const id = s.record.id;
+      if (this.acting.has(id)) continue;
+      const at = expiresAt(s);
+      const end = endsAt(s);
+      if (end !== null && now >= end && s.state !== "exited" && s.transition === null) {
+        const ms = s.record.limits?.lifetimeMs ?? 0;
+        ctx.log.info("sandbox lifetime over", { id, lifetime_ms: ms });
+        this.act(id, () => retire(s, `killed by the host: lifetime of ${ms / 1000} s over`, true));
+      } else if (at !== null && s.busy === 0 && s.transition === null && now >= at) {
+        ctx.log.info("sandbox idle timeout", {
+          id,
+          timeout_ms: s.record.timeoutMs,
+          action: s.record.onIdle ?? "kill",
         });
-      } else await retire(s, "idle timeout", true);
-    } else if (s.state === "exited" && s.exitedAt !== null && now - s.exitedAt > EXITED_RETENTION_MS) {
-      ctx.live.delete(s.record.id);
+        if (s.record.onIdle === "pause") {
+          this.act(id, () =>
+            pause(ctx, id).then(
+              () => undefined,
+              async (e: unknown) => {
+                ctx.log.warn("idle pause failed; killing", { id, error: errorMessage(e) });
+                await retire(s, "idle timeout (pause failed)", true);
+              },
+            ),
+          );
+        } else this.act(id, () => retire(s, "idle timeout", true));
+      } else if (s.state === "exited" && s.exitedAt !== null && now - s.exitedAt > EXITED_RETENTION_MS) {
+        ctx.live.delete(id);
+      }
     }
+  }
+
+  private act(id: string, fn: () => Promise<void>): void {
+    this.acting.add(id);
+    fn()
+      .catch((e: unknown) => this.ctx.log.warn("sweeper action failed", { id, error: errorMessage(e) }))
+      .finally(() => this.acting.delete(id));
   }
 }
 

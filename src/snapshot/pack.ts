@@ -151,11 +151,22 @@ export async function packSnapshot(
       },
     );
     let err = "";
-    tar.stderr.on("data", (c: Buffer) => (err += c.toString()));
+    tar.on("error", (e) => (err ||= e.message)); // cannot start: its stdout closes, the code is not 0
+    tar.stderr.on("data", (c: Buffer) => {
+      if (err.length < 4096) err += c.toString();
+    });
     const exited = new Promise<number | null>((r) => tar.once("close", r));
-    crash?.("pack:streaming");
-    await pipeline(tar.stdout, out);
-    if ((await exited) !== 0) throw new ForkdError("internal", `tar failed: ${err.trim()}`);
+    try {
+      crash?.("pack:streaming");
+      // The reply ends only once tar said it succeeded: a pack cut by a failing tar is an error
+      // to its reader, not a clean end of a short file.
+      await pipeline(tar.stdout, out, { end: false });
+      if ((await exited) !== 0) throw new ForkdError("internal", `tar failed: ${err.trim()}`);
+      out.end();
+    } finally {
+      if (tar.exitCode === null && tar.signalCode === null) tar.kill("SIGKILL"); // its reader went away
+      await exited;
+    }
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -49,6 +49,12 @@ async function startCapture(memsnap: string, pid: number, memfile: string, diff:
     env: childEnv(),
   });
   let stderr = "";
+  // A helper that cannot start (ENOENT, EACCES) or dies before reading "go" (EPIPE) fails the
+  // capture through its closed stdout below; unheard, these events would end the daemon.
+  child.on("error", (e) => {
+    if (stderr === "") stderr = e.message;
+  });
+  child.stdin.on("error", () => undefined);
   child.stderr.on("data", (c: Buffer) => {
     if (stderr.length < 4096) stderr += c.toString("utf8");
   });

@@ -32,9 +32,16 @@ export async function startHostAgent(
   const proc = spawn(bin, ["--fd", "3", "--no-init", ...python], { stdio: ["ignore", out, out, "pipe"] });
   const agent = AgentClient.fromSocket(proc.stdio[3] as Socket, "agent-under-test");
   if (o.python) {
-    for (let i = 0; i < 100; i++) {
-      if ((await agent.ping()).evalReady) break;
-      await new Promise((r) => setTimeout(r, 100));
+    let ready = false;
+    for (let i = 0; i < 100 && !ready; i++) {
+      ready = (await agent.ping()).evalReady;
+      if (!ready) await new Promise((r) => setTimeout(r, 100));
+    }
+    if (!ready) {
+      agent.close();
+      proc.kill("SIGKILL");
+      await rm(dir, { recursive: true, force: true });
+      throw new Error("the host agent's warm interpreter did not come up within 10 s");
     }
   } else await agent.ping();
   return {

@@ -114,16 +114,3 @@ export async function apiRequest<T = unknown>(
   return JSON.parse((await readAll(res)).toString("utf8")) as T;
 }
 
-/** Calls `onEvent` for every JSON line of a streaming (NDJSON) response. */
-export async function readNdjson<T>(res: IncomingMessage, onEvent: (ev: T) => void): Promise<void> {
-  let buf = "";
-  for await (const chunk of res) {
-    buf += (chunk as Buffer).toString("utf8");
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      if (line.trim()) onEvent(JSON.parse(line) as T);
-    }
-  }
-}

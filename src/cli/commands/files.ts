@@ -9,7 +9,7 @@ import { printTable } from "../table.js";
 import { CALL_MS, TRANSFER_IDLE_MS } from "../timeouts.js";
 
 /** "sb-…:/abs/path" → [id, path]. */
-export function remotePath(s: string): [string, string] | null {
+function remotePath(s: string): [string, string] | null {
   const m = /^(sb-[a-z2-7]{16}):(\/.*)$/.exec(s);
   return m ? [m[1]!, m[2]!] : null;
 }
