@@ -5,7 +5,7 @@
  * 2 usage / invalid argument; 3 not found; 128 + N cut by signal N; exec exits with the guest
  * command's code.
  */
-import { Command } from "commander";
+import { Command, CommanderError } from "commander";
 import { VERSION } from "../version.js";
 import { branchCommand } from "./commands/branch.js";
 import { daemonCommands } from "./commands/daemon.js";
@@ -23,7 +23,10 @@ import { quickstart } from "./quickstart.js";
 function buildProgram(ctx: CliContext): Command {
   const program = new Command("forkd")
     .description("Hardware-isolated sandboxes forked copy-on-write from warm microVM snapshots")
-    .version(VERSION);
+    .version(VERSION)
+    // Commander's errors are thrown to main() (which exits 2 for a usage error) instead of
+    // exiting 1 itself; the subcommands defined below inherit this.
+    .exitOverride();
 
   daemonCommands(program, ctx);
   program
@@ -56,6 +59,10 @@ async function main(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
   try {
     await buildProgram(makeContext(env, say)).parseAsync(argv);
   } catch (e) {
+    if (e instanceof CommanderError) {
+      // Help and --version exit 0; anything else is a usage error commander has already printed.
+      process.exit(e.exitCode === 0 ? 0 : 2);
+    }
     process.exit(reportFailure(e, say));
   }
 }

@@ -6,6 +6,7 @@
 import { NotFoundError } from "@forkd/sdk";
 import type { ApiClient, Wire } from "@forkd/sdk";
 import { CALL_MS, HEAVY_MS, PROGRESS_IDLE_MS, evalMs as evalTimeoutMs } from "./timeouts.js";
+import { interruptible } from "./interrupt.js";
 import { ProgressView } from "./progress.js";
 import type { ProgressOut } from "./progress.js";
 import { printTable } from "./table.js";
@@ -14,6 +15,33 @@ const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.floor((s.length - 1) / 2)]! : NaN;
 };
+
+interface Row {
+  c: Wire["Sandbox"];
+  out: string;
+  value: string;
+  execMs: number;
+  evalMs: number;
+}
+
+/** A shell command and a Python cell in child `i`, timed. */
+async function useChild(api: ApiClient, c: Wire["Sandbox"], i: number, signal: AbortSignal): Promise<Row> {
+  const e0 = performance.now();
+  const ex = await api.exec(
+    c.id,
+    { cmd: 'echo "$(hostname): $(cat /root/parent.txt | cut -c1-20)..."', timeout_ms: 120_000 },
+    { timeoutMs: 120_000 + CALL_MS, signal },
+  );
+  const execMs = performance.now() - e0;
+  const v0 = performance.now();
+  const ev = await api.eval(
+    c.id,
+    { code: `x = float(weights.sum()) + ${i}\n(loaded, x)` },
+    { timeoutMs: evalTimeoutMs(), signal },
+  );
+  const evalMs = performance.now() - v0;
+  return { c, out: ex.stdout.trim(), value: ev.value ?? ev.error?.name ?? "", execMs, evalMs };
+}
 
 export async function quickstart(
   api: ApiClient,
@@ -60,50 +88,49 @@ export async function quickstart(
   const forkWall = performance.now() - t0;
   for (const f of r.failures) say(`child ${f.index} failed: ${f.message}`);
 
-  const rows = await Promise.all(
-    r.sandboxes.map(async (c, i) => {
-      const e0 = performance.now();
-      const ex = await api.exec(
-        c.id,
-        { cmd: 'echo "$(hostname): $(cat /root/parent.txt | cut -c1-20)..."', timeout_ms: 120_000 },
-        { timeoutMs: 120_000 + CALL_MS },
-      );
-      const execMs = performance.now() - e0;
-      const v0 = performance.now();
-      const ev = await api.eval(
-        c.id,
-        { code: `x = float(weights.sum()) + ${i}\n(loaded, x)` },
-        { timeoutMs: evalTimeoutMs() },
-      );
-      const evalMs = performance.now() - v0;
-      return { c, out: ex.stdout.trim(), value: ev.value ?? ev.error?.name ?? "", execMs, evalMs };
-    }),
-  );
-  printTable(
-    ["SANDBOX", "PID", "READY_MS", "EXEC_MS", "EVAL_MS", "EXEC OUTPUT", "EVAL VALUE"],
-    rows.map((x) => [
-      x.c.id,
-      String(x.c.pid),
-      String(Math.round(x.c.timings.ready_ms)),
-      x.execMs.toFixed(0),
-      x.evalMs.toFixed(0),
-      x.out,
-      x.value.length > 52 ? x.value.slice(0, 49) + "..." : x.value,
-    ]),
-  );
-  const ready = median(r.sandboxes.map((c) => c.timings.total_ms));
-  console.log(
-    [
+  // Ctrl-C or a failing child still ends with every child killed (unless --keep).
+  try {
+    const rows = await interruptible(
+      o.keep ? "the children keep running" : "the children are killed",
+      (signal) => Promise.all(r.sandboxes.map((c, i) => useChild(api, c, i, signal))),
+    );
+    printTable(
+      ["SANDBOX", "PID", "READY_MS", "EXEC_MS", "EVAL_MS", "EXEC OUTPUT", "EVAL VALUE"],
+      rows.map((x) => [
+        x.c.id,
+        String(x.c.pid),
+        String(Math.round(x.c.timings.ready_ms)),
+        x.execMs.toFixed(0),
+        x.evalMs.toFixed(0),
+        x.out,
+        x.value.length > 52 ? x.value.slice(0, 49) + "..." : x.value,
+      ]),
+    );
+    const lines = [
       ``,
       `${r.sandboxes.length}/${o.n} children forked and answering in ${forkWall.toFixed(0)} ms (wall)`,
-      `median fork to first agent reply: ${ready.toFixed(0)} ms; parent cold boot: ${Math.round(meta.timings.boot_ms)} ms (${(meta.timings.boot_ms / ready).toFixed(0)}x)`,
-      `median first exec in a child: ${median(rows.map((x) => x.execMs)).toFixed(0)} ms; first eval: ${median(rows.map((x) => x.evalMs)).toFixed(0)} ms (all children at once; a child's first run of any code is slower under TCG, which translates it anew)`,
-      `each child inherited numpy and a 1M-element array from the parent, and wrote its own state.`,
-    ].join("\n"),
-  );
-  if (!o.keep) {
-    await Promise.all(r.sandboxes.map((c) => api.kill(c.id, { timeoutMs: HEAVY_MS })));
-    say(`children killed (keep them with --keep; list with 'forkd ls')`);
+    ];
+    if (rows.length > 0) {
+      const ready = median(r.sandboxes.map((c) => c.timings.total_ms));
+      lines.push(
+        `median fork to first agent reply: ${ready.toFixed(0)} ms; parent cold boot: ${Math.round(meta.timings.boot_ms)} ms (${(meta.timings.boot_ms / ready).toFixed(0)}x)`,
+        `median first exec in a child: ${median(rows.map((x) => x.execMs)).toFixed(0)} ms; first eval: ${median(rows.map((x) => x.evalMs)).toFixed(0)} ms (all children at once; a child's first run of any code is slower under TCG, which translates it anew)`,
+        `each child inherited numpy and a 1M-element array from the parent, and wrote its own state.`,
+      );
+    }
+    console.log(lines.join("\n"));
+  } finally {
+    if (!o.keep) {
+      const killed = await Promise.allSettled(
+        r.sandboxes.map((c) => api.kill(c.id, { timeoutMs: HEAVY_MS })),
+      );
+      const left = killed.filter((k) => k.status === "rejected").length;
+      say(
+        left === 0
+          ? `children killed (keep them with --keep; list with 'forkd ls')`
+          : `${left} children could not be killed: see 'forkd ls'`,
+      );
+    }
   }
   return r.failures.length > 0 ? 1 : 0;
 }

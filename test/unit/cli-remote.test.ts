@@ -150,6 +150,17 @@ test("rmi: both flags are a usage error (exit 2, nothing sent); a refusal is the
   assert.match(busy.stderr, /snapshot busy has 1 running sandboxes \[conflict\]/);
 });
 
+test("commander's own usage errors exit 2 as documented; help and --version exit 0", async () => {
+  seen.length = 0;
+  for (const args of [["bogus"], ["exec"], ["fork", "--no-such-flag"]]) {
+    const r = await cli(args);
+    assert.equal(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
+  }
+  assert.equal((await cli(["--help"])).code, 0);
+  assert.equal((await cli(["--version"])).code, 0);
+  assert.deepEqual(seen, [], "a usage error sends nothing");
+});
+
 test("push on a pipe: one plain line per progress event (with its bytes), the result on stdout", async () => {
   const r = await cli(["push", "s1", "reg.example/forkd/s1:v1"]);
   assert.equal(r.code, 0, r.stderr);
