@@ -113,4 +113,3 @@ export async function apiRequest<T = unknown>(
   await checkResponse(res);
   return JSON.parse((await readAll(res)).toString("utf8")) as T;
 }
-
