@@ -41,7 +41,10 @@ export type SnapshotProgress = Progress<S["SnapshotProgressEvent"]>;
 export type TransferProgress = Progress<S["TransferProgressEvent"]>;
 
 export interface CallOpts {
-  /** Idle timeout in ms (0: none; default: the connection's requestTimeoutMs). See RequestOpts. */
+  /**
+   * Idle timeout in ms (0: none). Default: the connection's requestTimeoutMs for a plain call;
+   * none for a streamed one (exec output, progress), whose silences are the work's own.
+   */
   timeoutMs?: number;
   /** Aborting it cuts the request and its reply; the call rejects with an AbortError. */
   signal?: AbortSignal;

@@ -176,17 +176,37 @@ export class Transport {
     o: RequestOpts = {},
   ): Promise<void> {
     const res = await this.send(method, path, { timeoutMs: 0, ...o });
+    res.setEncoding("utf8"); // a character split across two chunks is decoded whole
     let buf = "";
-    for await (const chunk of res) {
-      buf += (chunk as Buffer).toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        if (line.trim()) onEvent(JSON.parse(line) as T);
+    try {
+      for await (const chunk of res) {
+        buf += chunk as string;
+        let nl: number;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          if (line.trim()) onEvent(JSON.parse(line) as T);
+        }
       }
+    } catch (e) {
+      throw cutReply(e);
     }
+    if (buf.trim() !== "") throw cutReply(new Error("the reply ended inside a line"));
   }
+}
+
+/**
+ * What a reply that stopped early is to the caller: our own timeout or abort as they are; else
+ * the daemon (or the network) closed the connection mid-reply, a ConnectionError.
+ */
+function cutReply(e: unknown): unknown {
+  if (e instanceof ForkdError || (e instanceof Error && e.name === "AbortError") || e instanceof SyntaxError)
+    return e;
+  const why = e instanceof Error ? e.message : String(e);
+  return new ConnectionError(`the forkd daemon closed the connection mid-reply: ${why}`, {
+    code: "connection",
+    cause: e,
+  });
 }
 
 function abortError(): Error {
@@ -197,6 +217,10 @@ function abortError(): Error {
 
 export async function readAll(res: IncomingMessage): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  for await (const c of res) chunks.push(c as Buffer);
+  try {
+    for await (const c of res) chunks.push(c as Buffer);
+  } catch (e) {
+    throw cutReply(e);
+  }
   return Buffer.concat(chunks);
 }
