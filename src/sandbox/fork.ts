@@ -17,6 +17,7 @@ import { nowMs, since } from "../util/time.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
 import { MAX_FORK } from "./limits.js";
+import { discard } from "./pool.js";
 import type { Prepared } from "./pool.js";
 import { prepare } from "./prepare.js";
 import { saveRecord } from "./record.js";
@@ -141,16 +142,13 @@ async function forkOne(
     p = pooled ?? (await prepare(ctx, snap, net));
   } catch (e) {
     await net?.release();
-    if (pooled) {
-      pooled.agent.close();
-      await pooled.vm.kill().catch(() => undefined);
-      await rm(pooled.dir, { recursive: true, force: true });
-    }
+    if (pooled) await discard(pooled);
     throw e;
   }
   const launchMs = since(t0);
   const limits = limitsFor(snap.meta.machine, opts.limits);
   const cgroups = ctx.cgroups;
+  let registered: Sandbox | null = null;
   try {
     // Pre-started with the defaults: the request's own limits are set before the guest runs.
     if (opts.limits && cgroups) await cgroups.apply(p.id, limits);
@@ -198,20 +196,18 @@ async function forkOne(
     await fanout.journaled;
     ctx.crash("fork:before-record");
     await saveRecord(p.dir, record);
-    const s = register(ctx, record, p.dir, p.vm, p.agent, net);
-    try {
-      await armDiskLimit(ctx, s);
-    } catch (e) {
-      ctx.live.delete(record.id);
-      await retire(s, "failed to start", true);
-      throw e;
-    }
-    return s;
+    registered = register(ctx, record, p.dir, p.vm, p.agent, net);
+    await armDiskLimit(ctx, registered);
+    return registered;
   } catch (e) {
-    p.agent.close();
-    await p.vm.kill().catch(() => undefined);
-    await net.release();
-    await rm(p.dir, { recursive: true, force: true });
+    if (registered) {
+      // Registered: retire() ends its VMM, network and directory, and it is not listed.
+      ctx.live.delete(registered.record.id);
+      await retire(registered, "failed to start", true);
+    } else {
+      await discard(p);
+      await net.release();
+    }
     throw e;
   }
 }

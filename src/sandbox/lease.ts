@@ -69,7 +69,8 @@ async function explain(live: SandboxRegistry, id: string, e: unknown): Promise<u
     if (!vm) return e;
     await vm.waitExit(1_000).catch(() => undefined);
     if (!vm.exited) return e;
-    await vm.released;
+    // The jail's verdict follows the exit; it is not waited on past a few seconds.
+    await Promise.race([vm.released, sleep(5_000)]).catch(() => undefined);
     // onExit retires it once the jail has said why (the cgroup's verdict).
     for (let i = 0; i < 400 && !retired(); i++) await sleep(25);
   }

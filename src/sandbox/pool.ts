@@ -82,7 +82,8 @@ export class WarmPool {
   }
 }
 
-async function discard(p: Prepared): Promise<void> {
+/** Ends a pre-started VMM that will serve no child: its agent connection, its process, its directory. */
+export async function discard(p: Prepared): Promise<void> {
   p.agent.close();
   await p.vm.kill().catch(() => undefined);
   await rm(p.dir, { recursive: true, force: true });

@@ -48,14 +48,6 @@ import type { ReadonlySandbox, Sandbox } from "./sandbox.js";
 import { detachAll, killAll } from "./shutdown.js";
 import { setIdleTimeout, Sweeper } from "./sweeper.js";
 
-import { MAX_FORK } from "./limits.js";
-export { MAX_FORK };
-export type { BranchResult } from "./branch.js";
-export type { ForkFailure, ForkOptions, ForkResult } from "./fork.js";
-export type { Recovered } from "./adopt.js";
-export type { Lease } from "./lease.js";
-export { limitsFor } from "./vmm-limits.js";
-
 export interface SandboxServiceOptions {
   root: string;
   store: SnapshotStore;

@@ -36,8 +36,6 @@ export interface PushResult {
   bytes: { uploaded: number; skipped: number };
 }
 
-export type { Progress } from "./progress.js";
-
 const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 export async function pushSnapshot(
