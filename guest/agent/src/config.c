@@ -121,9 +121,9 @@ static void load_env(const char *path)
 	for (size_t off = 0; env && off < len;) {
 		char *kv = buf + off;
 		size_t n = strnlen(kv, len - off);
-		off += n + 1; /* a last entry without its NUL is still taken */
-		if (!n)
-			continue;
+		off += n + 1;
+		if (!n || (off > len && len == ENV_FILE_MAX))
+			continue; /* empty, or cut at the bound (a last entry without its NUL is taken) */
 		if (kv[0] == '=' || !strchr(kv, '=')) {
 			bad++;
 			continue;

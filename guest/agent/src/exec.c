@@ -176,6 +176,10 @@ void exec_start(const struct msg *m)
 	/* the user: USER, else the image's default user */
 	if ((r = field_cstr(m, F_USER, "USER", &spec)) < 0)
 		goto out;
+	if (r > 0 && !spec[0]) {
+		send_error(m->stream, EINVAL, "USER must not be empty");
+		goto out;
+	}
 	if (!(u = malloc(sizeof *u)))
 		goto nomem;
 	if (user_resolve(r > 0 ? spec : config_user(), u, msg, sizeof msg) < 0) {
