@@ -9,6 +9,11 @@ export interface CommandStartOpts {
   envs?: Record<string, string>;
   /** Working directory (absolute). */
   cwd?: string;
+  /**
+   * The image's user to run as: name, uid, name:group or uid:gid ("root" always works).
+   * Default: the image's default user (root in forkd's templates).
+   */
+  user?: string;
   /** Kill the command's whole process group after this long (default 60 000 ms; 0 = never). */
   timeoutMs?: number;
   /** Called with output as it arrives (decoded as UTF-8, never split inside a character). */
@@ -151,6 +156,7 @@ export class Commands {
       cmd,
       ...(opts.envs ? { env: opts.envs } : {}),
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      ...(opts.user !== undefined ? { user: opts.user } : {}),
       ...(timeoutMs > 0 ? { timeout_ms: timeoutMs } : {}),
       ...(typeof opts.stdin === "string" ? { stdin: opts.stdin } : {}),
       ...(opts.stdin === true ? { keep_stdin_open: true } : {}),
