@@ -1,5 +1,5 @@
 /** `sandbox.commands`: run commands (waiting or in the background), list, signal, feed stdin. */
-import { CommandExitError, ForkdError } from "./errors.js";
+import { CommandExitError, ForkdError, errorFromEnvelope } from "./errors.js";
 import type { CommandResult } from "./errors.js";
 import type { Transport } from "./transport.js";
 import type { CommandWire, ExecEventWire } from "./types.js";
@@ -98,7 +98,7 @@ export class CommandHandle {
           };
           return this.done;
         } else if (ev.type === "error") {
-          return new ForkdError(ev.error.message, { code: ev.error.code, details: ev.error.details });
+          return errorFromEnvelope(200, ev.error.code, ev.error.message, ev.error.details);
         }
       }
       return new ForkdError("the command's output stream ended before it exited", { code: "connection" });
@@ -173,7 +173,8 @@ export class Commands {
     const first = await queue.next();
     if (first === null) throw new ForkdError("the daemon closed the stream before the command started");
     if (first.type === "error") {
-      throw new ForkdError(first.error.message, { code: first.error.code, details: first.error.details });
+      // typed like any error reply (e.g. InvalidArgumentError for an unknown user); the stream was a 200
+      throw errorFromEnvelope(200, first.error.code, first.error.message, first.error.details);
     }
     const pid = first.type === "started" ? first.pid : 0;
     if (first.type !== "started") queue.unshift(first);
