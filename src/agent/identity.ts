@@ -29,7 +29,12 @@ const KERNEL_RE = /^[a-z]{1,32}$/;
 /** PING's KERNELS ("python,javascript"; guest-sent: only well-formed names are kept). */
 function kernelList(s: string | undefined): string[] | null {
   if (s === undefined) return null;
-  return s === "" ? [] : s.split(",").filter((k) => KERNEL_RE.test(k)).slice(0, 16);
+  return s === ""
+    ? []
+    : s
+        .split(",")
+        .filter((k) => KERNEL_RE.test(k))
+        .slice(0, 16);
 }
 
 export async function ping(conn: AgentConnection, timeoutMs = 5_000): Promise<PingResult> {

@@ -142,7 +142,10 @@ test("the guest's ENOENT for an eval (no interpreter, no kernel source) is unava
     async (agent) => {
       const e = await agent.eval("1", 1_000, "javascript").catch((x: unknown) => x);
       assert.ok(e instanceof ForkdError, String(e));
-      assert.deepEqual([e.code, e.message, e.details.errno, e.details.language], ["unavailable", message, 2, "javascript"]);
+      assert.deepEqual(
+        [e.code, e.message, e.details.errno, e.details.language],
+        ["unavailable", message, 2, "javascript"],
+      );
     },
     { errno: 2, message },
   );
