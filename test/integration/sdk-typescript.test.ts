@@ -6,7 +6,16 @@
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { CommandExitError, Controller, InvalidArgumentError, NotFoundError, Sandbox, fork } from "@forkd/sdk";
+import {
+  ApiClient,
+  CommandExitError,
+  Controller,
+  InvalidArgumentError,
+  NotFoundError,
+  Sandbox,
+  UnavailableError,
+  fork,
+} from "@forkd/sdk";
 import { steps } from "../helpers/steps.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
@@ -95,6 +104,17 @@ step(
     });
   },
 );
+
+step("REST eval in javascript where the image has no node: UnavailableError naming it, at once", async () => {
+  const t0 = Date.now();
+  const e = await new ApiClient()
+    .eval(sb.sandboxId, { code: "1 + 1", language: "javascript" })
+    .catch((x: unknown) => x);
+  assert.ok(e instanceof UnavailableError, String(e));
+  assert.equal(e.message, "no node interpreter in this image (eval needs node or nodejs on PATH)");
+  assert.equal(e.status, 503);
+  assert.ok(Date.now() - t0 < 10_000, "not a wait for a kernel that cannot come");
+});
 
 step("streaming callbacks fire while the command runs, not at its end", async () => {
   const seen: Array<{ at: number; data: string }> = [];
