@@ -150,8 +150,8 @@ char **base_env(const struct user *u, int explicit_user);
 const char *default_cwd(const struct user *u); /* config cwd, else u's home if it exists, else / */
 const char *env_get(char *const *env, const char *key);
 char **env_set(char **env, char *kv); /* takes kv; NULL (env freed) on ENOMEM */
-/* Whole regular file, at most max bytes (more is ignored and logged), NUL-terminated. */
-char *read_bounded(const char *path, size_t max, size_t *len);
+/* Whole regular file, at most max bytes (more is ignored and logged; *cut set), NUL-terminated. */
+char *read_bounded(const char *path, size_t max, size_t *len, int *cut);
 
 /* ---- exec.c ---- */
 /* Fork+exec argv in a new session with the given stdio fds (the child's ends), as user u (NULL:

@@ -35,7 +35,7 @@ static struct {
 	char *user;  /* default user SPEC, or NULL (root) */
 } cfg;
 
-char *read_bounded(const char *path, size_t max, size_t *len)
+char *read_bounded(const char *path, size_t max, size_t *len, int *cut)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
@@ -45,10 +45,12 @@ char *read_bounded(const char *path, size_t max, size_t *len)
 		close(fd);
 		return NULL;
 	}
-	char *buf = malloc(max + 1);
+	/* sized by the file, not the bound: every page the agent dirties is copied into each fork */
+	size_t cap = st.st_size >= 0 && (uint64_t)st.st_size < max ? (size_t)st.st_size : max;
+	char *buf = malloc(cap + 1);
 	size_t got = 0;
 	ssize_t n = 1;
-	while (buf && got < max && (n = read(fd, buf + got, max - got)) != 0) {
+	while (buf && got < cap && (n = read(fd, buf + got, cap - got)) != 0) {
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -56,8 +58,11 @@ char *read_bounded(const char *path, size_t max, size_t *len)
 		got += (size_t)n;
 	}
 	char extra;
-	if (buf && got == max && read(fd, &extra, 1) == 1)
-		logmsg("%s: larger than %zu bytes; the rest is ignored", path, max);
+	int more = buf && got == cap && read(fd, &extra, 1) == 1;
+	if (more)
+		logmsg("%s: larger than %zu bytes; the rest is ignored", path, cap);
+	if (cut)
+		*cut = more;
 	close(fd);
 	if (!buf)
 		return NULL;
@@ -113,7 +118,8 @@ static char **set_pair(char **env, const char *k, const char *v)
 static void load_env(const char *path)
 {
 	size_t len;
-	char *buf = read_bounded(path, ENV_FILE_MAX, &len);
+	int cut;
+	char *buf = read_bounded(path, ENV_FILE_MAX, &len, &cut);
 	if (!buf)
 		return;
 	char **env = calloc(1, sizeof *env);
@@ -122,7 +128,7 @@ static void load_env(const char *path)
 		char *kv = buf + off;
 		size_t n = strnlen(kv, len - off);
 		off += n + 1;
-		if (!n || (off > len && len == ENV_FILE_MAX))
+		if (!n || (off > len && cut))
 			continue; /* empty, or cut at the bound (a last entry without its NUL is taken) */
 		if (kv[0] == '=' || !strchr(kv, '=')) {
 			bad++;
@@ -147,7 +153,7 @@ static void load_env(const char *path)
 
 static void load_config(const char *path)
 {
-	char *buf = read_bounded(path, CONFIG_FILE_MAX, NULL), *save = NULL;
+	char *buf = read_bounded(path, CONFIG_FILE_MAX, NULL, NULL), *save = NULL;
 	for (char *line = buf ? strtok_r(buf, "\n", &save) : NULL; line;
 	     line = strtok_r(NULL, "\n", &save)) {
 		size_t n = strlen(line);

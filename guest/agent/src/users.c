@@ -49,7 +49,7 @@ static char *read_db(const char *name)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%.3000s/%s", g_etc_dir, name);
-	return read_bounded(path, DB_MAX, NULL);
+	return read_bounded(path, DB_MAX, NULL, NULL);
 }
 
 /* Finds the passwd entry whose name is `key` (by_uid 0) or whose uid is `uid` (by_uid 1). */
