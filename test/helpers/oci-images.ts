@@ -490,13 +490,23 @@ export const TEST_CONFIG = {
   Labels: { "org.forkd.test": "yes" },
 };
 
-/** Hostile layer sets, each refused by a flatten; `entry` is what the error must name. */
-export function hostileTars(): Record<string, { layers: Buffer[]; entry: string }> {
+/**
+ * Hostile layer sets, each refused by a flatten: `entry` is what the error must name, `why` what
+ * it must say (each would get past the other checks: a test that only one check stops).
+ */
+export function hostileTars(): Record<string, { layers: Buffer[]; entry: string; why: RegExp }> {
+  const dotdot = /a "\.\." component would leave the image's root/;
+  const passwd = { name: "etc/passwd", data: "root:x:0:0::/root:/bin/sh\n" };
   return {
-    dotdot: { layers: [makeTar([{ name: "../escape.txt", data: "out\n" }])], entry: "../escape.txt" },
+    dotdot: {
+      layers: [makeTar([{ name: "../escape.txt", data: "out\n" }])],
+      entry: "../escape.txt",
+      why: dotdot,
+    },
     "dotdot-inner": {
       layers: [makeTar([dir("a"), { name: "a/../../escape.txt", data: "out\n" }])],
       entry: "a/../../escape.txt",
+      why: dotdot,
     },
     "symlink-parent": {
       layers: [
@@ -506,6 +516,7 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string 
         ]),
       ],
       entry: "evil/pwned",
+      why: /its parent \/evil is a symlink/,
     },
     "symlink-parent-across-layers": {
       layers: [
@@ -513,14 +524,17 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string 
         makeTar([{ name: "evil/pwned", data: "x\n" }]),
       ],
       entry: "evil/pwned",
+      why: /its parent \/evil is a symlink/,
     },
     "absolute-hardlink": {
-      layers: [makeTar([{ name: "h", type: "hardlink", linkname: "/etc/passwd" }])],
+      layers: [makeTar([dir("etc"), passwd, { name: "h", type: "hardlink", linkname: "/etc/passwd" }])],
       entry: "h",
+      why: /hard link to an absolute path "\/etc\/passwd"/,
     },
     "hardlink-outside": {
-      layers: [makeTar([{ name: "h", type: "hardlink", linkname: "../../etc/passwd" }])],
+      layers: [makeTar([dir("etc"), passwd, { name: "h", type: "hardlink", linkname: "../etc/passwd" }])],
       entry: "h",
+      why: dotdot,
     },
     "hardlink-through-symlink": {
       layers: [
@@ -530,16 +544,19 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string 
         ]),
       ],
       entry: "h",
+      why: /hard link through a symlink \(\/s\)/,
     },
     "char-device": {
       layers: [
         makeTar([dir("dev"), { name: "dev/mem0", type: "char", devmajor: 1, devminor: 1, mode: 0o600 }]),
       ],
       entry: "dev/mem0",
+      why: /a char device node is not allowed/,
     },
     "block-device": {
       layers: [makeTar([{ name: "sda0", type: "block", devmajor: 8, devminor: 0, mode: 0o600 }])],
       entry: "sda0",
+      why: /a block device node is not allowed/,
     },
   };
 }
@@ -688,8 +705,8 @@ export async function pushDebianImage(host: string, cache = "/var/cache/forkd"):
 /** Pushes each hostile layer set as `host/forkd-test/hostile:<name>`. */
 export async function pushHostileImages(
   host: string,
-): Promise<Record<string, PushedImage & { entry: string }>> {
-  const out: Record<string, PushedImage & { entry: string }> = {};
+): Promise<Record<string, PushedImage & { entry: string; why: RegExp }>> {
+  const out: Record<string, PushedImage & { entry: string; why: RegExp }> = {};
   for (const [name, h] of Object.entries(hostileTars())) {
     const img = await pushImage(
       host,
@@ -697,7 +714,7 @@ export async function pushHostileImages(
       name,
       h.layers.map((tar) => ({ tar, compression: "gzip" as const })),
     );
-    out[name] = { ...img, entry: h.entry };
+    out[name] = { ...img, entry: h.entry, why: h.why };
   }
   return out;
 }
