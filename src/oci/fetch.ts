@@ -103,7 +103,9 @@ export async function fetchLayer(o: LayerFetch): Promise<void> {
   } catch (e) {
     body.destroy();
     await rm(o.tmp, { force: true });
-    throw e;
+    // A cancelled pull fails with the canceller's reason, not the pipeline's AbortError.
+    const reason: unknown = o.signal?.aborted ? o.signal.reason : undefined;
+    throw reason instanceof Error ? reason : e;
   }
 }
 

@@ -237,11 +237,26 @@ export class ImagePuller {
     const count = layers.length;
     const total = layers.reduce((a, l) => a + l.size, 0);
     let done = 0;
+    /** The image's layers, uncompressed, may add up to the byte bound (as its tree may). */
+    let budget = this.limits.maxBytes;
+    const over = (l: { index: number; digest: string }) =>
+      new ForkdError(
+        "payload_too_large",
+        `${what}: layer ${l.index}/${count} (${l.digest}): the image's layers add up to more than ${this.limits.maxBytes} bytes`,
+        { limit_bytes: this.limits.maxBytes },
+      );
     for (const l of layers) {
       aborted(signal);
       const dest = this.cache.layer(l.diffId);
       const info = { index: l.index, count, path: l.digest };
-      if (!(await stat(dest).catch(() => null))) {
+      const have = await stat(dest).catch(() => null);
+      if (have) {
+        budget -= have.size;
+        if (budget < 0) throw over(l);
+      } else if (l.size > budget) {
+        throw over(l);
+      }
+      if (!have) {
         progress(`pulling layer ${l.index}/${count} (${l.size} bytes)`, {
           phase: "pull",
           layer: info,
@@ -257,7 +272,7 @@ export class ImagePuller {
             size: l.size,
             compression: l.compression,
             diffId: l.diffId,
-            maxBytes: this.limits.maxBytes,
+            maxBytes: budget,
             tmp: this.cache.tmp("layer"),
             dest,
             what: `${what}: layer ${l.index}/${count} (${l.digest})`,
@@ -277,6 +292,7 @@ export class ImagePuller {
           }),
         );
         done = start + l.size;
+        budget -= (await stat(dest)).size;
       } else {
         done += l.size;
       }
