@@ -77,6 +77,9 @@ interface DirMeta {
   mtime: number;
 }
 
+/** uid and gid at most (2^32-1 is "no owner" to chown). */
+const MAX_ID = 0xfffffffe;
+
 const asRoot = (): boolean => process.getuid?.() === 0;
 
 async function lstatOrNull(p: string) {
@@ -99,6 +102,8 @@ class Flattener implements LayerSink {
   private layerPaths = new Set<string>();
   private what = "";
   private file: { fh: FileHandle; e: LayerEntry; path: string; rel: string } | null = null;
+  /** Relative paths checked (or made) as real directories, not symlinks: parents() skips them. */
+  private readonly realDirs = new Set<string>();
   /** The current entry is a whiteout (a file entry written as nothing): its data is dropped. */
   private discard = false;
 
@@ -127,21 +132,30 @@ class Flattener implements LayerSink {
     let p = this.o.root;
     for (let i = 0; i < parts.length - 1; i++) {
       p = join(p, parts[i] ?? "");
+      const rel = parts.slice(0, i + 1).join("/");
+      if (this.realDirs.has(rel)) continue;
       const st = await lstatOrNull(p);
       if (st === null) {
         await mkdir(p, { mode: 0o755 });
+        this.realDirs.add(rel);
         continue;
       }
-      const rel = parts.slice(0, i + 1).join("/");
       if (st.isSymbolicLink())
         throw this.refuse(entry, `its parent /${rel} is a symlink (an entry may not be written through one)`);
       if (!st.isDirectory()) throw this.refuse(entry, `its parent /${rel} is not a directory`);
+      this.realDirs.add(rel);
     }
   }
 
-  /** Removes `rel` (and what is under it) from the tree and from the pending dir metadata. */
-  private async remove(abs: string, rel: string): Promise<void> {
+  /**
+   * Removes `rel` (and what is under it) from the tree. A directory also leaves the pending
+   * directory metadata and the directories known to be real (the only writer of the tree is
+   * this flatten: a known directory changes only here).
+   */
+  private async remove(abs: string, rel: string, isDir: boolean): Promise<void> {
     await rm(abs, { recursive: true, force: true });
+    if (!isDir) return;
+    this.realDirs.clear();
     for (const k of this.dirs.keys()) if (k === rel || k.startsWith(`${rel}/`)) this.dirs.delete(k);
   }
 
@@ -177,6 +191,8 @@ class Flattener implements LayerSink {
     }
     this.discard = e.type === "file";
     const parts = components(e.name, this.what, e.name);
+    if (e.uid > MAX_ID || e.gid > MAX_ID)
+      throw this.refuse(e.name, `owner ${e.uid}:${e.gid} is out of range`);
     const base = parts[parts.length - 1] ?? "";
     if (parts.length === 0) {
       if (e.type !== "dir") throw this.refuse(e.name, `the root is a ${e.type}`);
@@ -198,7 +214,8 @@ class Flattener implements LayerSink {
       if (victim === "" || victim === "." || victim === "..")
         throw this.refuse(e.name, "a whiteout of nothing");
       const rel = parentRel ? `${parentRel}/${victim}` : victim;
-      await this.remove(join(parentAbs, victim), rel);
+      const st = await lstatOrNull(join(parentAbs, victim));
+      if (st) await this.remove(join(parentAbs, victim), rel, st.isDirectory());
       return;
     }
     const rel = parts.join("/");
@@ -206,8 +223,9 @@ class Flattener implements LayerSink {
     this.layerPaths.add(rel);
     const existing = await lstatOrNull(abs);
     if (e.type === "dir") {
-      if (existing && !existing.isDirectory()) await this.remove(abs, rel);
+      if (existing && !existing.isDirectory()) await this.remove(abs, rel, false);
       if (!existing || !existing.isDirectory()) await mkdir(abs, { mode: 0o700 });
+      this.realDirs.add(rel);
       this.dirs.set(rel, { mode: e.mode, uid: e.uid, gid: e.gid, mtime: e.mtime });
       if (e.xattrs.size > 0) await this.xattrs(abs, e);
       return;
@@ -218,7 +236,7 @@ class Flattener implements LayerSink {
       await this.checkLinkTarget(target, e);
       if (target.join("/") === rel) return; // a link to itself: nothing to do
     }
-    if (existing) await this.remove(abs, rel);
+    if (existing) await this.remove(abs, rel, existing.isDirectory());
     switch (e.type) {
       case "file": {
         if (this.bytes + e.size > this.o.limits.maxBytes) {
@@ -279,15 +297,11 @@ class Flattener implements LayerSink {
   /** Everything under `dirAbs` that an earlier layer made goes; what this layer wrote stays. */
   private async opaque(dirAbs: string, dirRel: string): Promise<void> {
     const walk = async (abs: string, rel: string): Promise<void> => {
-      for (const name of await readdir(abs)) {
-        const r = rel ? `${rel}/${name}` : name;
-        const a = join(abs, name);
-        if (!this.layerPaths.has(r)) {
-          await this.remove(a, r);
-          continue;
-        }
-        const st = await lstat(a);
-        if (st.isDirectory()) await walk(a, r);
+      for (const d of await readdir(abs, { withFileTypes: true })) {
+        const r = rel ? `${rel}/${d.name}` : d.name;
+        const a = join(abs, d.name);
+        if (!this.layerPaths.has(r)) await this.remove(a, r, d.isDirectory());
+        else if (d.isDirectory()) await walk(a, r);
       }
     };
     await walk(dirAbs, dirRel);

@@ -149,7 +149,13 @@ export class ImagePuller {
     } catch {
       return null;
     }
-    const r = record.safeParse(JSON.parse(raw));
+    let j: unknown;
+    try {
+      j = JSON.parse(raw);
+    } catch {
+      j = null;
+    }
+    const r = record.safeParse(j);
     if (!r.success || r.data.digest !== digest) {
       throw new ForkdError(
         "image_error",

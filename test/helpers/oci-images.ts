@@ -526,6 +526,16 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string;
       entry: "evil/pwned",
       why: /its parent \/evil is a symlink/,
     },
+    "symlink-replaces-dir": {
+      // A directory a lower layer made (and entries went into) becomes a symlink, then is written through.
+      layers: [
+        makeTar([dir("d"), { name: "d/f", data: "x\n" }]),
+        makeTar([{ name: "d", type: "symlink", linkname: "/tmp" }]),
+        makeTar([{ name: "d/pwned", data: "x\n" }]),
+      ],
+      entry: "d/pwned",
+      why: /its parent \/d is a symlink/,
+    },
     "absolute-hardlink": {
       layers: [makeTar([dir("etc"), passwd, { name: "h", type: "hardlink", linkname: "/etc/passwd" }])],
       entry: "h",
