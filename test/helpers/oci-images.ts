@@ -9,7 +9,7 @@
 import { execFileSync, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, readFileSync } from "node:fs";
-import { mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -573,17 +573,30 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string;
 
 // ---------------------------------------------------------------- the Debian tree
 
-/** The cached debootstrap tarball (`<cache>/stages/rootfs-base-*\/rootfs-base.tar.zst`), or null. */
-export async function debootstrapTarball(cache = "/var/cache/forkd"): Promise<string | null> {
+/** What the Debian test image must have by default: python3 with numpy (the python template's base). */
+export const DEBIAN_PYTHON = ["python3", "python3-numpy"];
+
+/**
+ * The cached debootstrap tarball (`<cache>/stages/rootfs-base-*\/rootfs-base.tar.zst`) whose
+ * stage installed every package of `packages` (its stage.key's `packages=` line), or null.
+ * Several bases exist once several templates were built (python, node).
+ */
+export async function debootstrapTarball(
+  cache = "/var/cache/forkd",
+  packages: string[] = DEBIAN_PYTHON,
+): Promise<string | null> {
   const stages = join(cache, "stages");
   const names = (await readdir(stages).catch(() => [] as string[]))
     .filter((n) => n.startsWith("rootfs-base-"))
     .sort();
   for (const n of names) {
     const p = join(stages, n, "rootfs-base.tar.zst");
+    const key = await readFile(join(stages, n, "stage.key"), "utf8").catch(() => "");
+    const has = new Set((/^packages=(.*)$/m.exec(key)?.[1] ?? "").split(",").map((x) => x.trim()));
+    if (!packages.every((x) => has.has(x))) continue;
     if (
       await stat(p).then(
-        (s) => s.isFile(),
+        (st) => st.isFile(),
         () => false,
       )
     )
@@ -607,8 +620,9 @@ function sh(cmd: string, args: string[]): Promise<void> {
  */
 export async function debootstrapLayer(
   cache = "/var/cache/forkd",
+  packages: string[] = DEBIAN_PYTHON,
 ): Promise<{ file: string; compression: "zstd"; diffId: string } | null> {
-  const src = await debootstrapTarball(cache);
+  const src = await debootstrapTarball(cache, packages);
   if (!src) return null;
   const key = createHash("sha256")
     .update(src)
@@ -700,11 +714,19 @@ export async function pushTestImages(host: string): Promise<TestImages> {
   };
 }
 
-/** Pushes the Debian image (`host/forkd-test/debian:latest`), or null without a debootstrap tarball. */
-export async function pushDebianImage(host: string, cache = "/var/cache/forkd"): Promise<PushedImage | null> {
-  const layer = await debootstrapLayer(cache);
+/**
+ * Pushes the Debian image (`host/<repo>:latest`, by default `forkd-test/debian`: python3 and
+ * numpy), or null without a debootstrap tarball that has `packages`.
+ */
+export async function pushDebianImage(
+  host: string,
+  cache = "/var/cache/forkd",
+  packages: string[] = DEBIAN_PYTHON,
+  repo = "forkd-test/debian",
+): Promise<PushedImage | null> {
+  const layer = await debootstrapLayer(cache, packages);
   if (!layer) return null;
-  return pushImage(host, "forkd-test/debian", "latest", [layer], {
+  return pushImage(host, repo, "latest", [layer], {
     config: {
       Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],
       Cmd: ["bash"],
