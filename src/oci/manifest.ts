@@ -114,7 +114,10 @@ export function parseManifestOrIndex(bytes: Buffer, contentType: string, what: s
       );
     return { kind: "index", index: r.data };
   }
-  if (mt !== MEDIA.ociManifest && mt !== MEDIA.dockerManifest) {
+  // OCI makes mediaType optional: a body with a config and layers and no type is an OCI manifest
+  // (read back from the cache there is no Content-Type either).
+  const untyped = mt === "" && j !== null && typeof j === "object" && "config" in j && "layers" in j;
+  if (mt !== MEDIA.ociManifest && mt !== MEDIA.dockerManifest && !untyped) {
     throw new ForkdError(
       "invalid_argument",
       `${what}: manifest media type ${JSON.stringify(mt.slice(0, 200))} is not an image manifest (OCI or Docker schema 2)`,

@@ -27,6 +27,9 @@ test("manifests: OCI and Docker schema 2, by the body's media type or the Conten
     assert.equal(p2.kind, "manifest");
     if (p.kind === "manifest") assert.equal(p.manifest.layers[0]?.digest, d("b"));
   }
+  // No media type anywhere (OCI makes it optional; a manifest read back from the cache has no
+  // Content-Type): a config and layers make it a manifest.
+  assert.equal(parseManifestOrIndex(j(manifest(undefined)), "", "t").kind, "manifest");
   // Schema 1 and unknown media types are refused.
   assert.throws(
     () =>
