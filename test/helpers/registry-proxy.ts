@@ -2,7 +2,8 @@
  * A recording proxy in front of a test registry (registry.ts), for pull tests: it logs every
  * request (to count blob fetches), and can stand in for an authenticating registry: with
  * `bearer`, requests without its token get 401 and a Bearer challenge whose realm is its own
- * token endpoint (anonymous tokens, as Docker Hub's flow), which `refuseTokens` makes refuse.
+ * token endpoint (anonymous tokens, as Docker Hub's flow, or for `tokenCredentials` only), which
+ * `refuseTokens` makes refuse.
  */
 import { createServer } from "node:http";
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -25,7 +26,14 @@ export const PROXY_TOKEN = "forkd-test-token";
 
 export async function startRegistryProxy(
   upstream: string,
-  o: { bearer?: boolean; refuseTokens?: boolean; listen?: string; advertise?: string } = {},
+  o: {
+    bearer?: boolean;
+    refuseTokens?: boolean;
+    /** The token service wants these credentials (Basic), as a private repository's does. */
+    tokenCredentials?: { username: string; password: string };
+    listen?: string;
+    advertise?: string;
+  } = {},
 ): Promise<RegistryProxy> {
   const requests: RegistryProxy["requests"] = [];
   const tokenRequests: URLSearchParams[] = [];
@@ -34,7 +42,9 @@ export async function startRegistryProxy(
     const url = new URL(req.url ?? "/", "http://x");
     if (url.pathname === "/token") {
       tokenRequests.push(url.searchParams);
-      if (o.refuseTokens) {
+      const c = o.tokenCredentials;
+      const want = c ? `Basic ${Buffer.from(`${c.username}:${c.password}`).toString("base64")}` : null;
+      if (o.refuseTokens || (want !== null && req.headers.authorization !== want)) {
         res.writeHead(403, { "content-type": "application/json" }).end('{"details":"no"}');
         return;
       }

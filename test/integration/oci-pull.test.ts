@@ -273,6 +273,27 @@ test("pull: an anonymous bearer-token flow (401, the challenge's realm, the toke
   );
 });
 
+test("pull: the operator's credentials are sent to the token service of a private repository", async () => {
+  const creds = { username: "forkd", password: "s3cret" };
+  const priv = await startRegistryProxy(reg.host, { bearer: true, tokenCredentials: creds });
+  closers.push(() => priv.close());
+  await assert.rejects(puller("c6c").ensure(via(priv, imgs.busybox.ref)), /refused anonymous access/);
+  const asked: string[] = [];
+  const withCreds = new ImagePuller({
+    cacheDir: join(work, "c6d"),
+    settings: {
+      ...settings(),
+      credentials: (host) => {
+        asked.push(host);
+        return Promise.resolve(host === priv.host ? creds : null);
+      },
+    },
+  });
+  const r = await withCreds.ensure(via(priv, imgs.busybox.ref));
+  assert.equal(r.digest, imgs.busybox.digest);
+  assert.deepEqual([...new Set(asked)], [priv.host]);
+});
+
 test("pull: plain http only to loopback or a host the operator marks insecure", async (t) => {
   const ip = Object.values(networkInterfaces())
     .flat()
