@@ -9,6 +9,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtemp, mkdir, readFile, readlink, lstat, rm, writeFile, readdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { ImageCache } from "../../src/oci/cache.js";
 import { flattenLayers } from "../../src/oci/flatten.js";
 import type { FlattenLimits } from "../../src/oci/flatten.js";
 import { LayerReader } from "../../src/oci/layer-reader.js";
@@ -190,4 +191,21 @@ test("layer reader: truncated, corrupt and unsupported tars are refused; pax xat
     new LayerReader(sink, "t").push(weird),
     /entry "s": tar entry type "S" is not supported/,
   );
+});
+
+test("image cache: a puller's start removes the temporaries of processes that no longer run, not of live ones", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-oci-cache-"));
+  try {
+    const cache = new ImageCache(dir);
+    await cache.init();
+    const dead = join(cache.tmpDir, "999999999-abc-rootfs");
+    const live = cache.tmp("layer");
+    const junk = join(cache.tmpDir, "not-ours");
+    for (const p of [dead, live, junk]) await mkdir(p);
+    await writeFile(join(dead, "half.tar"), "x");
+    await cache.sweep();
+    assert.deepEqual((await readdir(cache.tmpDir)).sort(), [live.split("/").pop()]);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });
