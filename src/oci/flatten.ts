@@ -77,6 +77,8 @@ interface DirMeta {
   mtime: number;
 }
 
+/** Extended attributes an image may set (one setfattr each: a bound on the time they take). */
+const MAX_XATTRS = 65_536;
 /** uid and gid at most (2^32-1 is "no owner" to chown). */
 const MAX_ID = 0xfffffffe;
 
@@ -96,6 +98,7 @@ class Flattener implements LayerSink {
   private entries = 0;
   private bytes = 0;
   xattrsSkipped = 0;
+  private xattrsSet = 0;
   /** Directories' metadata, applied once every layer is in (children change a dir's mtime). */
   private readonly dirs = new Map<string, DirMeta>();
   /** Paths (relative, "/"-joined) the current layer wrote: an opaque marker keeps them. */
@@ -170,6 +173,9 @@ class Flattener implements LayerSink {
       if (!xattrApplies(name)) {
         this.xattrsSkipped++;
         continue;
+      }
+      if (++this.xattrsSet > MAX_XATTRS) {
+        throw this.refuse(e.name, `the image has more than ${MAX_XATTRS} extended attributes`);
       }
       if (name.length > 255 || value.length > MAX_XATTR_VALUE)
         throw this.refuse(e.name, `xattr ${JSON.stringify(name.slice(0, 100))} is too large`);
