@@ -14,7 +14,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { isAlive } from "../util/proc.js";
 
 const hex = (digest: string) => digest.replace(/^sha256:/, "");
@@ -22,7 +22,7 @@ const hex = (digest: string) => digest.replace(/^sha256:/, "");
 export class ImageCache {
   readonly dir: string;
   constructor(cacheDir: string) {
-    this.dir = join(cacheDir, "oci");
+    this.dir = resolve(cacheDir, "oci");
   }
   blob(digest: string): string {
     return join(this.dir, "blobs", "sha256", hex(digest));
