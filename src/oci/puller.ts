@@ -60,6 +60,12 @@ const record = z.object({
 });
 type CachedImage = z.infer<typeof record>;
 
+/** A pull in progress, and the signal of the caller that started it. */
+interface Flight<T> {
+  p: Promise<T>;
+  signal: AbortSignal | undefined;
+}
+
 const aborted = (signal?: AbortSignal) => {
   if (signal?.aborted) {
     throw signal.reason instanceof Error
@@ -68,10 +74,25 @@ const aborted = (signal?: AbortSignal) => {
   }
 };
 
+/** `p`, or the signal's reason as soon as it is aborted (a caller that joined someone's pull). */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      reject(
+        signal.reason instanceof Error ? signal.reason : new ForkdError("timeout", "the pull was cancelled"),
+      );
+    };
+    if (signal.aborted) return onAbort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
 export class ImagePuller {
   private readonly cache: ImageCache;
   private readonly limits: FlattenLimits;
-  private readonly flights = new Map<string, Promise<unknown>>();
+  private readonly flights = new Map<string, Flight<unknown>>();
   private ready: Promise<void> | null = null;
 
   constructor(private readonly o: ImagePullerOptions) {
@@ -84,17 +105,36 @@ export class ImagePuller {
     return this.cache.dir;
   }
 
-  /** One run of `fn` per key at a time: a second caller waits for the first's result. */
-  private once<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const running = this.flights.get(key);
-    if (running) return running as Promise<T>;
-    const p = fn().finally(() => this.flights.delete(key));
-    this.flights.set(key, p);
-    return p;
+  /**
+   * One run of `fn` per key at a time: a second caller waits for the first's result. When the
+   * run fails because the caller that started it cancelled (its signal), a caller that did not
+   * cancel starts it again rather than fail with someone else's cancellation.
+   */
+  private async once<T>(key: string, signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
+    for (;;) {
+      let f = this.flights.get(key) as Flight<T> | undefined;
+      if (!f) {
+        const p = fn().finally(() => this.flights.delete(key));
+        f = { p, signal };
+        this.flights.set(key, f);
+      }
+      try {
+        return await (f.signal === signal ? f.p : untilAborted(f.p, signal));
+      } catch (e) {
+        if (f.signal !== signal && f.signal?.aborted && !signal?.aborted) continue;
+        throw e;
+      }
+    }
   }
 
   private init(): Promise<void> {
-    this.ready ??= this.cache.init().then(() => this.cache.sweep());
+    this.ready ??= this.cache
+      .init()
+      .then(() => this.cache.sweep())
+      .catch((e: unknown) => {
+        this.ready = null; // tried again by the next ensure()
+        throw e;
+      });
     return this.ready;
   }
 
@@ -126,7 +166,7 @@ export class ImagePuller {
     const manifest = parsed.manifest;
     const cached = await this.cached(digest);
     if (cached) return this.pulled(r, digest, cached);
-    const made = await this.once(`image:${digest}`, () =>
+    const made = await this.once(`image:${digest}`, signal, () =>
       this.pull(client, r, digest, manifest, progress, signal),
     );
     return this.pulled(r, digest, made);
@@ -271,7 +311,7 @@ export class ImagePuller {
         });
         const start = done;
         let last = 0;
-        await this.once(`layer:${l.diffId}`, () =>
+        await this.once(`layer:${l.diffId}`, signal, () =>
           fetchLayer({
             client,
             digest: l.digest,
