@@ -31,6 +31,8 @@ export async function startRegistryProxy(
     refuseTokens?: boolean;
     /** The token service wants these credentials (Basic), as a private repository's does. */
     tokenCredentials?: { username: string; password: string };
+    /** Blob GETs are answered this much later (to order concurrent pulls in a test). */
+    blobDelayMs?: number;
     listen?: string;
     advertise?: string;
   } = {},
@@ -62,6 +64,9 @@ export async function startRegistryProxy(
         })
         .end('{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}');
       return;
+    }
+    if (o.blobDelayMs && req.method === "GET" && url.pathname.includes("/blobs/")) {
+      await new Promise((r) => setTimeout(r, o.blobDelayMs));
     }
     const headers: Record<string, string> = {};
     if (typeof req.headers.accept === "string") headers.accept = req.headers.accept;

@@ -398,31 +398,35 @@ test("pull: an image over the byte bound, or a cancelled pull, leaves nothing be
   assert.deepEqual([st.tmp, st.rootfs], [[], []]);
   assert.equal(st.layers.length, 3, "verified layers stay cached");
   assert.ok((await p.ensure(via(proxy, imgs.multi.ref))).sizeBytes > 0);
-  // Two callers of one pull: the one that started it cancels (once the second joined); the
-  // other still gets the image. And a caller that joined someone's pull may cancel its wait.
+  // Two callers of one pull: the one that started it cancels once the second joined (its
+  // blobs come slowly); the other still gets the image. And a caller that joined someone's
+  // pull may stop waiting on its own signal.
+  const slow = await startRegistryProxy(reg.host, { blobDelayMs: 1500 });
+  closers.push(() => slow.close());
   const q = puller("c11");
   const ac3 = new AbortController();
   let second: Promise<unknown> | undefined;
   const first = q.ensure(
-    via(proxy, imgs.busybox.ref),
+    via(slow, imgs.busybox.ref),
     (_m, d) => {
       if (d?.phase !== "pull" || second) return;
-      second = q.ensure(via(proxy, imgs.busybox.ref));
-      setImmediate(() => ac3.abort(new ForkdError("timeout", "the first caller cancelled")));
+      second = q.ensure(via(slow, imgs.busybox.ref));
+      setTimeout(() => ac3.abort(new ForkdError("timeout", "the first caller cancelled")), 500);
     },
     ac3.signal,
   );
   await assert.rejects(first, /the first caller cancelled/);
   assert.ok(second);
   assert.ok(((await second) as { sizeBytes: number }).sizeBytes > 0, "the second caller got the image");
+  assert.equal(slow.blobGets(imgs.busybox.layers[0]?.digest), 2, "the layer was asked for again");
   const ac4 = new AbortController();
   const r = puller("c12");
   let joined: Promise<unknown> | undefined;
-  const starter = r.ensure(via(proxy, imgs.multi.ref), (_m, d) => {
+  const starter = r.ensure(via(slow, imgs.multi.ref), (_m, d) => {
     if (d?.phase !== "pull" || joined) return;
-    joined = r.ensure(via(proxy, imgs.multi.ref), undefined, ac4.signal);
+    joined = r.ensure(via(slow, imgs.multi.ref), undefined, ac4.signal);
     joined.catch(() => undefined); // checked below
-    setImmediate(() => ac4.abort(new ForkdError("timeout", "the joined caller stopped waiting")));
+    setTimeout(() => ac4.abort(new ForkdError("timeout", "the joined caller stopped waiting")), 500);
   });
   assert.ok((await starter).sizeBytes > 0, "the starter was not cancelled by the joined caller");
   assert.ok(joined);
