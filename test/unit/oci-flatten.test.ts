@@ -3,7 +3,7 @@
  * hard links, symlinks, modes, owners, mtimes, xattrs; every hostile layer refused naming its
  * entry, with nothing written outside the root; the byte and entry bounds.
  */
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdtemp, mkdir, readFile, readlink, lstat, rm, writeFile, readdir } from "node:fs/promises";
@@ -19,11 +19,18 @@ import { MULTI_LAYER_EXPECT, hostileTars, makeTar, multiLayerTars, sha256 } from
 
 const BIG: FlattenLimits = { maxBytes: 1 << 30, maxEntries: 100_000 };
 
+/** Every directory flatten() made, removed at the end whatever the tests did. */
+const made: string[] = [];
+after(async () => {
+  for (const d of made) await rm(d, { recursive: true, force: true });
+});
+
 async function flatten(
   tars: Buffer[],
   limits = BIG,
 ): Promise<{ dir: string; root: string; sizeBytes: number }> {
   const dir = await mkdtemp(join(tmpdir(), "forkd-oci-flatten-"));
+  made.push(dir);
   const root = join(dir, "root");
   await mkdir(root);
   const layers = [];
