@@ -536,6 +536,25 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string;
       entry: "d/pwned",
       why: /its parent \/d is a symlink/,
     },
+    // A whiteout or an opaque marker under a symlink would remove files outside the root. The
+    // symlinks point where nothing is, so a flatten without the check harms nothing (and fails
+    // the test by not refusing).
+    "whiteout-through-symlink": {
+      layers: [
+        makeTar([{ name: "evil", type: "symlink", linkname: "/nonexistent-forkd-test/etc" }]),
+        makeTar([{ name: "evil/.wh.passwd" }]),
+      ],
+      entry: "evil/.wh.passwd",
+      why: /its parent \/evil is a symlink/,
+    },
+    "opaque-through-symlink": {
+      layers: [
+        makeTar([{ name: "evil", type: "symlink", linkname: "/nonexistent-forkd-test/etc" }]),
+        makeTar([{ name: "evil/.wh..wh..opq" }]),
+      ],
+      entry: "evil/.wh..wh..opq",
+      why: /its parent \/evil is a symlink/,
+    },
     "absolute-hardlink": {
       layers: [makeTar([dir("etc"), passwd, { name: "h", type: "hardlink", linkname: "/etc/passwd" }])],
       entry: "h",
