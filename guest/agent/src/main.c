@@ -17,7 +17,7 @@
 #include "agent.h"
 
 const char *g_python = "/usr/bin/python3";
-const char *g_evalsrv = "/usr/lib/forkd/forkd_eval.py";
+const char *g_evalsrv = "/.forkd/forkd_eval.py";
 struct stream *g_streams[MAX_STREAMS];
 static int64_t t_start;
 
