@@ -197,7 +197,7 @@ if [ -n "$ROOTFS_DIR" ]; then
 		FORKD_FILES=$(cd "$FORKD_FILES" && pwd -P)
 	fi
 	TEMPLATE=image
-	STEPS=(agent kernel initramfs final image)
+	STEPS=(agent kernel initramfs final-image image)
 	NSTEPS=${#STEPS[@]}
 else
 	[ -n "$TEMPLATE" ] || { usage; die "--template or --rootfs-dir is required"; }

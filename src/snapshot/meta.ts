@@ -5,7 +5,7 @@ import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 
 /**
@@ -123,6 +123,10 @@ export type SnapshotMeta = z.infer<typeof SnapshotMetaSchema> & { source: Snapsh
  * A rewrite (writeMeta) then records it in the current format.
  */
 export function withSource(parsed: z.infer<typeof SnapshotMetaSchema>): SnapshotMeta {
+  if (!parsed.source && parsed.format !== 1)
+    throw new ForkdError("invalid_argument", `format-${parsed.format} snapshot metadata without a source`, {
+      field: "source",
+    });
   return { ...parsed, source: parsed.source ?? { kind: "template", name: parsed.template } };
 }
 export type NicMeta = NonNullable<SnapshotMeta["nic"]>;
@@ -195,7 +199,11 @@ export async function readMeta(path: string): Promise<SnapshotMeta> {
   const { checksum, ...rest } = parsed;
   if (checksumOf(rest) !== checksum && legacyChecksumOf(rest) !== checksum)
     throw new ForkdError("snapshot_corrupt", `${path}: checksum mismatch`);
-  return withSource(parsed);
+  try {
+    return withSource(parsed);
+  } catch (e) {
+    throw new ForkdError("snapshot_corrupt", `${path}: ${errorMessage(e)}`, {}, e);
+  }
 }
 
 export function sha256File(path: string): Promise<{ size: number; sha256: string }> {
