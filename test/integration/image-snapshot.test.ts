@@ -15,7 +15,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -45,10 +45,14 @@ let digest: string;
 
 before(async () => {
   work = await mkdtemp(join(tmpdir(), "forkd-imgsnap-"));
-  const base = (await readdir(join(CACHE, "stages")).catch(() => [] as string[])).find((n) =>
-    n.startsWith("rootfs-base-"),
-  );
-  assert.ok(base, `no debootstrap stage under ${CACHE}/stages: build the python template first`);
+  // The python template's debootstrap tree (other templates' have no python3; of several, the last by name).
+  let base: string | undefined;
+  const stages = (await readdir(join(CACHE, "stages")).catch(() => [] as string[])).sort();
+  for (const n of stages.filter((x) => x.startsWith("rootfs-base-"))) {
+    const pkgs = await readFile(join(CACHE, "stages", n, "packages.txt"), "utf8").catch(() => "");
+    if (/^python3-numpy=/m.test(pkgs)) base = n;
+  }
+  assert.ok(base, `no python debootstrap stage under ${CACHE}/stages: build the python template first`);
   tree = join(work, "rootfs");
   await mkdir(tree);
   await sh$("sh", [
