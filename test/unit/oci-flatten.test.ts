@@ -1,0 +1,211 @@
+/**
+ * Flatten semantics on in-process layers (no registry, no VM): whiteouts, opaque directories,
+ * hard links, symlinks, modes, owners, mtimes, xattrs; every hostile layer refused naming its
+ * entry, with nothing written outside the root; the byte and entry bounds.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtemp, mkdir, readFile, readlink, lstat, rm, writeFile, readdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ImageCache } from "../../src/oci/cache.js";
+import { flattenLayers } from "../../src/oci/flatten.js";
+import type { FlattenLimits } from "../../src/oci/flatten.js";
+import { LayerReader } from "../../src/oci/layer-reader.js";
+import type { LayerEntry } from "../../src/oci/layer-reader.js";
+import { ForkdError } from "../../src/util/errors.js";
+import { MULTI_LAYER_EXPECT, hostileTars, makeTar, multiLayerTars, sha256 } from "../helpers/oci-images.js";
+
+const BIG: FlattenLimits = { maxBytes: 1 << 30, maxEntries: 100_000 };
+
+async function flatten(
+  tars: Buffer[],
+  limits = BIG,
+): Promise<{ dir: string; root: string; sizeBytes: number }> {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-oci-flatten-"));
+  const root = join(dir, "root");
+  await mkdir(root);
+  const layers = [];
+  for (const [i, t] of tars.entries()) {
+    const p = join(dir, `layer${i}.tar`);
+    await writeFile(p, t);
+    layers.push({ path: p, digest: sha256(t), size: t.length });
+  }
+  try {
+    const r = await flattenLayers({ root, layers, limits });
+    return { dir, root, sizeBytes: r.sizeBytes };
+  } catch (e) {
+    (e as { dir?: string }).dir = dir;
+    throw e;
+  }
+}
+
+function getfattr(path: string, name: string): Buffer {
+  const out = execFileSync("getfattr", ["-h", "--only-values", "-n", name, "--", path]);
+  return out;
+}
+
+test("flatten: whiteouts, opaque dirs, hard links, symlinks, modes, owners, mtimes, xattrs, FIFOs", async () => {
+  const { dir, root, sizeBytes } = await flatten(multiLayerTars());
+  try {
+    const x = MULTI_LAYER_EXPECT;
+    for (const [p, content] of Object.entries(x.files))
+      assert.equal(await readFile(join(root, p), "utf8"), content, p);
+    for (const p of x.absent)
+      await assert.rejects(lstat(join(root, p)), { code: /^(ENOENT|ENOTDIR)$/ }, `${p} must be gone`);
+    for (const group of x.hardlinks) {
+      const inos = await Promise.all(group.map(async (p) => (await lstat(join(root, p))).ino));
+      assert.equal(new Set(inos).size, 1, `${group.join(", ")} are one inode`);
+      assert.equal((await lstat(join(root, group[0] ?? ""))).nlink, group.length);
+    }
+    for (const [p, target] of Object.entries(x.symlinks)) assert.equal(await readlink(join(root, p)), target);
+    for (const [p, mode] of Object.entries(x.modes))
+      assert.equal((await lstat(join(root, p))).mode & 0o7777, mode, `mode of ${p}`);
+    if (process.getuid?.() === 0) {
+      for (const [p, [uid, gid]] of Object.entries(x.owners)) {
+        const st = await lstat(join(root, p));
+        assert.deepEqual([st.uid, st.gid], [uid, gid], `owner of ${p}`);
+      }
+    }
+    for (const [p, mtime] of Object.entries(x.mtimes))
+      assert.equal(Math.floor((await lstat(join(root, p))).mtimeMs / 1000), mtime, `mtime of ${p}`);
+    for (const [p, [name, value]] of Object.entries(x.xattrs))
+      assert.deepEqual(getfattr(join(root, p), name), value, `${name} of ${p}`);
+    for (const p of x.fifos) assert.ok((await lstat(join(root, p))).isFIFO(), `${p} is a FIFO`);
+    assert.equal(await readFile(join(root, x.longName), "utf8"), "long\n");
+    // Directory mtimes are the layers' (set once every layer is in, children added or not).
+    assert.equal(Math.floor((await lstat(join(root, "opt/old"))).mtimeMs / 1000), 1_700_000_000);
+    // A hard-linked file counts once.
+    assert.ok(sizeBytes > 0 && sizeBytes < 10_000, String(sizeBytes));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("flatten: a later layer replaces a symlink by a file, never writing through it", async () => {
+  const outside = await mkdtemp(join(tmpdir(), "forkd-oci-outside-"));
+  try {
+    const { dir, root } = await flatten([
+      makeTar([{ name: "link", type: "symlink", linkname: join(outside, "victim") }]),
+      makeTar([{ name: "link", data: "replaced\n" }]),
+    ]);
+    assert.equal(await readFile(join(root, "link"), "utf8"), "replaced\n");
+    assert.deepEqual(await readdir(outside), [], "nothing was written outside");
+    await rm(dir, { recursive: true, force: true });
+  } finally {
+    await rm(outside, { recursive: true, force: true });
+  }
+});
+
+test("flatten: every hostile layer is refused, naming its entry, and nothing lands outside the root", async () => {
+  const outside = "/tmp/forkd-oci-hostile-" + process.pid;
+  for (const [name, h] of Object.entries(hostileTars())) {
+    let dir: string | undefined;
+    await assert.rejects(
+      async () => {
+        dir = (await flatten(h.layers)).dir;
+      },
+      (e: unknown) => {
+        dir = (e as { dir?: string }).dir;
+        assert.ok(e instanceof ForkdError, `${name}: ${String(e)}`);
+        assert.equal(e.code, "invalid_argument", name);
+        assert.ok(
+          e.message.includes(`entry ${JSON.stringify(h.entry)}`),
+          `${name}: the message names ${h.entry}: ${e.message}`,
+        );
+        assert.match(e.message, h.why, name);
+        return true;
+      },
+      name,
+    );
+    if (dir) {
+      // Nothing next to the root or above it.
+      assert.deepEqual((await readdir(dir)).filter((n) => !n.endsWith(".tar")).sort(), ["root"], name);
+      await assert.rejects(lstat(join(dir, "escape.txt")), { code: "ENOENT" });
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+  await assert.rejects(lstat("/tmp/pwned"), { code: "ENOENT" });
+  await assert.rejects(lstat(outside), { code: "ENOENT" });
+});
+
+test("flatten: the byte and entry bounds are enforced before anything past them is written", async () => {
+  const tar = makeTar([
+    { name: "a", data: Buffer.alloc(3000, 1) },
+    { name: "b", data: Buffer.alloc(3000, 2) },
+  ]);
+  await assert.rejects(flatten([tar], { maxBytes: 5000, maxEntries: 100 }), (e: unknown) => {
+    assert.ok(e instanceof ForkdError && e.code === "payload_too_large", String(e));
+    assert.match(e.message, /entry "b".*more than 5000 bytes/);
+    return true;
+  });
+  const many = makeTar(Array.from({ length: 20 }, (_, i) => ({ name: `f${i}`, data: "x" })));
+  await assert.rejects(
+    flatten([many], { maxBytes: 1 << 20, maxEntries: 10 }),
+    (e: unknown) =>
+      e instanceof ForkdError && e.code === "payload_too_large" && /more than 10 entries/.test(e.message),
+  );
+  const ok = await flatten([many], { maxBytes: 1 << 20, maxEntries: 20 });
+  await rm(ok.dir, { recursive: true, force: true });
+});
+
+test("layer reader: truncated, corrupt and unsupported tars are refused; pax xattrs are bytes", async () => {
+  const entries: LayerEntry[] = [];
+  const sink = {
+    entry: (e: LayerEntry) => {
+      entries.push(e);
+      return Promise.resolve();
+    },
+    data: () => Promise.resolve(),
+    end: () => Promise.resolve(),
+  };
+  const bin = Buffer.from([0, 1, 2, 0xff, 0x0a, 0x3d]);
+  const r = new LayerReader(sink, "t");
+  await r.push(
+    makeTar([
+      { name: "f", data: "x", xattrs: { "user.bin": bin } },
+      { name: `${"d/".repeat(80)}f`, data: "y" },
+    ]),
+  );
+  r.finish();
+  assert.deepEqual(entries[0]?.xattrs.get("user.bin"), bin);
+  assert.equal(entries[1]?.name, `${"d/".repeat(80)}f`);
+
+  const full = makeTar([{ name: "f", data: Buffer.alloc(2000) }]);
+  const cut = new LayerReader(sink, "t");
+  await cut.push(full.subarray(0, 1000));
+  assert.throws(() => cut.finish(), /truncated/);
+
+  const corrupt = Buffer.from(full);
+  corrupt[10] = 0x41;
+  await assert.rejects(new LayerReader(sink, "t").push(corrupt), /checksum/);
+
+  const weird = makeTar([{ name: "s", data: "" }]);
+  weird[156] = "S".charCodeAt(0);
+  let sum = 0;
+  weird.fill(0x20, 148, 156);
+  for (let i = 0; i < 512; i++) sum += weird[i] ?? 0;
+  weird.write(sum.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
+  await assert.rejects(
+    new LayerReader(sink, "t").push(weird),
+    /entry "s": tar entry type "S" is not supported/,
+  );
+});
+
+test("image cache: a puller's start removes the temporaries of processes that no longer run, not of live ones", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-oci-cache-"));
+  try {
+    const cache = new ImageCache(dir);
+    await cache.init();
+    const dead = join(cache.tmpDir, "999999999-abc-rootfs");
+    const live = cache.tmp("layer");
+    const junk = join(cache.tmpDir, "not-ours");
+    for (const p of [dead, live, junk]) await mkdir(p);
+    await writeFile(join(dead, "half.tar"), "x");
+    await cache.sweep();
+    assert.deepEqual((await readdir(cache.tmpDir)).sort(), [live.split("/").pop()]);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
