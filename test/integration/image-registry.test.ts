@@ -3,7 +3,7 @@
  * pushed as an OCI image (test/helpers/oci-images.ts) with an Env and a WorkingDir to a
  * loopback registry (Debian's docker-registry), snapshotted with a start command that serves
  * HTTP and a ready command; a forked child finds the server up and the source recorded; a
- * second snapshot of the same image by digest pulls, flattens and builds nothing.
+ * second snapshot of the same image by digest builds nothing (the same guest image).
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -91,7 +91,7 @@ step("a forked child of it has the server up, started with the image's Env and W
   await api(d!, "DELETE", `/v1/sandboxes/${id}`);
 });
 
-step("a second snapshot of the same image, by digest, pulls and builds nothing", async () => {
+step("a second snapshot of the same image, by digest, builds nothing: the same guest image", async () => {
   const r = await createStreamed({ tag: "reg2", image: img.refByDigest, memory_mib: 256 });
   assert.equal(r.last.type, "done", JSON.stringify(r.last));
   const snap = r.last.snapshot as { source: { digest: string }; image: { dir: string } };
