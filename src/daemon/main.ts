@@ -42,6 +42,8 @@ import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
 import { crashPointFromEnv } from "../util/crash.js";
+import { LocalImages } from "../image/local-images.js";
+import { ImagePuller } from "../oci/puller.js";
 import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
 import { installFailurePolicy } from "./failure-policy.js";
@@ -193,6 +195,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   });
   const snapshots = new SnapshotService({
     store,
+    // Snapshots from images: pulled into <cache>/oci/ with the registry settings push and pull
+    // use; tests may name local trees instead (FORKD_TEST_IMAGES: image/local-images.ts).
+    images: env.FORKD_TEST_IMAGES
+      ? new LocalImages(env.FORKD_TEST_IMAGES)
+      : new ImagePuller({ cacheDir: paths.cacheDir, settings: registrySettings(env) }),
     create: {
       store,
       driver,

@@ -141,17 +141,19 @@ export class Jail {
     // The same path may be a new snapshot of a re-used tag: keyed by inode and change time too.
     const key = `${path}\0${st.ino}\0${st.ctimeMs}`;
     if (this.shared.has(key)) return;
-    const fix = async (p: string, mode: number, isDir: boolean) => {
-      const want = (mode & 0o7777) | (isDir ? 0o050 : 0o040);
-      await chown(p, 0, gid);
-      if (want !== (mode & 0o7777)) await chmod(p, want);
+    // Only what is not shared yet: a chown changes a file's ctime even when it changes nothing,
+    // and a pack being written of these files (tar) fails on "file changed as we read it".
+    const fix = async (p: string, f: { mode: number; uid: number; gid: number }, isDir: boolean) => {
+      const want = (f.mode & 0o7777) | (isDir ? 0o050 : 0o040);
+      if (f.uid !== 0 || f.gid !== gid) await chown(p, 0, gid);
+      if (want !== (f.mode & 0o7777)) await chmod(p, want);
     };
-    await fix(path, st.mode, st.isDirectory());
+    await fix(path, st, st.isDirectory());
     if (st.isDirectory()) {
       for (const e of await readdir(path, { withFileTypes: true })) {
         if (!e.isFile()) continue;
         const p = join(path, e.name);
-        await fix(p, (await stat(p)).mode, false);
+        await fix(p, await stat(p), false);
       }
     }
     this.shared.add(`${path}\0${st.ino}\0${(await stat(path)).ctimeMs}`);

@@ -10,8 +10,16 @@ export type SnapshotInfo = SnapshotWire;
 
 export interface CreateSnapshotOpts {
   tag: string;
-  /** Guest image template (default "python"). */
+  /** Guest image template (default "python", unless `image`). */
   template?: string;
+  /** An OCI/Docker image reference to boot instead of a template (e.g. "python:3.11"). */
+  image?: string;
+  /** Started in the background in the parent before it is frozen (a server every child has up). */
+  startCmd?: string;
+  /** Run until it exits 0 (after startCmd) before the parent is frozen. */
+  readyCmd?: string;
+  /** How long readyCmd has to succeed (default 120 000 ms). */
+  readyTimeoutMs?: number;
   /** Shell command run in the parent before it is frozen. */
   warm?: string;
   /** Python cell run in the parent's interpreter before it is frozen (its globals are inherited). */
@@ -50,6 +58,10 @@ export class Controller {
     const body = {
       tag: o.tag,
       ...(o.template ? { template: o.template } : {}),
+      ...(o.image ? { image: o.image } : {}),
+      ...(o.startCmd ? { start_cmd: o.startCmd } : {}),
+      ...(o.readyCmd ? { ready_cmd: o.readyCmd } : {}),
+      ...(o.readyTimeoutMs ? { ready_timeout_ms: o.readyTimeoutMs } : {}),
       ...(o.warm ? { warm: o.warm } : {}),
       ...(o.warmEval ? { warm_eval: o.warmEval } : {}),
       ...(o.memoryMiB ? { memory_mib: o.memoryMiB } : {}),

@@ -23,12 +23,15 @@ class Controller:
         return self._t.json("GET", "/v1/snapshots/" + tag)
 
     def create_snapshot(self, tag, template=None, warm=None, warm_eval=None, memory_mib=None, vcpus=None,
-                        on_progress=None):
+                        on_progress=None, image=None, start_cmd=None, ready_cmd=None, ready_timeout_ms=None):
         """Boots a parent VM, warms it (warm: shell command; warm_eval: Python cell whose globals every
-        child inherits) and freezes it. Returns the snapshot's metadata."""
+        child inherits) and freezes it. Returns the snapshot's metadata. image: an OCI/Docker
+        reference booted instead of a template; start_cmd is started in the background and
+        ready_cmd run until it exits 0 before the freeze (a server up in every child)."""
         body = {"tag": tag}
-        for k, v in (("template", template), ("warm", warm), ("warm_eval", warm_eval),
-                     ("memory_mib", memory_mib), ("vcpus", vcpus)):
+        for k, v in (("template", template), ("image", image), ("start_cmd", start_cmd),
+                     ("ready_cmd", ready_cmd), ("ready_timeout_ms", ready_timeout_ms), ("warm", warm),
+                     ("warm_eval", warm_eval), ("memory_mib", memory_mib), ("vcpus", vcpus)):
             if v is not None:
                 body[k] = v
         done = None
