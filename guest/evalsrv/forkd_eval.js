@@ -375,7 +375,7 @@ class Kernel {
         });
         const text = `;{ const m = await __forkd.import(${spec}); ${parts.join(" ")} }`;
         edits.push([node.start, node.end, text + lines(node.start, node.end)]);
-      } else if (i === body.length - 1 && node.type === "ExpressionStatement" && !node.directive) {
+      } else if (i === body.length - 1 && node.type === "ExpressionStatement") {
         ins(node.start, ";return { v: (");
         ins(code[node.end - 1] === ";" ? node.end - 1 : node.end, "\n) }");
       }
