@@ -47,7 +47,7 @@ export class JsKernelProcess {
       return new JsKernelProcess(
         child,
         (f) => child.stdin?.write(f),
-        child.stdout!,
+        child.stdout,
         async () => {},
       );
     }
