@@ -42,6 +42,10 @@ const REPRS = [
   ["application/json", "_repr_json_"],
 ];
 const WRAP_HEAD = "(async () => {\n"; // on its own line: lineOffset -1 keeps user line numbers
+// cell code runs in this realm: our own references to the globals it might reuse as names
+const BufferG = globalThis.Buffer;
+const PromiseG = globalThis.Promise;
+const { stringify } = JSON;
 
 async function main() {
   const [fs, vm, util, path, url, nodeModule, net] = await Promise.all(
@@ -50,8 +54,7 @@ async function main() {
   // cell code runs in this realm: keep our own references to what it might overwrite
   const proc = globalThis.process;
   const realExit = proc.exit.bind(proc);
-  const { stringify } = JSON;
-  const BufferC = globalThis.Buffer;
+  const BufferC = BufferG;
   const setImmediateF = globalThis.setImmediate;
   const inspect = (v) => util.inspect(v);
 
@@ -122,12 +125,12 @@ class Capped {
       buf = buf.subarray(0, Math.max(room, 0));
     }
     if (buf.length) {
-      this.chunks.push(Buffer.from(buf));
+      this.chunks.push(BufferG.from(buf));
       this.size += buf.length;
     }
   }
   text() {
-    const t = Buffer.concat(this.chunks).toString("utf8"); // invalid UTF-8 becomes U+FFFD
+    const t = BufferG.concat(this.chunks).toString("utf8"); // invalid UTF-8 becomes U+FFFD
     return this.truncated ? t + "\n[output truncated]\n" : t;
   }
 }
@@ -414,7 +417,7 @@ class Kernel {
     const name = `<cell ${n}>`;
     const result = emptyResult();
     let interrupt;
-    const interrupted = new Promise((_, reject) => {
+    const interrupted = new PromiseG((_, reject) => {
       interrupt = () => reject(interruptedError());
     });
     interrupted.catch(() => {});
@@ -440,7 +443,7 @@ class Kernel {
       if (this.wrapLines.size > 64) this.wrapLines.delete(this.wrapLines.keys().next().value);
       const script = new this.vm.Script(src, { filename: name, lineOffset: this.acorn ? -1 : 0 });
       const ret = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
-      const out = await Promise.race([this.acorn ? ret : { v: ret }, interrupted]);
+      const out = await PromiseG.race([this.acorn ? ret : { v: ret }, interrupted]);
       if (out && out.v !== undefined) {
         result.value = cap(this.safeInspect(out.v));
         const data = this.mimeBundle(out.v);
@@ -451,7 +454,7 @@ class Kernel {
       result.error = this.describe(e);
     }
     // one turn of the loop: rejections the cell left unhandled are reported in its output
-    await new Promise((r) => this.setImmediateF(r));
+    await new PromiseG((r) => this.setImmediateF(r));
     const cell = this.cell;
     this.cell = null;
     result.display = this.shown.slice(0, DISPLAY_MAX);
@@ -546,12 +549,10 @@ function walk(node, fn) {
   }
 }
 
-const { stringify } = JSON;
-
 /** JSON-encode, shrinking the bulkiest fields until it fits the reply limit. */
 function encode(result) {
   for (;;) {
-    const data = Buffer.from(stringify(result), "utf8");
+    const data = BufferG.from(stringify(result), "utf8");
     if (data.length <= REPLY_MAX) return data;
     // rich outputs go first (last shown first), then the value's rich forms
     if (result.display && result.display.length) {
