@@ -5,8 +5,12 @@
  *   connection.ts  the socket, framing, streams in flight, deadlines, pause, reconnect/resync
  *   exec.ts        EXEC: commands, their output, stdin and signals
  *   files.ts       READ/WRITE/STAT/LIST/MKDIR/REMOVE/RENAME/SYNC
- *   eval.ts        EVAL: cells of the warm interpreter
+ *   eval.ts        EVAL: cells of the warm kernels (python, javascript)
  *   identity.ts    IDENTITY and PING
+ *
+ * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
+ * the first request that needs them the client asks the agent (PING, once) and refuses with
+ * `unavailable` instead of running the command as root or the cell in Python.
  *
  * Events (from the connection): "close" (the error that ended it), "broken" (it gave up on a
  * guest that corrupts its channel, with the reason), "resynced" (made again after garbage).
@@ -15,9 +19,11 @@ import { EventEmitter } from "node:events";
 import type { Socket } from "node:net";
 import { dialUnix } from "../util/net.js";
 import { AgentConnection } from "./connection.js";
+import { ForkdError } from "../util/errors.js";
 import { evalCode } from "./eval.js";
-import type { EvalResult } from "./eval.js";
+import type { EvalLanguage, EvalResult } from "./eval.js";
 import { execCommand } from "./exec.js";
+import { gatedExec } from "./exec-gate.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "./exec.js";
 import * as files from "./files.js";
 import type { DirEntry, FileStat } from "./files.js";
@@ -26,8 +32,8 @@ import { identity, ping } from "./identity.js";
 import type { Identity, PingResult } from "./identity.js";
 
 export type { Consumed } from "./flow.js";
-export type { EvalResult, MimeBundle } from "./eval.js";
-export { parseEvalJson } from "./eval.js";
+export type { EvalLanguage, EvalResult, MimeBundle } from "./eval.js";
+export { EVAL_LANGUAGES, parseEvalJson } from "./eval.js";
 export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult } from "./exec.js";
 export { EXEC_GRACE_MS } from "./exec.js";
 export type { DirEntry, FileStat } from "./files.js";
@@ -37,6 +43,9 @@ export type { Identity, PingResult } from "./identity.js";
 const EVENTS = ["close", "broken", "resynced"] as const;
 
 export class AgentClient extends EventEmitter {
+  /** The agent's PING, asked once (what it supports); cleared if it failed. */
+  private features: Promise<PingResult> | null = null;
+
   private constructor(
     readonly socketPath: string,
     private readonly conn: AgentConnection,
@@ -87,7 +96,26 @@ export class AgentClient extends EventEmitter {
 
   /** Runs a command; its output is paced by `handlers` (exec.ts). */
   exec(req: ExecRequest, handlers?: ExecHandlers): ExecHandle {
-    return execCommand(this.conn, req, handlers);
+    if (req.user === undefined) return execCommand(this.conn, req, handlers);
+    return gatedExec(this.requireKernels("exec as a user"), () => execCommand(this.conn, req, handlers));
+  }
+
+  /** Refuses what an agent older than users and kernels would ignore (it reports no KERNELS). */
+  private async requireKernels(what: string): Promise<void> {
+    if (!this.features) {
+      const p = ping(this.conn, 10_000);
+      this.features = p;
+      p.catch(() => {
+        if (this.features === p) this.features = null;
+      });
+    }
+    if ((await this.features).kernels === null) {
+      throw new ForkdError(
+        "unavailable",
+        `${what} needs a newer guest agent than this sandbox's: make its snapshot again`,
+        { feature: what },
+      );
+    }
   }
 
   /** Reads a whole file, refusing one larger than `maxBytes` (the guest decides the size). */
@@ -129,7 +157,9 @@ export class AgentClient extends EventEmitter {
     return files.rename(this.conn, from, to, timeoutMs);
   }
 
-  eval(code: string, timeoutMs?: number): Promise<EvalResult> {
-    return evalCode(this.conn, code, timeoutMs);
+  /** Runs a cell in the kernel of `language` (default python). */
+  async eval(code: string, timeoutMs?: number, language: EvalLanguage = "python"): Promise<EvalResult> {
+    if (language !== "python") await this.requireKernels(`eval in ${language}`);
+    return evalCode(this.conn, code, timeoutMs, language);
   }
 }

@@ -63,6 +63,10 @@ export const Tag = {
   NET_UP: 19,
   /** EXEC/READ: initial window; STARTED / first DATA: the agent honours it; WINDOW: credit. */
   WINDOW: 20,
+  /** EXEC: the user to run as (`name`, `uid`, `name:group`, `uid:gid`); absent: the image's default. */
+  USER: 21,
+  /** EVAL: the kernel ("python", "javascript"); absent: python. */
+  LANGUAGE: 22,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,
@@ -77,6 +81,8 @@ export const Tag = {
   JSON: 44,
   UPTIME_MS: 45,
   EVAL_READY: 46,
+  /** PING reply: the kernels the image has, comma-separated (absent: an agent older than kernels). */
+  KERNELS: 47,
 } as const;
 
 export type FieldValue = string | Uint8Array | bigint | number;

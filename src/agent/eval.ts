@@ -1,9 +1,11 @@
 /**
- * EVAL: a cell run by the guest's warm Python interpreter (guest/evalsrv), and the validation of
- * the JSON it answers with (it comes from the guest).
+ * EVAL: a cell run by one of the guest's warm kernels (guest/evalsrv: python, javascript), and the
+ * validation of the JSON it answers with (it comes from the guest). A kernel the image cannot run
+ * (no interpreter, no kernel source) is `unavailable`.
  */
 import { ForkdError } from "../util/errors.js";
 import { Msg, Tag, field } from "./codec.js";
+import type { Field, FieldInput } from "./codec.js";
 import { DEFAULT_TIMEOUT_MS } from "./connection.js";
 import type { AgentConnection } from "./connection.js";
 
@@ -22,22 +24,37 @@ export interface EvalResult {
   error: { name: string; value: string; traceback: string } | null;
 }
 
+/** The kernels an EVAL can name. */
+export const EVAL_LANGUAGES = ["python", "javascript"] as const;
+export type EvalLanguage = (typeof EVAL_LANGUAGES)[number];
+
 /** The guest interrupts the cell at its timeout; it has this long more to answer. */
 const EVAL_GRACE_MS = 5_000;
+/** The guest's errno for a kernel the image cannot run. */
+const ENOENT = 2;
 
+/** Runs a cell. Python is not named on the wire (an agent older than kernels has only it). */
 export async function evalCode(
   conn: AgentConnection,
   code: string,
   timeoutMs = DEFAULT_TIMEOUT_MS,
+  language: EvalLanguage = "python",
 ): Promise<EvalResult> {
-  const f = await conn.request(
-    Msg.EVAL,
-    [
-      [Tag.CODE, code],
-      [Tag.TIMEOUT_MS, timeoutMs],
-    ],
-    timeoutMs + EVAL_GRACE_MS,
-  );
+  const fields: FieldInput[] = [
+    [Tag.CODE, code],
+    [Tag.TIMEOUT_MS, timeoutMs],
+  ];
+  if (language !== "python") fields.push([Tag.LANGUAGE, language]);
+  let f: Field[];
+  try {
+    f = await conn.request(Msg.EVAL, fields, timeoutMs + EVAL_GRACE_MS);
+  } catch (e) {
+    // ENOENT is only ever the guest saying it has no such kernel (its message names what is missing)
+    if (e instanceof ForkdError && e.details.errno === ENOENT) {
+      throw new ForkdError("unavailable", e.message, { ...e.details, language });
+    }
+    throw e;
+  }
   const json = field(f, Tag.JSON);
   if (!json) throw new ForkdError("agent_protocol", "eval reply without JSON");
   return parseEvalJson(json);

@@ -17,6 +17,8 @@ export interface ExecRequest {
   shell?: string;
   env?: Record<string, string>;
   cwd?: string;
+  /** The user to run as (`name`, `uid`, `name:group`, `uid:gid`); absent: the image's default user. */
+  user?: string;
   timeoutMs?: number;
   /** Keep stdin open for writeStdin(); otherwise it is /dev/null. */
   stdin?: boolean;
@@ -64,6 +66,15 @@ function consume(fn: ((chunk: Buffer) => Consumed) | undefined, chunk: Buffer): 
   }
 }
 
+/** The guest's words for a `user` the image does not have (or a malformed one). */
+const USER_ERROR_RE = /^(no user |no group |bad user |USER must)/;
+
+/** A request's `user` that the image does not have is the caller's mistake. */
+function userError(req: ExecRequest, e: ForkdError): ForkdError {
+  if (req.user === undefined || !USER_ERROR_RE.test(e.message)) return e;
+  return new ForkdError("invalid_argument", e.message, { ...e.details, field: "user", user: req.user });
+}
+
 /** The EXEC request's fields. */
 function execFields(req: ExecRequest): FieldInput[] {
   const fields: FieldInput[] = [[Tag.WINDOW, WINDOW]];
@@ -71,6 +82,7 @@ function execFields(req: ExecRequest): FieldInput[] {
   for (const a of req.argv ?? []) fields.push([Tag.ARG, a]);
   for (const [k, v] of Object.entries(req.env ?? {})) fields.push([Tag.ENV, `${k}=${v}`]);
   if (req.cwd !== undefined) fields.push([Tag.CWD, req.cwd]);
+  if (req.user !== undefined) fields.push([Tag.USER, req.user]);
   if (req.timeoutMs !== undefined) fields.push([Tag.TIMEOUT_MS, req.timeoutMs]);
   if (req.stdin) fields.push([Tag.STDIN, 1]);
   return fields;
@@ -151,7 +163,7 @@ export function execCommand(
             });
           }
           case Msg.ERROR:
-            return finish(guestError(f.fields));
+            return finish(userError(req, guestError(f.fields)));
           default:
             throw new ForkdError("agent_protocol", `unexpected frame 0x${f.type.toString(16)} in exec`);
         }

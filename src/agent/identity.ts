@@ -1,16 +1,18 @@
 /**
  * Who the guest is: IDENTITY gives a forked child its own (fresh kernel RNG, the clock, hostname,
  * sandbox id, its pids limit, waiting for carrier), PING asks the agent for its own (protocol
- * version, uptime, whether the warm interpreter is ready).
+ * version, uptime, whether the warm kernels are ready, which kernels the image has).
  */
 import { randomBytes } from "node:crypto";
-import { Msg, Tag, intField } from "./codec.js";
+import { Msg, Tag, intField, strField } from "./codec.js";
 import type { AgentConnection } from "./connection.js";
 
 export interface PingResult {
   version: number;
   uptimeMs: number;
   evalReady: boolean;
+  /** The kernels the image has ("python", "javascript"); null: the agent predates kernels (python only). */
+  kernels: string[] | null;
 }
 
 export interface Identity {
@@ -22,12 +24,26 @@ export interface Identity {
   netUpWaitMs?: number;
 }
 
+const KERNEL_RE = /^[a-z]{1,32}$/;
+
+/** PING's KERNELS ("python,javascript"; guest-sent: only well-formed names are kept). */
+function kernelList(s: string | undefined): string[] | null {
+  if (s === undefined) return null;
+  return s === ""
+    ? []
+    : s
+        .split(",")
+        .filter((k) => KERNEL_RE.test(k))
+        .slice(0, 16);
+}
+
 export async function ping(conn: AgentConnection, timeoutMs = 5_000): Promise<PingResult> {
   const f = await conn.request(Msg.PING, [], timeoutMs);
   return {
     version: intField(f, Tag.VERSION) ?? 0,
     uptimeMs: intField(f, Tag.UPTIME_MS) ?? 0,
     evalReady: intField(f, Tag.EVAL_READY) === 1,
+    kernels: kernelList(strField(f, Tag.KERNELS)),
   };
 }
 

@@ -63,6 +63,7 @@ export async function use<T>(
 async function explain(live: SandboxRegistry, id: string, e: unknown): Promise<unknown> {
   const s = live.find(id);
   if (!s || !(e instanceof ForkdError) || e.code !== "unavailable") return e;
+  if (typeof e.details.errno === "number") return e; // the guest said so: it is alive (eval.ts)
   const retired = () => s.state === "exited";
   if (!retired()) {
     const vm = s.vm;

@@ -77,6 +77,25 @@ step(
   },
 );
 
+step(
+  "commands.run user: the image's nobody, with its groups and home; root by default; an unknown user is InvalidArgumentError",
+  async () => {
+    const r = await sb.commands.run('id -un; id -u; id -gn; pwd; echo "$HOME|$USER"', { user: "nobody" });
+    assert.equal(r.stdout, "nobody\n65534\nnogroup\n/\n/nonexistent|nobody\n");
+    // nobody cannot write root's home; the default user (root, the template's) can
+    await assert.rejects(
+      sb.commands.run("touch /root/by-nobody", { user: "nobody" }),
+      (e: unknown) => e instanceof CommandExitError && /Permission denied/.test(e.stderr),
+    );
+    assert.equal((await sb.commands.run("id -un; pwd; touch /root/by-root")).stdout, "root\n/root\n");
+    await assert.rejects(sb.commands.run("true", { user: "no-such-user" }), (e: unknown) => {
+      assert.ok(e instanceof InvalidArgumentError, String(e));
+      assert.match(e.message, /^no user 'no-such-user' in the image's \/etc\/passwd/);
+      return true;
+    });
+  },
+);
+
 step("streaming callbacks fire while the command runs, not at its end", async () => {
   const seen: Array<{ at: number; data: string }> = [];
   const t0 = Date.now();

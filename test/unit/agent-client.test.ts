@@ -30,7 +30,7 @@ after(async () => {
 
 const collect = async (
   argv: string[] | string,
-  opts: { timeoutMs?: number; env?: Record<string, string>; cwd?: string } = {},
+  opts: { timeoutMs?: number; env?: Record<string, string>; cwd?: string; user?: string } = {},
 ) => {
   const out: Buffer[] = [];
   const err: Buffer[] = [];
@@ -190,4 +190,36 @@ test("exec: a cwd that does not exist, or is a file, is named as the cause", asy
   const e3 = await withStartExplained(agent, p, agent.exec(p)).result.catch((x: unknown) => x);
   if (e3 instanceof ForkdError) assert.match(e3.message, /^cannot start \/nonexistent\/program/);
   else assert.equal((e3 as { exitCode: number }).exitCode, 127);
+});
+
+test("ping reports the kernels the guest has (python here: no JavaScript kernel source on the host)", async () => {
+  assert.deepEqual((await agent.ping()).kernels, ["python"]);
+});
+
+test("exec: `user` runs the command as that user of the image, an unknown one is invalid_argument", async () => {
+  const uid = process.getuid?.() ?? -1;
+  if (uid !== 0) return; // switching users needs root (the agent is PID 1 in a guest)
+  const r = await collect('id -un; id -u; echo "$HOME|$USER|$LOGNAME"', { user: "nobody" });
+  assert.deepEqual([r.exitCode, r.stdout], [0, "nobody\n65534\n/nonexistent|nobody|nobody\n"]);
+  const g = await collect("id -u; id -g", { user: "65534:12345" });
+  assert.equal(g.stdout, "65534\n12345\n");
+  const root = await collect("id -u; echo $HOME", { user: "root" });
+  assert.equal(root.stdout, "0\n/root\n");
+  const e = await collect("true", { user: "no-such-user-here" }).catch((x: unknown) => x);
+  assert.ok(e instanceof ForkdError, String(e));
+  assert.equal(e.code, "invalid_argument");
+  assert.equal(e.details.field, "user");
+  assert.match(e.message, /^no user 'no-such-user-here' in the image's \/etc\/passwd/);
+});
+
+test("eval: a language whose kernel the image cannot run is unavailable, at once", async () => {
+  const t0 = Date.now();
+  const e = await agent.eval("1 + 1", 30_000, "javascript").catch((x: unknown) => x);
+  assert.ok(e instanceof ForkdError, String(e));
+  assert.equal(e.code, "unavailable");
+  assert.equal(e.details.language, "javascript");
+  // node on the host's PATH but no /.forkd/forkd_eval.js, or no node at all: either is named
+  assert.match(e.message, /forkd_eval\.js is missing|no node interpreter/);
+  assert.ok(Date.now() - t0 < 5_000);
+  assert.equal((await agent.eval("1 + 1", 30_000, "python")).value, "2");
 });

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #define PROTO_VERSION 1
+#include <limits.h>
 #define MAX_FRAME (1024 * 1024 + 64) /* bytes after the length word */
 #define MAX_STREAMS 256              /* long-lived requests in flight */
 #define CHUNK (64 * 1024)            /* DATA/STDOUT/STDERR payload size */
@@ -34,10 +35,11 @@ enum {
 	F_ARG = 1, F_ENV = 2, F_CWD = 3, F_SHELL = 4, F_TIMEOUT_MS = 5, F_STDIN = 6,
 	F_PATH = 7, F_PATH2 = 8, F_MODE = 9, F_FLAGS = 10, F_DATA = 11, F_CODE = 12,
 	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17, F_PIDS_MAX = 18,
-	F_NET_UP = 19, F_WINDOW = 20,
+	F_NET_UP = 19, F_WINDOW = 20, F_USER = 21, F_LANGUAGE = 22,
 	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
+	F_KERNELS = 47,
 };
 
 /* ---- proto.c: fields of a received frame ---- */
@@ -104,7 +106,9 @@ void want_timeout(int64_t deadline_ms); /* wake the loop at this monotonic time 
 
 int64_t now_ms(void);
 void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-extern const char *g_python, *g_evalsrv;
+/* Interpreters and kernel sources (NULL interpreter: searched on PATH), config and etc dirs. */
+extern const char *g_python, *g_evalsrv, *g_node, *g_evaljs, *g_config_dir, *g_etc_dir;
+#define DEFAULT_EVALSRV "/.forkd/forkd_eval.py"
 void dispatch(const struct msg *m);
 
 /* ---- flow.c: per-stream credit (WINDOW) ---- */
@@ -122,16 +126,43 @@ void port_poll(int64_t now);
 void port_flush(void);
 int port_can_read(void); /* hook from main: pause reads under backpressure */
 
+/* ---- users.c: users of the image (its /etc/passwd and /etc/group) ---- */
+#define USER_GROUPS_MAX 64
+struct user {
+	uid_t uid;
+	gid_t gid;
+	char name[256];  /* "" for a uid the image does not list */
+	char home[1024];
+	gid_t groups[USER_GROUPS_MAX]; /* supplementary groups, the primary one included */
+	int ngroups;
+};
+/* Resolve a SPEC (name, uid, name:group, uid:gid; NULL or "" = root): 0, or -1 with errno
+ * (ENOENT unknown user or group, EINVAL bad spec) and a message in msg. */
+int user_resolve(const char *spec, struct user *u, char *msg, size_t msglen);
+int user_become(const struct user *u); /* in a child: setgroups, setgid, setuid */
+
+/* ---- config.c: the image's config (<config dir>/env and /config) ---- */
+void config_load(void);
+const char *config_user(void); /* the default user SPEC, NULL: root */
+/* Environment of a process run as u: defaults, the image's Env over them, then HOME, USER,
+ * LOGNAME of u (for the default user only where the image's Env does not set them). */
+char **base_env(const struct user *u, int explicit_user);
+const char *default_cwd(const struct user *u); /* config cwd, else u's home if it exists, else / */
+const char *env_get(char *const *env, const char *key);
+char **env_set(char **env, char *kv); /* takes kv; NULL (env freed) on ENOMEM */
+/* Whole regular file, at most max bytes (more is ignored and logged), NUL-terminated. */
+char *read_bounded(const char *path, size_t max, size_t *len);
+
 /* ---- exec.c ---- */
-/* Fork+exec argv in a new session with the given stdio fds (the child's ends).
- * Returns pid or -1 with errno from the child's failed chdir/exec. */
-pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3]);
+/* Fork+exec argv in a new session with the given stdio fds (the child's ends), as user u (NULL:
+ * the agent's own). Returns pid or -1 with errno from the child's failed chdir/setuid/exec. */
+pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3],
+	    const struct user *u);
 
 /* ---- limits.c: the workload's cgroup ---- */
 void limits_init(void);
 void limits_join(void);
 int limits_set_pids(int64_t max);
-char **default_env(void); /* malloc'd NULL-terminated copy of the default environment */
 void free_strv(char **v);
 void exec_start(const struct msg *m);
 void exec_stdin(const struct msg *m);
@@ -159,11 +190,9 @@ int mkdir_p(const char *path, mode_t mode);
 /* ---- eval.c ---- */
 void eval_init(void);
 void eval_request(const struct msg *m);
-/* Ask the interpreter to reseed; reply OK on stream once done (stream may be 0: no reply).
- * Returns 0 if queued, or 1 if no interpreter is running (caller replies). */
-int eval_reseed(uint32_t stream);
-void eval_reseed_later(void); /* reseed before the next cell */
-int eval_ready(void);
+void eval_reseed_later(void); /* every kernel reseeds before its next cell */
+int eval_ready(void);         /* every kernel that exists is ready (none: 1) */
+size_t eval_kernels(char *buf, size_t cap); /* "python,javascript": the kernels that exist */
 int eval_reaped(pid_t pid, int status);
 void eval_poll(int64_t now);
 

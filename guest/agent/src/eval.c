@@ -1,7 +1,11 @@
 /*
- * EVAL bridge to the warm Python interpreter (guest/evalsrv/forkd_eval.py).
+ * EVAL bridge to the warm kernels, one per language: python (guest/evalsrv/forkd_eval.py run by
+ * python3) and javascript (guest/evalsrv/forkd_eval.js run by node). A kernel exists when its
+ * interpreter is found (python3 on the image's PATH, then /usr/bin/python3; node, then nodejs,
+ * on PATH) and its source file exists; each is started at boot and runs as the image's default
+ * user with the default env and cwd. EVAL's LANGUAGE picks one (absent: python).
  *
- * Requests run one at a time in arrival order. Pipe protocol, both directions:
+ * Requests of a kernel run one at a time in arrival order. Pipe protocol, both directions:
  * u32 BE length (of what follows), u32 BE id, then UTF-8 code or JSON. Id 0 with empty
  * code asks the interpreter to reseed its random generators; it is sent at startup as a
  * handshake (EVAL_READY turns 1 when answered) and on IDENTITY.
@@ -10,7 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,7 +35,19 @@ struct ereq {
 	struct ereq *next;
 };
 
-static struct {
+struct kernel {
+	const char *lang;          /* LANGUAGE value */
+	const char *const *names;  /* interpreter names searched on PATH */
+	const char *fallback;      /* then this path (or NULL) */
+	const char *const *flags;  /* interpreter arguments before the source */
+	const char **interp_opt;   /* --python / --node: exact interpreter, no search */
+	const char **src_opt;      /* --evalsrv / --evaljs */
+	const char *legacy_src;    /* source tried when the default one is missing (old images) */
+	char interp[PATH_MAX];     /* found interpreter, "" if none */
+	char src[PATH_MAX];        /* source, "" if missing */
+	int exists;                /* interpreter and source found */
+	int reseed_pending;        /* after a fork: reseed before the next cell */
+	char err[320];             /* why the last start failed */
 	pid_t pid;                 /* 0: not running */
 	int in_fd, out_fd;         /* interpreter's stdin (we write), stdout (we read) */
 	int ready;                 /* answered a request since it started */
@@ -45,7 +63,18 @@ static struct {
 	size_t rgot;
 	int64_t deadline, kill_at; /* timeout, then SIGKILL after SIGINT */
 	int interrupted;
-} sv = { .in_fd = -1, .out_fd = -1 };
+};
+
+static const char *const py_names[] = { "python3", NULL }, *const js_names[] = { "node", "nodejs", NULL };
+static const char *const py_flags[] = { "-u", NULL }, *const js_flags[] = { NULL };
+static struct kernel kernels[] = {
+	{ .lang = "python", .names = py_names, .fallback = "/usr/bin/python3", .flags = py_flags,
+	  .interp_opt = &g_python, .src_opt = &g_evalsrv, .legacy_src = "/usr/lib/forkd/forkd_eval.py",
+	  .in_fd = -1, .out_fd = -1 },
+	{ .lang = "javascript", .names = js_names, .flags = js_flags, .interp_opt = &g_node,
+	  .src_opt = &g_evaljs, .in_fd = -1, .out_fd = -1 },
+};
+#define NKERNELS (sizeof kernels / sizeof *kernels)
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -71,20 +100,20 @@ static void req_fail(struct ereq *r, int err, const char *msg)
 	req_free(r);
 }
 
-static void enqueue(struct ereq *r, int front)
+static void enqueue(struct kernel *k, struct ereq *r, int front)
 {
 	if (front) {
-		r->next = sv.head;
-		sv.head = r;
-		if (!sv.tail)
-			sv.tail = r;
+		r->next = k->head;
+		k->head = r;
+		if (!k->tail)
+			k->tail = r;
 	} else {
 		r->next = NULL;
-		if (sv.tail)
-			sv.tail->next = r;
+		if (k->tail)
+			k->tail->next = r;
 		else
-			sv.head = r;
-		sv.tail = r;
+			k->head = r;
+		k->tail = r;
 	}
 }
 
@@ -97,56 +126,135 @@ static struct ereq *new_reseed(uint32_t stream)
 	return r;
 }
 
-static void fail_queue(int err, const char *msg)
+static void fail_queue(struct kernel *k, int err, const char *msg)
 {
-	while (sv.head) {
-		struct ereq *r = sv.head;
-		sv.head = r->next;
+	while (k->head) {
+		struct ereq *r = k->head;
+		k->head = r->next;
 		req_fail(r, err, msg);
 	}
-	sv.tail = NULL;
+	k->tail = NULL;
 }
 
-static void server_stop(void)
+static void server_stop(struct kernel *k)
 {
-	if (sv.pid > 0)
-		killpg(sv.pid, SIGKILL); /* the reaper discards it; pid is forgotten below */
-	if (sv.in_fd >= 0)
-		close(sv.in_fd);
-	if (sv.out_fd >= 0)
-		close(sv.out_fd);
-	free(sv.wbuf);
-	free(sv.rbuf);
-	sv.pid = 0;
-	sv.in_fd = sv.out_fd = -1;
-	sv.ready = 0;
-	sv.wbuf = sv.rbuf = NULL;
-	sv.hgot = sv.rgot = 0;
-	sv.interrupted = 0;
+	if (k->pid > 0)
+		killpg(k->pid, SIGKILL); /* the reaper discards it; pid is forgotten below */
+	if (k->in_fd >= 0)
+		close(k->in_fd);
+	if (k->out_fd >= 0)
+		close(k->out_fd);
+	free(k->wbuf);
+	free(k->rbuf);
+	k->pid = 0;
+	k->in_fd = k->out_fd = -1;
+	k->ready = 0;
+	k->wbuf = k->rbuf = NULL;
+	k->hgot = k->rgot = 0;
+	k->interrupted = 0;
 }
 
-/* Start the interpreter and queue the handshake in front of waiting requests. */
-static int server_start(void)
+/* A regular executable file. */
+static int is_exe(const char *path)
 {
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* Find k's interpreter (in the default env's PATH) and source; sets k->exists. */
+static void locate(struct kernel *k)
+{
+	struct stat st;
+	k->interp[0] = k->src[0] = 0;
+	if (*k->interp_opt) {
+		if (is_exe(*k->interp_opt))
+			snprintf(k->interp, sizeof k->interp, "%s", *k->interp_opt);
+	} else {
+		char **env = base_env(NULL, 0);
+		const char *path = env_get(env, "PATH");
+		for (const char *const *n = k->names; path && *n && !k->interp[0]; n++)
+			for (const char *p = path, *end; !k->interp[0]; p = end + 1) {
+				end = strchr(p, ':');
+				if (!end)
+					end = p + strlen(p);
+				int len = (int)(end - p);
+				if (len > 0 && (size_t)snprintf(k->interp, sizeof k->interp, "%.*s/%s", len, p, *n) <
+						       sizeof k->interp && p[0] == '/' && is_exe(k->interp))
+					break;
+				k->interp[0] = 0;
+				if (!*end)
+					break;
+			}
+		free_strv(env);
+		if (!k->interp[0] && k->fallback && is_exe(k->fallback))
+			snprintf(k->interp, sizeof k->interp, "%s", k->fallback);
+	}
+	const char *src = *k->src_opt;
+	if (stat(src, &st) < 0 && k->legacy_src && !strcmp(src, DEFAULT_EVALSRV))
+		src = k->legacy_src;
+	if (stat(src, &st) == 0 && S_ISREG(st.st_mode))
+		snprintf(k->src, sizeof k->src, "%s", src);
+	k->exists = k->interp[0] && k->src[0];
+}
+
+/* Why k cannot run at all (no interpreter, no source), or NULL. */
+static const char *missing(struct kernel *k)
+{
+	if (!k->interp[0] && *k->interp_opt)
+		snprintf(k->err, sizeof k->err, "no %s interpreter at %.200s", k->names[0], *k->interp_opt);
+	else if (!k->interp[0])
+		snprintf(k->err, sizeof k->err, "no %s interpreter in this image (eval needs %s on PATH)",
+			 k->names[0], k->names[1] ? "node or nodejs" : k->names[0]);
+	else if (!k->src[0])
+		snprintf(k->err, sizeof k->err, "the %s kernel %.200s is missing in this image", k->lang,
+			 *k->src_opt);
+	else
+		return NULL;
+	return k->err;
+}
+
+/* Start the interpreter as the default user and queue the handshake in front of waiting
+ * requests. -1 with errno and k->err on failure. */
+static int server_start(struct kernel *k)
+{
+	if (missing(k)) {
+		errno = ENOENT;
+		return -1;
+	}
+	struct user u;
+	char msg[300];
+	if (user_resolve(config_user(), &u, msg, sizeof msg) < 0) {
+		int e = errno;
+		snprintf(k->err, sizeof k->err, "default user: %s", msg);
+		logmsg("cannot start the %s kernel: %s", k->lang, k->err);
+		errno = e;
+		return -1;
+	}
 	int to[2], from[2];
 	if (pipe2(to, O_CLOEXEC) < 0)
-		return -1;
+		goto fail;
 	if (pipe2(from, O_CLOEXEC) < 0) {
 		int e = errno;
 		close(to[0]);
 		close(to[1]);
 		errno = e;
-		return -1;
+		goto fail;
 	}
 	fcntl(to[1], F_SETFL, O_NONBLOCK);
 	fcntl(from[0], F_SETFL, O_NONBLOCK);
-	char *argv[] = { (char *)g_python, "-u", (char *)g_evalsrv, NULL };
-	char **env = default_env();
+	char *argv[8];
+	int argc = 0;
+	argv[argc++] = k->interp;
+	for (const char *const *f = k->flags; *f && argc < 6; f++)
+		argv[argc++] = (char *)*f;
+	argv[argc++] = k->src;
+	argv[argc] = NULL;
+	char **env = base_env(&u, 0);
 	int fds[3] = { to[0], from[1], 2 };
 	struct ereq *hs = new_reseed(0);
 	pid_t pid = -1;
 	if (env && hs)
-		pid = spawn(argv, env, access("/root", X_OK) == 0 ? "/root" : "/", fds);
+		pid = spawn(argv, env, default_cwd(&u), fds, &u);
 	else
 		errno = ENOMEM;
 	int e = errno;
@@ -157,45 +265,50 @@ static int server_start(void)
 		close(to[1]);
 		close(from[0]);
 		free(hs);
-		logmsg("cannot start eval server %s: %s", g_evalsrv, strerror(e));
 		errno = e;
-		return -1;
+		goto fail;
 	}
-	sv.pid = pid;
-	sv.in_fd = to[1];
-	sv.out_fd = from[0];
-	enqueue(hs, 1);
+	k->pid = pid;
+	k->in_fd = to[1];
+	k->out_fd = from[0];
+	enqueue(k, hs, 1);
 	return 0;
+fail:
+	e = errno;
+	snprintf(k->err, sizeof k->err, "cannot start the %s kernel %.200s: %s", k->lang, k->src, strerror(e));
+	logmsg("%s", k->err);
+	errno = e;
+	return -1;
 }
 
 /* The interpreter is gone or misbehaved: answer the active request, kill it. */
-static void server_died(const char *why)
+static void server_died(struct kernel *k, const char *why)
 {
-	struct ereq *r = sv.active;
-	sv.active = NULL;
+	struct ereq *r = k->active;
+	k->active = NULL;
 	logmsg("eval server: %s", why);
 	if (r && !r->s.id) {
 		/* the handshake failed: it cannot start, so fail everything waiting */
 		req_free(r);
-		fail_queue(EPIPE, "eval server failed to start");
+		fail_queue(k, EPIPE, "eval server failed to start");
 	} else if (r) {
-		req_fail(r, sv.interrupted ? ETIMEDOUT : EPIPE, why);
+		req_fail(r, k->interrupted ? ETIMEDOUT : EPIPE, why);
 	}
-	server_stop();
+	server_stop(k);
 }
 
-static void handle_reply(uint32_t id, const uint8_t *json, size_t len)
+static void handle_reply(struct kernel *k, uint32_t id, const uint8_t *json, size_t len)
 {
-	struct ereq *r = sv.active;
-	if (!r || id != (r->reseed ? 0 : sv.next_id)) {
-		server_died("reply id mismatch");
+	struct ereq *r = k->active;
+	if (!r || id != (r->reseed ? 0 : k->next_id)) {
+		server_died(k, "reply id mismatch");
 		return;
 	}
-	sv.active = NULL;
-	sv.ready = 1;
+	k->active = NULL;
+	k->ready = 1;
 	if (r->s.id && r->reseed) {
 		send_simple(RP_OK, r->s.id);
-	} else if (r->s.id && sv.interrupted) {
+	} else if (r->s.id && k->interrupted) {
 		fb_begin(RP_ERROR, r->s.id);
 		fb_i64(F_ERRNO, ETIMEDOUT);
 		const char *msg = "eval timed out; interrupted, interpreter state kept";
@@ -207,50 +320,51 @@ static void handle_reply(uint32_t id, const uint8_t *json, size_t len)
 		fb_bytes(F_JSON, json, len);
 		fb_end();
 	}
-	sv.interrupted = 0;
+	k->interrupted = 0;
 	req_free(r);
 }
 
 static void on_server_out(void *ctx, int fd, short rev)
 {
-	(void)ctx; (void)rev;
-	for (int i = 0; i < 64 && fd == sv.out_fd; i++) {
+	struct kernel *k = ctx;
+	(void)rev;
+	for (int i = 0; i < 64 && fd == k->out_fd; i++) {
 		ssize_t n;
-		if (sv.hgot < 8) {
-			n = read(fd, sv.hdr + sv.hgot, 8 - sv.hgot);
+		if (k->hgot < 8) {
+			n = read(fd, k->hdr + k->hgot, 8 - k->hgot);
 		} else {
-			n = read(fd, sv.rbuf + sv.rgot, sv.rlen - sv.rgot);
+			n = read(fd, k->rbuf + k->rgot, k->rlen - k->rgot);
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return;
 		if (n <= 0) {
-			server_died(n ? strerror(errno) : "exited");
+			server_died(k, n ? strerror(errno) : "exited");
 			return;
 		}
-		if (sv.hgot < 8) {
-			sv.hgot += (size_t)n;
-			if (sv.hgot < 8)
+		if (k->hgot < 8) {
+			k->hgot += (size_t)n;
+			if (k->hgot < 8)
 				continue;
-			uint32_t len = (uint32_t)sv.hdr[0] << 24 | sv.hdr[1] << 16 | sv.hdr[2] << 8 | sv.hdr[3];
+			uint32_t len = (uint32_t)k->hdr[0] << 24 | k->hdr[1] << 16 | k->hdr[2] << 8 | k->hdr[3];
 			if (len < 4 || len - 4 > REPLY_MAX) {
-				server_died("bad reply length");
+				server_died(k, "bad reply length");
 				return;
 			}
-			sv.rlen = len - 4;
-			sv.rgot = 0;
-			if (!(sv.rbuf = malloc(sv.rlen ? sv.rlen : 1))) {
-				server_died("out of memory");
+			k->rlen = len - 4;
+			k->rgot = 0;
+			if (!(k->rbuf = malloc(k->rlen ? k->rlen : 1))) {
+				server_died(k, "out of memory");
 				return;
 			}
 		} else {
-			sv.rgot += (size_t)n;
+			k->rgot += (size_t)n;
 		}
-		if (sv.rgot == sv.rlen) {
-			uint32_t id = (uint32_t)sv.hdr[4] << 24 | sv.hdr[5] << 16 | sv.hdr[6] << 8 | sv.hdr[7];
-			uint8_t *b = sv.rbuf;
-			sv.rbuf = NULL;
-			sv.hgot = 0;
-			handle_reply(id, b, sv.rlen);
+		if (k->rgot == k->rlen) {
+			uint32_t id = (uint32_t)k->hdr[4] << 24 | k->hdr[5] << 16 | k->hdr[6] << 8 | k->hdr[7];
+			uint8_t *b = k->rbuf;
+			k->rbuf = NULL;
+			k->hgot = 0;
+			handle_reply(k, id, b, k->rlen);
 			free(b);
 			return;
 		}
@@ -259,105 +373,133 @@ static void on_server_out(void *ctx, int fd, short rev)
 
 static void on_server_in(void *ctx, int fd, short rev)
 {
-	(void)ctx; (void)rev;
-	while (fd == sv.in_fd && sv.woff < sv.wlen) {
-		ssize_t n = write(fd, sv.wbuf + sv.woff, sv.wlen - sv.woff);
+	struct kernel *k = ctx;
+	(void)rev;
+	while (fd == k->in_fd && k->woff < k->wlen) {
+		ssize_t n = write(fd, k->wbuf + k->woff, k->wlen - k->woff);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			return;
 		if (n < 0) {
-			server_died(strerror(errno));
+			server_died(k, strerror(errno));
 			return;
 		}
-		sv.woff += (size_t)n;
+		k->woff += (size_t)n;
 	}
-	if (fd == sv.in_fd) {
-		free(sv.wbuf);
-		sv.wbuf = NULL;
-		sv.wlen = sv.woff = 0;
+	if (fd == k->in_fd) {
+		free(k->wbuf);
+		k->wbuf = NULL;
+		k->wlen = k->woff = 0;
 	}
 }
 
 /* Send the next waiting request. */
-static void activate(int64_t now)
+static void activate(struct kernel *k, int64_t now)
 {
-	struct ereq *r = sv.head;
-	if (!(sv.wbuf = malloc(8 + (size_t)r->len))) {
+	struct ereq *r = k->head;
+	if (!(k->wbuf = malloc(8 + (size_t)r->len))) {
 		logmsg("eval: out of memory");
 		return; /* retried on the next iteration */
 	}
-	sv.head = r->next;
-	if (!sv.head)
-		sv.tail = NULL;
-	if (!r->reseed && ++sv.next_id == 0)
-		sv.next_id = 1;
-	put32(sv.wbuf, 4 + r->len);
-	put32(sv.wbuf + 4, r->reseed ? 0 : sv.next_id);
+	k->head = r->next;
+	if (!k->head)
+		k->tail = NULL;
+	if (!r->reseed && ++k->next_id == 0)
+		k->next_id = 1;
+	put32(k->wbuf, 4 + r->len);
+	put32(k->wbuf + 4, r->reseed ? 0 : k->next_id);
 	if (r->len)
-		memcpy(sv.wbuf + 8, r->code, r->len);
-	sv.wlen = 8 + r->len;
-	sv.woff = 0;
-	sv.active = r;
-	sv.interrupted = 0;
-	sv.deadline = r->timeout > 0 ? now + r->timeout : 0;
-	on_server_in(NULL, sv.in_fd, 0);
+		memcpy(k->wbuf + 8, r->code, r->len);
+	k->wlen = 8 + r->len;
+	k->woff = 0;
+	k->active = r;
+	k->interrupted = 0;
+	k->deadline = r->timeout > 0 ? now + r->timeout : 0;
+	on_server_in(k, k->in_fd, 0);
+}
+
+static void kernel_poll(struct kernel *k, int64_t now)
+{
+	if (!k->pid && k->head && server_start(k) < 0)
+		fail_queue(k, errno, k->err);
+	if (!k->pid)
+		return;
+	if (!k->active && k->head)
+		activate(k, now);
+	if (k->active && k->deadline) {
+		if (!k->interrupted && now >= k->deadline) {
+			kill(k->pid, SIGINT); /* KeyboardInterrupt: globals survive */
+			k->interrupted = 1;
+			k->kill_at = now + KILL_GRACE_MS;
+		}
+		if (k->interrupted && now >= k->kill_at) {
+			server_died(k, "timed out; killed, restarting");
+			if (server_start(k) < 0)
+				fail_queue(k, errno, k->err);
+			return;
+		}
+		want_timeout(k->interrupted ? k->kill_at : k->deadline);
+	}
+	if (k->wbuf)
+		poll_add(k->in_fd, POLLOUT, on_server_in, k);
+	poll_add(k->out_fd, POLLIN, on_server_out, k);
 }
 
 void eval_poll(int64_t now)
 {
-	if (!sv.pid && sv.head && server_start() < 0) {
-		int e = errno;
-		fail_queue(e, strerror(e));
-	}
-	if (!sv.pid)
-		return;
-	if (!sv.active && sv.head)
-		activate(now);
-	if (sv.active && sv.deadline) {
-		if (!sv.interrupted && now >= sv.deadline) {
-			kill(sv.pid, SIGINT); /* KeyboardInterrupt: globals survive */
-			sv.interrupted = 1;
-			sv.kill_at = now + KILL_GRACE_MS;
-		}
-		if (sv.interrupted && now >= sv.kill_at) {
-			server_died("timed out; killed, restarting");
-			if (server_start() < 0)
-				fail_queue(errno, strerror(errno));
-			return;
-		}
-		want_timeout(sv.interrupted ? sv.kill_at : sv.deadline);
-	}
-	if (sv.wbuf)
-		poll_add(sv.in_fd, POLLOUT, on_server_in, NULL);
-	poll_add(sv.out_fd, POLLIN, on_server_out, NULL);
+	for (size_t i = 0; i < NKERNELS; i++)
+		kernel_poll(&kernels[i], now);
 }
 
 int eval_reaped(pid_t pid, int status)
 {
 	(void)status;
-	if (!sv.pid || pid != sv.pid)
-		return 0;
-	server_died("exited");
-	return 1;
+	for (size_t i = 0; i < NKERNELS; i++)
+		if (kernels[i].pid && pid == kernels[i].pid) {
+			server_died(&kernels[i], "exited");
+			return 1;
+		}
+	return 0;
 }
 
-/* Set by IDENTITY: waking the interpreter on the fork path would cost every child a burst of
- * CPU (under TCG, translating the interpreter's code anew), so the reseed waits for the first
- * cell, which it precedes. */
-static int reseed_pending;
+static void reseed(struct kernel *k)
+{
+	struct ereq *r;
+	if (k->pid && (r = new_reseed(0)))
+		enqueue(k, r, 0);
+}
 
 void eval_request(const struct msg *m)
 {
 	const uint8_t *code;
 	uint32_t len;
 	int64_t timeout;
+	char *lang = NULL;
+	struct kernel *k = &kernels[0];
 	if (field_i64(m, F_TIMEOUT_MS, 0, &timeout) < 0) {
 		send_error(m->stream, EINVAL, "TIMEOUT_MS must be an i64");
 		return;
 	}
 	if (!field_get(m, F_CODE, &code, &len)) {
 		send_error(m->stream, EINVAL, "missing CODE");
+		return;
+	}
+	if (field_cstr(m, F_LANGUAGE, "LANGUAGE", &lang) < 0)
+		return;
+	if (lang) {
+		for (k = kernels; k < kernels + NKERNELS && strcmp(k->lang, lang); k++)
+			;
+		if (k == kernels + NKERNELS)
+			send_error(m->stream, EINVAL, "unknown LANGUAGE '%.100s' (python or javascript)", lang);
+		free(lang);
+		if (k == kernels + NKERNELS)
+			return;
+	}
+	if (!k->exists && !k->pid)
+		locate(k); /* installed since boot? */
+	if (missing(k)) {
+		send_error(m->stream, ENOENT, "%s", k->err);
 		return;
 	}
 	struct ereq *r = calloc(1, sizeof *r);
@@ -375,39 +517,48 @@ void eval_request(const struct msg *m)
 		free(r);
 		return;
 	}
-	if (reseed_pending) { /* after a fork: the interpreter reseeds before its first cell */
-		reseed_pending = 0;
-		eval_reseed(0);
+	if (k->reseed_pending) { /* after a fork: the interpreter reseeds before its first cell */
+		k->reseed_pending = 0;
+		reseed(k);
 	}
-	enqueue(r, 0);
+	enqueue(k, r, 0);
 }
 
+/* Set by IDENTITY: waking the interpreters on the fork path would cost every child a burst of
+ * CPU (under TCG, translating the interpreter's code anew), so each kernel's reseed waits for
+ * its first cell, which it precedes. */
 void eval_reseed_later(void)
 {
-	reseed_pending = 1;
-}
-
-int eval_reseed(uint32_t stream)
-{
-	if (!sv.pid)
-		return 1;
-	struct ereq *r = new_reseed(stream);
-	if (!r)
-		return 1;
-	if (stream && stream_add(&r->s) < 0) {
-		free(r);
-		return 0; /* EBUSY sent */
-	}
-	enqueue(r, 0);
-	return 0;
+	for (size_t i = 0; i < NKERNELS; i++)
+		kernels[i].reseed_pending = 1;
 }
 
 int eval_ready(void)
 {
-	return sv.pid && sv.ready;
+	for (size_t i = 0; i < NKERNELS; i++)
+		if (kernels[i].exists && !(kernels[i].pid && kernels[i].ready))
+			return 0;
+	return 1;
+}
+
+size_t eval_kernels(char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (size_t i = 0; i < NKERNELS; i++)
+		if (kernels[i].exists)
+			n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? "," : "",
+					      kernels[i].lang);
+	return n < cap ? n : cap - 1;
 }
 
 void eval_init(void)
 {
-	server_start();
+	for (size_t i = 0; i < NKERNELS; i++) {
+		locate(&kernels[i]);
+		if (kernels[i].exists)
+			server_start(&kernels[i]);
+		else
+			logmsg("no %s kernel: %s", kernels[i].lang, missing(&kernels[i]));
+	}
 }

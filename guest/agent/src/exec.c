@@ -26,13 +26,6 @@ struct exec {
 	size_t budget[2];          /* drain budget for out/err after exit */
 };
 
-static const char *const env_defaults[] = {
-	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=/root",
-	"LANG=C.UTF-8",
-	NULL,
-};
-
 void free_strv(char **v)
 {
 	if (!v)
@@ -42,41 +35,10 @@ void free_strv(char **v)
 	free(v);
 }
 
-char **default_env(void)
-{
-	size_t n = sizeof env_defaults / sizeof *env_defaults;
-	char **v = calloc(n, sizeof *v);
-	for (size_t i = 0; v && env_defaults[i]; i++)
-		if (!(v[i] = strdup(env_defaults[i]))) {
-			free_strv(v);
-			return NULL;
-		}
-	return v;
-}
-
-/* Set K=V in a malloc'd env vector, replacing an existing K. Takes ownership of kv. */
-static char **env_set(char **env, char *kv)
-{
-	size_t klen = strchr(kv, '=') - kv + 1, n = 0;
-	for (; env[n]; n++)
-		if (!strncmp(env[n], kv, klen)) {
-			free(env[n]);
-			env[n] = kv;
-			return env;
-		}
-	char **e = realloc(env, (n + 2) * sizeof *e);
-	if (!e) {
-		free(kv);
-		return NULL;
-	}
-	e[n] = kv;
-	e[n + 1] = NULL;
-	return e;
-}
-
 static struct rlimit orig_nofile;
 
-pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3])
+pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3],
+	    const struct user *u)
 {
 	int ep[2];
 	if (pipe2(ep, O_CLOEXEC) < 0)
@@ -103,7 +65,9 @@ pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int f
 				goto fail;
 		if (orig_nofile.rlim_cur)
 			setrlimit(RLIMIT_NOFILE, &orig_nofile);
-		if (chdir(cwd) < 0)
+		if (chdir(cwd) < 0) /* as root: like sudo -u, a cwd the user cannot enter is kept */
+			goto fail;
+		if (u && user_become(u) < 0)
 			goto fail;
 		environ = (char **)envp;
 		execvp(argv[0], argv);
@@ -156,7 +120,9 @@ static int mkpipe(int p[2], int ours)
 
 void exec_start(const struct msg *m)
 {
-	char **argv = NULL, **env = NULL, *cwd = NULL, *s = NULL;
+	char **argv = NULL, **env = NULL, *cwd = NULL, *s = NULL, *spec = NULL;
+	struct user *u = NULL;
+	char msg[320];
 	int64_t timeout, use_stdin;
 	int p_in[2] = { -1, -1 }, p_out[2] = { -1, -1 }, p_err[2] = { -1, -1 };
 	struct exec *e = NULL;
@@ -207,7 +173,20 @@ void exec_start(const struct msg *m)
 			}
 	}
 
-	if (!(env = default_env()))
+	/* the user: USER, else the image's default user */
+	if ((r = field_cstr(m, F_USER, "USER", &spec)) < 0)
+		goto out;
+	if (r > 0 && !spec[0]) {
+		send_error(m->stream, EINVAL, "USER must not be empty");
+		goto out;
+	}
+	if (!(u = malloc(sizeof *u)))
+		goto nomem;
+	if (user_resolve(r > 0 ? spec : config_user(), u, msg, sizeof msg) < 0) {
+		send_error(m->stream, errno, "%s%s", r > 0 ? "" : "default user: ", msg);
+		goto out;
+	}
+	if (!(env = base_env(u, r > 0)))
 		goto nomem;
 	for (off = 0; field_next(m, F_ENV, &off, &v, &len);) {
 		char *kv = dup_cstr(v, len);
@@ -228,7 +207,7 @@ void exec_start(const struct msg *m)
 		goto out;
 	}
 	int fds[3] = { p_in[0], p_out[1], p_err[1] };
-	e->pid = spawn(argv, env, cwd ? cwd : "/root", fds);
+	e->pid = spawn(argv, env, cwd ? cwd : default_cwd(u), fds, u);
 	if (e->pid < 0) {
 		send_error(m->stream, errno, "cannot start %s: %s", argv[0], strerror(errno));
 		goto out;
@@ -250,6 +229,8 @@ void exec_start(const struct msg *m)
 	free_strv(argv);
 	free_strv(env);
 	free(cwd);
+	free(spec);
+	free(u);
 	return;
 
 nomem:
@@ -264,6 +245,8 @@ out:
 	free_strv(env);
 	free(cwd);
 	free(s);
+	free(spec);
+	free(u);
 	if (e) {
 		stream_del(&e->s);
 		free(e);

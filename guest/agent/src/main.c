@@ -16,8 +16,12 @@
 
 #include "agent.h"
 
-const char *g_python = "/usr/bin/python3";
-const char *g_evalsrv = "/usr/lib/forkd/forkd_eval.py";
+const char *g_python = NULL; /* NULL: python3 on PATH, then /usr/bin/python3 */
+const char *g_evalsrv = "/.forkd/forkd_eval.py";
+const char *g_node = NULL; /* NULL: node, then nodejs, on PATH */
+const char *g_evaljs = "/.forkd/forkd_eval.js";
+const char *g_config_dir = "/.forkd";
+const char *g_etc_dir = "/etc";
 struct stream *g_streams[MAX_STREAMS];
 static int64_t t_start;
 
@@ -137,6 +141,9 @@ static void ping(const struct msg *m)
 	fb_i64(F_VERSION, PROTO_VERSION);
 	fb_i64(F_UPTIME_MS, now_ms() - t_start);
 	fb_i64(F_EVAL_READY, eval_ready());
+	char kernels[64];
+	size_t n = eval_kernels(kernels, sizeof kernels);
+	fb_bytes(F_KERNELS, kernels, n);
 	fb_end();
 }
 
@@ -182,7 +189,8 @@ int port_can_read(void)
 
 static void usage(void)
 {
-	logmsg("usage: forkd-agent [--port PATH | --fd N] [--no-init] [--evalsrv PATH] [--python PATH]");
+	logmsg("usage: forkd-agent [--port PATH | --fd N] [--no-init] [--evalsrv PATH] [--python PATH]"
+	       " [--evaljs PATH] [--node PATH] [--config-dir DIR] [--etc-dir DIR]");
 }
 
 int main(int argc, char **argv)
@@ -196,8 +204,9 @@ int main(int argc, char **argv)
 			do_init = 0;
 			continue;
 		}
-		if (!v || (strcmp(a, "--port") && strcmp(a, "--fd") &&
-			   strcmp(a, "--evalsrv") && strcmp(a, "--python"))) {
+		if (!v || (strcmp(a, "--port") && strcmp(a, "--fd") && strcmp(a, "--evalsrv") &&
+			   strcmp(a, "--python") && strcmp(a, "--evaljs") && strcmp(a, "--node") &&
+			   strcmp(a, "--config-dir") && strcmp(a, "--etc-dir"))) {
 			usage();
 			if (getpid() != 1)
 				return 2;
@@ -207,9 +216,12 @@ int main(int argc, char **argv)
 		if (!strcmp(a, "--port")) port_path = v;
 		else if (!strcmp(a, "--fd")) port_fd = atoi(v);
 		else if (!strcmp(a, "--python")) g_python = v;
-		else { /* --evalsrv: made absolute, the interpreter runs in /root */
+		else if (!strcmp(a, "--node")) g_node = v;
+		else if (!strcmp(a, "--config-dir")) g_config_dir = v;
+		else if (!strcmp(a, "--etc-dir")) g_etc_dir = v;
+		else { /* --evalsrv, --evaljs: made absolute, the interpreter runs elsewhere */
 			char *abs = realpath(v, NULL);
-			g_evalsrv = abs ? abs : v;
+			*(!strcmp(a, "--evalsrv") ? &g_evalsrv : &g_evaljs) = abs ? abs : v;
 		}
 	}
 
@@ -239,6 +251,7 @@ int main(int argc, char **argv)
 		logmsg("signalfd: %s", strerror(errno)); /* children are then reaped on timer */
 
 	port_setup(port_path, port_fd);
+	config_load();
 	eval_init();
 
 	for (;;) {

@@ -32,9 +32,9 @@ OK, DATA, END, ERROR, STARTED, STDOUT, STDERR, EXIT = 0x81, 0x82, 0x83, 0x8F, 0x
 TERMINAL = {OK, END, ERROR, EXIT}
 # tags
 ARG, ENV, CWD, SHELL, TIMEOUT_MS, STDIN_F, PATH, PATH2, MODE, FLAGS, DATA_F, CODE = range(1, 13)
-SEED, TIME_NS, HOSTNAME, SANDBOX_ID, SIGNAL_F, WINDOW_F = 13, 14, 15, 16, 17, 20
+SEED, TIME_NS, HOSTNAME, SANDBOX_ID, SIGNAL_F, WINDOW_F, USER, LANGUAGE = 13, 14, 15, 16, 17, 20, 21, 22
 VERSION, PID, EXIT_CODE, EXIT_SIGNAL, TIMED_OUT, ERRNO, MESSAGE = 32, 33, 34, 35, 36, 37, 38
-SIZE, MTIME_NS, FILE_TYPE, NAME, JSON_F, UPTIME_MS, EVAL_READY = 39, 40, 41, 42, 44, 45, 46
+SIZE, MTIME_NS, FILE_TYPE, NAME, JSON_F, UPTIME_MS, EVAL_READY, KERNELS = 39, 40, 41, 42, 44, 45, 46, 47
 INT_TAGS = {TIMEOUT_MS, STDIN_F, MODE, FLAGS, TIME_NS, SIGNAL_F, WINDOW_F, VERSION, PID, EXIT_CODE,
             EXIT_SIGNAL, TIMED_OUT, ERRNO, SIZE, MTIME_NS, FILE_TYPE, UPTIME_MS, EVAL_READY}
 MAX_FRAME = 1024 * 1024 + 64
@@ -81,12 +81,17 @@ class Frame:
         return "Frame(0x%02x, %d, %r)" % (self.type, self.stream, self.fields[:6])
 
 
+# An empty config dir and no JavaScript kernel source: today's defaults, whatever the host has.
+NO_CONFIG = os.path.join(tempfile.gettempdir(), "forkd-agent-test-no-config")
+BASE_ARGS = ["--config-dir", NO_CONFIG, "--evalsrv", EVALSRV, "--python", PYTHON,
+             "--evaljs", os.path.join(NO_CONFIG, "none.js")]
+
+
 class Agent:
-    def __init__(self, binary):
+    def __init__(self, binary, args=BASE_ARGS):
         self.sock, child = socket.socketpair()
         wrapper = shlex.split(os.environ.get("AGENT_WRAPPER", ""))
-        cmd = wrapper + [binary, "--fd", str(child.fileno()), "--no-init",
-                         "--evalsrv", EVALSRV, "--python", PYTHON]
+        cmd = wrapper + [binary, "--fd", str(child.fileno()), "--no-init"] + list(args)
         self.proc = subprocess.Popen(cmd, pass_fds=[child.fileno()])
         child.close()
         self.queues = {}
@@ -160,8 +165,9 @@ class Agent:
         err = b"".join(f.get(DATA_F) for f in frames if f.type == STDERR)
         return out, err, frames[-1], frames
 
-    def eval(self, code, timeout_ms=None):
+    def eval(self, code, timeout_ms=None, language=None):
         fields = [(CODE, code)] + ([(TIMEOUT_MS, timeout_ms)] if timeout_ms else [])
+        fields += [(LANGUAGE, language)] if language else []
         f = self.call(EVAL, fields, timeout=30)
         return f, json.loads(f.get(JSON_F)) if f.get(JSON_F) is not None else None
 
@@ -186,6 +192,7 @@ def expect_error(f, errno_value, what):
 def t_ping(a):
     f = a.call(PING)
     check(f.type == OK and f.get(VERSION) == 1 and f.get(UPTIME_MS) >= 0, f)
+    check(f.get(KERNELS) == b"python", "kernels %r" % f.get(KERNELS))
     deadline = time.time() + 20
     while a.call(PING).get(EVAL_READY) != 1:
         check(time.time() < deadline, "eval server never became ready")
@@ -644,6 +651,204 @@ def identity_inner(binary):
         a.close()
 
 
+def write(path, data, mode=0o644):
+    with open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+    os.chmod(path, mode)
+
+
+def image_dirs(tmp, env, config):
+    """A config dir (env, config) and an etc dir (passwd, group) like an image's."""
+    root = os.path.join(tmp, "image")
+    cfg, etc, work = (os.path.join(root, d) for d in ("forkd", "etc", "work"))
+    for d in (root, cfg, etc, work, os.path.join(root, "home-alice"), os.path.join(root, "home-bob")):
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o755)
+    os.chmod(tmp, 0o755)  # the users below must reach their homes and the kernel
+    if env is not None:
+        write(os.path.join(cfg, "env"), env)
+    if config is not None:
+        write(os.path.join(cfg, "config"), config)
+    write(os.path.join(etc, "passwd"),
+          "root:x:0:0:root:/root:/bin/sh\n"
+          "garbage line without fields\n"
+          "alice:x:12345:12345:Alice:%s/home-alice:/bin/sh\n"
+          "bob:x:23456:100::%s/home-bob:/bin/sh\n"
+          "nohome:x:34567:34567::/nonexistent:/bin/sh\n" % (root, root))
+    write(os.path.join(etc, "group"),
+          "root:x:0:\nalice:x:12345:\nstaff:x:50:alice,bob\nusers:x:100:\nwheel:x:10:bob\n")
+    return root, cfg, etc, work
+
+
+def ids(a, user=None, extra=()):
+    """uid, gid, sorted groups, cwd, HOME, USER, LOGNAME, FOO of a command run as `user`."""
+    fields = [(SHELL, 'id -u; id -g; id -G; pwd; echo "$HOME|$USER|$LOGNAME|$FOO"')]
+    fields += [(USER, user)] if user is not None else []
+    out, err, ex, frames = a.run(fields + list(extra))
+    if ex.type == ERROR:
+        return ex
+    check(ex.get(EXIT_CODE) == 0, (out, err, ex))
+    lines = out.decode().splitlines()
+    return (int(lines[0]), int(lines[1]), sorted(int(g) for g in lines[2].split()), lines[3],
+            lines[4])
+
+
+def t_users(binary, tmp):
+    """Image config and exec USER: the default user, env, cwd; explicit users; unknown ones."""
+    work = os.path.join(tmp, "image", "work")
+    root, cfg, etc, work = image_dirs(
+        tmp, b"FOO=bar\0PATH=/usr/bin:/bin\0=bad\0novalue\0\0HOME=/image-home\0",
+        "# comment\nunknown=1\ncwd=%s\r\nuser=alice\n" % work)
+    a = Agent(binary, BASE_ARGS + ["--config-dir", cfg, "--etc-dir", etc])
+    try:
+        # the default user (config): its groups, the image's env (its HOME wins), config cwd
+        check(ids(a) == (12345, 12345, [50, 12345], work, "/image-home|alice|alice|bar"), ids(a))
+        # explicit users get their own HOME, USER, LOGNAME and supplementary groups
+        check(ids(a, "bob") == (23456, 100, [10, 50, 100], work,
+                                "%s/home-bob|bob|bob|bar" % root), ids(a, "bob"))
+        check(ids(a, "root") == (0, 0, [0], work, "/root|root|root|bar"), ids(a, "root"))
+        check(ids(a, "alice:users")[:3] == (12345, 100, [100]), ids(a, "alice:users"))
+        check(ids(a, "23456:50")[:3] == (23456, 50, [50]), ids(a, "23456:50"))
+        check(ids(a, "bob:12345")[:3] == (23456, 12345, [12345]), ids(a, "bob:12345"))
+        # a uid the image does not list: gid 0, HOME / (as Docker does)
+        check(ids(a, "4242") == (4242, 0, [0], work, "/|||bar"), ids(a, "4242"))
+        check(ids(a, "4242:4343")[:3] == (4242, 4343, [4343]), ids(a, "4242:4343"))
+        # ENV and CWD of the request still win
+        got = ids(a, "bob", [(ENV, "HOME=/x"), (ENV, "FOO=baz"), (CWD, "/")])
+        check(got[3:] == ("/", "/x|bob|bob|baz"), got)
+        # unknown users and groups, bad specs: a clear error, the agent lives on
+        f = ids(a, "mallory")
+        expect_error(f, 2, "unknown user")
+        check(b"no user 'mallory'" in f.get(MESSAGE), f.get(MESSAGE))
+        f = ids(a, "alice:nogroup")
+        expect_error(f, 2, "unknown group")
+        check(b"no group 'nogroup'" in f.get(MESSAGE), f.get(MESSAGE))
+        for bad in ("", ":50", "alice:"):
+            expect_error(ids(a, bad), 22, "bad user spec %r" % bad)
+        # the kernel runs as the default user, in the default cwd, with the image's env
+        f, r = a.eval("import os; (os.getuid(), os.getgid(), sorted(os.getgroups()), os.getcwd(), "
+                      "os.environ['FOO'], os.environ['HOME'])")
+        check(r and r["ok"] and r["value"] == repr((12345, 12345, [50, 12345], work, "bar",
+                                                   "/image-home")), (f, r))
+    finally:
+        a.close()
+    # without config: root, /root, today's environment (HOME from passwd; USER, LOGNAME set)
+    root, cfg, etc, work = image_dirs(os.path.join(tmp, "plain") + "/", None, None)
+    a = Agent(binary, BASE_ARGS + ["--config-dir", cfg, "--etc-dir", etc])
+    try:
+        out, _, ex, _ = a.run([(SHELL, "id -u; pwd; env | sort | grep -v '^PWD=\\|^SHLVL=\\|^_='")])
+        check(out.decode().splitlines() == [
+            "0", "/root", "HOME=/root", "LANG=C.UTF-8", "LOGNAME=root",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "USER=root"], out)
+        check(ids(a, "nohome")[3] == "/", "a user without a home starts in /")
+    finally:
+        a.close()
+    # root always works, even without /etc/passwd; a default user the image lacks is an error
+    root, cfg, etc, work = image_dirs(os.path.join(tmp, "nopasswd") + "/", None, "user=ghost\n")
+    os.unlink(os.path.join(etc, "passwd"))
+    a = Agent(binary, BASE_ARGS + ["--config-dir", cfg, "--etc-dir", etc])
+    try:
+        check(ids(a, "root")[:4] == (0, 0, [0], "/root"), ids(a, "root"))
+        f = ids(a)
+        expect_error(f, 2, "missing default user")
+        check(f.get(MESSAGE).startswith(b"default user: no user 'ghost'"), f.get(MESSAGE))
+        check(a.call(PING).type == OK, "alive")
+    finally:
+        a.close()
+
+
+def t_config_bounds(binary, tmp):
+    """A huge env file is cut at its bound (the cut entry dropped), a garbage config ignored."""
+    big = b"A=1\0" + b"B=" + b"y" * (2 << 20) + b"\0C=3\0"
+    root, cfg, etc, work = image_dirs(os.path.join(tmp, "big") + "/", big,
+                                      b"cwd=relative\nuser=\n" + bytes(range(256)) * 1000 + b"\ncwd=/\n")
+    a = Agent(binary, BASE_ARGS + ["--config-dir", cfg, "--etc-dir", etc])
+    try:
+        out, _, ex, _ = a.run([(SHELL, 'pwd; echo "$A|${#B}|$C"')])
+        check(out == b"/root\n1|0|\n", out)
+    finally:
+        a.close()
+
+
+JS_STANDIN = os.path.join(HERE, "..", "..", "evalsrv", "forkd_eval.py")
+
+
+def t_kernels(binary, tmp):
+    """Two kernels: LANGUAGE dispatches, each keeps its own globals; PING's KERNELS/EVAL_READY."""
+    # the JavaScript kernel's place taken by a second Python one (the JS kernel is tested on its own)
+    a = Agent(binary, ["--config-dir", NO_CONFIG, "--evalsrv", EVALSRV, "--python", PYTHON,
+                       "--evaljs", JS_STANDIN, "--node", PYTHON])
+    try:
+        deadline = time.time() + 30
+        while a.call(PING).get(EVAL_READY) != 1:
+            check(time.time() < deadline, "kernels never became ready")
+            time.sleep(0.1)
+        check(a.call(PING).get(KERNELS) == b"python,javascript", a.call(PING))
+        _, r = a.eval("x = 41; import os; os.getpid()")
+        py_pid = r["value"]
+        _, r = a.eval("import os; os.getpid()", language="javascript")
+        check(r["ok"] and r["value"] != py_pid, "one interpreter for both: %r" % r)
+        _, r = a.eval("x", language="javascript")
+        check(not r["ok"] and r["error"]["name"] == "NameError", "globals shared: %r" % r)
+        _, r = a.eval("x + 1", language="python")
+        check(r["value"] == "42", r)
+        # timeouts are per kernel: a stuck JS cell does not hold Python's
+        s = _send(a, EVAL, [(CODE, "import time\nwhile True: time.sleep(0.01)"), (TIMEOUT_MS, 1500),
+                            (LANGUAGE, "javascript")])
+        t0 = time.time()
+        _, r = a.eval("x")
+        check(r["value"] == "41" and time.time() - t0 < 1.4, "python waited for javascript")
+        expect_error(a.until_end(s, 15)[-1], 110, "javascript cell timed out")
+        _, r = a.eval("x", language="javascript")
+        check(not r["ok"], "javascript kernel state after the interrupt: %r" % r)
+        expect_error(a.call(EVAL, [(CODE, "1"), (LANGUAGE, "cobol")]), 22, "unknown language")
+        # IDENTITY queues a reseed ahead of each kernel's next cell; both still answer
+        s = a.stream()
+        a.send(IDENTITY, s, [(SEED, b"s" * 32)])
+        a.until_end(s)
+        for lang in ("python", "javascript"):
+            _, r = a.eval("1 + 1", language=lang)
+            check(r["value"] == "2", (lang, r))
+    finally:
+        a.close()
+    # no interpreter: an ERROR at once naming it; no kernels at all: ready at once
+    work = os.path.join(tmp, "nointerp", "image", "work")
+    root, cfg, etc, work = image_dirs(os.path.join(tmp, "nointerp") + "/",
+                                      b"PATH=%s\0" % work.encode(), None)
+    a = Agent(binary, ["--config-dir", cfg, "--etc-dir", etc, "--evalsrv", EVALSRV,
+                       "--python", "/nonexistent/python3", "--evaljs", JS_STANDIN])
+    try:
+        f = a.call(PING)
+        check(f.get(KERNELS) == b"" and f.get(EVAL_READY) == 1, f)
+        t0 = time.time()
+        f = a.call(EVAL, [(CODE, "1")])
+        expect_error(f, 2, "missing python")
+        check(f.get(MESSAGE) == b"no python3 interpreter at /nonexistent/python3", f.get(MESSAGE))
+        f = a.call(EVAL, [(CODE, "1"), (LANGUAGE, "javascript")])
+        expect_error(f, 2, "missing node")
+        check(f.get(MESSAGE) == b"no node interpreter in this image (eval needs node or nodejs on PATH)",
+              f.get(MESSAGE))
+        check(time.time() - t0 < 2, "missing interpreters must fail at once")
+        # installed later (on the image's PATH): found at the next EVAL
+        os.symlink(PYTHON, os.path.join(work, "nodejs"))
+        _, r = a.eval("6 * 7", language="javascript")
+        check(r and r["value"] == "42", r)
+        check(a.call(PING).get(KERNELS) == b"javascript", a.call(PING))
+    finally:
+        a.close()
+    # the interpreter exists, the kernel's source does not
+    a = Agent(binary, ["--config-dir", NO_CONFIG, "--evalsrv", EVALSRV, "--python", PYTHON,
+                       "--evaljs", "/nonexistent/forkd_eval.js", "--node", PYTHON])
+    try:
+        f = a.call(EVAL, [(CODE, "1"), (LANGUAGE, "javascript")])
+        expect_error(f, 2, "missing kernel source")
+        check(f.get(MESSAGE) == b"the javascript kernel /nonexistent/forkd_eval.js is missing in this image",
+              f.get(MESSAGE))
+        check(a.call(PING).get(KERNELS) == b"python", "kernels")
+    finally:
+        a.close()
+
+
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         st = f.read().split(") ")[1].split()
@@ -671,6 +876,7 @@ def t_disconnect(binary):
 
 def main():
     binary = os.path.abspath(sys.argv[1])
+    os.makedirs(NO_CONFIG, exist_ok=True)
     if len(sys.argv) > 2 and sys.argv[2] == "--identity-inner":
         identity_inner(binary)
         return
@@ -697,6 +903,9 @@ def main():
                  ("limits", lambda: t_limits(a)),
                  ("eval", lambda: t_eval(a, have_numpy)),
                  ("identity", lambda: t_identity(binary)),
+                 ("users", lambda: t_users(binary, tmp)),
+                 ("config bounds", lambda: t_config_bounds(binary, tmp)),
+                 ("kernels", lambda: t_kernels(binary, tmp)),
                  ("disconnect", lambda: t_disconnect(binary))]
         only = os.environ.get("ONLY")
         for name, fn in tests:

@@ -30,7 +30,7 @@ export interface Requests {
   Branch: Opt<S["Branch"], "wait">;
   Exec: Opt<S["Exec"], "keep_stdin_open">;
   SendSignal: Opt<S["SendSignal"], "signal">;
-  Eval: Opt<S["Eval"], "timeout_ms">;
+  Eval: Opt<S["Eval"], "timeout_ms" | "language">;
   Mkdir: Opt<S["Mkdir"], "parents">;
 }
 type R = Requests;

@@ -1103,6 +1103,8 @@ export interface components {
             };
             /** @description Absolute path inside the guest. */
             cwd?: string;
+            /** @description Run as this user of the image: name, uid, name:group or uid:gid (from the image's /etc/passwd and /etc/group; root always works). Default: the image's user (root for templates). */
+            user?: string;
             /** @description Kills the command's whole process group after this long. */
             timeout_ms?: number;
             /** @description Written to the command's standard input, which is then closed (unless keep_stdin_open). */
@@ -1170,6 +1172,12 @@ export interface components {
         };
         Eval: {
             code: string;
+            /**
+             * @description The warm kernel that runs the cell; one the image cannot run is `unavailable` (503).
+             * @default python
+             * @enum {string}
+             */
+            language: "python" | "javascript";
             /** @default 30000 */
             timeout_ms: number;
         };

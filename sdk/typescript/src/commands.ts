@@ -1,5 +1,5 @@
 /** `sandbox.commands`: run commands (waiting or in the background), list, signal, feed stdin. */
-import { CommandExitError, ForkdError } from "./errors.js";
+import { CommandExitError, ForkdError, errorFromEnvelope } from "./errors.js";
 import type { CommandResult } from "./errors.js";
 import type { Transport } from "./transport.js";
 import type { CommandWire, ExecEventWire } from "./types.js";
@@ -9,6 +9,11 @@ export interface CommandStartOpts {
   envs?: Record<string, string>;
   /** Working directory (absolute). */
   cwd?: string;
+  /**
+   * The image's user to run as: name, uid, name:group or uid:gid ("root" always works).
+   * Default: the image's default user (root in forkd's templates).
+   */
+  user?: string;
   /** Kill the command's whole process group after this long (default 60 000 ms; 0 = never). */
   timeoutMs?: number;
   /** Called with output as it arrives (decoded as UTF-8, never split inside a character). */
@@ -93,7 +98,7 @@ export class CommandHandle {
           };
           return this.done;
         } else if (ev.type === "error") {
-          return new ForkdError(ev.error.message, { code: ev.error.code, details: ev.error.details });
+          return errorFromEnvelope(200, ev.error.code, ev.error.message, ev.error.details);
         }
       }
       return new ForkdError("the command's output stream ended before it exited", { code: "connection" });
@@ -151,6 +156,7 @@ export class Commands {
       cmd,
       ...(opts.envs ? { env: opts.envs } : {}),
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      ...(opts.user !== undefined ? { user: opts.user } : {}),
       ...(timeoutMs > 0 ? { timeout_ms: timeoutMs } : {}),
       ...(typeof opts.stdin === "string" ? { stdin: opts.stdin } : {}),
       ...(opts.stdin === true ? { keep_stdin_open: true } : {}),
@@ -167,7 +173,8 @@ export class Commands {
     const first = await queue.next();
     if (first === null) throw new ForkdError("the daemon closed the stream before the command started");
     if (first.type === "error") {
-      throw new ForkdError(first.error.message, { code: first.error.code, details: first.error.details });
+      // typed like any error reply (e.g. InvalidArgumentError for an unknown user); the stream was a 200
+      throw errorFromEnvelope(200, first.error.code, first.error.message, first.error.details);
     }
     const pid = first.type === "started" ? first.pid : 0;
     if (first.type !== "started") queue.unshift(first);

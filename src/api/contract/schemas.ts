@@ -17,6 +17,7 @@ import { MAX_FORK } from "../../sandbox/limits.js";
 import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
 import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/policy.js";
 import { ERROR_CODES } from "../../util/errors.js";
+import { EVAL_LANGUAGES } from "../../agent/eval.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -682,6 +683,14 @@ export const Exec = named(
       .describe("argv (run directly) or a string (run by /bin/sh -c)."),
     env: z.record(EnvName, z.string().max(1 << 16)).optional(),
     cwd: GuestPath.optional(),
+    user: z
+      .string()
+      .regex(/^[^:\s]{1,256}(:[^:\s]{1,256})?$/, "user must be name, uid, name:group or uid:gid")
+      .optional()
+      .describe(
+        "Run as this user of the image: name, uid, name:group or uid:gid (from the image's " +
+          "/etc/passwd and /etc/group; root always works). Default: the image's user (root for templates).",
+      ),
     timeout_ms: z
       .number()
       .int()
@@ -781,6 +790,10 @@ export const StdinQuery = z.object({ eof: z.enum(["0", "1", "true", "false"]).op
 export const Eval = named(
   z.strictObject({
     code: z.string().max(1 << 20),
+    language: z
+      .enum(EVAL_LANGUAGES)
+      .default("python")
+      .describe("The warm kernel that runs the cell; one the image cannot run is `unavailable` (503)."),
     timeout_ms: z
       .number()
       .int()

@@ -28,6 +28,7 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
     ...(typeof b.cmd === "string" ? { shell: b.cmd } : { argv: b.cmd }),
     env: b.env,
     cwd: b.cwd,
+    user: b.user,
     timeoutMs: b.timeout_ms,
     stdin: b.stdin !== undefined || b.keep_stdin_open,
   };
@@ -193,7 +194,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.post("/:id/eval", async (c) => {
     const body = await parseBody(c, Eval);
     const reply: EvalResultView = await s.sandboxes.use(c.req.param("id"), (agent) =>
-      agent.eval(body.code, body.timeout_ms),
+      agent.eval(body.code, body.timeout_ms, body.language),
     );
     return c.json(reply);
   });
