@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the forkd guest image for a template, with per-stage caching by content hash.
+# Builds the forkd guest image for a template or a given root tree, with per-stage caching.
 #
 #   guest/image/build.sh --template python --cache DIR [--agent PATH | --no-agent]
 #                        [--evalsrv PATH] [--mirror URI]
+#   guest/image/build.sh --rootfs-dir DIR --rootfs-key KEY --cache DIR [--forkd-files DIR] [...]
 # Without --agent: `make -C guest/agent` if guest/agent/Makefile exists (-> guest/agent/forkd-agent),
 # else no agent (the initramfs then falls back to /sbin/init or /bin/sh). --no-agent forces none.
 #
@@ -18,9 +19,22 @@
 # Stages (each cached in DIR/stages/<stage>-<hash>, built in DIR/tmp-XXXX and renamed):
 #   kernel       key: resolved linux-image package name+version, module list, stage code
 #   initramfs    key: kernel hash, /init script, busybox binary, stage code
-#   rootfs-base  key: template package list, suite, mirror URI, stage code
-#   final        key: rootfs-base hash, agent sha256, evalsrv sha256, stage code
+#   rootfs-base  key: template package list, suite, mirror URI, stage code   (template mode)
+#   final        key: rootfs-base hash, the /.forkd files' sha256s, stage code
 # image hash = sha256 over (format, template, the four stage hashes).
+#
+# Image mode (--rootfs-dir): the rootfs-base stage is replaced by a given root tree (a flattened
+# OCI image: read only, never modified), named by --rootfs-key (e.g. the image's manifest digest:
+# the caller promises the same key always means the same tree). Its final stage (final-image)
+# copies the tree as it is, adds /.forkd/ and the empty mount points the boot needs where the
+# tree has none (proc sys dev run tmp etc), and makes the ext4 from it.
+#   final-image  key: rootfs key, the /.forkd files' sha256s (agent, kernels, env, config), code
+# image hash = sha256 over (format, "rootfs", the rootfs key, the kernel/initramfs/final hashes).
+# --forkd-files DIR: a folder with the image's `env` (KEY=VALUE entries each ended by NUL)
+# and `config` (key=value lines); both optional, nothing else in it is read.
+#
+# Everything forkd adds to a guest lives under /.forkd/ (both modes): forkd-agent (PID 1),
+# forkd_eval.py, forkd_eval.js and guest/evalsrv/vendor/*.js when those exist, env, config.
 #
 # Only this script writes DIR/images/ (and DIR/stages/). An image directory is trusted only with
 # the `provenance` record this script writes into it (a file no pack can carry: packs install
@@ -29,7 +43,7 @@
 # by hand) is never used: it is moved to DIR/untrusted/ and the image built again. Format 2:
 # the first with provenance records, so no image of format 1 is ever looked up.
 #
-# Requires root (debootstrap, chroot, mknod). Uses only packages from scripts/setup-host.sh.
+# Requires root (debootstrap, chroot, mknod; image mode: to keep the tree's owners). Uses only packages from scripts/setup-host.sh.
 set -euo pipefail
 umask 022
 export LC_ALL=C
@@ -44,7 +58,7 @@ KERNEL_META=linux-image-cloud-amd64
 MODULES=(virtio virtio_ring virtio_mmio virtio_blk virtio_console virtio_net)
 HEADROOM_MIB=256
 ROUND_MIB=64
-STEPS=(agent kernel initramfs rootfs-base final image)
+STEPS=(agent kernel initramfs rootfs-base final image) # image mode: rootfs-base is not a step
 NSTEPS=${#STEPS[@]}
 
 # ---------------------------------------------------------------------------------------
@@ -155,7 +169,8 @@ commit_dir() {
 # ---------------------------------------------------------------------------------------
 # arguments
 TEMPLATE= CACHE= AGENT= EVALSRV= NO_AGENT=0 MIRROR=${FORKD_MIRROR:-}
-usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
+ROOTFS_DIR= ROOTFS_KEY= FORKD_FILES=
+usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--template) TEMPLATE=${2:?--template needs a value}; shift 2 ;;
@@ -164,15 +179,33 @@ while [ $# -gt 0 ]; do
 	--evalsrv) EVALSRV=${2:?--evalsrv needs a value}; shift 2 ;;
 	--mirror) MIRROR=${2:?--mirror needs a value}; shift 2 ;;
 	--no-agent) NO_AGENT=1; shift ;;
+	--rootfs-dir) ROOTFS_DIR=${2:?--rootfs-dir needs a value}; shift 2 ;;
+	--rootfs-key) ROOTFS_KEY=${2:?--rootfs-key needs a value}; shift 2 ;;
+	--forkd-files) FORKD_FILES=${2:?--forkd-files needs a value}; shift 2 ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage; die "unknown argument: $1" ;;
 	esac
 done
-[ -n "$TEMPLATE" ] || { usage; die "--template is required"; }
 [ -n "$CACHE" ] || { usage; die "--cache is required"; }
-[[ "$TEMPLATE" =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "bad template name: $TEMPLATE"
-TEMPLATE_PKGS_FILE="$SCRIPT_DIR/templates/$TEMPLATE.packages"
-[ -f "$TEMPLATE_PKGS_FILE" ] || die "unknown template '$TEMPLATE' (no $TEMPLATE_PKGS_FILE)"
+if [ -n "$ROOTFS_DIR" ]; then
+	[ -z "$TEMPLATE" ] || die "--template and --rootfs-dir exclude each other"
+	[[ "$ROOTFS_KEY" =~ ^[A-Za-z0-9:._-]{1,200}$ ]] || die "--rootfs-dir needs --rootfs-key (letters, digits, :._-)"
+	[ -d "$ROOTFS_DIR" ] || die "--rootfs-dir $ROOTFS_DIR: no such directory"
+	ROOTFS_DIR=$(cd "$ROOTFS_DIR" && pwd -P)
+	if [ -n "$FORKD_FILES" ]; then
+		[ -d "$FORKD_FILES" ] || die "--forkd-files $FORKD_FILES: no such directory"
+		FORKD_FILES=$(cd "$FORKD_FILES" && pwd -P)
+	fi
+	TEMPLATE=image
+	STEPS=(agent kernel initramfs final image)
+	NSTEPS=${#STEPS[@]}
+else
+	[ -n "$TEMPLATE" ] || { usage; die "--template or --rootfs-dir is required"; }
+	[ -z "$ROOTFS_KEY$FORKD_FILES" ] || die "--rootfs-key and --forkd-files go with --rootfs-dir"
+	[[ "$TEMPLATE" =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "bad template name: $TEMPLATE"
+	TEMPLATE_PKGS_FILE="$SCRIPT_DIR/templates/$TEMPLATE.packages"
+	[ -f "$TEMPLATE_PKGS_FILE" ] || die "unknown template '$TEMPLATE' (no $TEMPLATE_PKGS_FILE)"
+fi
 INIT_SCRIPT="$SCRIPT_DIR/initramfs-init.sh"
 [ -f "$INIT_SCRIPT" ] || die "missing $INIT_SCRIPT"
 
@@ -338,16 +371,36 @@ stage_final() { # OUT WORK
 	mkdir -p "$r"
 	zstd -dcq "$BASE_DIR/rootfs-base.tar.zst" |
 		tar --numeric-owner --xattrs --xattrs-include='*' --acls -xpf - -C "$r"
-	mkdir -p "$r/root" "$r/tmp" "$r/run" "$r/usr/lib/forkd" "$r/sbin"
+	mkdir -p "$r/root" "$r/tmp" "$r/run"
 	chmod 0700 "$r/root"
 	chmod 1777 "$r/tmp"
-	if [ -n "$AGENT" ]; then install -m 0755 "$AGENT" "$r/sbin/forkd-agent"; fi
-	if [ -n "$EVALSRV" ]; then install -m 0644 "$EVALSRV" "$r/usr/lib/forkd/forkd_eval.py"; fi
+	install_forkd_dir "$r"
 	echo forkd >"$r/etc/hostname"
 	printf '127.0.0.1\tlocalhost\n127.0.1.1\tforkd\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$r/etc/hosts"
 	rm -f "$r/etc/resolv.conf"
 	printf '# forkd: placeholder; the agent writes nameservers here when a network is attached\n' >"$r/etc/resolv.conf"
-	# Size: used + headroom, rounded up to a multiple of ROUND_MIB. Sparse file.
+	make_ext4 "$r" "$out" "$work"
+}
+
+# install_forkd_dir ROOT: forkd's own files, all under ROOT/.forkd/ (the image's are not touched).
+install_forkd_dir() {
+	local r=$1 f
+	rm -rf "$r/.forkd"
+	mkdir -p "$r/.forkd"
+	chmod 0755 "$r/.forkd"
+	if [ -n "$AGENT" ]; then install -m 0755 "$AGENT" "$r/.forkd/forkd-agent"; fi
+	for f in "${KERNEL_FILES[@]}"; do install -m 0644 "$f" "$r/.forkd/$(basename "$f")"; done
+	if [ -n "$FORKD_FILES" ]; then
+		for f in env config; do
+			if [ -f "$FORKD_FILES/$f" ]; then install -m 0644 "$FORKD_FILES/$f" "$r/.forkd/$f"; fi
+		done
+	fi
+}
+
+# make_ext4 ROOT OUT WORK: ROOT as OUT/rootfs.ext4, sized used + headroom rounded up to a
+# multiple of ROUND_MIB (a sparse file), checked with e2fsck.
+make_ext4() {
+	local r=$1 out=$2 work=$3 used size
 	used=$(du -sm "$r" | cut -f1)
 	size=$(((used + HEADROOM_MIB + ROUND_MIB - 1) / ROUND_MIB * ROUND_MIB))
 	truncate -s "${size}M" "$out/rootfs.ext4"
@@ -359,6 +412,22 @@ stage_final() { # OUT WORK
 	echo "$size" >"$out/size_mib"
 	echo "$used" >"$out/used_mib"
 	sha_file "$out/rootfs.ext4" >"$out/rootfs.ext4.sha256"
+}
+
+stage_final_image() { # OUT WORK: the given tree as it is, plus /.forkd/ and missing mount points
+	local out=$1 work=$2 r=$2/root d
+	mkdir -p "$r"
+	tar --numeric-owner --xattrs --xattrs-include='*' --acls -C "$ROOTFS_DIR" -cf - . |
+		tar --numeric-owner --xattrs --xattrs-include='*' --acls -xpf - -C "$r"
+	# The boot moves /dev, /proc and /sys into the root and the agent mounts /run and /tmp;
+	# the agent writes /etc/resolv.conf when a network is attached. Only where the image has
+	# none (a symlink of the image's counts as its own and stays).
+	for d in proc sys dev run etc; do
+		if [ ! -e "$r/$d" ] && [ ! -L "$r/$d" ]; then mkdir -m 0755 "$r/$d"; fi
+	done
+	if [ ! -e "$r/tmp" ] && [ ! -L "$r/tmp" ]; then mkdir -m 1777 "$r/tmp"; fi
+	install_forkd_dir "$r"
+	make_ext4 "$r" "$out" "$work"
 }
 
 # run_stage NAME HASH FUNC: if DIR/stages/NAME-HASH exists, it is cached; else build it.
@@ -411,13 +480,35 @@ fi
 if [ -z "$EVALSRV" ] && [ -f "$REPO_DIR/guest/evalsrv/forkd_eval.py" ]; then
 	EVALSRV="$REPO_DIR/guest/evalsrv/forkd_eval.py"
 fi
+KERNEL_FILES=()
 if [ -n "$EVALSRV" ]; then
 	EVALSRV=$(abs_input --evalsrv "$EVALSRV")
 	EVALSRV_SHA=$(sha_file "$EVALSRV")
+	[ "$(basename "$EVALSRV")" = forkd_eval.py ] || {
+		# installed under its fixed name: copy it to one
+		new_tmp
+		cp "$EVALSRV" "$NEW_TMP/forkd_eval.py"
+		EVALSRV="$NEW_TMP/forkd_eval.py"
+	}
+	KERNEL_FILES+=("$EVALSRV")
 else
 	info "no eval server (no --evalsrv, no guest/evalsrv/forkd_eval.py)"
 	EVALSRV_SHA=none
 fi
+# The JavaScript kernel and the single-file modules it loads, when the repository has them.
+for f in "$REPO_DIR/guest/evalsrv/forkd_eval.js" "$REPO_DIR"/guest/evalsrv/vendor/*.js; do
+	if [ -f "$f" ]; then KERNEL_FILES+=("$f"); fi
+done
+# One line per file installed into /.forkd/ (name and sha256): part of the final stage's key.
+FORKD_SUMS=$(
+	if [ -n "$AGENT" ]; then echo "forkd-agent $AGENT_SHA"; fi
+	for f in "${KERNEL_FILES[@]}"; do echo "$(basename "$f") $(sha_file "$f")"; done
+	if [ -n "$FORKD_FILES" ]; then
+		for f in env config; do
+			if [ -f "$FORKD_FILES/$f" ]; then echo "$f $(sha_file "$FORKD_FILES/$f")"; fi
+		done
+	fi
+)
 step_done
 
 # ---------------------------------------------------------------------------------------
@@ -444,8 +535,12 @@ else
 	mv -f "$RESOLVE_FILE.tmp" "$RESOLVE_FILE"
 fi
 
-PKGS_CSV=$(sed 's/#.*//' "$TEMPLATE_PKGS_FILE" | tr -s ' \t\n' '\n' | sed '/^$/d' | sort -u | paste -sd, -)
-[ -n "$PKGS_CSV" ] || die "$TEMPLATE_PKGS_FILE lists no packages"
+if [ -z "$ROOTFS_DIR" ]; then
+	PKGS_CSV=$(sed 's/#.*//' "$TEMPLATE_PKGS_FILE" | tr -s ' \t\n' '\n' | sed '/^$/d' | sort -u | paste -sd, -)
+	[ -n "$PKGS_CSV" ] || die "$TEMPLATE_PKGS_FILE lists no packages"
+else
+	PKGS_CSV=
+fi
 
 KEY_KERNEL="kernel
 package=$KPKG=$KVER
@@ -460,27 +555,43 @@ busybox=$(sha_file /bin/busybox)
 code=$(declare -f stage_initramfs)"
 H_INITRAMFS=$(sha_str "$KEY_INITRAMFS")
 
-KEY_BASE="rootfs-base
+if [ -z "$ROOTFS_DIR" ]; then
+	KEY_BASE="rootfs-base
 suite=$SUITE
 mirror=$MIRROR
 packages=$PKGS_CSV
 code=$(declare -f stage_rootfs_base trim_rootfs)"
-H_BASE=$(sha_str "$KEY_BASE")
+	H_BASE=$(sha_str "$KEY_BASE")
 
-KEY_FINAL="final
+	KEY_FINAL="final
 base=$H_BASE
-agent=$AGENT_SHA
-evalsrv=$EVALSRV_SHA
+forkd=$FORKD_SUMS
 headroom=$HEADROOM_MIB/$ROUND_MIB
-code=$(declare -f stage_final)"
-H_FINAL=$(sha_str "$KEY_FINAL")
+code=$(declare -f stage_final install_forkd_dir make_ext4)"
+	H_FINAL=$(sha_str "$KEY_FINAL")
 
-IMAGE_HASH=$(sha_str "format=$FORMAT
+	IMAGE_HASH=$(sha_str "format=$FORMAT
 template=$TEMPLATE
 kernel=$H_KERNEL
 initramfs=$H_INITRAMFS
 rootfs-base=$H_BASE
 final=$H_FINAL")
+else
+	H_BASE=none
+	KEY_FINAL="final-image
+rootfs=$ROOTFS_KEY
+forkd=$FORKD_SUMS
+headroom=$HEADROOM_MIB/$ROUND_MIB
+code=$(declare -f stage_final_image install_forkd_dir make_ext4)"
+	H_FINAL=$(sha_str "$KEY_FINAL")
+
+	IMAGE_HASH=$(sha_str "format=$FORMAT
+source=rootfs
+rootfs=$ROOTFS_KEY
+kernel=$H_KERNEL
+initramfs=$H_INITRAMFS
+final=$H_FINAL")
+fi
 IMAGE_DIR="$CACHE/images/$IMAGE_HASH"
 
 if [ -f "$IMAGE_DIR/manifest.json" ] && [ -f "$IMAGE_DIR/provenance" ] &&
@@ -504,10 +615,13 @@ KERNEL_VERSION=$(cat "$KERNEL_DIR/kernel_version")
 KEY=$KEY_INITRAMFS run_stage initramfs "$H_INITRAMFS" stage_initramfs
 INITRAMFS_DIR=$STAGE_DIR
 
-KEY=$KEY_BASE run_stage rootfs-base "$H_BASE" stage_rootfs_base
-BASE_DIR=$STAGE_DIR
-
-KEY=$KEY_FINAL run_stage final "$H_FINAL" stage_final
+if [ -z "$ROOTFS_DIR" ]; then
+	KEY=$KEY_BASE run_stage rootfs-base "$H_BASE" stage_rootfs_base
+	BASE_DIR=$STAGE_DIR
+	KEY=$KEY_FINAL run_stage final "$H_FINAL" stage_final
+else
+	KEY=$KEY_FINAL run_stage final-image "$H_FINAL" stage_final_image
+fi
 FINAL_DIR=$STAGE_DIR
 
 # ---------------------------------------------------------------------------------------
@@ -554,18 +668,19 @@ MODNAMES=$(sed 's#.*/##; s#\.ko$##' "$KERNEL_DIR/modules.order" | tr '\n' ' ')
 	printf '  "rootfs_used_mib": %s,\n' "$(cat "$FINAL_DIR/used_mib")"
 	printf '  "initrd_compression": "%s",\n' "$(cat "$INITRAMFS_DIR/compression")"
 	printf '  "initrd_modules": %s,\n' "$(json_list $MODNAMES)"
-	printf '  "suite": "%s",\n' "$SUITE"
+	if [ -z "$ROOTFS_DIR" ]; then printf '  "suite": "%s",\n' "$SUITE"; fi
 	printf '  "packages": %s,\n' "$(json_list ${PKGS_CSV//,/ })"
 	printf '  "agent_sha256": %s,\n' "$(json_opt "$AGENT_SHA")"
 	printf '  "evalsrv_sha256": %s,\n' "$(json_opt "$EVALSRV_SHA")"
+	if [ -n "$ROOTFS_DIR" ]; then printf '  "rootfs_key": "%s",\n' "$ROOTFS_KEY"; fi
 	printf '  "stages": {"kernel": "%s", "initramfs": "%s", "rootfs-base": "%s", "final": "%s"}\n' \
 		"$H_KERNEL" "$H_INITRAMFS" "$H_BASE" "$H_FINAL"
 	printf '}\n'
 } >"$TMP_IMG/manifest.json"
 chmod 0444 "$TMP_IMG/manifest.json"
 # The builder's mark: only an image directory with this record is ever trusted by a lookup.
-printf 'built-by=guest/image/build.sh\nimage_hash=%s\nstages=kernel-%s initramfs-%s rootfs-base-%s final-%s\n' \
-	"$IMAGE_HASH" "$H_KERNEL" "$H_INITRAMFS" "$H_BASE" "$H_FINAL" >"$TMP_IMG/provenance"
+printf 'built-by=guest/image/build.sh\nimage_hash=%s\nstages=kernel-%s initramfs-%s rootfs-base-%s %s-%s\n' \
+	"$IMAGE_HASH" "$H_KERNEL" "$H_INITRAMFS" "$H_BASE" "$(basename "$FINAL_DIR" | sed 's/-[0-9a-f]*$//')" "$H_FINAL" >"$TMP_IMG/provenance"
 chmod 0444 "$TMP_IMG/provenance"
 commit_dir "$TMP_IMG" "$IMAGE_DIR"
 step_done

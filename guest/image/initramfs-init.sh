@@ -1,6 +1,7 @@
 #!/bin/sh
 # forkd initramfs /init (busybox sh). Loads the virtio modules, mounts /dev/vda (ext4, rw) on
-# /newroot and switch_roots into /sbin/forkd-agent (fallbacks: /sbin/init, /bin/sh).
+# /newroot and switch_roots into /.forkd/forkd-agent (fallbacks: /sbin/forkd-agent for images
+# built before /.forkd/ existed, /sbin/init, /bin/sh).
 # Never hangs: any failure prints "forkd-init: FATAL: ..." on the console and powers off.
 #
 # Kernel command line options it honours:
@@ -9,7 +10,7 @@
 #   forkd.boottest=1     after mounting the root: check python3 + numpy in a chroot, print
 #                        "FORKD-BOOT-OK ..." (or "FORKD-BOOT-FAIL ..."), unmount, power off
 #   forkd.shell=1        drop to a busybox shell in the initramfs instead of switch_root
-#   forkd.init=PATH      run PATH (inside the new root) instead of /sbin/forkd-agent
+#   forkd.init=PATH      run PATH (inside the new root) instead of /.forkd/forkd-agent
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
 log() { echo "forkd-init: $*"; }
@@ -93,7 +94,7 @@ if [ "$BOOTTEST" = 1 ]; then
 	# /proc and /dev now live under /newroot. Use busybox for everything outside the chroot.
 	up=$(cut -d' ' -f1 /newroot/proc/uptime)
 	agent=absent
-	[ -x /newroot/sbin/forkd-agent ] && agent=present
+	{ [ -x /newroot/.forkd/forkd-agent ] || [ -x /newroot/sbin/forkd-agent ]; } && agent=present
 	echo "forkd-init: root mounted at uptime ${up}s; checking python3 + numpy"
 	if out=$(chroot /newroot /usr/bin/python3 -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)' 2>&1); then
 		echo "FORKD-BOOT-OK root_mounted=${up}s python_done=$(cut -d' ' -f1 /newroot/proc/uptime)s agent=$agent $out"
@@ -106,12 +107,12 @@ if [ "$BOOTTEST" = 1 ]; then
 	poweroff_now
 fi
 
-for cand in "$USER_INIT" /sbin/forkd-agent /sbin/init /bin/sh; do
+for cand in "$USER_INIT" /.forkd/forkd-agent /sbin/forkd-agent /sbin/init /bin/sh; do
 	[ -n "$cand" ] || continue
 	if [ -x "/newroot$cand" ] || [ -L "/newroot$cand" ]; then
-		[ "$cand" = /sbin/forkd-agent ] || log "starting fallback init $cand"
+		[ "$cand" = /.forkd/forkd-agent ] || log "starting fallback init $cand"
 		exec switch_root /newroot "$cand"
 		fail "switch_root /newroot $cand failed"
 	fi
 done
-fail "no init found in the root filesystem (/sbin/forkd-agent, /sbin/init, /bin/sh)"
+fail "no init found in the root filesystem (/.forkd/forkd-agent, /sbin/forkd-agent, /sbin/init, /bin/sh)"

@@ -42,6 +42,7 @@ import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
 import { crashPointFromEnv } from "../util/crash.js";
+import { LocalImages } from "../image/local-images.js";
 import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
 import { installFailurePolicy } from "./failure-policy.js";
@@ -193,6 +194,9 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   });
   const snapshots = new SnapshotService({
     store,
+    // Snapshots from images: the OCI puller (src/oci/puller.ts) once it is wired here; tests
+    // name local trees with FORKD_TEST_IMAGES (image/local-images.ts).
+    images: env.FORKD_TEST_IMAGES ? new LocalImages(env.FORKD_TEST_IMAGES) : null,
     create: {
       store,
       driver,

@@ -1,15 +1,18 @@
 /**
- * Guest images: guest/image/build.sh builds kernel, initramfs and root filesystem for a template,
- * each stage cached by content hash under the cache dir. This wrapper runs it, relays its
- * progress and reads the resulting manifest.
+ * Guest images: guest/image/build.sh builds kernel, initramfs and root filesystem for a template
+ * or from a given root tree (a pulled image), each stage cached by content hash under the cache
+ * dir. This wrapper runs it, relays its progress and reads the resulting manifest.
  */
 import { spawn } from "node:child_process";
-import { readdir, readFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ForkdError } from "../util/errors.js";
 import { assertTemplate } from "../util/ids.js";
 import { childEnv, downloadEnv } from "../util/proc.js";
 import { builtImageAddress } from "./content.js";
+import { forkdConfigFile, forkdEnvFile } from "./forkd-files.js";
+import type { RootfsImage } from "./rootfs-image.js";
 
 export interface GuestImage {
   /** The build hash (over the build's inputs: guest/image/build.sh). */
@@ -69,11 +72,40 @@ export class ImageBuilder {
     timeoutMs = 30 * 60_000,
   ): Promise<GuestImage> {
     await this.assertKnown(template);
+    return this.load(await this.build(["--template", template], progress, timeoutMs));
+  }
+
+  /**
+   * Returns the guest image of a pulled image: its tree as it is plus /.forkd/ (the agent, the
+   * kernels, the image's Env and WorkingDir/User as /.forkd/env and /.forkd/config), keyed by
+   * the image's digest and those files, so a second snapshot of the same image builds nothing.
+   * `image.rootfs` is only read.
+   */
+  async ensureFromRootfs(
+    image: RootfsImage,
+    progress: ProgressFn = () => undefined,
+    timeoutMs = 30 * 60_000,
+  ): Promise<GuestImage> {
+    const env = forkdEnvFile(image.config.env);
+    const config = forkdConfigFile(image.config);
+    const files = await mkdtemp(join(tmpdir(), "forkd-image-files-"));
+    try {
+      if (env.length > 0) await writeFile(join(files, "env"), env, { mode: 0o644 });
+      if (config.length > 0) await writeFile(join(files, "config"), config, { mode: 0o644 });
+      const args = ["--rootfs-dir", image.rootfs, "--rootfs-key", image.digest, "--forkd-files", files];
+      return await this.load(await this.build(args, progress, timeoutMs));
+    } finally {
+      await rm(files, { recursive: true, force: true });
+    }
+  }
+
+  /** Runs build.sh with `args` (and the cache, the mirror); resolves to the image directory. */
+  private build(args: string[], progress: ProgressFn, timeoutMs: number): Promise<string> {
     const script = join(this.repoDir, "guest/image/build.sh");
     const mirror = this.opts.mirror ? ["--mirror", this.opts.mirror] : [];
-    const out = await new Promise<string>((resolve, reject) => {
+    return new Promise<string>((resolve, reject) => {
       // It downloads packages: proxy and TLS trust settings, nothing else of the daemon's.
-      const child = spawn("bash", [script, "--template", template, "--cache", this.cacheDir, ...mirror], {
+      const child = spawn("bash", [script, ...args, "--cache", this.cacheDir, ...mirror], {
         stdio: ["ignore", "pipe", "pipe"],
         env: childEnv(downloadEnv(this.opts.env), this.opts.env),
       });
@@ -104,7 +136,6 @@ export class ImageBuilder {
           );
       });
     });
-    return this.load(out);
   }
 
   async load(dir: string): Promise<GuestImage> {

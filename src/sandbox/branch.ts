@@ -271,6 +271,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     format: SNAPSHOT_FORMAT,
     tag: a.tag,
     template: src.template,
+    source: src.source,
     created: new Date().toISOString(),
     status: "ready",
     machine: src.machine,

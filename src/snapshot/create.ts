@@ -1,7 +1,8 @@
 /**
- * Creating a snapshot: boot a parent VM cold on its own disk layer, wait for its agent and warm
- * interpreter, run the warm-up, flush the guest's disk cache, and freeze it: device state to a
- * file, RAM already in the memory file. The parent never runs again on that image.
+ * Creating a snapshot: boot a parent VM cold on its own disk layer over a guest image its caller
+ * prepared, wait for its agent and warm interpreter, run the start and ready commands and the
+ * warm-up, flush the guest's disk cache, and freeze it: device state to a file, RAM already in
+ * the memory file. The parent never runs again on that image.
  */
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, rm } from "node:fs/promises";
@@ -9,7 +10,7 @@ import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import { createOverlay, virtualSize } from "../disk/overlay.js";
 import type { AccelChoice } from "../host/accel.js";
-import type { ImageBuilder } from "../image/builder.js";
+import type { GuestImage, ImageBuilder } from "../image/builder.js";
 import type { Progress } from "./progress.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
@@ -19,14 +20,29 @@ import type { MachineConfig } from "../vmm/config.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import type { Vm } from "../vmm/vm.js";
 import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
-import type { SnapshotMeta } from "./meta.js";
+import type { SnapshotMeta, SnapshotSource } from "./meta.js";
+import { startAndWaitReady } from "./start-ready.js";
 import { snapshotFiles } from "./store.js";
 import type { SnapshotStore } from "./store.js";
 import type { CrashPoint } from "../util/crash.js";
 
 export interface CreateSnapshotRequest {
   tag: string;
-  template: string;
+  /**
+   * The guest image the parent boots, prepared by the caller (ImageBuilder.ensure for a
+   * template, ensureFromRootfs for a pulled image, a Dockerfile build).
+   */
+  image: GuestImage;
+  /** Where the image came from (recorded as the snapshot's `source`). */
+  source: SnapshotSource;
+  /** Started in the background in the parent before the warm-up: running in every child. */
+  startCmd?: string | null;
+  /** Run until it exits 0 (after startCmd), before the warm-up; bounded by readyTimeoutMs. */
+  readyCmd?: string | null;
+  /** Default 120 s. */
+  readyTimeoutMs?: number;
+  /** Env and cwd of the commands run in the parent (start, ready, warm): the image's config. */
+  execDefaults?: { env?: Record<string, string>; cwd?: string };
   warm?: string | null;
   /** Python run in the warm interpreter before freezing (imports, loaded models, globals). */
   warmEval?: string | null;
@@ -42,6 +58,7 @@ export interface CreateSnapshotRequest {
 export interface SnapshotDeps {
   store: SnapshotStore;
   driver: VmmDriver;
+  /** Builds the guest images of templates and pulled images (the service's; create takes one). */
   images: ImageBuilder;
   accel: AccelChoice;
   qemuVersion: string;
@@ -55,7 +72,7 @@ export async function createSnapshot(
   req: CreateSnapshotRequest,
   progress: Progress = () => undefined,
 ): Promise<SnapshotMeta> {
-  await deps.images.assertKnown(req.template);
+  const image = req.image;
   const release = await deps.store.claim(req.tag);
   const suffix = randomBytes(6).toString("hex");
   const staging = deps.store.stagingDir(suffix);
@@ -63,8 +80,6 @@ export async function createSnapshot(
   let vm: Vm | null = null;
   let agent: AgentClient | null = null;
   try {
-    progress(`image: ensuring template ${req.template}`, { phase: "image" });
-    const image = await deps.images.ensure(req.template, (line) => progress(line, { phase: "image" }));
     await mkdir(staging, { recursive: true, mode: 0o700 });
     // A daemon that dies before publishing leaves the tag failed (SnapshotStore.recover), and
     // the next one kills the parent VM still running from run/ (daemon/main.ts).
@@ -110,11 +125,29 @@ export async function createSnapshot(
     deps.crash?.("create:booted");
 
     const t1 = nowMs();
+    const dflt = req.execDefaults ?? {};
+    if (req.startCmd || req.readyCmd) {
+      await startAndWaitReady(
+        agent,
+        {
+          startCmd: req.startCmd ?? null,
+          readyCmd: req.readyCmd ?? null,
+          readyTimeoutMs: req.readyTimeoutMs ?? 120_000,
+          ...dflt,
+        },
+        (line) => progress(line, { phase: "start" }),
+      );
+    }
     if (req.warm) {
       progress(`warm: ${req.warm}`, { phase: "warm" });
       const out: Buffer[] = [];
       const r = await agent.exec(
-        { shell: req.warm, timeoutMs: req.warmTimeoutMs ?? 600_000 },
+        {
+          shell: req.warm,
+          timeoutMs: req.warmTimeoutMs ?? 600_000,
+          ...(dflt.env ? { env: dflt.env } : {}),
+          ...(dflt.cwd ? { cwd: dflt.cwd } : {}),
+        },
         { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },
       ).result;
       if (r.exitCode !== 0) {
@@ -174,7 +207,8 @@ export async function createSnapshot(
     const meta = await writeMeta(files.meta, {
       format: SNAPSHOT_FORMAT,
       tag: req.tag,
-      template: req.template,
+      template: req.source.kind === "template" ? req.source.name : req.source.kind,
+      source: req.source,
       created: new Date().toISOString(),
       status: "ready",
       machine,

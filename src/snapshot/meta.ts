@@ -8,7 +8,29 @@ import { z } from "zod";
 import { ForkdError } from "../util/errors.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 
-export const SNAPSHOT_FORMAT = 1;
+/**
+ * The format this forkd writes. 2 added `source` (where the snapshot came from: a template, an
+ * image, a Dockerfile); format 1 (no `source`) is still read, as made from its `template`.
+ */
+export const SNAPSHOT_FORMAT = 2 as const;
+
+/** Formats this forkd reads. */
+const FORMATS = [1, 2] as const;
+
+/** Where a snapshot came from: one of forkd's templates, an OCI image, a Dockerfile build. */
+export const SnapshotSourceSchema = z.discriminatedUnion("kind", [
+  z.object({ kind: z.literal("template"), name: z.string().max(256) }),
+  z.object({
+    kind: z.literal("image"),
+    /** The normalized reference it was pulled by (e.g. docker.io/library/python:3.11). */
+    ref: z.string().max(1024),
+    /** The digest of the (platform) manifest pulled: what the snapshot holds. */
+    digest: z.string().max(256),
+  }),
+  // Its own fields are the Dockerfile builder's (src/image/dockerfile/).
+  z.object({ kind: z.literal("dockerfile") }).passthrough(),
+]);
+export type SnapshotSource = z.infer<typeof SnapshotSourceSchema>;
 
 const FileSum = z.object({
   size: z.number().int().nonnegative(),
@@ -16,9 +38,15 @@ const FileSum = z.object({
 });
 
 export const SnapshotMetaSchema = z.object({
-  format: z.literal(SNAPSHOT_FORMAT),
+  format: z.union([z.literal(FORMATS[0]), z.literal(FORMATS[1])]),
   tag: z.string(),
+  /**
+   * The template it was built from; of a snapshot from another source, that source's kind
+   * ("image", "dockerfile"): a label, `source` says what it was.
+   */
   template: z.string(),
+  /** Absent only in format 1, read as `{kind: "template", name: template}`. */
+  source: SnapshotSourceSchema.optional(),
   created: z.string(),
   status: z.literal("ready"),
   machine: z.object({
@@ -87,7 +115,16 @@ export const SnapshotMetaSchema = z.object({
   checksum: z.string(),
 });
 
-export type SnapshotMeta = z.infer<typeof SnapshotMetaSchema>;
+/** A snapshot's metadata as read: `source` is always there (filled in for format 1). */
+export type SnapshotMeta = z.infer<typeof SnapshotMetaSchema> & { source: SnapshotSource };
+
+/**
+ * Parsed metadata with its `source`: a format-1 snapshot (none recorded) came from its template.
+ * A rewrite (writeMeta) then records it in the current format.
+ */
+export function withSource(parsed: z.infer<typeof SnapshotMetaSchema>): SnapshotMeta {
+  return { ...parsed, source: parsed.source ?? { kind: "template", name: parsed.template } };
+}
 export type NicMeta = NonNullable<SnapshotMeta["nic"]>;
 
 /**
@@ -116,7 +153,7 @@ function canonical(v: unknown): string {
   return JSON.stringify(v);
 }
 
-function checksumOf(meta: Omit<SnapshotMeta, "checksum">): string {
+function checksumOf(meta: Omit<z.infer<typeof SnapshotMetaSchema>, "checksum">): string {
   const { checksum: _c, ...rest } = meta as SnapshotMeta;
   return createHash("sha256").update(canonical(rest)).digest("hex");
 }
@@ -125,14 +162,16 @@ function checksumOf(meta: Omit<SnapshotMeta, "checksum">): string {
  * The checksum snapshots written before keys were sorted carry: over the keys in the order they
  * were written, which for every writer then was the schema's order (the order zod parses into).
  */
-function legacyChecksumOf(parsed: Omit<SnapshotMeta, "checksum">): string {
+function legacyChecksumOf(parsed: Omit<z.infer<typeof SnapshotMetaSchema>, "checksum">): string {
   return createHash("sha256")
     .update(JSON.stringify({ ...parsed, checksum: undefined }))
     .digest("hex");
 }
 
+/** Writes `meta` in the current format (a rewrite of a format-1 snapshot records its source). */
 export async function writeMeta(path: string, meta: Omit<SnapshotMeta, "checksum">): Promise<SnapshotMeta> {
-  const full: SnapshotMeta = { ...meta, checksum: checksumOf(meta) };
+  const current = { ...meta, format: SNAPSHOT_FORMAT };
+  const full: SnapshotMeta = { ...current, checksum: checksumOf(current) };
   await writeJsonAtomic(path, full, 0o644);
   return full;
 }
@@ -147,7 +186,7 @@ export async function readMeta(path: string): Promise<SnapshotMeta> {
     throw new ForkdError("not_found", `no snapshot metadata at ${path}`, {}, e);
   }
   if (raw.length > MAX_META) throw new ForkdError("snapshot_corrupt", `${path} is too large`);
-  let parsed: SnapshotMeta;
+  let parsed: z.infer<typeof SnapshotMetaSchema>;
   try {
     parsed = SnapshotMetaSchema.parse(JSON.parse(raw));
   } catch (e) {
@@ -156,7 +195,7 @@ export async function readMeta(path: string): Promise<SnapshotMeta> {
   const { checksum, ...rest } = parsed;
   if (checksumOf(rest) !== checksum && legacyChecksumOf(rest) !== checksum)
     throw new ForkdError("snapshot_corrupt", `${path}: checksum mismatch`);
-  return parsed;
+  return withSource(parsed);
 }
 
 export function sha256File(path: string): Promise<{ size: number; sha256: string }> {

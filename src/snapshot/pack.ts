@@ -26,7 +26,7 @@ import { exists, linkOrCopy } from "../util/fs.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isValidTag } from "../util/ids.js";
 import { childEnv, run } from "../util/proc.js";
-import { SnapshotMetaSchema, sha256File, writeMeta } from "./meta.js";
+import { SnapshotMetaSchema, sha256File, withSource, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
 import type { CrashPoint } from "../util/crash.js";
@@ -412,7 +412,7 @@ async function readPackMeta(dir: string, t: string): Promise<SnapshotMeta> {
       field,
     });
   }
-  return r.data;
+  return withSource(r.data);
 }
 
 /**

@@ -3,7 +3,8 @@
  * goes with each operation beyond the store: a new snapshot's warm pool is pre-started, a
  * deleted one's drained and its use by sandboxes checked first, packs and pulls land in the
  * cache directory's image paths with this host's accelerator and the unpack limit, progress
- * lines are logged.
+ * lines are logged. It decides what a new snapshot boots: a template's guest image, or a pulled
+ * image's (the image resolver pulls it, the builder adds forkd's files).
  */
 import type { Readable } from "node:stream";
 import type { CrashPoint } from "../util/crash.js";
@@ -13,6 +14,8 @@ import { compactSnapshot, deleteSnapshot } from "./chain.js";
 import { createSnapshot } from "./create.js";
 import type { CreateSnapshotRequest, SnapshotDeps } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
+import type { ImageResolver } from "../image/rootfs-image.js";
+import { envMap } from "../image/forkd-files.js";
 import { packSnapshot } from "./pack.js";
 import type { Registered, UnpackDeps } from "./pack.js";
 import { pullSnapshot } from "./pull.js";
@@ -33,8 +36,18 @@ export interface SnapshotUsers {
   forgetSnapshot(tag: string): Promise<void>;
 }
 
+/** What a new snapshot is made from: one of forkd's templates, or an image reference. */
+export type SnapshotFrom = { template: string } | { image: string };
+
+/** A creation as the API asks for it: the guest image is the service's to prepare. */
+export interface NewSnapshotRequest extends Omit<CreateSnapshotRequest, "image" | "source" | "execDefaults"> {
+  from: SnapshotFrom;
+}
+
 export interface SnapshotServiceOptions {
   store: SnapshotStore;
+  /** Pulls images (src/oci/puller.ts's ImagePuller); null: snapshots from images are unavailable. */
+  images?: ImageResolver | null;
   /** What building a snapshot uses (the VMM driver, the image builder, ...). */
   create: SnapshotDeps;
   /** Push and pull: the blob digest cache, the registry settings, the unpack limit. */
@@ -76,11 +89,47 @@ export class SnapshotService {
     return this.o.store.info(tag);
   }
 
-  /** Refuses a creation at once (a taken tag, an unknown template), before any work starts. */
-  async checkCreatable(tag: string, template: string): Promise<void> {
-    await this.o.create.images.assertKnown(template);
+  /**
+   * Refuses a creation at once (a taken tag, an unknown template, images without a puller),
+   * before any work starts.
+   */
+  async checkCreatable(tag: string, from: SnapshotFrom): Promise<void> {
+    if ("template" in from) await this.o.create.images.assertKnown(from.template);
+    else this.resolver();
     if (await this.o.store.has(tag))
       throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
+  }
+
+  private resolver(): ImageResolver {
+    if (!this.o.images)
+      throw new ForkdError("unavailable", "this daemon cannot pull images (no image puller configured)", {
+        field: "image",
+      });
+    return this.o.images;
+  }
+
+  /** The guest image, source and exec defaults of `from`: built (or found cached) now. */
+  private async prepare(
+    from: SnapshotFrom,
+    progress: Progress,
+  ): Promise<Pick<CreateSnapshotRequest, "image" | "source" | "execDefaults">> {
+    const onLine = (line: string) => progress(line, { phase: "image" });
+    if ("template" in from) {
+      await this.o.create.images.assertKnown(from.template);
+      progress(`image: ensuring template ${from.template}`, { phase: "image" });
+      const image = await this.o.create.images.ensure(from.template, onLine);
+      return { image, source: { kind: "template", name: from.template } };
+    }
+    progress(`image: pulling ${from.image}`, { phase: "pull" });
+    const pulled = await this.resolver().ensure(from.image, progress);
+    progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
+    const image = await this.o.create.images.ensureFromRootfs(pulled, onLine);
+    const cwd = pulled.config.workingDir;
+    return {
+      image,
+      source: { kind: "image", ref: pulled.ref, digest: pulled.digest },
+      execDefaults: { env: envMap(pulled.config.env), ...(cwd ? { cwd } : {}) },
+    };
   }
 
   /**
@@ -89,16 +138,22 @@ export class SnapshotService {
    * a failure is recorded in the pending list (a conflict is another creation's tag: not).
    */
   async create(
-    req: CreateSnapshotRequest,
+    req: NewSnapshotRequest,
     progress: Progress = () => undefined,
     unwatched: () => boolean = () => false,
   ): Promise<SnapshotMeta> {
     const started = new Date().toISOString();
+    const logged: Progress = (line, detail) => {
+      this.o.log.info(`snapshot ${req.tag}: ${line}`);
+      progress(line, detail);
+    };
     try {
-      const meta = await createSnapshot(this.o.create, req, (line, detail) => {
-        this.o.log.info(`snapshot ${req.tag}: ${line}`);
-        progress(line, detail);
-      });
+      // A taken tag before the image is pulled or built (create claims it again, atomically).
+      if (await this.o.store.has(req.tag))
+        throw new ForkdError("conflict", `snapshot ${req.tag} already exists`, { tag: req.tag });
+      const { from, ...rest } = req;
+      const prepared = await this.prepare(from, logged);
+      const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, logged);
       this.o.sandboxes.prewarm(meta.tag);
       return meta;
     } catch (e) {

@@ -35,6 +35,7 @@ export function fakeMeta(
     format: SNAPSHOT_FORMAT,
     tag,
     template: "python",
+    source: { kind: "template", name: "python" },
     created: new Date().toISOString(),
     status: "ready",
     machine: { memoryMiB: 128, vcpus: 1, accel: "tcg", cpu: "qemu64" },

@@ -84,12 +84,23 @@ test("deleting drains the warm pool of the tag before it goes", async () => {
 });
 
 test("a creation with a taken tag or an unknown template is refused before any work", async () => {
-  await assert.rejects(svc.checkCreatable("busy", "basic"), code("conflict"));
-  await svc.checkCreatable("new", "basic");
-  await assert.rejects(svc.checkCreatable("new", "no-such-template"), code("invalid_argument"));
+  await assert.rejects(svc.checkCreatable("busy", { template: "basic" }), code("conflict"));
+  await svc.checkCreatable("new", { template: "basic" });
+  await assert.rejects(svc.checkCreatable("new", { template: "no-such-template" }), code("invalid_argument"));
   await assert.rejects(
-    svc.create({ tag: "new", template: "no-such-template", memoryMiB: 256, vcpus: 1 }),
+    svc.create({ tag: "new", from: { template: "no-such-template" }, memoryMiB: 256, vcpus: 1 }),
     code("invalid_argument"),
+  );
+  // Without an image puller, a snapshot from an image is refused at once, naming why.
+  await assert.rejects(svc.checkCreatable("new", { image: "busybox:latest" }), code("unavailable"));
+  await assert.rejects(
+    svc.create({ tag: "new", from: { image: "busybox:latest" }, memoryMiB: 256, vcpus: 1 }),
+    code("unavailable"),
+  );
+  // A taken tag is refused before any image is pulled or built.
+  await assert.rejects(
+    svc.create({ tag: "busy", from: { image: "busybox:latest" }, memoryMiB: 256, vcpus: 1 }),
+    code("conflict"),
   );
   assert.equal(events.includes("prewarm new"), false);
 });

@@ -23,7 +23,7 @@ type Opt<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
  */
 export interface Requests {
   CreateToken: Opt<S["CreateToken"], "scope">;
-  CreateSnapshot: Opt<S["CreateSnapshot"], "template" | "memory_mib" | "vcpus">;
+  CreateSnapshot: Opt<S["CreateSnapshot"], "template" | "ready_timeout_ms" | "memory_mib" | "vcpus">;
   Push: Opt<S["Push"], "insecure">;
   Pull: Opt<S["Pull"], "insecure">;
   CreateSandboxes: Opt<S["CreateSandboxes"], "n" | "on_idle">;

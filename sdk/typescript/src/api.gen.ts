@@ -678,8 +678,19 @@ export interface components {
         CreateSnapshot: {
             /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
             tag: string;
-            /** @default python */
-            template: string;
+            /** @description One of forkd's templates (default python, unless `image` is given). */
+            template?: string;
+            /** @description An OCI/Docker image reference ([HOST[:PORT]/]NAME[:TAG|@DIGEST]; Docker Hub short names as docker does): the snapshot boots its tree, with its Env, WorkingDir and User. */
+            image?: string;
+            /** @description Shell command started in the background in the parent before the warm-up and the freeze (a server): it is already running in every child. */
+            start_cmd?: string | null;
+            /** @description Shell command run again and again (after start_cmd) until it exits 0, before the warm-up; creation fails if it does not within ready_timeout_ms. */
+            ready_cmd?: string | null;
+            /**
+             * @description How long ready_cmd has to succeed, from when start_cmd starts.
+             * @default 120000
+             */
+            ready_timeout_ms: number;
             /** @description Shell command run in the parent before it is frozen. */
             warm?: string | null;
             /** @description Python cell run in the parent's warm interpreter before it is frozen. */
@@ -689,10 +700,30 @@ export interface components {
             /** @default 1 */
             vcpus: number;
         };
+        /** @description Where a snapshot came from: a template, an image, a Dockerfile build. */
+        SnapshotSource: {
+            /** @constant */
+            kind: "template";
+            name: string;
+        } | {
+            /** @constant */
+            kind: "image";
+            /** @description The normalized reference it was pulled by */
+            ref: string;
+            /** @description The digest of the image manifest it holds */
+            digest: string;
+        } | ({
+            /** @constant */
+            kind: "dockerfile";
+        } & {
+            [key: string]: unknown;
+        });
         Snapshot: {
             format: number;
             tag: string;
+            /** @description Its template; of a snapshot from an image or a Dockerfile, `image` or `dockerfile` (see source) */
             template: string;
+            source: components["schemas"]["SnapshotSource"];
             created: string;
             /** @enum {string} */
             status: "ready";

@@ -153,24 +153,81 @@ export const TokenCreated = named(
 
 // ---------------------------------------------------------------- snapshots
 
+const ShellCommand = (what: string) =>
+  z
+    .string()
+    .min(1)
+    .max(64 * 1024)
+    .nullish()
+    .describe(what);
+
 export const CreateSnapshot = named(
-  z.strictObject({
-    tag: Tag,
-    template: z.string().regex(TEMPLATE_RE).default("python"),
-    warm: z
-      .string()
-      .max(64 * 1024)
-      .nullish()
-      .describe("Shell command run in the parent before it is frozen."),
-    warm_eval: z
-      .string()
-      .max(1 << 20)
-      .nullish()
-      .describe("Python cell run in the parent's warm interpreter before it is frozen."),
-    memory_mib: z.number().int().min(128).max(65536).default(512),
-    vcpus: z.number().int().min(1).max(32).default(1),
-  }),
+  z
+    .strictObject({
+      tag: Tag,
+      template: z
+        .string()
+        .regex(TEMPLATE_RE)
+        .optional()
+        .describe("One of forkd's templates (default python, unless `image` is given)."),
+      image: z
+        .string()
+        .min(1)
+        .max(512)
+        .regex(/^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$/, "an image reference: [HOST[:PORT]/]NAME[:TAG|@DIGEST]")
+        .optional()
+        .describe(
+          "An OCI/Docker image reference ([HOST[:PORT]/]NAME[:TAG|@DIGEST]; Docker Hub short names " +
+            "as docker does): the snapshot boots its tree, with its Env, WorkingDir and User.",
+        ),
+      start_cmd: ShellCommand(
+        "Shell command started in the background in the parent before the warm-up and the freeze " +
+          "(a server): it is already running in every child.",
+      ),
+      ready_cmd: ShellCommand(
+        "Shell command run again and again (after start_cmd) until it exits 0, before the warm-up; " +
+          "creation fails if it does not within ready_timeout_ms.",
+      ),
+      ready_timeout_ms: z
+        .number()
+        .int()
+        .min(1000)
+        .max(3_600_000)
+        .default(120_000)
+        .describe("How long ready_cmd has to succeed, from when start_cmd starts."),
+      warm: z
+        .string()
+        .max(64 * 1024)
+        .nullish()
+        .describe("Shell command run in the parent before it is frozen."),
+      warm_eval: z
+        .string()
+        .max(1 << 20)
+        .nullish()
+        .describe("Python cell run in the parent's warm interpreter before it is frozen."),
+      memory_mib: z.number().int().min(128).max(65536).default(512),
+      vcpus: z.number().int().min(1).max(32).default(1),
+    })
+    .refine((b) => b.template === undefined || b.image === undefined, {
+      message: "give at most one of template and image",
+      path: ["image"],
+    }),
   "CreateSnapshot",
+);
+
+export const SnapshotSource = named(
+  z
+    .discriminatedUnion("kind", [
+      z.object({ kind: z.literal("template"), name: z.string() }),
+      z.object({
+        kind: z.literal("image"),
+        ref: z.string().describe("The normalized reference it was pulled by"),
+        digest: z.string().describe("The digest of the image manifest it holds"),
+      }),
+      z.object({ kind: z.literal("dockerfile") }).passthrough(),
+    ])
+    .describe("Where a snapshot came from: a template, an image, a Dockerfile build."),
+  "SnapshotSource",
 );
 
 const FileSum = z.object({ size: z.number().int(), sha256: z.string() });
@@ -186,7 +243,12 @@ export const Snapshot = named(
   z.object({
     format: z.number().int(),
     tag: z.string(),
-    template: z.string(),
+    template: z
+      .string()
+      .describe(
+        "Its template; of a snapshot from an image or a Dockerfile, `image` or `dockerfile` (see source)",
+      ),
+    source: SnapshotSource,
     created: z.string(),
     status: z.enum(["ready"]),
     machine: z.object({

@@ -31,9 +31,14 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   // "snapshot"} or {"type":"error","error"}; otherwise one JSON reply when ready.
   app.post("/", async (c) => {
     const body = await parseBody(c, CreateSnapshot);
+    // Exactly one source: an image, or a template (python when neither is named).
+    const from = body.image !== undefined ? { image: body.image } : { template: body.template ?? "python" };
     const req = {
       tag: body.tag,
-      template: body.template,
+      from,
+      startCmd: body.start_cmd ?? null,
+      readyCmd: body.ready_cmd ?? null,
+      readyTimeoutMs: body.ready_timeout_ms,
       warm: body.warm ?? null,
       warmEval: body.warm_eval ?? null,
       memoryMiB: body.memory_mib,
@@ -42,8 +47,9 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     };
     noteTarget(c, "snapshot", body.tag);
     if (c.req.query("stream") !== "1") return c.json(snapshotView(await s.snapshots.create(req)), 201);
-    // Refuse a taken tag or an unknown template with a status code, before the stream starts.
-    await s.snapshots.checkCreatable(body.tag, body.template);
+    // Refuse a taken tag, an unknown template or an image this daemon cannot pull with a status
+    // code, before the stream starts.
+    await s.snapshots.checkCreatable(body.tag, from);
     // A creation whose client stopped watching still ends: ready, or failed with its reason in
     // the pending list (the client can no longer be told).
     return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, async (progress, watcher) =>

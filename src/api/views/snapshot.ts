@@ -20,6 +20,12 @@ export function snapshotView(m: SnapshotMeta): SnapshotView {
     format: m.format,
     tag: m.tag,
     template: m.template,
+    source:
+      m.source.kind === "template"
+        ? { kind: "template", name: m.source.name }
+        : m.source.kind === "image"
+          ? { kind: "image", ref: m.source.ref, digest: m.source.digest }
+          : m.source,
     created: m.created,
     status: m.status,
     machine: {

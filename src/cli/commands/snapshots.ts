@@ -14,7 +14,11 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
     .command("snapshot")
     .description("boot a parent VM, warm it, and freeze it into a snapshot")
     .requiredOption("--tag <tag>", "snapshot tag")
-    .option("--template <name>", "guest template", "python")
+    .option("--template <name>", "guest template (default python, unless --image)")
+    .option("--image <ref>", "an OCI/Docker image to boot instead of a template (e.g. python:3.11)")
+    .option("--start-cmd <cmd>", "shell command started in the background before freezing (a server)")
+    .option("--ready-cmd <cmd>", "shell command polled until it exits 0 before freezing")
+    .option("--ready-timeout <s>", "seconds --ready-cmd has to succeed (default 120)", (v) => parseFloat(v))
     .option("--warm <cmd>", "shell command to run in the parent before freezing")
     .option("--warm-eval <code>", "Python to run in the parent's warm interpreter before freezing")
     .option("--memory <MiB>", "guest RAM in MiB", (v) => parseInt(v, 10), 512)
@@ -25,7 +29,11 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
     .action(
       async (o: {
         tag: string;
-        template: string;
+        template?: string;
+        image?: string;
+        startCmd?: string;
+        readyCmd?: string;
+        readyTimeout?: number;
         warm?: string;
         warmEval?: string;
         memory: number;
@@ -45,9 +53,12 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
           );
           return;
         }
-        ctx.say(
-          `forkd: creating snapshot ${o.tag} (template ${o.template}); the first run builds the guest image`,
-        );
+        if (o.image !== undefined && o.template !== undefined)
+          throw usageError("--image and --template exclude each other");
+        if (o.readyTimeout !== undefined && !(o.readyTimeout >= 1 && o.readyTimeout <= 3600))
+          throw usageError("--ready-timeout: seconds between 1 and 3600");
+        const source = o.image !== undefined ? `image ${o.image}` : `template ${o.template ?? "python"}`;
+        ctx.say(`forkd: creating snapshot ${o.tag} (${source}); the first run builds the guest image`);
         const t0 = Date.now();
         const api = await ctx.ready();
         const view = new ProgressView(ctx.progressOut);
@@ -57,7 +68,12 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
             api.createSnapshot(
               {
                 tag: o.tag,
-                template: o.template,
+                ...(o.image !== undefined ? { image: o.image } : { template: o.template ?? "python" }),
+                ...(o.startCmd !== undefined ? { start_cmd: o.startCmd } : {}),
+                ...(o.readyCmd !== undefined ? { ready_cmd: o.readyCmd } : {}),
+                ...(o.readyTimeout !== undefined
+                  ? { ready_timeout_ms: Math.round(o.readyTimeout * 1000) }
+                  : {}),
                 ...(o.warm !== undefined ? { warm: o.warm } : {}),
                 ...(o.warmEval !== undefined ? { warm_eval: o.warmEval } : {}),
                 memory_mib: o.memory,
@@ -86,13 +102,13 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
       if (o.json) console.log(JSON.stringify(r, null, 2));
       else
         printTable(
-          ["TAG", "STATUS", "PARENT", "TEMPLATE", "MEMORY", "VCPUS", "ACCEL", "CREATED"],
+          ["TAG", "STATUS", "PARENT", "SOURCE", "MEMORY", "VCPUS", "ACCEL", "CREATED"],
           [
             ...r.snapshots.map((s) => [
               s.tag,
               "ready",
               s.parent?.tag ?? "-",
-              s.template,
+              sourceText(s.source),
               `${s.machine.memory_mib}M`,
               String(s.machine.vcpus),
               s.machine.accel,
@@ -151,4 +167,11 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
       if (o.json) console.log(JSON.stringify(m, null, 2));
       else console.log(`${m.tag} ready (a base copy of ${tag})`);
     });
+}
+
+/** A snapshot's source in one column: `template python`, `image REF@DIGEST`, `dockerfile`. */
+export function sourceText(src: Wire["Snapshot"]["source"]): string {
+  if (src.kind === "template") return `template ${src.name}`;
+  if (src.kind === "image") return `image ${src.ref}@${src.digest.replace(/^sha256:/, "").slice(0, 12)}`;
+  return src.kind;
 }

@@ -1,0 +1,28 @@
+/**
+ * What the image builder needs of a pulled image (src/oci/puller.ts's PulledImage has this
+ * shape and more): a flattened root tree, the digest that names it, and the parts of its
+ * config a guest honours. Declared here so the builder does not depend on the OCI client.
+ */
+import type { Progress } from "../snapshot/progress.js";
+
+export interface RootfsImageConfig {
+  /** "KEY=VALUE" entries. */
+  env: string[];
+  workingDir: string | null;
+  user: string | null;
+}
+
+export interface RootfsImage {
+  /** The normalized reference it was pulled by. */
+  ref: string;
+  /** "sha256:<hex>" of its (platform) manifest: the same digest always means the same tree. */
+  digest: string;
+  /** A directory holding the flattened tree: read only, never modified. */
+  rootfs: string;
+  config: RootfsImageConfig;
+}
+
+/** Resolves an image reference to a pulled image (src/oci/puller.ts's ImagePuller). */
+export interface ImageResolver {
+  ensure(ref: string, progress?: Progress, signal?: AbortSignal): Promise<RootfsImage>;
+}
