@@ -16,6 +16,8 @@ import type { EvalResult } from "../../src/agent/eval.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 
 export const JS_KERNEL = join(REPO_DIR, "guest/evalsrv/forkd_eval.js");
+/** The node that runs the kernel: FORKD_TEST_KERNEL_NODE (e.g. Debian's Node 18), else this one. */
+const NODE = process.env.FORKD_TEST_KERNEL_NODE ?? process.execPath;
 
 export interface KernelReply {
   id: number;
@@ -43,7 +45,7 @@ export class JsKernelProcess {
   static async start(o: { script?: string; pipes?: boolean } = {}): Promise<JsKernelProcess> {
     const script = o.script ?? JS_KERNEL;
     if (o.pipes === false) {
-      const child = spawn(process.execPath, [script], { stdio: ["pipe", "pipe", "pipe"] });
+      const child = spawn(NODE, [script], { stdio: ["pipe", "pipe", "pipe"] });
       return new JsKernelProcess(
         child,
         (f) => child.stdin?.write(f),
@@ -57,7 +59,7 @@ export class JsKernelProcess {
     // O_RDWR: neither open blocks waiting for the other end
     const inFd = openSync(inPath, constants.O_RDWR);
     const outFd = openSync(outPath, constants.O_RDWR | constants.O_NONBLOCK);
-    const child = spawn(process.execPath, [script], { stdio: [inFd, outFd, "pipe"] });
+    const child = spawn(NODE, [script], { stdio: [inFd, outFd, "pipe"] });
     const reader = new Socket({ fd: outFd, readable: true, writable: false });
     return new JsKernelProcess(
       child,
@@ -101,6 +103,11 @@ export class JsKernelProcess {
   next(timeoutMs = 20_000): Promise<KernelReply> {
     const ready = this.replies.shift();
     if (ready) return Promise.resolve(ready);
+    if (this.child.exitCode !== null || this.child.signalCode !== null) {
+      return Promise.reject(
+        new Error(`kernel exited (${this.child.exitCode ?? this.child.signalCode}): ${this.stderr}`),
+      );
+    }
     return new Promise((resolve, reject) => {
       const onExit = (code: number | null) => {
         clearTimeout(timer);
