@@ -371,12 +371,17 @@ class Kernel {
         const spec = stringify(node.source.value);
         const parts = node.specifiers.map((s) => {
           const local = s.local.name;
-          if (s.type === "ImportDefaultSpecifier") return `${local} = m.default;`;
-          if (s.type === "ImportNamespaceSpecifier") return `${local} = m;`;
+          if (s.type === "ImportDefaultSpecifier") return `${local} = __forkdModule.default;`;
+          if (s.type === "ImportNamespaceSpecifier") return `${local} = __forkdModule;`;
           const imported = s.imported.type === "Identifier" ? s.imported.name : s.imported.value;
-          return `${local} = m[${stringify(imported)}];`;
+          return `${local} = __forkdModule[${stringify(imported)}];`;
         });
-        const text = `;{ const m = await __forkd.import(${spec}); ${parts.join(" ")} }`;
+        const attrs = (node.attributes || []).map((x) => {
+          const key = x.key.type === "Identifier" ? x.key.name : x.key.value;
+          return `${stringify(key)}: ${stringify(x.value.value)}`;
+        });
+        const opts = attrs.length ? `, { with: { ${attrs.join(", ")} } }` : "";
+        const text = `;{ const __forkdModule = await __forkd.import(${spec}${opts}); ${parts.join(" ")} }`;
         edits.push([node.start, node.end, text + lines(node.start, node.end)]);
       } else if (i === body.length - 1 && node.type === "ExpressionStatement") {
         ins(node.start, ";return { v: (");
@@ -417,8 +422,12 @@ class Kernel {
     const name = `<cell ${n}>`;
     const result = emptyResult();
     let interrupt;
+    let wasInterrupted = false;
     const interrupted = new PromiseG((_, reject) => {
-      interrupt = () => reject(interruptedError());
+      interrupt = () => {
+        wasInterrupted = true;
+        reject(interruptedError());
+      };
     });
     interrupted.catch(() => {});
     this.cell = { out: this.bg.out, err: this.bg.err, interrupt };
@@ -442,6 +451,10 @@ class Kernel {
       this.wrapLines.set(n, wrapLine);
       if (this.wrapLines.size > 64) this.wrapLines.delete(this.wrapLines.keys().next().value);
       const script = new this.vm.Script(src, { filename: name, lineOffset: this.acorn ? -1 : 0 });
+      // a SIGINT that came while the cell was parsed (slow under TCG) waits in the event loop:
+      // take it now, or the cell would start and that interrupt be lost
+      await new PromiseG((r) => this.setImmediateF(r));
+      if (wasInterrupted) throw interruptedError();
       const ret = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
       const out = await PromiseG.race([this.acorn ? ret : { v: ret }, interrupted]);
       if (out && out.v !== undefined) {

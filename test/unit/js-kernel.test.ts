@@ -4,7 +4,7 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { copyFile, mkdtemp, readFile, rm } from "node:fs/promises";
+import { copyFile, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_DIR } from "../../src/host/paths.js";
@@ -45,6 +45,17 @@ test("top-level await, imports and the last expression's value", async () => {
   assert.equal(r.value, "'a/b'", JSON.stringify(r));
   assert.equal((await k.eval("typeof os.platform")).value, "'function'");
   assert.equal((await k.eval('(await import("node:path")).sep')).value, "'/'");
+  const dir = await mkdtemp(join(tmpdir(), "forkd-jsk-mod-"));
+  try {
+    await writeFile(join(dir, "mod.mjs"), "export const m = 7; export default 8;");
+    await writeFile(join(dir, "d.json"), '{"a": 5}');
+    r = await k.eval(
+      `import def, { m } from "${dir}/mod.mjs"; import d from "${dir}/d.json" with { type: "json" }; [def, m, d.a]`,
+    );
+    assert.equal(r.value, "[ 8, 7, 5 ]", JSON.stringify(r.error));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
   assert.equal((await k.eval("{ a: 1 }")).value, "{ a: 1 }", "an object, not a block");
   assert.equal((await k.eval("undefined")).value, null);
   assert.equal((await k.eval("null")).value, "null");
@@ -115,8 +126,8 @@ test("rejections and exceptions nobody handles are reported, not fatal", async (
   assert.equal(r.value, "2");
   assert.match(r.stderr, /Uncaught Error: boom/);
   // output made between cells comes with the next reply
-  await k.eval("setTimeout(() => console.log('late'), 0); 3");
-  await new Promise((res) => setTimeout(res, 50));
+  await k.eval("setTimeout(() => console.log('late'), 50); 3");
+  await new Promise((res) => setTimeout(res, 200));
   assert.equal((await k.eval("4")).stdout, "late\n");
 });
 
@@ -131,6 +142,13 @@ test("SIGINT interrupts a busy loop or an await; the kernel and its globals stay
     assert.equal(r.result.error?.name, "Interrupted", JSON.stringify(r.result));
     assert.equal((await k.eval("x + 1")).value, "6");
   }
+  // a SIGINT that comes while a big cell is still being parsed (slow under TCG) is not lost
+  k.request(`let n = 0;\n${"n += 1;\n".repeat(300000)}while (true) {}`, 10);
+  await new Promise((res) => setTimeout(res, 20));
+  k.child.kill("SIGINT");
+  const r = await k.next(5_000);
+  assert.equal(r.result.error?.name, "Interrupted", JSON.stringify(r.result));
+  assert.equal((await k.eval("x + 2")).value, "7");
   k.child.kill("SIGINT"); // between cells: ignored
   assert.equal((await k.eval("x")).value, "5");
 });
