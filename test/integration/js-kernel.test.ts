@@ -6,8 +6,8 @@
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
-import { Controller, Sandbox, TimeoutError, UnavailableError, fork } from "@forkd/sdk";
-import type { RunCodeOpts } from "@forkd/sdk";
+import { Controller, TimeoutError, UnavailableError, fork } from "@forkd/sdk";
+import type { RunCodeOpts, Sandbox } from "@forkd/sdk";
 import { steps } from "../helpers/steps.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
