@@ -1,15 +1,19 @@
 /**
  * The JavaScript kernel in real guests: a snapshot of the `node` template (Debian's nodejs, no
- * Python), its children running JavaScript cells through the TypeScript SDK, forked warm (the
- * kernel process started in the parent), diverging after the fork, surviving a timeout, and
- * carrying its globals through a branch. One daemon, one node snapshot.
+ * Python), its children running JavaScript cells through the TypeScript SDK (and the CLI and the
+ * Python SDK), forked warm (the kernel process started in the parent), diverging after the fork,
+ * surviving a timeout, and carrying its globals through a branch. One daemon, one node snapshot.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { promisify } from "node:util";
 import { Controller, TimeoutError, UnavailableError, fork } from "@forkd/sdk";
 import type { RunCodeOpts, Sandbox } from "@forkd/sdk";
+import { REPO_DIR } from "../../src/host/paths.js";
 import { steps } from "../helpers/steps.js";
-import { makeDaemon } from "../helpers/daemon.js";
+import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
 let d: TestDaemon;
@@ -71,6 +75,33 @@ step("the kernel is forked warm: children share the parent's kernel process, the
     mine.map((e) => e.text),
     ["0", "1"],
   );
+});
+
+step("the CLI (eval --language) and the Python SDK (run_code language=) reach the same kernel", async () => {
+  const a = kids[1] as Sandbox;
+  await a.runCode("let shared = 'from the TypeScript SDK'", JS);
+  const r = await cli(d, ["eval", a.sandboxId, "--language", "javascript", "shared.length"]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout, `${"from the TypeScript SDK".length}\n`);
+  const bad = await cli(d, ["eval", a.sandboxId, "--language", "javascript", "null.x"]);
+  assert.equal(bad.code, 1);
+  assert.match(bad.stderr, /TypeError/);
+  const py = [
+    "import sys",
+    "sys.path.insert(0, sys.argv[1])",
+    "import forkd",
+    "sb = forkd.Sandbox.connect(sys.argv[2], socket_path=sys.argv[3])",
+    "ex = sb.run_code('shared.toUpperCase()', language='javascript')",
+    "print(ex.text)",
+  ].join("\n");
+  const out = await promisify(execFile)("python3", [
+    "-c",
+    py,
+    join(REPO_DIR, "sdk/python/src"),
+    a.sandboxId,
+    d.ep.socket ?? "",
+  ]);
+  assert.equal(out.stdout, "'FROM THE TYPESCRIPT SDK'\n");
 });
 
 step("a cell past its timeout is interrupted; the kernel keeps its globals", async () => {
