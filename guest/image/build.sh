@@ -334,8 +334,10 @@ trim_rootfs() { # ROOT: drop docs, man pages, locales (keep C.UTF-8), apt lists 
 		"$r"/var/lib/dpkg/*-old "$r"/tmp/* "$r"/var/tmp/*
 	mkdir -p "$r/var/lib/apt/lists/partial" "$r/var/cache/apt/archives/partial"
 	find "$r/var/log" -type f -delete
-	# numpy's own test suites (~15 MB) are not needed to run numpy.
-	find "$r/usr/lib/python3/dist-packages" -depth -type d -name tests -path '*/numpy/*' -exec rm -rf {} +
+	# numpy's own test suites (~15 MB) are not needed to run numpy (templates without python have none).
+	if [ -d "$r/usr/lib/python3/dist-packages" ]; then
+		find "$r/usr/lib/python3/dist-packages" -depth -type d -name tests -path '*/numpy/*' -exec rm -rf {} +
+	fi
 	# Keep later apt-get installs inside the guest from bringing the docs back.
 	mkdir -p "$r/etc/dpkg/dpkg.cfg.d"
 	cat >"$r/etc/dpkg/dpkg.cfg.d/01-forkd-nodoc" <<-'EOF'

@@ -271,17 +271,22 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
     "run_code",
     {
       description:
-        "Run a Python cell in the sandbox's warm interpreter (globals persist across calls; the value of " +
-        "the last expression is returned; figures come back as images).",
+        "Run a Python (or, with language javascript, a Node) cell in the sandbox's warm interpreter " +
+        "(globals persist across calls; the value of the last expression is returned; figures come " +
+        "back as images). JavaScript needs node in the sandbox's image (e.g. the node template).",
       inputSchema: {
         sandbox_id: SandboxId,
         code: z.string(),
+        language: z
+          .enum(["python", "javascript"])
+          .default("python")
+          .describe("The kernel to run the cell in"),
         timeout_ms: z.number().int().min(1).default(60_000),
       },
     },
     guard(async (a) => {
       const sb = await sandbox(a.sandbox_id);
-      const ex = await sb.runCode(a.code, { timeoutMs: a.timeout_ms });
+      const ex = await sb.runCode(a.code, { language: a.language, timeoutMs: a.timeout_ms });
       const content: CallToolResult["content"] = [
         {
           type: "text",

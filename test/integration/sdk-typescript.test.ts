@@ -205,7 +205,8 @@ step("runCode: values, persistent globals, captured output, errors with tracebac
   assert.equal(c.error?.name, "ZeroDivisionError");
   assert.match(c.error?.traceback ?? "", /return 1 \/ 0/);
   assert.equal(c.text, undefined);
-  await assert.rejects(sb.runCode("1", { language: "cobol" }), InvalidArgumentError);
+  // an untyped caller can pass any name: refused before any request
+  await assert.rejects(sb.runCode("1", { language: "cobol" as never }), InvalidArgumentError);
 });
 
 step("runCode: a matplotlib figure comes back as PNG; display() sends rich output", async () => {

@@ -88,13 +88,13 @@ test("an unknown template is invalid_argument naming the known ones", async () =
   const cache = await mkdtemp(join(tmpdir(), "forkd-images-"));
   try {
     const b = new ImageBuilder(REPO_DIR, cache);
-    assert.deepEqual(await b.templates(), ["python"]);
+    assert.deepEqual(await b.templates(), ["node", "python"]);
     await assert.rejects(
       b.ensure("no-such-template"),
       (e: unknown) =>
         e instanceof ForkdError &&
         e.code === "invalid_argument" &&
-        e.message === 'unknown template "no-such-template"; known: python',
+        e.message === 'unknown template "no-such-template"; known: node, python',
     );
   } finally {
     await rm(cache, { recursive: true, force: true });

@@ -7,6 +7,7 @@ export type {
   SandboxOpts,
   SandboxInfo,
   RunCodeOpts,
+  Language,
   BranchOpts,
   BranchInfo,
   NetworkOpts,

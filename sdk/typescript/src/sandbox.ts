@@ -97,9 +97,17 @@ export interface BranchInfo {
   privateBytes: number;
 }
 
+/** The kernels a sandbox can have: which ones an image has depends on its interpreters. */
+export const LANGUAGES = ["python", "javascript"] as const;
+export type Language = (typeof LANGUAGES)[number];
+
 export interface RunCodeOpts {
-  /** "python" (default). */
-  language?: string;
+  /**
+   * "python" (default) or "javascript" (the Node kernel: needs `node` in the image, e.g. the
+   * `node` template). Sent to the daemon only when it is not "python", so Python cells also work
+   * against a daemon from before the field.
+   */
+  language?: Language;
   timeoutMs?: number;
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
@@ -330,20 +338,22 @@ export class Sandbox {
   }
 
   /**
-   * Runs a notebook cell in the sandbox's warm interpreter: statements run, the final
-   * expression's value is the main result, globals persist across cells (and a forked child
-   * inherits its parent's), errors come back in `execution.error` (not thrown).
+   * Runs a notebook cell in the sandbox's warm interpreter (Python, or JavaScript with
+   * `language: "javascript"`): statements run, the final expression's value is the main result,
+   * globals persist across cells (and a forked child inherits its parent's), errors come back in
+   * `execution.error` (not thrown). A language the image has no interpreter for is an
+   * UnavailableError (code `unavailable`).
    */
   async runCode(code: string, opts: RunCodeOpts = {}): Promise<Execution> {
-    const language = opts.language ?? "python";
-    if (language !== "python") {
-      throw new InvalidArgumentError(`no ${language} kernel in this sandbox (python is available)`, {
+    const language: string = opts.language ?? "python";
+    if (!(LANGUAGES as readonly string[]).includes(language)) {
+      throw new InvalidArgumentError(`no ${language} kernel (known: ${LANGUAGES.join(", ")})`, {
         code: "invalid_argument",
       });
     }
     const timeoutMs = opts.timeoutMs ?? 60_000;
     const w = await this.t.json<EvalResultWire>("POST", `/v1/sandboxes/${this.sandboxId}/eval`, {
-      json: { code, timeout_ms: timeoutMs },
+      json: { code, timeout_ms: timeoutMs, ...(language !== "python" ? { language } : {}) },
       timeoutMs: timeoutMs + 30_000,
     });
     if (w.stdout) opts.onStdout?.(w.stdout);

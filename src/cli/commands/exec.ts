@@ -1,4 +1,5 @@
 /** Commands and code in a sandbox: exec (streamed), eval, ps, signal, stdin. */
+import { Option } from "commander";
 import type { Command } from "commander";
 import type { ApiClient, Requests } from "@forkd/sdk";
 import type { CliContext } from "../context.js";
@@ -89,12 +90,19 @@ export function execCommands(program: Command, ctx: CliContext): void {
 
   program
     .command("eval")
-    .description("run Python code in the sandbox's warm interpreter")
+    .description("run Python (or JavaScript) code in the sandbox's warm interpreter")
     .argument("<id>")
     .argument("<code>")
+    .addOption(
+      new Option("--language <lang>", "the kernel: python, or javascript (needs node in the image)")
+        .choices(["python", "javascript"])
+        .default("python"),
+    )
     .option("--json", "JSON output")
-    .action(async (id: string, code: string, o: { json?: boolean }) => {
-      const r = await (await ctx.ready()).eval(id, { code }, { timeoutMs: evalMs() });
+    .action(async (id: string, code: string, o: { json?: boolean; language: string }) => {
+      // sent only when not python, so python cells work against a daemon from before the field
+      const body = { code, ...(o.language !== "python" ? { language: o.language } : {}) } as Requests["Eval"];
+      const r = await (await ctx.ready()).eval(id, body, { timeoutMs: evalMs() });
       if (o.json) return console.log(JSON.stringify(r, null, 2));
       process.stdout.write(r.stdout);
       process.stderr.write(r.stderr);

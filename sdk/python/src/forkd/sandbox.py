@@ -11,6 +11,8 @@ from .errors import ConflictError, ForkdError, InvalidArgumentError, NotFoundErr
 from .files import Files
 
 DEFAULT_SNAPSHOT = "default"
+# the kernels a sandbox can have (which ones an image has depends on its interpreters)
+LANGUAGES = ("python", "javascript")
 
 
 def _when(s):
@@ -204,14 +206,20 @@ class Sandbox:
     def run_code(self, code, language=None, on_stdout=None, on_stderr=None, timeout=60, request_timeout=None):
         """Runs a notebook cell in the warm interpreter: statements run, the final expression's value
         is the main result, globals persist (a forked child inherits its parent's); errors come back
-        in execution.error, not raised."""
-        if language not in (None, "python"):
-            raise InvalidArgumentError("no %s kernel in this sandbox (python is available)" % language,
+        in execution.error, not raised. language: "python" (default) or "javascript" (the Node
+        kernel: needs node in the image, e.g. the node template); a language the image has no
+        interpreter for raises UnavailableError (code "unavailable"). The field is
+        sent only when it is not python, so Python cells also work against an older daemon."""
+        language = language or "python"
+        if language not in LANGUAGES:
+            raise InvalidArgumentError("no %s kernel (known: %s)" % (language, ", ".join(LANGUAGES)),
                                        code="invalid_argument")
         t = timeout or 3600
+        body = {"code": code, "timeout_ms": int(t * 1000)}
+        if language != "python":
+            body["language"] = language
         w = self._t.json("POST", "/v1/sandboxes/%s/eval" % self.sandbox_id,
-                         json_body={"code": code, "timeout_ms": int(t * 1000)},
-                         timeout=request_timeout or t + 30)
+                         json_body=body, timeout=request_timeout or t + 30)
         if w.get("stdout") and on_stdout:
             on_stdout(w["stdout"])
         if w.get("stderr") and on_stderr:
