@@ -9,7 +9,7 @@ import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import { createOverlay, virtualSize } from "../disk/overlay.js";
 import type { AccelChoice } from "../host/accel.js";
-import type { ImageBuilder } from "../image/builder.js";
+import type { GuestImage, ImageBuilder } from "../image/builder.js";
 import type { Progress } from "./progress.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
@@ -27,6 +27,8 @@ import type { CrashPoint } from "../util/crash.js";
 export interface CreateSnapshotRequest {
   tag: string;
   template: string;
+  /** A prepared guest image (a Dockerfile build's) instead of the template's; `template` is then its base's. */
+  guestImage?: GuestImage;
   warm?: string | null;
   /** Python run in the warm interpreter before freezing (imports, loaded models, globals). */
   warmEval?: string | null;
@@ -55,7 +57,7 @@ export async function createSnapshot(
   req: CreateSnapshotRequest,
   progress: Progress = () => undefined,
 ): Promise<SnapshotMeta> {
-  await deps.images.assertKnown(req.template);
+  if (!req.guestImage) await deps.images.assertKnown(req.template);
   const release = await deps.store.claim(req.tag);
   const suffix = randomBytes(6).toString("hex");
   const staging = deps.store.stagingDir(suffix);
@@ -63,8 +65,10 @@ export async function createSnapshot(
   let vm: Vm | null = null;
   let agent: AgentClient | null = null;
   try {
-    progress(`image: ensuring template ${req.template}`, { phase: "image" });
-    const image = await deps.images.ensure(req.template, (line) => progress(line, { phase: "image" }));
+    if (!req.guestImage) progress(`image: ensuring template ${req.template}`, { phase: "image" });
+    const image =
+      req.guestImage ??
+      (await deps.images.ensure(req.template, (line) => progress(line, { phase: "image" })));
     await mkdir(staging, { recursive: true, mode: 0o700 });
     // A daemon that dies before publishing leaves the tag failed (SnapshotStore.recover), and
     // the next one kills the parent VM still running from run/ (daemon/main.ts).

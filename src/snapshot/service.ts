@@ -11,6 +11,9 @@ import { ForkdError } from "../util/errors.js";
 import type { Logger } from "../util/log.js";
 import { compactSnapshot, deleteSnapshot } from "./chain.js";
 import { createSnapshot } from "./create.js";
+import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
+import type { DockerfileSnapshotRequest } from "./dockerfile.js";
+import type { FromResolver } from "../image/dockerfile/build.js";
 import type { CreateSnapshotRequest, SnapshotDeps } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
 import { packSnapshot } from "./pack.js";
@@ -47,6 +50,8 @@ export interface SnapshotServiceOptions {
   log: Logger;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
+  /** Dockerfile FROM for references other than forkd://TEMPLATE (the OCI puller; absent: refused). */
+  resolveImage?: FromResolver;
 }
 
 export class SnapshotService {
@@ -105,6 +110,44 @@ export class SnapshotService {
       if (unwatched() && !(e instanceof ForkdError && e.code === "conflict")) {
         await this.o.store
           .recordFailed({ tag: req.tag, started, source: null, owner: req.owner ?? null }, e)
+          .catch((err: unknown) => this.o.log.warn("snapshot failure not recorded", { error: String(err) }));
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * Builds `req.dockerfile` of the build context `context` (a tar stream) step by step, then
+   * snapshots the result like create() (image/dockerfile/build.ts, snapshot/dockerfile.ts).
+   */
+  async createFromDockerfile(
+    req: DockerfileSnapshotRequest,
+    context: AsyncIterable<Uint8Array>,
+    progress: Progress = () => undefined,
+    unwatched: () => boolean = () => false,
+  ): Promise<SnapshotMeta> {
+    const started = new Date().toISOString();
+    const logged: Progress = (line, detail) => {
+      this.o.log.info(`snapshot ${req.tag}: ${line}`);
+      progress(line, detail);
+    };
+    try {
+      const r = await createFromDockerfile(
+        {
+          create: this.o.create,
+          cacheDir: this.o.cacheDir,
+          resolve: defaultResolver(this.o.create.images, this.o.resolveImage),
+          snapshot: (c, p) => this.create(c, p),
+        },
+        req,
+        context,
+        logged,
+      );
+      return r.meta;
+    } catch (e) {
+      if (unwatched() && !(e instanceof ForkdError && e.code === "conflict")) {
+        await this.o.store
+          .recordFailed({ tag: req.tag, started, source: null, owner: req.owner }, e)
           .catch((err: unknown) => this.o.log.warn("snapshot failure not recorded", { error: String(err) }));
       }
       throw e;

@@ -172,6 +172,27 @@ export const CreateSnapshot = named(
   "CreateSnapshot",
 );
 
+/** POST /v1/snapshots/build: the options (query); the body is the build context as a tar. */
+export const BuildSnapshotQuery = z.object({
+  tag: Tag,
+  dockerfile: z
+    .string()
+    .min(1)
+    .max(4096)
+    .default("Dockerfile")
+    .describe("The Dockerfile's path inside the context."),
+  build_args: z
+    .string()
+    .max(8192)
+    .optional()
+    .describe('Build arguments (ARG) as a JSON object of strings, e.g. {"VERSION":"1.2"}.'),
+  warm: z.string().max(4096).optional().describe("Shell command run in the parent before it is frozen."),
+  warm_eval: z.string().max(8192).optional().describe("Python run in the parent's warm interpreter."),
+  memory_mib: z.coerce.number().int().min(128).max(65536).default(512),
+  vcpus: z.coerce.number().int().min(1).max(32).default(1),
+  stream: z.enum(["0", "1"]).optional(),
+});
+
 const FileSum = z.object({ size: z.number().int(), sha256: z.string() });
 
 /** Who owns a snapshot (tenant scoping). */

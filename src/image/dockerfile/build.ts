@@ -1,0 +1,394 @@
+/**
+ * Building a guest image from a Dockerfile. FROM resolves (an injected resolver) to a base
+ * GuestImage and its config; each RUN/COPY/ADD step, and a last step writing the image config
+ * (/.forkd/env, /.forkd/config), is one cached qcow2 layer keyed by its parent's key, the step
+ * and the files it copies (step-cache.ts). The steps not cached run in one build VM booted on
+ * the last cached layer: after each step the guest syncs, the VM pauses, its disk's top layer is
+ * frozen live (blockdev-snapshot-sync onto a new empty layer) and it resumes for the next step;
+ * the frozen layers are committed in order once the VM is gone. The chain is then flattened to
+ * a raw ext4 (install.ts) that create.ts snapshots. An unchanged rebuild boots nothing.
+ *
+ * The build VM has no network (RUN steps that download fail), and runs every step as root until
+ * the agent's exec takes a user (USER is recorded in the image config either way).
+ */
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { AgentClient } from "../../agent/client.js";
+import { createOverlay, rebaseUnsafe } from "../../disk/overlay.js";
+import type { AccelChoice } from "../../host/accel.js";
+import { GUEST_NET, guestNetArg } from "../../net/guest.js";
+import type { Progress } from "../../snapshot/progress.js";
+import { ForkdError, errorMessage } from "../../util/errors.js";
+import { nowMs, since, sleep } from "../../util/time.js";
+import { defaultCpu, kernelCmdline } from "../../vmm/config.js";
+import type { MachineConfig } from "../../vmm/config.js";
+import type { VmmDriver } from "../../vmm/driver.js";
+import type { Vm } from "../../vmm/vm.js";
+import type { GuestImage } from "../builder.js";
+import { BuildContext, hashItems } from "./context.js";
+import type { CopyItem } from "./context.js";
+import { configFiles } from "./image-config.js";
+import { installImage } from "./install.js";
+import { parseDockerfile } from "./parse.js";
+import { fromRef, plan } from "./plan.js";
+import type { BuildArgs, ImageConfig, PlanStep } from "./plan.js";
+import { StepCache } from "./step-cache.js";
+
+/** What FROM resolves to: a guest image to boot and the config its steps start from. */
+export interface BaseImage {
+  image: GuestImage;
+  config: ImageConfig;
+  /** Where it came from, for the snapshot's source (e.g. {kind:"image", ref, digest}). */
+  source: Record<string, unknown>;
+}
+
+/** FROM's reference to a base image (after the merge: ImagePuller.ensure + ImageBuilder.ensureFromRootfs). */
+export type FromResolver = (ref: string, progress: Progress, signal?: AbortSignal) => Promise<BaseImage>;
+
+export interface DockerfileDeps {
+  cacheDir: string;
+  driver: VmmDriver;
+  accel: AccelChoice;
+  runDir: string;
+  resolve: FromResolver;
+}
+
+export interface DockerfileBuildRequest {
+  /** The Dockerfile's text. */
+  dockerfile: string;
+  /** The build context on the host (already filtered by .dockerignore, or it is applied here). */
+  contextDir: string;
+  buildArgs?: BuildArgs;
+  memoryMiB?: number;
+  vcpus?: number;
+  /** Deadline of one RUN step (default 30 min). */
+  stepTimeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface DockerfileBuildResult {
+  image: GuestImage;
+  config: ImageConfig;
+  from: { ref: string; source: Record<string, unknown> };
+  /** The final step's key (the image's build hash). */
+  key: string;
+  /** Each step: its Dockerfile line (0: the config step) and whether its layer was cached. */
+  steps: Array<{ line: number; what: string; cached: boolean }>;
+}
+
+/** A step with its cache key, ready to run. */
+interface KeyedStep {
+  key: string;
+  line: number;
+  what: string;
+  run: (agent: AgentClient) => Promise<void>;
+}
+
+const sha = (...parts: string[]): string => {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p).update("\n");
+  return h.digest("hex");
+};
+
+const OUTPUT_TAIL = 4000;
+
+export async function buildDockerfile(
+  deps: DockerfileDeps,
+  req: DockerfileBuildRequest,
+  progress: Progress = () => undefined,
+): Promise<DockerfileBuildResult> {
+  const df = parseDockerfile(req.dockerfile);
+  const from = fromRef(df, req.buildArgs);
+  progress(`from: resolving ${from.ref}`, { phase: "image" });
+  const base = await deps.resolve(from.ref, progress, req.signal);
+  const p = plan(df, base.config, req.buildArgs);
+  const context = await BuildContext.scan(req.contextDir);
+  const cache = new StepCache(deps.cacheDir);
+
+  // Keys: each over its parent's, the step (normalised) and the files it copies.
+  const keyed: KeyedStep[] = [];
+  let parent = sha("forkd-dockerfile-base/1", base.image.content);
+  const stepTimeoutMs = req.stepTimeoutMs ?? 30 * 60_000;
+  for (const [i, s] of p.steps.entries()) {
+    const n = i + 1;
+    if (s.kind === "run") {
+      const what = `RUN ${"exec" in s.command ? JSON.stringify(s.command.exec) : s.command.shell}`;
+      const norm = JSON.stringify({
+        kind: "run",
+        command: s.command,
+        env: Object.entries(s.env).sort(([a], [b]) => (a < b ? -1 : 1)),
+        cwd: s.cwd,
+        user: s.user,
+      });
+      parent = sha("step", parent, norm);
+      keyed.push({ key: parent, line: s.line, what, run: (a) => runStep(a, s, n, stepTimeoutMs, progress) });
+    } else {
+      const op = s.add ? "ADD" : "COPY";
+      const items = context.resolve(s.line, op, s.sources, s.dest);
+      if (s.add) await context.refuseArchives(s.line, items);
+      const files = await hashItems(items);
+      const norm = JSON.stringify({ kind: "copy", dest: s.dest, chown: s.chown, chmod: s.chmod, files });
+      parent = sha("step", parent, norm);
+      const what = `${op} ${s.sources.join(" ")} ${s.dest}`;
+      keyed.push({ key: parent, line: s.line, what, run: (a) => copyStep(a, s, items, stepTimeoutMs) });
+    }
+  }
+  const cfg = configFiles(p.config);
+  parent = sha("config", parent, JSON.stringify(p.config));
+  keyed.push({
+    key: parent,
+    line: 0,
+    what: "image config (/.forkd/env, /.forkd/config)",
+    run: async (a) => {
+      if (p.config.workingDir) await a.mkdir(p.config.workingDir, { parents: true, mode: 0o755 });
+      await a.mkdir("/.forkd", { parents: true, mode: 0o755 });
+      await a.writeFile("/.forkd/env", cfg.env, { mode: 0o644 });
+      await a.writeFile("/.forkd/config", cfg.config, { mode: 0o644 });
+    },
+  });
+  const finalKey = parent;
+
+  // The first step not cached; everything before it is reused.
+  let first = 0;
+  while (first < keyed.length && (await cache.has(keyed[first]?.key ?? ""))) first++;
+  const steps = keyed.map((k, i) => ({ line: k.line, what: k.what, cached: i < first }));
+  for (const [i, k] of keyed.slice(0, first).entries()) {
+    progress(`step ${i + 1}/${keyed.length}: ${k.what}: cached`, { phase: "step" });
+  }
+  const done = first === keyed.length ? await cache.result(finalKey) : null;
+  const installed = async (address: string) => ({
+    image: await installedImage(cache, address, base.image, finalKey),
+    config: p.config,
+    from: { ref: from.ref, source: base.source },
+    key: finalKey,
+    steps,
+  });
+  if (done) {
+    progress("build: every step cached", { phase: "step" });
+    return installed(done);
+  }
+  const work = await cache.workDir();
+  try {
+    if (first < keyed.length) {
+      const parentLayer =
+        first === 0
+          ? { path: base.image.rootfs, format: "raw" as const }
+          : { path: cache.layer(keyed[first - 1]?.key ?? ""), format: "qcow2" as const };
+      await runSteps(deps, req, base.image, parentLayer, keyed, first, work, cache, progress);
+    }
+    progress("flatten: writing the root filesystem", { phase: "flatten" });
+    const address = await installImage({
+      top: cache.layer(finalKey),
+      base: base.image,
+      key: finalKey,
+      work,
+      imagesDir: cache.imagesDir(),
+      extra: { from: from.ref, source: base.source, config: p.config },
+    });
+    await cache.setResult(finalKey, address);
+    return await installed(address);
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+async function installedImage(
+  cache: StepCache,
+  address: string,
+  base: GuestImage,
+  key: string,
+): Promise<GuestImage> {
+  const dir = join(cache.imagesDir(), address);
+  return {
+    hash: key,
+    content: address,
+    dir,
+    template: base.template,
+    kernel: join(dir, "vmlinuz"),
+    initrd: join(dir, "initrd.img"),
+    rootfs: join(dir, "rootfs.ext4"),
+    kernelVersion: base.kernelVersion,
+  };
+}
+
+/** Boots one build VM on `parentLayer` and runs steps `first..` of `keyed`, committing each layer. */
+async function runSteps(
+  deps: DockerfileDeps,
+  req: DockerfileBuildRequest,
+  image: GuestImage,
+  parentLayer: { path: string; format: "raw" | "qcow2" },
+  keyed: KeyedStep[],
+  first: number,
+  work: string,
+  cache: StepCache,
+  progress: Progress,
+): Promise<void> {
+  const runtime = join(deps.runDir, `b-${work.slice(-12)}`);
+  await mkdir(runtime, { recursive: true, mode: 0o700 });
+  const layerFile = (i: number) => join(work, `step-${i}.qcow2`);
+  await createOverlay(layerFile(first), { backing: parentLayer.path, backingFormat: parentLayer.format });
+  const machine: MachineConfig = {
+    memoryMiB: req.memoryMiB ?? 512,
+    vcpus: req.vcpus ?? 1,
+    accel: deps.accel.accel,
+    cpu: defaultCpu(deps.accel.accel),
+  };
+  let vm: Vm | null = null;
+  let agent: AgentClient | null = null;
+  const frozen: number[] = [];
+  try {
+    progress(`boot: starting the build VM (${machine.accel}, ${machine.memoryMiB} MiB)`, { phase: "boot" });
+    const t0 = nowMs();
+    vm = await deps.driver.launch({
+      dir: runtime,
+      machine,
+      memory: { path: join(work, "memory"), mode: "parent" },
+      disk: layerFile(first),
+      boot: {
+        kernel: image.kernel,
+        initrd: image.initrd,
+        append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
+      },
+      nic: { guest: GUEST_NET, backend: { kind: "none" } },
+    });
+    agent = await vm.connectAgent(10_000);
+    await waitAgent(vm, agent, 180_000, () => deps.driver.consoleTail(runtime, 800));
+    await agent.identity({ hostname: "forkd-build", sandboxId: `build-${work.slice(-12)}` });
+    progress(`boot: agent ready after ${Math.round(since(t0))} ms`, { phase: "boot" });
+    for (let i = first; i < keyed.length; i++) {
+      const k = keyed[i] as KeyedStep;
+      if (req.signal?.aborted) throw new ForkdError("conflict", "the build was cancelled");
+      progress(`step ${i + 1}/${keyed.length}: ${k.what}`, { phase: "step" });
+      const t = nowMs();
+      await k.run(agent);
+      await agent.sync();
+      // Freeze the step's layer live: the VM writes on into a new empty layer over it.
+      await createOverlay(layerFile(i + 1), { backing: layerFile(i), backingFormat: "qcow2" });
+      await vm.pause();
+      await vm.freezeDisk(layerFile(i + 1));
+      await vm.resume();
+      frozen.push(i);
+      progress(`step ${i + 1}/${keyed.length}: done in ${Math.round(since(t))} ms`, { phase: "step" });
+    }
+  } catch (e) {
+    if (e instanceof ForkdError && vm) {
+      const tail = await deps.driver.consoleTail(runtime, 1500);
+      if (tail && e.code === "vmm_error") e.details.console_tail = tail;
+    }
+    throw e;
+  } finally {
+    agent?.close();
+    if (vm) await vm.kill().catch(() => undefined);
+    // The frozen layers are complete: commit them in order (each names its parent's final path),
+    // also when a later step failed, so a fixed Dockerfile reuses them.
+    let backing = parentLayer.path;
+    for (const i of frozen) {
+      const k = keyed[i] as KeyedStep;
+      if (i > first) await rebaseUnsafe(layerFile(i), backing, "qcow2");
+      await cache.commit(k.key, layerFile(i), { line: k.line, what: k.what });
+      backing = cache.layer(k.key);
+    }
+    await rm(runtime, { recursive: true, force: true });
+  }
+}
+
+/** Pings until the agent answers (the warm interpreter is not needed to build). */
+async function waitAgent(
+  vm: Vm,
+  agent: AgentClient,
+  timeoutMs: number,
+  tail: () => Promise<string>,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = "no answer";
+  while (Date.now() < deadline) {
+    if (vm.exited) throw new ForkdError("vmm_error", `the build VM exited during boot: ${await tail()}`);
+    try {
+      await agent.ping(3_000);
+      return;
+    } catch (e) {
+      last = errorMessage(e);
+      if (agent.closed) throw new ForkdError("vmm_error", `agent connection lost during boot: ${last}`);
+      await sleep(100);
+    }
+  }
+  throw new ForkdError("timeout", `the build VM was not ready after ${timeoutMs} ms (${last})`);
+}
+
+async function runStep(
+  agent: AgentClient,
+  s: Extract<PlanStep, { kind: "run" }>,
+  n: number,
+  timeoutMs: number,
+  progress: Progress,
+): Promise<void> {
+  await agent.mkdir(s.cwd, { parents: true, mode: 0o755 });
+  let tail = "";
+  let partial = "";
+  const onData = (d: Buffer) => {
+    const text = d.toString("utf8");
+    tail = (tail + text).slice(-OUTPUT_TAIL);
+    partial += text;
+    const lines = partial.split("\n");
+    partial = (lines.pop() ?? "").slice(-OUTPUT_TAIL);
+    for (const l of lines) progress(`#${n} ${l}`, { phase: "run" });
+  };
+  // TODO(agentcfg merge): pass `user: s.user` once ExecRequest has it; until then steps run as root.
+  const cmd = "exec" in s.command ? { argv: s.command.exec } : { shell: s.command.shell };
+  const r = await agent.exec(
+    { ...cmd, env: s.env, cwd: s.cwd, timeoutMs },
+    { onStdout: onData, onStderr: onData },
+  ).result;
+  if (partial) progress(`#${n} ${partial}`, { phase: "run" });
+  if (r.exitCode !== 0) {
+    const how = r.timedOut
+      ? `timed out after ${timeoutMs} ms`
+      : r.exitCode !== null
+        ? `exit code ${r.exitCode}`
+        : `signal ${r.signal}`;
+    throw new ForkdError(
+      "guest_error",
+      `Dockerfile line ${s.line}: RUN failed (${how}): ${tail.trim().slice(-1500)}`,
+      {
+        line: s.line,
+        exit_code: r.exitCode,
+        signal: r.signal,
+        timed_out: r.timedOut,
+        output_tail: tail,
+      },
+    );
+  }
+}
+
+async function copyStep(
+  agent: AgentClient,
+  s: Extract<PlanStep, { kind: "copy" }>,
+  items: CopyItem[],
+  timeoutMs: number,
+): Promise<void> {
+  for (const it of items) {
+    const mode = s.chmod ?? it.mode;
+    if (it.type === "dir") await agent.mkdir(it.dest, { parents: true, mode });
+    else
+      await agent.writeFile(it.dest, createReadStream(it.src ?? ""), { mode, makeParents: true, timeoutMs });
+  }
+  if (s.chown === null) return;
+  // Names resolve in the image's own /etc/passwd and /etc/group: its chown does it.
+  const paths = items.map((i) => i.dest);
+  for (let i = 0; i < paths.length; i += 200) {
+    const out: Buffer[] = [];
+    const r = await agent.exec(
+      { argv: ["chown", "-h", s.chown, "--", ...paths.slice(i, i + 200)], timeoutMs: 120_000 },
+      { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },
+    ).result;
+    if (r.exitCode !== 0) {
+      throw new ForkdError(
+        "guest_error",
+        `Dockerfile line ${s.line}: --chown=${s.chown} failed (exit ${r.exitCode}): ${Buffer.concat(out).toString().slice(-1000)}`,
+        { line: s.line },
+      );
+    }
+  }
+}
