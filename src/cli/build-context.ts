@@ -47,6 +47,8 @@ export function contextTar(dir: string, paths: string[]): { stream: Readable; do
   const child = spawn("tar", ["-c", "-f", "-", "--no-recursion", "--null", "-T", "-"], {
     cwd: dir,
     stdio: ["pipe", "pipe", "pipe"],
+    // tar needs nothing of the caller's environment (names are bytes: the C locale).
+    env: { PATH: "/usr/local/bin:/usr/bin:/bin", LC_ALL: "C" },
   });
   let err = "";
   child.stderr.on("data", (d: Buffer) => (err = (err + d.toString()).slice(-2000)));

@@ -93,7 +93,17 @@ let first = "";
 step("forkd snapshot --dockerfile builds an image a fork has the files and config of", async () => {
   const { stdout } = await promisify(execFile)(
     process.execPath,
-    [CLI, "snapshot", "--tag", "df1", "--dockerfile", join(ctx, "Dockerfile"), "--build-arg", `NONCE=${NONCE}`, "--json"],
+    [
+      CLI,
+      "snapshot",
+      "--tag",
+      "df1",
+      "--dockerfile",
+      join(ctx, "Dockerfile"),
+      "--build-arg",
+      `NONCE=${NONCE}`,
+      "--json",
+    ],
     { env: d.env, timeout: 20 * 60_000, maxBuffer: 16 << 20 },
   );
   const meta = JSON.parse(stdout) as { tag: string; image: { content: string } };
@@ -145,13 +155,16 @@ step("a failing RUN shows its output and exit code, and no snapshot is left", as
       join(dir, "Dockerfile"),
       `FROM forkd://python\nRUN echo "out-marker-${NONCE}"; echo err-marker >&2; exit 7\n`,
     );
-    await assert.rejects(build("dfail", dir), (e: Error & { code?: string; details?: Record<string, unknown> }) => {
-      assert.match(e.message, /line 2: RUN failed \(exit code 7\)/);
-      assert.match(e.message, new RegExp(`out-marker-${NONCE}`));
-      assert.match(e.message, /err-marker/);
-      assert.equal(e.details?.exit_code, 7);
-      return true;
-    });
+    await assert.rejects(
+      build("dfail", dir),
+      (e: Error & { code?: string; details?: Record<string, unknown> }) => {
+        assert.match(e.message, /line 2: RUN failed \(exit code 7\)/);
+        assert.match(e.message, new RegExp(`out-marker-${NONCE}`));
+        assert.match(e.message, /err-marker/);
+        assert.equal(e.details?.exit_code, 7);
+        return true;
+      },
+    );
     const list = await api<{ snapshots: { tag: string }[] }>("GET", "/v1/snapshots");
     assert.ok(!list.snapshots.some((s) => s.tag === "dfail"));
   } finally {
