@@ -31,6 +31,7 @@ import { ImageBuilder } from "../image/builder.js";
 import { unpackMaxFromEnv } from "../snapshot/unpack-budget.js";
 import { SandboxService } from "../sandbox/service.js";
 import { SnapshotService } from "../snapshot/service.js";
+import { buildNetworkOf } from "../snapshot/dockerfile.js";
 import { SnapshotStore } from "../snapshot/store.js";
 import { BlobCache } from "../snapshot/blobs.js";
 import { registrySettings } from "../registry/settings.js";
@@ -213,6 +214,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     sandboxes,
     log,
     crash,
+    buildNetwork: buildNetworkOf(network),
   });
   const services: Services = {
     store,

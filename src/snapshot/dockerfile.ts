@@ -11,13 +11,22 @@ import { readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { ImageBuilder } from "../image/builder.js";
 import { buildDockerfile } from "../image/dockerfile/build.js";
-import type { BaseImage, DockerfileBuildResult, FromResolver } from "../image/dockerfile/build.js";
+import type {
+  BaseImage,
+  BuildNetwork,
+  DockerfileBuildResult,
+  FromResolver,
+} from "../image/dockerfile/build.js";
 import { unpackContext } from "../image/dockerfile/context-tar.js";
 import { cleanRelative } from "../image/dockerfile/ignore.js";
 import { DOCKERFILE_LIMITS } from "../image/dockerfile/lines.js";
 import { EMPTY_CONFIG } from "../image/dockerfile/plan.js";
 import { StepCache } from "../image/dockerfile/step-cache.js";
 import { ForkdError } from "../util/errors.js";
+import { GUEST_NET } from "../net/guest.js";
+import type { NetworkSpec } from "../net/policy.js";
+import type { NetworkService } from "../net/service.js";
+import { nicMeta } from "./meta.js";
 import type { CreateSnapshotRequest, SnapshotDeps } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { Progress } from "./progress.js";
@@ -55,10 +64,24 @@ export function defaultResolver(builder: ImageBuilder, images?: FromResolver): F
   };
 }
 
+/** What a build VM's network is: a sandbox's in a netns slot with egress allowed (the host's rules apply). */
+export const BUILD_NETWORK: NetworkSpec = {
+  mode: "netns",
+  egress: { mode: "allow", allow: [], dns: true },
+  expose: [],
+};
+
+/** Build networks from the sandboxes' network service (refused where it has no slots). */
+export const buildNetworkOf =
+  (net: NetworkService): BuildNetwork =>
+  () =>
+    net.attach(BUILD_NETWORK, nicMeta(GUEST_NET, true));
+
 export interface DockerfileSnapshotDeps {
   create: SnapshotDeps;
   cacheDir: string;
   resolve: FromResolver;
+  network?: BuildNetwork;
   /** Creates the snapshot from the built image (SnapshotService.create: logs, prewarm). */
   snapshot: (req: CreateSnapshotRequest, progress: Progress) => Promise<SnapshotMeta>;
 }
@@ -106,6 +129,7 @@ export async function createFromDockerfile(
         accel: deps.create.accel,
         runDir: deps.create.runDir,
         resolve: deps.resolve,
+        ...(deps.network ? { network: deps.network } : {}),
       },
       {
         dockerfile: await readFile(file, "utf8"),

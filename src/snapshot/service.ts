@@ -13,7 +13,7 @@ import { compactSnapshot, deleteSnapshot } from "./chain.js";
 import { createSnapshot } from "./create.js";
 import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
-import type { FromResolver } from "../image/dockerfile/build.js";
+import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
 import type { CreateSnapshotRequest, SnapshotDeps } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
 import { packSnapshot } from "./pack.js";
@@ -52,6 +52,8 @@ export interface SnapshotServiceOptions {
   crash?: CrashPoint;
   /** Dockerfile FROM for references other than forkd://TEMPLATE (the OCI puller; absent: refused). */
   resolveImage?: FromResolver;
+  /** The network of Dockerfile build VMs (absent: none). */
+  buildNetwork?: BuildNetwork;
 }
 
 export class SnapshotService {
@@ -137,6 +139,7 @@ export class SnapshotService {
           create: this.o.create,
           cacheDir: this.o.cacheDir,
           resolve: defaultResolver(this.o.create.images, this.o.resolveImage),
+          ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
           snapshot: (c, p) => this.create(c, p),
         },
         req,

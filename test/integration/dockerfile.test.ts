@@ -37,7 +37,8 @@ ENV GREETING="hello world" \\
 WORKDIR $APPDIR
 # a comment between instructions
 COPY [^l]* /ctx/
-RUN echo "$NONCE $GREETING" > run.txt && echo "step-output-$NONCE"
+RUN echo "$NONCE $GREETING" > run.txt && echo "step-output-$NONCE" \
+  && cat /sys/class/net/eth0/operstate > net.txt
 COPY late.txt ./late.txt
 RUN cp late.txt late-copy.txt
 CMD ["python3", "-V"]
@@ -145,7 +146,15 @@ step("a changed COPY'd file reruns only its step and the later ones", async () =
   const ran = r.messages.filter((m) => /^step \d+\/5: .*done in/.test(m)).map((m) => m.split(":")[0]);
   assert.deepEqual(ran, ["step 3/5", "step 4/5", "step 5/5"], r.messages.join("\n"));
   assert.notEqual(r.content, first);
-  assert.equal((await sh("df3", "cat /app/late-copy.txt /app/run.txt")).split("\n")[0], "late v2");
+  const out = (await sh("df3", "cat /app/late-copy.txt /app/net.txt")).split("\n");
+  assert.equal(out[0], "late v2");
+  // The build VM's network: a netns slot where the host has them (root here), else none, said so.
+  const net = r.messages.find((m) => m.startsWith("network: "));
+  assert.ok(net, r.messages.join("\n"));
+  if (process.getuid?.() === 0) {
+    assert.equal(net, "network: netns, egress allow");
+    assert.equal(out[1], "up", "the RUN step saw eth0 up");
+  }
 });
 
 step("a failing RUN shows its output and exit code, and no snapshot is left", async () => {

@@ -8,8 +8,9 @@
  * the frozen layers are committed in order once the VM is gone. The chain is then flattened to
  * a raw ext4 (install.ts) that create.ts snapshots. An unchanged rebuild boots nothing.
  *
- * The build VM has no network (RUN steps that download fail), and runs every step as root until
- * the agent's exec takes a user (USER is recorded in the image config either way).
+ * The build VM gets a network like a sandbox with egress allowed (deps.network: a netns slot, so
+ * the host's own services stay out of reach), or none where the host has none to give. Every
+ * step runs as root until the agent's exec takes a user (USER is recorded in the config either way).
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
@@ -18,6 +19,7 @@ import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { createOverlay, rebaseUnsafe } from "../../disk/overlay.js";
 import type { AccelChoice } from "../../host/accel.js";
+import type { Attachment } from "../../net/attachments/attachment.js";
 import { GUEST_NET, guestNetArg } from "../../net/guest.js";
 import type { Progress } from "../../snapshot/progress.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
@@ -47,12 +49,17 @@ export interface BaseImage {
 /** FROM's reference to a base image (after the merge: ImagePuller.ensure + ImageBuilder.ensureFromRootfs). */
 export type FromResolver = (ref: string, progress: Progress, signal?: AbortSignal) => Promise<BaseImage>;
 
+/** Gives the build VM a network (the sandboxes' attachments, egress allowed under their host rules). */
+export type BuildNetwork = () => Promise<Attachment>;
+
 export interface DockerfileDeps {
   cacheDir: string;
   driver: VmmDriver;
   accel: AccelChoice;
   runDir: string;
   resolve: FromResolver;
+  /** Absent, or failing: the build VM has no network (said in the progress). */
+  network?: BuildNetwork;
 }
 
 export interface DockerfileBuildRequest {
@@ -237,25 +244,46 @@ async function runSteps(
   };
   let vm: Vm | null = null;
   let agent: AgentClient | null = null;
+  let net: Attachment | null = null;
   const frozen: number[] = [];
   try {
+    if (deps.network) {
+      try {
+        net = await deps.network();
+      } catch (e) {
+        progress(`network: none for this build (${errorMessage(e)})`, { phase: "boot" });
+      }
+    } else progress("network: none for this build (this daemon gives builds none)", { phase: "boot" });
     progress(`boot: starting the build VM (${machine.accel}, ${machine.memoryMiB} MiB)`, { phase: "boot" });
     const t0 = nowMs();
-    vm = await deps.driver.launch({
-      dir: runtime,
-      machine,
-      memory: { path: join(work, "memory"), mode: "parent" },
-      disk: layerFile(first),
-      boot: {
-        kernel: image.kernel,
-        initrd: image.initrd,
-        append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
+    vm = await deps.driver.launch(
+      {
+        dir: runtime,
+        machine,
+        memory: { path: join(work, "memory"), mode: "parent" },
+        disk: layerFile(first),
+        boot: {
+          kernel: image.kernel,
+          initrd: image.initrd,
+          append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
+        },
+        nic: { guest: GUEST_NET, backend: net?.backend ?? { kind: "none" } },
+        ...(net?.netns ? { netns: net.netns } : {}),
       },
-      nic: { guest: GUEST_NET, backend: { kind: "none" } },
-    });
+      net?.binary ? { binary: net.binary } : {},
+    );
     agent = await vm.connectAgent(10_000);
     await waitAgent(vm, agent, 180_000, () => deps.driver.consoleTail(runtime, 800));
-    await agent.identity({ hostname: "forkd-build", sandboxId: `build-${work.slice(-12)}` });
+    if (net && !net.linkUp) await vm.setLink(false);
+    await agent.identity({
+      hostname: "forkd-build",
+      sandboxId: `build-${work.slice(-12)}`,
+      ...(net?.linkUp ? { netUpWaitMs: 2_000 } : {}),
+    });
+    if (net) {
+      await net.start();
+      progress(`network: ${net.record().mode}, egress ${net.record().egress.mode}`, { phase: "boot" });
+    }
     progress(`boot: agent ready after ${Math.round(since(t0))} ms`, { phase: "boot" });
     for (let i = first; i < keyed.length; i++) {
       const k = keyed[i] as KeyedStep;
@@ -281,6 +309,7 @@ async function runSteps(
   } finally {
     agent?.close();
     if (vm) await vm.kill().catch(() => undefined);
+    await net?.release().catch(() => undefined);
     // The frozen layers are complete: commit them in order (each names its parent's final path),
     // also when a later step failed, so a fixed Dockerfile reuses them.
     let backing = parentLayer.path;
