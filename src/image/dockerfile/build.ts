@@ -13,7 +13,6 @@
  * step runs as root until the agent's exec takes a user (USER is recorded in the config either way).
  */
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
@@ -30,12 +29,12 @@ import type { VmmDriver } from "../../vmm/driver.js";
 import type { Vm } from "../../vmm/vm.js";
 import type { GuestImage } from "../builder.js";
 import { BuildContext, hashItems } from "./context.js";
-import type { CopyItem } from "./context.js";
+import { copyStep, runStep } from "./steps.js";
 import { configFiles } from "./image-config.js";
 import { installImage } from "./install.js";
 import { parseDockerfile } from "./parse.js";
 import { fromRef, plan } from "./plan.js";
-import type { BuildArgs, ImageConfig, PlanStep } from "./plan.js";
+import type { BuildArgs, ImageConfig } from "./plan.js";
 import { StepCache } from "./step-cache.js";
 
 /** What FROM resolves to: a guest image to boot and the config its steps start from. */
@@ -98,8 +97,6 @@ const sha = (...parts: string[]): string => {
   for (const p of parts) h.update(p).update("\n");
   return h.digest("hex");
 };
-
-const OUTPUT_TAIL = 4000;
 
 export async function buildDockerfile(
   deps: DockerfileDeps,
@@ -305,13 +302,26 @@ async function runSteps(
       const tail = await deps.driver.consoleTail(runtime, 1500);
       if (tail && e.code === "vmm_error") e.details.console_tail = tail;
     }
+    await stop();
+    // A commit that fails now does not hide the step's own error.
+    await commitFrozen().catch(() => undefined);
     throw e;
-  } finally {
+  }
+  await stop();
+  await commitFrozen();
+
+  async function stop(): Promise<void> {
     agent?.close();
     if (vm) await vm.kill().catch(() => undefined);
     await net?.release().catch(() => undefined);
-    // The frozen layers are complete: commit them in order (each names its parent's final path),
-    // also when a later step failed, so a fixed Dockerfile reuses them.
+    await rm(runtime, { recursive: true, force: true });
+  }
+
+  /**
+   * The frozen layers are complete: committed in order (each names its parent's final path),
+   * also when a later step failed, so a fixed Dockerfile reuses them.
+   */
+  async function commitFrozen(): Promise<void> {
     let backing = parentLayer.path;
     for (const i of frozen) {
       const k = keyed[i] as KeyedStep;
@@ -319,7 +329,6 @@ async function runSteps(
       await cache.commit(k.key, layerFile(i), { line: k.line, what: k.what });
       backing = cache.layer(k.key);
     }
-    await rm(runtime, { recursive: true, force: true });
   }
 }
 
@@ -344,80 +353,4 @@ async function waitAgent(
     }
   }
   throw new ForkdError("timeout", `the build VM was not ready after ${timeoutMs} ms (${last})`);
-}
-
-async function runStep(
-  agent: AgentClient,
-  s: Extract<PlanStep, { kind: "run" }>,
-  n: number,
-  timeoutMs: number,
-  progress: Progress,
-): Promise<void> {
-  await agent.mkdir(s.cwd, { parents: true, mode: 0o755 });
-  let tail = "";
-  let partial = "";
-  const onData = (d: Buffer) => {
-    const text = d.toString("utf8");
-    tail = (tail + text).slice(-OUTPUT_TAIL);
-    partial += text;
-    const lines = partial.split("\n");
-    partial = (lines.pop() ?? "").slice(-OUTPUT_TAIL);
-    for (const l of lines) progress(`#${n} ${l}`, { phase: "run" });
-  };
-  // TODO(agentcfg merge): pass `user: s.user` once ExecRequest has it; until then steps run as root.
-  const cmd = "exec" in s.command ? { argv: s.command.exec } : { shell: s.command.shell };
-  const r = await agent.exec(
-    { ...cmd, env: s.env, cwd: s.cwd, timeoutMs },
-    { onStdout: onData, onStderr: onData },
-  ).result;
-  if (partial) progress(`#${n} ${partial}`, { phase: "run" });
-  if (r.exitCode !== 0) {
-    const how = r.timedOut
-      ? `timed out after ${timeoutMs} ms`
-      : r.exitCode !== null
-        ? `exit code ${r.exitCode}`
-        : `signal ${r.signal}`;
-    throw new ForkdError(
-      "guest_error",
-      `Dockerfile line ${s.line}: RUN failed (${how}): ${tail.trim().slice(-1500)}`,
-      {
-        line: s.line,
-        exit_code: r.exitCode,
-        signal: r.signal,
-        timed_out: r.timedOut,
-        output_tail: tail,
-      },
-    );
-  }
-}
-
-async function copyStep(
-  agent: AgentClient,
-  s: Extract<PlanStep, { kind: "copy" }>,
-  items: CopyItem[],
-  timeoutMs: number,
-): Promise<void> {
-  for (const it of items) {
-    const mode = s.chmod ?? it.mode;
-    if (it.type === "dir") await agent.mkdir(it.dest, { parents: true, mode });
-    else
-      await agent.writeFile(it.dest, createReadStream(it.src ?? ""), { mode, makeParents: true, timeoutMs });
-  }
-  if (s.chown === null) return;
-  // Names resolve in the image's own /etc/passwd and /etc/group: its chown does it.
-  const paths = items.map((i) => i.dest);
-  for (let i = 0; i < paths.length; i += 200) {
-    const out: Buffer[] = [];
-    const r = await agent.exec(
-      { argv: ["chown", "-h", s.chown, "--", ...paths.slice(i, i + 200)], timeoutMs: 120_000 },
-      { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },
-    ).result;
-    if (r.exitCode !== 0) {
-      throw new ForkdError(
-        "guest_error",
-        `Dockerfile line ${s.line}: --chown=${s.chown} failed (exit ${r.exitCode}): ${Buffer.concat(out).toString().slice(-1000)}`,
-        { line: s.line },
-      );
-    }
-  }
 }
