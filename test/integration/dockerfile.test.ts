@@ -73,8 +73,7 @@ async function build(tag: string, dir: string): Promise<{ messages: string[]; co
 }
 
 before(async () => {
-  d = await makeDaemon();
-  await d.start();
+  d = await makeDaemon(); // started
   ctx = await mkdtemp(join(tmpdir(), "forkd-df-"));
   await writeFile(join(ctx, "Dockerfile"), DOCKERFILE);
   await writeFile(join(ctx, ".dockerignore"), "secret.txt\n");
