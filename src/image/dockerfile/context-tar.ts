@@ -86,6 +86,19 @@ export async function unpackContext(
   try {
     for await (const chunk of input) await reader.push(Buffer.from(chunk));
     reader.finish();
+  } catch (e) {
+    // The reader is the packs' one: its words are a pack's.
+    if (e instanceof ForkdError && e.message.startsWith("not a readable pack: ")) {
+      throw new ForkdError(
+        "invalid_argument",
+        `build context: not a readable tar: ${e.message.slice(21)}`,
+        e.details,
+      );
+    }
+    if (e instanceof ForkdError && e.message.startsWith("pack entry ")) {
+      throw new ForkdError("invalid_argument", `build context: entry ${e.message.slice(11)}`, e.details);
+    }
+    throw e;
   } finally {
     await (fh as FileHandle | null)?.close().catch(() => undefined);
   }
