@@ -13,6 +13,7 @@ import { sandboxGuard } from "./scope.js";
 import type { Listener, Services } from "./services.js";
 import { accessRoutes } from "./routes/access.js";
 import { snapshotRoutes } from "./routes/snapshots.js";
+import { snapshotBuildRoutes } from "./routes/snapshot-build.js";
 import { sandboxRoutes } from "./routes/sandboxes.js";
 import { execRoutes } from "./routes/exec.js";
 import { fileRoutes } from "./routes/files.js";
@@ -73,6 +74,7 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
     }),
   );
   app.route("/v1/tokens", accessRoutes(s));
+  app.route("/v1/snapshots", snapshotBuildRoutes(s));
   app.route("/v1/snapshots", snapshotRoutes(s));
   app.use("/v1/sandboxes/:id", sandboxGuard(s));
   app.use("/v1/sandboxes/:id/*", sandboxGuard(s));

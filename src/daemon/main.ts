@@ -31,6 +31,7 @@ import { ImageBuilder } from "../image/builder.js";
 import { unpackMaxFromEnv } from "../snapshot/unpack-budget.js";
 import { SandboxService } from "../sandbox/service.js";
 import { SnapshotService } from "../snapshot/service.js";
+import { buildNetworkOf } from "../snapshot/dockerfile.js";
 import { SnapshotStore } from "../snapshot/store.js";
 import { BlobCache } from "../snapshot/blobs.js";
 import { registrySettings } from "../registry/settings.js";
@@ -43,6 +44,7 @@ import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
 import { crashPointFromEnv } from "../util/crash.js";
 import { LocalImages } from "../image/local-images.js";
+import { imageLimitsFromEnv } from "../oci/limits.js";
 import { ImagePuller } from "../oci/puller.js";
 import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
@@ -199,7 +201,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     // use; tests may name local trees instead (FORKD_TEST_IMAGES: image/local-images.ts).
     images: env.FORKD_TEST_IMAGES
       ? new LocalImages(env.FORKD_TEST_IMAGES)
-      : new ImagePuller({ cacheDir: paths.cacheDir, settings: registrySettings(env) }),
+      : new ImagePuller({
+          cacheDir: paths.cacheDir,
+          settings: registrySettings(env),
+          limits: imageLimitsFromEnv(env),
+        }),
     create: {
       store,
       driver,
@@ -220,6 +226,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     sandboxes,
     log,
     crash,
+    buildNetwork: buildNetworkOf(network),
   });
   const services: Services = {
     store,

@@ -5,6 +5,7 @@
  *   <cache>/images/<build-hash>/   written only by guest/image/build.sh, which marks each with a
  *                                  `provenance` record and trusts no image without one
  *   <cache>/imported/<address>/    images installed from packs (unpack, pull), verified first
+ *   <cache>/dockerfile/images/<address>/  images built from Dockerfiles (image/dockerfile/install.ts)
  *
  * A pack's image is installed under its content address, so it can never satisfy the builder's
  * lookup by build hash; an image this host already has with the same content (built or
@@ -87,6 +88,8 @@ export async function builtImageAddress(dir: string): Promise<string | null> {
 export async function findImage(cacheDir: string, address: string): Promise<string | null> {
   const imported = importedDir(cacheDir, address);
   if (await exists(join(imported, "manifest.json"))) return imported;
+  const fromDockerfile = join(cacheDir, "dockerfile", "images", address);
+  if (await exists(join(fromDockerfile, "manifest.json"))) return fromDockerfile;
   const built = join(cacheDir, "images");
   for (const name of await readdir(built).catch(() => [] as string[])) {
     if (!SHA_RE.test(name)) continue;

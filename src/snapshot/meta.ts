@@ -18,19 +18,30 @@ export const SNAPSHOT_FORMAT = 2 as const;
 const FORMATS = [1, 2] as const;
 
 /** Where a snapshot came from: one of forkd's templates, an OCI image, a Dockerfile build. */
+const TemplateSource = z.object({ kind: z.literal("template"), name: z.string().max(256) });
+const ImageSource = z.object({
+  kind: z.literal("image"),
+  /** The normalized reference it was pulled by (e.g. docker.io/library/python:3.11). */
+  ref: z.string().max(1024),
+  /** The digest of the (platform) manifest pulled: what the snapshot holds. */
+  digest: z.string().max(256),
+});
 export const SnapshotSourceSchema = z.discriminatedUnion("kind", [
-  z.object({ kind: z.literal("template"), name: z.string().max(256) }),
+  TemplateSource,
+  ImageSource,
   z.object({
-    kind: z.literal("image"),
-    /** The normalized reference it was pulled by (e.g. docker.io/library/python:3.11). */
-    ref: z.string().max(1024),
-    /** The digest of the (platform) manifest pulled: what the snapshot holds. */
-    digest: z.string().max(256),
+    kind: z.literal("dockerfile"),
+    /** FROM as the Dockerfile wrote it (build arguments substituted). */
+    from: z.string().max(1024),
+    /** What FROM resolved to: a template (forkd://NAME) or a pulled image. */
+    base: z.discriminatedUnion("kind", [TemplateSource, ImageSource]),
+    /** The last build step's cache key: the same key, the same root filesystem. */
+    key: z.string().regex(/^[0-9a-f]{64}$/),
   }),
-  // Its own fields are the Dockerfile builder's (src/image/dockerfile/).
-  z.object({ kind: z.literal("dockerfile") }).passthrough(),
 ]);
 export type SnapshotSource = z.infer<typeof SnapshotSourceSchema>;
+/** What a Dockerfile's FROM resolves to. */
+export type BaseSource = z.infer<typeof TemplateSource> | z.infer<typeof ImageSource>;
 
 const FileSum = z.object({
   size: z.number().int().nonnegative(),

@@ -12,6 +12,9 @@ import { ForkdError } from "../util/errors.js";
 import type { Logger } from "../util/log.js";
 import { compactSnapshot, deleteSnapshot } from "./chain.js";
 import { createSnapshot } from "./create.js";
+import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
+import type { DockerfileSnapshotRequest } from "./dockerfile.js";
+import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
 import type { CreateSnapshotRequest, SnapshotDeps } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { ImageResolver } from "../image/rootfs-image.js";
@@ -36,8 +39,11 @@ export interface SnapshotUsers {
   forgetSnapshot(tag: string): Promise<void>;
 }
 
-/** What a new snapshot is made from: one of forkd's templates, or an image reference. */
-export type SnapshotFrom = { template: string } | { image: string };
+/** A guest image made by the caller (a Dockerfile build), with its source and exec defaults. */
+export type PreparedImage = Pick<CreateSnapshotRequest, "image" | "source" | "execDefaults">;
+
+/** What a new snapshot is made from: one of forkd's templates, an image reference, or a prepared image. */
+export type SnapshotFrom = { template: string } | { image: string } | { prepared: PreparedImage };
 
 /** A creation as the API asks for it: the guest image is the service's to prepare. */
 export interface NewSnapshotRequest extends Omit<CreateSnapshotRequest, "image" | "source" | "execDefaults"> {
@@ -60,6 +66,8 @@ export interface SnapshotServiceOptions {
   log: Logger;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
+  /** The network of Dockerfile build VMs (absent: none). */
+  buildNetwork?: BuildNetwork;
 }
 
 export class SnapshotService {
@@ -95,7 +103,7 @@ export class SnapshotService {
    */
   async checkCreatable(tag: string, from: SnapshotFrom): Promise<void> {
     if ("template" in from) await this.o.create.images.assertKnown(from.template);
-    else this.resolver();
+    else if ("image" in from) this.resolver();
     if (await this.o.store.has(tag))
       throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
   }
@@ -109,10 +117,8 @@ export class SnapshotService {
   }
 
   /** The guest image, source and exec defaults of `from`: built (or found cached) now. */
-  private async prepare(
-    from: SnapshotFrom,
-    progress: Progress,
-  ): Promise<Pick<CreateSnapshotRequest, "image" | "source" | "execDefaults">> {
+  private async prepare(from: SnapshotFrom, progress: Progress): Promise<PreparedImage> {
+    if ("prepared" in from) return from.prepared;
     const onLine = (line: string) => progress(line, { phase: "image" });
     if ("template" in from) {
       await this.o.create.images.assertKnown(from.template);
@@ -164,6 +170,65 @@ export class SnapshotService {
       }
       throw e;
     }
+  }
+
+  /**
+   * Builds `req.dockerfile` of the build context `context` (a tar stream) step by step, then
+   * snapshots the result like create() (image/dockerfile/build.ts, snapshot/dockerfile.ts).
+   */
+  async createFromDockerfile(
+    req: DockerfileSnapshotRequest,
+    context: AsyncIterable<Uint8Array>,
+    progress: Progress = () => undefined,
+    unwatched: () => boolean = () => false,
+  ): Promise<SnapshotMeta> {
+    const started = new Date().toISOString();
+    const logged: Progress = (line, detail) => {
+      this.o.log.info(`snapshot ${req.tag}: ${line}`);
+      progress(line, detail);
+    };
+    try {
+      const r = await createFromDockerfile(
+        {
+          create: this.o.create,
+          cacheDir: this.o.cacheDir,
+          resolve: defaultResolver(
+            this.o.create.images,
+            this.o.images ? this.fromImage(this.o.images) : undefined,
+          ),
+          ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
+          snapshot: (c, p) => this.create(c, p),
+        },
+        req,
+        context,
+        logged,
+      );
+      return r.meta;
+    } catch (e) {
+      if (unwatched() && !(e instanceof ForkdError && e.code === "conflict")) {
+        await this.o.store
+          .recordFailed({ tag: req.tag, started, source: null, owner: req.owner }, e)
+          .catch((err: unknown) => this.o.log.warn("snapshot failure not recorded", { error: String(err) }));
+      }
+      throw e;
+    }
+  }
+
+  /** Dockerfile FROM of an image reference: pulled, then its guest image built (cached both). */
+  private fromImage(images: ImageResolver): FromResolver {
+    return async (ref, progress, signal) => {
+      const pulled = await images.ensure(ref, progress, signal);
+      progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
+      const image = await this.o.create.images.ensureFromRootfs(pulled, (line) =>
+        progress(line, { phase: "image" }),
+      );
+      return {
+        image,
+        // A pulled image's config has all of these; a test tree's (LocalImages) only the first three.
+        config: { entrypoint: null, cmd: null, labels: {}, ...pulled.config },
+        source: { kind: "image", ref: pulled.ref, digest: pulled.digest },
+      };
+    };
   }
 
   /** Streams `tag`'s pack (tar + zstd) into `out`. */

@@ -25,6 +25,8 @@ export interface TarEntry {
   type: "file" | "dir";
   /** The file's size (a sparse member: its real size, holes included). */
   size: number;
+  /** Permission bits of the header (mode & 0o7777). */
+  mode?: number;
 }
 
 export interface TarSink {
@@ -285,13 +287,14 @@ export class TarReader {
       return;
     }
     const path = normalise(name);
+    const mode = parseNumber(h.subarray(100, 108)) & 0o7777;
     if (type === "5") {
       if (size !== 0) throw bad(`directory ${JSON.stringify(name)} has data`);
-      await this.sink.entry({ path, name, type: "dir", size: 0 });
+      await this.sink.entry({ path, name, type: "dir", size: 0, mode });
       return;
     }
     if (type === "0" || type === "\0" || type === "7") {
-      const entry: TarEntry = { path, name, type: "file", size };
+      const entry: TarEntry = { path, name, type: "file", size, mode };
       await this.sink.entry(entry);
       this.startFile([{ offset: 0, length: size }], size);
       return;

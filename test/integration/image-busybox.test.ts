@@ -2,11 +2,7 @@
  * A snapshot from an image with no Python: a static busybox tree (the host's busybox-static and
  * its applets as symlinks, nothing else), served by the test-only resolver (FORKD_TEST_IMAGES).
  * It forks and execs; eval there is a clear `unavailable` naming the missing interpreter.
- *
- * Needs the agent to report ready at once when no interpreter exists (helper agentcfg, issue 13
- * section 2: F_EVAL_READY, the missing-interpreter error). Until that lands the creation fails
- * after the boot timeout (180 s: "warm interpreter not ready"), a bounded error: these tests are
- * marked todo "agentcfg" and must pass once it is merged (then remove the todo marks).
+ * The agent reports ready at once when the image has no interpreter (no kernel to wait for).
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -22,7 +18,6 @@ import type { TestDaemon } from "../helpers/daemon.js";
 import { ApiError } from "../helpers/http.js";
 
 const REF = "localhost/forkd-test/busybox:1";
-const TODO = { todo: "agentcfg: ready at once without an interpreter" };
 let d: TestDaemon;
 let work: string;
 
@@ -59,18 +54,18 @@ after(async () => {
 
 let made = false;
 
-test("a snapshot from an image without Python is made (no kernel to wait for)", TODO, async () => {
+test("a snapshot from an image without Python is made (no kernel to wait for)", async () => {
   await api(d, "POST", "/v1/snapshots", { tag: "bb", image: REF, memory_mib: 128 });
   made = true;
 });
 
-test("its child execs with busybox, and has none of the host's Debian", TODO, async () => {
+test("its child execs with busybox, and has none of the host's Debian", async () => {
   assert.ok(made, "no snapshot");
   const id = await forkOne(d, "bb");
   assert.equal(await sh(d, id, "echo hi; [ -e /usr/bin/python3 ] && echo python || echo none"), "hi\nnone\n");
 });
 
-test("eval there is unavailable, naming the missing interpreter", TODO, async () => {
+test("eval there is unavailable, naming the missing interpreter", async () => {
   assert.ok(made, "no snapshot");
   const id = await forkOne(d, "bb");
   await assert.rejects(

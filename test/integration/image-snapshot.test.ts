@@ -156,20 +156,14 @@ step("the image's files are as they were; forkd's own are under /.forkd/ only", 
   await api(d, "DELETE", `/v1/sandboxes/${id}`);
 });
 
-// Needs the agent to read /.forkd/env and /.forkd/config (helper agentcfg, issue 13 section 2):
-// marked todo until that lands; then it must pass (remove the todo).
-test(
-  "exec in a child sees the image's Env, and its cwd is the WorkingDir",
-  { todo: "agentcfg" },
-  async () => {
-    const id = await forkOne(d, "img");
-    try {
-      assert.equal((await sh(d, id, 'echo "$GREETING"; pwd')).trim(), `hello image\n${WORKDIR}`);
-    } finally {
-      await api(d, "DELETE", `/v1/sandboxes/${id}`);
-    }
-  },
-);
+test("exec in a child sees the image's Env, and its cwd is the WorkingDir", async () => {
+  const id = await forkOne(d, "img");
+  try {
+    assert.equal((await sh(d, id, 'echo "$GREETING"; pwd')).trim(), `hello image\n${WORKDIR}`);
+  } finally {
+    await api(d, "DELETE", `/v1/sandboxes/${id}`);
+  }
+});
 
 step("GET /v1/snapshots shows where the snapshot came from", async () => {
   const r = await api<{ snapshots: { tag: string; source: unknown }[] }>(d, "GET", "/v1/snapshots");

@@ -8,7 +8,7 @@ import type { IncomingMessage } from "node:http";
 import type { components } from "./api.gen.js";
 import { ForkdError, errorFromEnvelope } from "./errors.js";
 import { Transport } from "./transport.js";
-import type { ConnectionOpts, RequestOpts } from "./transport.js";
+import type { ConnectionOpts, Query, RequestOpts } from "./transport.js";
 
 type S = components["schemas"];
 /** Every shape of the API by its schema name, as generated from docs/openapi.json. */
@@ -34,6 +34,17 @@ export interface Requests {
   Mkdir: Opt<S["Mkdir"], "parents">;
 }
 type R = Requests;
+
+/** The options of a Dockerfile build (POST /v1/snapshots/build's query). */
+export interface BuildSnapshotOptions {
+  tag: string;
+  dockerfile?: string;
+  build_args?: Record<string, string>;
+  warm?: string;
+  warm_eval?: string;
+  memory_mib?: number;
+  vcpus?: number;
+}
 
 /** A snapshot creation's progress line: `message` always, structured fields when the daemon has them. */
 export type SnapshotProgress = Progress<S["SnapshotProgressEvent"]>;
@@ -73,7 +84,13 @@ export class ApiClient {
   }
 
   /** An NDJSON progress stream: progress lines to `onProgress`, then the `key` of "done", or the error. */
-  async #progress<T, P>(path: string, body: unknown, key: string, o: StreamOpts<P>): Promise<T> {
+  async #progress<T, P>(
+    path: string,
+    body: unknown,
+    key: string,
+    o: StreamOpts<P>,
+    extra: RequestOpts = { json: body },
+  ): Promise<T> {
     let result: { value: T } | null = null;
     let failed: ForkdError | null = null;
     await this.t.ndjson<{ type: string; error?: S["Error"]["error"] } & Record<string, unknown>>(
@@ -85,7 +102,7 @@ export class ApiClient {
         else if (ev.type === "error" && ev.error)
           failed = errorFromEnvelope(0, ev.error.code, ev.error.message, ev.error.details);
       },
-      { json: body, query: { stream: 1 }, ...callOpts(o) },
+      { ...extra, query: { ...extra.query, stream: 1 }, ...callOpts(o) },
     );
     if (failed) throw failed as ForkdError;
     const r = result as { value: T } | null;
@@ -136,6 +153,21 @@ export class ApiClient {
   /** Boots, warms and freezes a parent; its progress streams to `onProgress`. */
   createSnapshot(body: R["CreateSnapshot"], o: StreamOpts<SnapshotProgress> = {}): Promise<S["Snapshot"]> {
     return this.#progress("/v1/snapshots", body, "snapshot", o);
+  }
+  /**
+   * Builds a snapshot from a Dockerfile: `context` is the build context as a tar (bytes or a
+   * stream, sent as it is read) holding the Dockerfile at `options.dockerfile` (default
+   * "Dockerfile"); each RUN/COPY/ADD step is a cached layer in the daemon. Progress lines carry
+   * each step and its output (docs/images.md, "Dockerfiles").
+   */
+  buildSnapshot(
+    options: BuildSnapshotOptions,
+    context: Uint8Array | NodeJS.ReadableStream,
+    o: StreamOpts<SnapshotProgress> = {},
+  ): Promise<S["Snapshot"]> {
+    const { build_args, ...rest } = options;
+    const query: Query = { ...rest, ...(build_args ? { build_args: JSON.stringify(build_args) } : {}) };
+    return this.#progress("/v1/snapshots/build", null, "snapshot", o, { body: context, query });
   }
   /**
    * Deletes a snapshot (409 while sandboxes run from it, or while branches stack on it). With

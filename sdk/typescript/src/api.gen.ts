@@ -125,6 +125,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/snapshots/build": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Build a guest image from a Dockerfile (the body: the build context as a tar; each step a cached layer), then snapshot it like createSnapshot. With ?stream=1 the reply is NDJSON progress. */
+        post: operations["buildSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/snapshots/{tag}": {
         parameters: {
             query?: never;
@@ -712,12 +729,25 @@ export interface components {
             ref: string;
             /** @description The digest of the image manifest it holds */
             digest: string;
-        } | ({
+        } | {
             /** @constant */
             kind: "dockerfile";
-        } & {
-            [key: string]: unknown;
-        });
+            /** @description FROM as the Dockerfile wrote it (build arguments substituted) */
+            from: string;
+            /** @description What FROM resolved to: a template (forkd://NAME) or a pulled image */
+            base: {
+                /** @constant */
+                kind: "template";
+                name: string;
+            } | {
+                /** @constant */
+                kind: "image";
+                ref: string;
+                digest: string;
+            };
+            /** @description The last build step's cache key (the same key, the same root filesystem) */
+            key: string;
+        };
         Snapshot: {
             format: number;
             tag: string;
@@ -1749,6 +1779,79 @@ export interface operations {
                 };
             };
             /** @description payload_too_large: the body is over its bound (code) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    buildSnapshot: {
+        parameters: {
+            query: {
+                tag: string;
+                dockerfile?: string;
+                build_args?: string;
+                warm?: string;
+                warm_eval?: string;
+                memory_mib?: number;
+                vcpus?: number;
+                stream?: "0" | "1";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Build a guest image from a Dockerfile (the body: the build context as a tar; each step a cached layer), then snapshot it like createSnapshot. With ?stream=1 the reply is NDJSON progress. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
+                    /** @description With ?stream=1: one JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["SnapshotProgressEvent"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (upload) */
             413: {
                 headers: {
                     [name: string]: unknown;

@@ -16,6 +16,7 @@ export type {
 export { Controller, fork } from "./controller.js";
 export { ApiClient } from "./api-client.js";
 export type {
+  BuildSnapshotOptions,
   CallOpts,
   Requests,
   StreamOpts,

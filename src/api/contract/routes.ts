@@ -133,6 +133,21 @@ export const ROUTES: RouteSpec[] = [
     streamed: S.SnapshotProgressEvent,
   },
   {
+    operationId: "buildSnapshot",
+    method: "post",
+    path: "/v1/snapshots/build",
+    summary:
+      "Build a guest image from a Dockerfile (the body: the build context as a tar; each step a cached layer), " +
+      "then snapshot it like createSnapshot. With ?stream=1 the reply is NDJSON progress.",
+    tag: "snapshots",
+    query: S.BuildSnapshotQuery,
+    body: { kind: "bytes", headers: { "content-type": "application/x-tar" } },
+    heavy: true,
+    limit: "upload",
+    responses: { 201: json(S.Snapshot) },
+    streamed: S.SnapshotProgressEvent,
+  },
+  {
     operationId: "getSnapshot",
     method: "get",
     path: "/v1/snapshots/{tag}",

@@ -224,11 +224,42 @@ export const SnapshotSource = named(
         ref: z.string().describe("The normalized reference it was pulled by"),
         digest: z.string().describe("The digest of the image manifest it holds"),
       }),
-      z.object({ kind: z.literal("dockerfile") }).passthrough(),
+      z.object({
+        kind: z.literal("dockerfile"),
+        from: z.string().describe("FROM as the Dockerfile wrote it (build arguments substituted)"),
+        base: z
+          .discriminatedUnion("kind", [
+            z.object({ kind: z.literal("template"), name: z.string() }),
+            z.object({ kind: z.literal("image"), ref: z.string(), digest: z.string() }),
+          ])
+          .describe("What FROM resolved to: a template (forkd://NAME) or a pulled image"),
+        key: z.string().describe("The last build step's cache key (the same key, the same root filesystem)"),
+      }),
     ])
     .describe("Where a snapshot came from: a template, an image, a Dockerfile build."),
   "SnapshotSource",
 );
+
+/** POST /v1/snapshots/build: the options (query); the body is the build context as a tar. */
+export const BuildSnapshotQuery = z.object({
+  tag: Tag,
+  dockerfile: z
+    .string()
+    .min(1)
+    .max(4096)
+    .default("Dockerfile")
+    .describe("The Dockerfile's path inside the context."),
+  build_args: z
+    .string()
+    .max(8192)
+    .optional()
+    .describe('Build arguments (ARG) as a JSON object of strings, e.g. {"VERSION":"1.2"}.'),
+  warm: z.string().max(4096).optional().describe("Shell command run in the parent before it is frozen."),
+  warm_eval: z.string().max(8192).optional().describe("Python run in the parent's warm interpreter."),
+  memory_mib: z.coerce.number().int().min(128).max(65536).default(512),
+  vcpus: z.coerce.number().int().min(1).max(32).default(1),
+  stream: z.enum(["0", "1"]).optional(),
+});
 
 const FileSum = z.object({ size: z.number().int(), sha256: z.string() });
 

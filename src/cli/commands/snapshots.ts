@@ -5,6 +5,7 @@ import type { CliContext } from "../context.js";
 import { usageError } from "../errors.js";
 import { interruptible } from "../interrupt.js";
 import { snapshotLayer } from "../layer.js";
+import { snapshotFromDockerfile } from "../dockerfile.js";
 import { ProgressView } from "../progress.js";
 import { printTable } from "../table.js";
 import { CALL_MS, HEAVY_MS, PROGRESS_IDLE_MS } from "../timeouts.js";
@@ -23,6 +24,12 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
     .option("--warm-eval <code>", "Python to run in the parent's warm interpreter before freezing")
     .option("--memory <MiB>", "guest RAM in MiB", (v) => parseInt(v, 10), 512)
     .option("--vcpus <n>", "vCPUs", (v) => parseInt(v, 10), 1)
+    .option("--dockerfile <path>", "build the image from this Dockerfile (its folder is the build context)")
+    .option(
+      "--build-arg <name=value>",
+      "with --dockerfile: a build argument (repeatable)",
+      (v: string, prev: string[] = []) => [...prev, v],
+    )
     .option("--from <tag>", "build a layer on an existing snapshot: fork it, run --exec, branch, kill")
     .option("--exec <cmd>", "with --from: shell command that makes the layer")
     .option("--json", "print the snapshot metadata as JSON")
@@ -41,7 +48,18 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
         from?: string;
         exec?: string;
         json?: boolean;
+        dockerfile?: string;
+        buildArg?: string[];
       }) => {
+        if (o.dockerfile !== undefined) {
+          if (o.from !== undefined) throw usageError("--dockerfile and --from do not go together");
+          const api = await ctx.ready();
+          const m = await snapshotFromDockerfile(api, { ...o, dockerfile: o.dockerfile }, ctx);
+          if (o.json) console.log(JSON.stringify(m, null, 2));
+          else console.log(`snapshot ${m.tag} ready (built from ${o.dockerfile})`);
+          return;
+        }
+        if (o.buildArg !== undefined) throw usageError("--build-arg goes with --dockerfile");
         if (o.from !== undefined || o.exec !== undefined) {
           if (o.from === undefined || o.exec === undefined) throw usageError("--from and --exec go together");
           const api = await ctx.ready();

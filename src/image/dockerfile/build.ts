@@ -1,0 +1,357 @@
+/**
+ * Building a guest image from a Dockerfile. FROM resolves (an injected resolver) to a base
+ * GuestImage and its config; each RUN/COPY/ADD step, and a last step writing the image config
+ * (/.forkd/env, /.forkd/config), is one cached qcow2 layer keyed by its parent's key, the step
+ * and the files it copies (step-cache.ts). The steps not cached run in one build VM booted on
+ * the last cached layer: after each step the guest syncs, the VM pauses, its disk's top layer is
+ * frozen live (blockdev-snapshot-sync onto a new empty layer) and it resumes for the next step;
+ * the frozen layers are committed in order once the VM is gone. The chain is then flattened to
+ * a raw ext4 (install.ts) that create.ts snapshots. An unchanged rebuild boots nothing.
+ *
+ * The build VM gets a network like a sandbox with egress allowed (deps.network: a netns slot, so
+ * the host's own services stay out of reach), or none where the host has none to give. A step
+ * runs as the user USER (or the base image's config) names, as Docker runs it.
+ */
+import { createHash } from "node:crypto";
+import type { BaseSource } from "../../snapshot/meta.js";
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { AgentClient } from "../../agent/client.js";
+import { createOverlay, rebaseUnsafe } from "../../disk/overlay.js";
+import type { AccelChoice } from "../../host/accel.js";
+import type { Attachment } from "../../net/attachments/attachment.js";
+import { GUEST_NET, guestNetArg } from "../../net/guest.js";
+import type { Progress } from "../../snapshot/progress.js";
+import { ForkdError, errorMessage } from "../../util/errors.js";
+import { nowMs, since, sleep } from "../../util/time.js";
+import { defaultCpu, kernelCmdline } from "../../vmm/config.js";
+import type { MachineConfig } from "../../vmm/config.js";
+import type { VmmDriver } from "../../vmm/driver.js";
+import type { Vm } from "../../vmm/vm.js";
+import type { GuestImage } from "../builder.js";
+import { BuildContext, hashItems } from "./context.js";
+import { copyStep, runStep } from "./steps.js";
+import { configFiles } from "./image-config.js";
+import { installImage } from "./install.js";
+import { parseDockerfile } from "./parse.js";
+import { fromRef, plan } from "./plan.js";
+import type { BuildArgs, ImageConfig } from "./plan.js";
+import { StepCache } from "./step-cache.js";
+
+/** What FROM resolves to: a guest image to boot and the config its steps start from. */
+export interface BaseImage {
+  image: GuestImage;
+  config: ImageConfig;
+  /** Where it came from, for the snapshot's source (e.g. {kind:"image", ref, digest}). */
+  source: BaseSource;
+}
+
+/** FROM's reference to a base image (after the merge: ImagePuller.ensure + ImageBuilder.ensureFromRootfs). */
+export type FromResolver = (ref: string, progress: Progress, signal?: AbortSignal) => Promise<BaseImage>;
+
+/** Gives the build VM a network (the sandboxes' attachments, egress allowed under their host rules). */
+export type BuildNetwork = () => Promise<Attachment>;
+
+export interface DockerfileDeps {
+  cacheDir: string;
+  driver: VmmDriver;
+  accel: AccelChoice;
+  runDir: string;
+  resolve: FromResolver;
+  /** Absent, or failing: the build VM has no network (said in the progress). */
+  network?: BuildNetwork;
+}
+
+export interface DockerfileBuildRequest {
+  /** The Dockerfile's text. */
+  dockerfile: string;
+  /** The build context on the host (already filtered by .dockerignore, or it is applied here). */
+  contextDir: string;
+  buildArgs?: BuildArgs;
+  memoryMiB?: number;
+  vcpus?: number;
+  /** Deadline of one RUN step (default 30 min). */
+  stepTimeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface DockerfileBuildResult {
+  image: GuestImage;
+  config: ImageConfig;
+  from: { ref: string; source: BaseSource };
+  /** The final step's key (the image's build hash). */
+  key: string;
+  /** Each step: its Dockerfile line (0: the config step) and whether its layer was cached. */
+  steps: Array<{ line: number; what: string; cached: boolean }>;
+}
+
+/** A step with its cache key, ready to run. */
+interface KeyedStep {
+  key: string;
+  line: number;
+  what: string;
+  run: (agent: AgentClient) => Promise<void>;
+}
+
+const sha = (...parts: string[]): string => {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p).update("\n");
+  return h.digest("hex");
+};
+
+export async function buildDockerfile(
+  deps: DockerfileDeps,
+  req: DockerfileBuildRequest,
+  progress: Progress = () => undefined,
+): Promise<DockerfileBuildResult> {
+  const df = parseDockerfile(req.dockerfile);
+  const from = fromRef(df, req.buildArgs);
+  progress(`from: resolving ${from.ref}`, { phase: "image" });
+  const base = await deps.resolve(from.ref, progress, req.signal);
+  const p = plan(df, base.config, req.buildArgs);
+  const context = await BuildContext.scan(req.contextDir);
+  const cache = new StepCache(deps.cacheDir);
+
+  // Keys: each over its parent's, the step (normalised) and the files it copies.
+  const keyed: KeyedStep[] = [];
+  let parent = sha("forkd-dockerfile-base/1", base.image.content);
+  const stepTimeoutMs = req.stepTimeoutMs ?? 30 * 60_000;
+  for (const [i, s] of p.steps.entries()) {
+    const n = i + 1;
+    if (s.kind === "run") {
+      const what = `RUN ${"exec" in s.command ? JSON.stringify(s.command.exec) : s.command.shell}`;
+      const norm = JSON.stringify({
+        kind: "run",
+        command: s.command,
+        env: Object.entries(s.env).sort(([a], [b]) => (a < b ? -1 : 1)),
+        cwd: s.cwd,
+        user: s.user,
+      });
+      parent = sha("step", parent, norm);
+      keyed.push({ key: parent, line: s.line, what, run: (a) => runStep(a, s, n, stepTimeoutMs, progress) });
+    } else {
+      const op = s.add ? "ADD" : "COPY";
+      const items = context.resolve(s.line, op, s.sources, s.dest);
+      if (s.add) await context.refuseArchives(s.line, items);
+      const files = await hashItems(items);
+      const norm = JSON.stringify({ kind: "copy", dest: s.dest, chown: s.chown, chmod: s.chmod, files });
+      parent = sha("step", parent, norm);
+      const what = `${op} ${s.sources.join(" ")} ${s.dest}`;
+      keyed.push({ key: parent, line: s.line, what, run: (a) => copyStep(a, s, items, stepTimeoutMs) });
+    }
+  }
+  const cfg = configFiles(p.config);
+  parent = sha("config", parent, JSON.stringify(p.config));
+  keyed.push({
+    key: parent,
+    line: 0,
+    what: "image config (/.forkd/env, /.forkd/config)",
+    run: async (a) => {
+      if (p.config.workingDir) await a.mkdir(p.config.workingDir, { parents: true, mode: 0o755 });
+      await a.mkdir("/.forkd", { parents: true, mode: 0o755 });
+      await a.writeFile("/.forkd/env", cfg.env, { mode: 0o644 });
+      await a.writeFile("/.forkd/config", cfg.config, { mode: 0o644 });
+    },
+  });
+  const finalKey = parent;
+
+  // The first step not cached; everything before it is reused.
+  let first = 0;
+  while (first < keyed.length && (await cache.has(keyed[first]?.key ?? ""))) first++;
+  const steps = keyed.map((k, i) => ({ line: k.line, what: k.what, cached: i < first }));
+  for (const [i, k] of keyed.slice(0, first).entries()) {
+    progress(`step ${i + 1}/${keyed.length}: ${k.what}: cached`, { phase: "step" });
+  }
+  const done = first === keyed.length ? await cache.result(finalKey) : null;
+  const installed = async (address: string) => ({
+    image: await installedImage(cache, address, base.image, finalKey),
+    config: p.config,
+    from: { ref: from.ref, source: base.source },
+    key: finalKey,
+    steps,
+  });
+  if (done) {
+    progress("build: every step cached", { phase: "step" });
+    return installed(done);
+  }
+  const work = await cache.workDir();
+  try {
+    if (first < keyed.length) {
+      const parentLayer =
+        first === 0
+          ? { path: base.image.rootfs, format: "raw" as const }
+          : { path: cache.layer(keyed[first - 1]?.key ?? ""), format: "qcow2" as const };
+      await runSteps(deps, req, base.image, parentLayer, keyed, first, work, cache, progress);
+    }
+    progress("flatten: writing the root filesystem", { phase: "flatten" });
+    const address = await installImage({
+      top: cache.layer(finalKey),
+      base: base.image,
+      key: finalKey,
+      work,
+      imagesDir: cache.imagesDir(),
+      extra: { from: from.ref, source: base.source, config: p.config },
+    });
+    await cache.setResult(finalKey, address);
+    return await installed(address);
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+async function installedImage(
+  cache: StepCache,
+  address: string,
+  base: GuestImage,
+  key: string,
+): Promise<GuestImage> {
+  const dir = join(cache.imagesDir(), address);
+  return {
+    hash: key,
+    content: address,
+    dir,
+    template: base.template,
+    kernel: join(dir, "vmlinuz"),
+    initrd: join(dir, "initrd.img"),
+    rootfs: join(dir, "rootfs.ext4"),
+    kernelVersion: base.kernelVersion,
+  };
+}
+
+/** Boots one build VM on `parentLayer` and runs steps `first..` of `keyed`, committing each layer. */
+async function runSteps(
+  deps: DockerfileDeps,
+  req: DockerfileBuildRequest,
+  image: GuestImage,
+  parentLayer: { path: string; format: "raw" | "qcow2" },
+  keyed: KeyedStep[],
+  first: number,
+  work: string,
+  cache: StepCache,
+  progress: Progress,
+): Promise<void> {
+  const runtime = join(deps.runDir, `b-${work.slice(-12)}`);
+  await mkdir(runtime, { recursive: true, mode: 0o700 });
+  const layerFile = (i: number) => join(work, `step-${i}.qcow2`);
+  await createOverlay(layerFile(first), { backing: parentLayer.path, backingFormat: parentLayer.format });
+  const machine: MachineConfig = {
+    memoryMiB: req.memoryMiB ?? 512,
+    vcpus: req.vcpus ?? 1,
+    accel: deps.accel.accel,
+    cpu: defaultCpu(deps.accel.accel),
+  };
+  let vm: Vm | null = null;
+  let agent: AgentClient | null = null;
+  let net: Attachment | null = null;
+  const frozen: number[] = [];
+  try {
+    if (deps.network) {
+      try {
+        net = await deps.network();
+      } catch (e) {
+        progress(`network: none for this build (${errorMessage(e)})`, { phase: "boot" });
+      }
+    } else progress("network: none for this build (this daemon gives builds none)", { phase: "boot" });
+    progress(`boot: starting the build VM (${machine.accel}, ${machine.memoryMiB} MiB)`, { phase: "boot" });
+    const t0 = nowMs();
+    vm = await deps.driver.launch(
+      {
+        dir: runtime,
+        machine,
+        memory: { path: join(work, "memory"), mode: "parent" },
+        disk: layerFile(first),
+        boot: {
+          kernel: image.kernel,
+          initrd: image.initrd,
+          append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
+        },
+        nic: { guest: GUEST_NET, backend: net?.backend ?? { kind: "none" } },
+        ...(net?.netns ? { netns: net.netns } : {}),
+      },
+      net?.binary ? { binary: net.binary } : {},
+    );
+    agent = await vm.connectAgent(10_000);
+    await waitAgent(vm, agent, 180_000, () => deps.driver.consoleTail(runtime, 800));
+    if (net && !net.linkUp) await vm.setLink(false);
+    await agent.identity({
+      hostname: "forkd-build",
+      sandboxId: `build-${work.slice(-12)}`,
+      ...(net?.linkUp ? { netUpWaitMs: 2_000 } : {}),
+    });
+    if (net) {
+      await net.start();
+      progress(`network: ${net.record().mode}, egress ${net.record().egress.mode}`, { phase: "boot" });
+    }
+    progress(`boot: agent ready after ${Math.round(since(t0))} ms`, { phase: "boot" });
+    for (let i = first; i < keyed.length; i++) {
+      const k = keyed[i] as KeyedStep;
+      if (req.signal?.aborted) throw new ForkdError("conflict", "the build was cancelled");
+      progress(`step ${i + 1}/${keyed.length}: ${k.what}`, { phase: "step" });
+      const t = nowMs();
+      await k.run(agent);
+      await agent.sync();
+      // Freeze the step's layer live: the VM writes on into a new empty layer over it.
+      await createOverlay(layerFile(i + 1), { backing: layerFile(i), backingFormat: "qcow2" });
+      await vm.pause();
+      await vm.freezeDisk(layerFile(i + 1));
+      await vm.resume();
+      frozen.push(i);
+      progress(`step ${i + 1}/${keyed.length}: done in ${Math.round(since(t))} ms`, { phase: "step" });
+    }
+  } catch (e) {
+    if (e instanceof ForkdError && vm) {
+      const tail = await deps.driver.consoleTail(runtime, 1500);
+      if (tail && e.code === "vmm_error") e.details.console_tail = tail;
+    }
+    await stop();
+    // A commit that fails now does not hide the step's own error.
+    await commitFrozen().catch(() => undefined);
+    throw e;
+  }
+  await stop();
+  await commitFrozen();
+
+  async function stop(): Promise<void> {
+    agent?.close();
+    if (vm) await vm.kill().catch(() => undefined);
+    await net?.release().catch(() => undefined);
+    await rm(runtime, { recursive: true, force: true });
+  }
+
+  /**
+   * The frozen layers are complete: committed in order (each names its parent's final path),
+   * also when a later step failed, so a fixed Dockerfile reuses them.
+   */
+  async function commitFrozen(): Promise<void> {
+    let backing = parentLayer.path;
+    for (const i of frozen) {
+      const k = keyed[i] as KeyedStep;
+      if (i > first) await rebaseUnsafe(layerFile(i), backing, "qcow2");
+      await cache.commit(k.key, layerFile(i), { line: k.line, what: k.what });
+      backing = cache.layer(k.key);
+    }
+  }
+}
+
+/** Pings until the agent answers (the warm interpreter is not needed to build). */
+async function waitAgent(
+  vm: Vm,
+  agent: AgentClient,
+  timeoutMs: number,
+  tail: () => Promise<string>,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = "no answer";
+  while (Date.now() < deadline) {
+    if (vm.exited) throw new ForkdError("vmm_error", `the build VM exited during boot: ${await tail()}`);
+    try {
+      await agent.ping(3_000);
+      return;
+    } catch (e) {
+      last = errorMessage(e);
+      if (agent.closed) throw new ForkdError("vmm_error", `agent connection lost during boot: ${last}`);
+      await sleep(100);
+    }
+  }
+  throw new ForkdError("timeout", `the build VM was not ready after ${timeoutMs} ms (${last})`);
+}

@@ -1,0 +1,122 @@
+/**
+ * A finished build's disk chain installed as a guest image: flattened to one raw ext4
+ * (`qemu-img convert`), its journal replayed and checked (`e2fsck`), the base image's kernel and
+ * initramfs beside it, a manifest.json, all under `<cache>/dockerfile/images/<address>/` where
+ * the address is the image's content address (image/content.ts), renamed into place complete.
+ */
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { chmod, mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { fsyncDir } from "../../util/atomic.js";
+import { ForkdError } from "../../util/errors.js";
+import { exists, linkOrCopy } from "../../util/fs.js";
+import { childEnv, run } from "../../util/proc.js";
+import type { GuestImage } from "../builder.js";
+import { imageAddress } from "../content.js";
+import type { FileSum } from "../content.js";
+
+const sum = (path: string): Promise<FileSum> =>
+  new Promise((resolve, reject) => {
+    const h = createHash("sha256");
+    let size = 0;
+    createReadStream(path)
+      .on("data", (d) => {
+        h.update(d);
+        size += d.length;
+      })
+      .on("error", reject)
+      .on("end", () => resolve({ size, sha256: h.digest("hex") }));
+  });
+
+/** e2fsck -fy: exit 0 (clean) or 1 (fixed: e.g. the journal replayed) are fine. */
+function fsck(image: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      "e2fsck",
+      ["-f", "-y", image],
+      {
+        timeout: 600_000,
+        maxBuffer: 16 << 20,
+        env: { ...childEnv(), PATH: `${childEnv().PATH ?? ""}:/sbin:/usr/sbin` },
+      },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === "number" ? err.code : -1) : 0;
+        if (code === 0 || code === 1) resolve();
+        else
+          reject(
+            new ForkdError(
+              "image_error",
+              `e2fsck of the built root filesystem failed (exit ${code}): ${(stderr || stdout).slice(-800)}`,
+            ),
+          );
+      },
+    );
+  });
+}
+
+export interface InstallRequest {
+  /** The top layer of the final step (its chain reaches the base rootfs). */
+  top: string;
+  base: GuestImage;
+  /** The final step's key, recorded as the image's build hash. */
+  key: string;
+  /** A working directory of this build. */
+  work: string;
+  imagesDir: string;
+  /** Recorded in manifest.json. */
+  extra: Record<string, unknown>;
+}
+
+/** Returns the installed image's content address. */
+export async function installImage(r: InstallRequest): Promise<string> {
+  const dir = join(r.work, "image");
+  await mkdir(dir, { mode: 0o755 });
+  const rootfs = join(dir, "rootfs.ext4");
+  await run("qemu-img", ["convert", "-U", "-q", "-O", "raw", r.top, rootfs], { timeoutMs: 3_600_000 });
+  await fsck(rootfs);
+  await linkOrCopy(r.base.kernel, join(dir, "vmlinuz"));
+  await linkOrCopy(r.base.initrd, join(dir, "initrd.img"));
+  const [vmlinuz, initrd, fs] = await Promise.all([
+    sum(join(dir, "vmlinuz")),
+    sum(join(dir, "initrd.img")),
+    sum(rootfs),
+  ]);
+  const manifest = Buffer.from(
+    JSON.stringify(
+      {
+        image_hash: r.key,
+        template: r.base.template,
+        kernel_version: r.base.kernelVersion,
+        kind: "dockerfile",
+        base: { hash: r.base.hash, content: r.base.content },
+        files: { vmlinuz, "initrd.img": initrd, "rootfs.ext4": fs },
+        rootfs_size_mib: Math.ceil((await stat(rootfs)).size / (1 << 20)),
+        ...r.extra,
+      },
+      null,
+      2,
+    ) + "\n",
+  );
+  await writeFile(join(dir, "manifest.json"), manifest, { mode: 0o444 });
+  const address = imageAddress({
+    vmlinuz,
+    "initrd.img": initrd,
+    "rootfs.ext4": fs,
+    "manifest.json": { size: manifest.length, sha256: createHash("sha256").update(manifest).digest("hex") },
+  });
+  await chmod(rootfs, 0o444);
+  // On disk before the directory is renamed into place: a crash never leaves an image trusted half-written.
+  for (const f of ["vmlinuz", "initrd.img", "rootfs.ext4", "manifest.json"]) {
+    const fh = await open(join(dir, f), "r");
+    await fh.sync().finally(() => fh.close());
+  }
+  await mkdir(r.imagesDir, { recursive: true });
+  const dest = join(r.imagesDir, address);
+  if (await exists(join(dest, "manifest.json"))) return address; // the same image, built before
+  await rm(dest, { recursive: true, force: true });
+  await rename(dir, dest);
+  await fsyncDir(r.imagesDir);
+  return address;
+}

@@ -1,0 +1,99 @@
+/**
+ * The Dockerfile step cache under `<cache>/dockerfile/`:
+ *
+ *   layers/<key>/layer.qcow2   the disk after a step: a qcow2 layer over its parent step's layer
+ *   layers/<key>/step.json     what made it (its parent key, instruction, line); written before
+ *                              the directory is renamed into place, so a layer there is complete
+ *   images/<address>/          a finished build's guest image (vmlinuz, initrd.img, rootfs.ext4,
+ *                              manifest.json), by content address (image/content.ts findImage)
+ *   results/<key>.json         the image address a final step key produced
+ *   tmp/                       builds in progress; never read as cache (a killed build's leftovers
+ *                              are removed by the next build once their process is gone)
+ *
+ * A key is sha256 over its parent's key and the step (step keys in build.ts), so a layer is
+ * only ever found by a build whose earlier steps are the same.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { fsyncDir, writeJsonAtomic } from "../../util/atomic.js";
+import { exists } from "../../util/fs.js";
+import { isAlive } from "../../util/proc.js";
+
+const KEY_RE = /^[0-9a-f]{64}$/;
+
+export class StepCache {
+  readonly root: string;
+
+  constructor(cacheDir: string) {
+    this.root = join(cacheDir, "dockerfile");
+  }
+
+  layer(key: string): string {
+    return join(this.root, "layers", key, "layer.qcow2");
+  }
+
+  async has(key: string): Promise<boolean> {
+    return KEY_RE.test(key) && (await exists(join(this.root, "layers", key, "step.json")));
+  }
+
+  /** A fresh working directory for one build (removed by the caller). */
+  async workDir(): Promise<string> {
+    const tmp = join(this.root, "tmp");
+    await mkdir(tmp, { recursive: true, mode: 0o700 });
+    await this.sweep(tmp);
+    const dir = join(tmp, `build-${process.pid}-${randomBytes(6).toString("hex")}`);
+    await mkdir(dir, { mode: 0o700 });
+    return dir;
+  }
+
+  /** Moves the finished layer file `file` into the cache as `key` (a concurrent equal one wins). */
+  async commit(key: string, file: string, info: Record<string, unknown>): Promise<void> {
+    if (await this.has(key)) return;
+    const layers = join(this.root, "layers");
+    await mkdir(layers, { recursive: true });
+    const tmp = join(layers, `.${key}.tmp-${randomBytes(6).toString("hex")}`);
+    await mkdir(tmp, { mode: 0o755 });
+    try {
+      await rename(file, join(tmp, "layer.qcow2"));
+      await writeJsonAtomic(join(tmp, "step.json"), { format: "forkd-dockerfile-step/1", key, ...info });
+      await rename(tmp, join(layers, key));
+      await fsyncDir(layers);
+    } catch (e) {
+      await rm(tmp, { recursive: true, force: true });
+      if (await this.has(key)) return; // another build committed the same step first
+      throw e;
+    }
+  }
+
+  imagesDir(): string {
+    return join(this.root, "images");
+  }
+
+  async result(key: string): Promise<string | null> {
+    try {
+      const r = JSON.parse(await readFile(join(this.root, "results", `${key}.json`), "utf8")) as {
+        address?: unknown;
+      };
+      if (typeof r.address !== "string" || !KEY_RE.test(r.address)) return null;
+      return (await exists(join(this.imagesDir(), r.address, "manifest.json"))) ? r.address : null;
+    } catch {
+      return null;
+    }
+  }
+
+  async setResult(key: string, address: string): Promise<void> {
+    await mkdir(join(this.root, "results"), { recursive: true });
+    await writeJsonAtomic(join(this.root, "results", `${key}.json`), { address });
+  }
+
+  /** Removes working directories of builds whose process is gone (a daemon killed mid-build). */
+  private async sweep(tmp: string): Promise<void> {
+    for (const name of await readdir(tmp).catch(() => [] as string[])) {
+      const m = /^build-(\d+)-/.exec(name);
+      if (!m || (Number(m[1]) !== process.pid && !isAlive(Number(m[1])))) {
+        await rm(join(tmp, name), { recursive: true, force: true }).catch(() => undefined);
+      }
+    }
+  }
+}

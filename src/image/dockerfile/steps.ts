@@ -1,0 +1,90 @@
+/**
+ * What one RUN or COPY/ADD step does in the build VM, through the guest agent: RUN as the
+ * step's command with its env and cwd (created first), its output to progress line by line and
+ * its end kept for the error of a failing step; COPY/ADD as file writes with the context's
+ * modes (or --chmod), then the image's own chown for --chown.
+ */
+import { createReadStream } from "node:fs";
+import type { AgentClient } from "../../agent/client.js";
+import type { Progress } from "../../snapshot/progress.js";
+import { ForkdError } from "../../util/errors.js";
+import type { CopyItem } from "./context.js";
+import type { PlanStep } from "./plan.js";
+
+const OUTPUT_TAIL = 4000;
+
+export async function runStep(
+  agent: AgentClient,
+  s: Extract<PlanStep, { kind: "run" }>,
+  n: number,
+  timeoutMs: number,
+  progress: Progress,
+): Promise<void> {
+  await agent.mkdir(s.cwd, { parents: true, mode: 0o755 });
+  let tail = "";
+  let partial = "";
+  const onData = (d: Buffer) => {
+    const text = d.toString("utf8");
+    tail = (tail + text).slice(-OUTPUT_TAIL);
+    partial += text;
+    const lines = partial.split("\n");
+    partial = (lines.pop() ?? "").slice(-OUTPUT_TAIL);
+    for (const l of lines) progress(`#${n} ${l}`, { phase: "run" });
+  };
+  // As USER (or the base image's config) says; with neither, the agent's default: root.
+  const cmd = "exec" in s.command ? { argv: s.command.exec } : { shell: s.command.shell };
+  const r = await agent.exec(
+    { ...cmd, env: s.env, cwd: s.cwd, timeoutMs, ...(s.user ? { user: s.user } : {}) },
+    { onStdout: onData, onStderr: onData },
+  ).result;
+  if (partial) progress(`#${n} ${partial}`, { phase: "run" });
+  if (r.exitCode !== 0) {
+    const how = r.timedOut
+      ? `timed out after ${timeoutMs} ms`
+      : r.exitCode !== null
+        ? `exit code ${r.exitCode}`
+        : `signal ${r.signal}`;
+    throw new ForkdError(
+      "guest_error",
+      `Dockerfile line ${s.line}: RUN failed (${how}): ${tail.trim().slice(-1500)}`,
+      {
+        line: s.line,
+        exit_code: r.exitCode,
+        signal: r.signal,
+        timed_out: r.timedOut,
+        output_tail: tail,
+      },
+    );
+  }
+}
+
+export async function copyStep(
+  agent: AgentClient,
+  s: Extract<PlanStep, { kind: "copy" }>,
+  items: CopyItem[],
+  timeoutMs: number,
+): Promise<void> {
+  for (const it of items) {
+    const mode = s.chmod ?? it.mode;
+    if (it.type === "dir") await agent.mkdir(it.dest, { parents: true, mode });
+    else
+      await agent.writeFile(it.dest, createReadStream(it.src ?? ""), { mode, makeParents: true, timeoutMs });
+  }
+  if (s.chown === null) return;
+  // Names resolve in the image's own /etc/passwd and /etc/group: its chown does it.
+  const paths = items.map((i) => i.dest);
+  for (let i = 0; i < paths.length; i += 200) {
+    const out: Buffer[] = [];
+    const r = await agent.exec(
+      { argv: ["chown", "-h", s.chown, "--", ...paths.slice(i, i + 200)], user: "root", timeoutMs: 120_000 },
+      { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },
+    ).result;
+    if (r.exitCode !== 0) {
+      throw new ForkdError(
+        "guest_error",
+        `Dockerfile line ${s.line}: --chown=${s.chown} failed (exit ${r.exitCode}): ${Buffer.concat(out).toString().slice(-1000)}`,
+        { line: s.line },
+      );
+    }
+  }
+}

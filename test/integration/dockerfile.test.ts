@@ -1,0 +1,181 @@
+/**
+ * Snapshots from Dockerfiles, with real VMs (one daemon): the CLI builds a Dockerfile with ARG,
+ * ENV, WORKDIR, COPY (a glob; a directory's contents; a .dockerignore'd file left out), RUN and CMD; a fork of it has the files
+ * and the image config; an unchanged rebuild (through the SDK) reuses every step and boots no
+ * build VM; a changed COPY'd file reruns only its step and the later ones; a failing RUN reports
+ * its output and exit code and leaves no snapshot.
+ */
+import { after, before } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { ApiClient } from "@forkd/sdk";
+import type { SnapshotProgress } from "@forkd/sdk";
+import { contextPaths, contextTar } from "../../src/cli/build-context.js";
+import { checkedRequest } from "../helpers/contract.js";
+import { CLI, makeDaemon } from "../helpers/daemon.js";
+import type { TestDaemon } from "../helpers/daemon.js";
+import { steps } from "../helpers/steps.js";
+
+let d: TestDaemon;
+let ctx: string;
+const { step, failed } = steps();
+// The step cache is the host's (shared by runs): a fresh value in the first step makes every
+// key of this run new, so the first build really runs its steps.
+const NONCE = randomBytes(8).toString("hex");
+
+const DOCKERFILE = `# escape=\\
+ARG BASE=forkd://python
+FROM \${BASE}
+ARG NONCE
+ENV GREETING="hello world" \\
+    APPDIR=/app
+WORKDIR $APPDIR
+# a comment between instructions
+COPY [^l]* /ctx/
+RUN echo "$NONCE $GREETING" > run.txt && echo "step-output-$NONCE" \
+  && cat /sys/class/net/eth0/operstate > net.txt
+COPY late.txt ./late.txt
+RUN cp late.txt late-copy.txt
+CMD ["python3", "-V"]
+`;
+
+const api = <T>(method: string, path: string, body?: unknown, timeoutMs = 120_000) =>
+  checkedRequest<T>(d.ep, method, path, body, timeoutMs);
+
+async function sh(tag: string, cmd: string): Promise<string> {
+  const f = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", { snapshot_tag: tag });
+  const id = f.sandboxes[0]!.id;
+  try {
+    const r = await api<{ stdout: string; exit_code: number }>("POST", `/v1/sandboxes/${id}/exec`, { cmd });
+    assert.equal(r.exit_code, 0, r.stdout);
+    return r.stdout;
+  } finally {
+    await api("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
+  }
+}
+
+async function build(tag: string, dir: string): Promise<{ messages: string[]; content: string }> {
+  const client = new ApiClient({ socket: d.ep.socket });
+  const tar = contextTar(dir, await contextPaths(dir, join(dir, "Dockerfile")));
+  const messages: string[] = [];
+  const [m] = await Promise.all([
+    client.buildSnapshot({ tag, build_args: { NONCE } }, tar.stream, {
+      onProgress: (ev: SnapshotProgress) => messages.push(ev.message),
+    }),
+    tar.done,
+  ]);
+  return { messages, content: m.image.content ?? "" };
+}
+
+before(async () => {
+  d = await makeDaemon(); // started
+  ctx = await mkdtemp(join(tmpdir(), "forkd-df-"));
+  await writeFile(join(ctx, "Dockerfile"), DOCKERFILE);
+  await writeFile(join(ctx, ".dockerignore"), "secret.txt\n");
+  await writeFile(join(ctx, "secret.txt"), "not for the image\n");
+  await writeFile(join(ctx, "late.txt"), "late v1\n");
+  await mkdir(join(ctx, "conf"));
+  await writeFile(join(ctx, "conf", "tool.sh"), "#!/bin/sh\necho tool\n", { mode: 0o755 });
+});
+
+after(async () => {
+  await d?.destroy(failed());
+  if (ctx) await rm(ctx, { recursive: true, force: true });
+});
+
+let first = "";
+
+step("forkd snapshot --dockerfile builds an image a fork has the files and config of", async () => {
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [
+      CLI,
+      "snapshot",
+      "--tag",
+      "df1",
+      "--dockerfile",
+      join(ctx, "Dockerfile"),
+      "--build-arg",
+      `NONCE=${NONCE}`,
+      "--json",
+    ],
+    { env: d.env, timeout: 20 * 60_000, maxBuffer: 16 << 20 },
+  );
+  const meta = JSON.parse(stdout) as { tag: string; image: { content: string } };
+  assert.equal(meta.tag, "df1");
+  first = meta.image.content;
+  const out = await sh(
+    "df1",
+    "cat /app/run.txt /app/late-copy.txt; ls -A /ctx | tr '\\n' ' '; echo; stat -c %a /ctx/tool.sh; tr '\\0' '\\n' < /.forkd/env; cat /.forkd/config",
+  );
+  const lines = out.split("\n");
+  assert.equal(lines[0], `${NONCE} hello world`, "RUN saw ARG and ENV, in WORKDIR");
+  assert.equal(lines[1], "late v1");
+  assert.deepEqual(lines[2]?.trim().split(" ").sort(), [".dockerignore", "Dockerfile", "tool.sh"]);
+  assert.equal(lines[3], "755", "COPY kept the file's mode");
+  assert.ok(lines.includes("GREETING=hello world"), out);
+  assert.ok(lines.includes("APPDIR=/app"), out);
+  assert.ok(!lines.some((l) => l.startsWith("NONCE=")), "ARG values are not part of the image's env");
+  assert.ok(lines.includes("cwd=/app"), out);
+  assert.ok(lines.includes('cmd=["python3","-V"]'), out);
+});
+
+step("an unchanged rebuild reuses every step and boots no build VM", async () => {
+  const r = await build("df2", ctx);
+  assert.equal(r.content, first, "the same image");
+  const stepLines = r.messages.filter((m) => /^step \d+\/\d+: /.test(m));
+  assert.equal(stepLines.length, 5, r.messages.join("\n"));
+  assert.ok(
+    stepLines.every((m) => m.endsWith(": cached")),
+    r.messages.join("\n"),
+  );
+  assert.ok(!r.messages.some((m) => m.startsWith("boot: starting the build VM")), r.messages.join("\n"));
+});
+
+step("a changed COPY'd file reruns only its step and the later ones", async () => {
+  await writeFile(join(ctx, "late.txt"), "late v2\n");
+  const r = await build("df3", ctx);
+  const cached = r.messages.filter((m) => /^step \d+\/5: .*: cached$/.test(m)).map((m) => m.split(":")[0]);
+  assert.deepEqual(cached, ["step 1/5", "step 2/5"], r.messages.join("\n"));
+  const ran = r.messages.filter((m) => /^step \d+\/5: .*done in/.test(m)).map((m) => m.split(":")[0]);
+  assert.deepEqual(ran, ["step 3/5", "step 4/5", "step 5/5"], r.messages.join("\n"));
+  assert.notEqual(r.content, first);
+  const out = (await sh("df3", "cat /app/late-copy.txt /app/net.txt")).split("\n");
+  assert.equal(out[0], "late v2");
+  // The build VM's network: a netns slot where the host has them (root here), else none, said so.
+  const net = r.messages.find((m) => m.startsWith("network: "));
+  assert.ok(net, r.messages.join("\n"));
+  if (process.getuid?.() === 0) {
+    assert.equal(net, "network: netns, egress allow");
+    assert.equal(out[1], "up", "the RUN step saw eth0 up");
+  }
+});
+
+step("a failing RUN shows its output and exit code, and no snapshot is left", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-df-fail-"));
+  try {
+    await writeFile(
+      join(dir, "Dockerfile"),
+      `FROM forkd://python\nRUN echo "out-marker-${NONCE}"; echo err-marker >&2; exit 7\n`,
+    );
+    await assert.rejects(
+      build("dfail", dir),
+      (e: Error & { code?: string; details?: Record<string, unknown> }) => {
+        assert.match(e.message, /line 2: RUN failed \(exit code 7\)/);
+        assert.match(e.message, new RegExp(`out-marker-${NONCE}`));
+        assert.match(e.message, /err-marker/);
+        assert.equal(e.details?.exit_code, 7);
+        return true;
+      },
+    );
+    const list = await api<{ snapshots: { tag: string }[] }>("GET", "/v1/snapshots");
+    assert.ok(!list.snapshots.some((s) => s.tag === "dfail"));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
