@@ -149,7 +149,10 @@ test("SIGINT interrupts a busy loop or an await; the kernel and its globals stay
   const r = await k.next(5_000);
   assert.equal(r.result.error?.name, "Interrupted", JSON.stringify(r.result));
   assert.equal((await k.eval("x + 2")).value, "7");
-  k.child.kill("SIGINT"); // between cells: ignored
+  // Between cells: ignored. (The signal is sent before the next cell, and given time to arrive
+  // first: a signal still on its way when the next cell starts would interrupt that cell.)
+  k.child.kill("SIGINT");
+  await new Promise((res) => setTimeout(res, 250));
   assert.equal((await k.eval("x")).value, "5");
 });
 
