@@ -71,6 +71,6 @@ test("eval there is unavailable, naming the missing interpreter", async () => {
   await assert.rejects(
     api(d, "POST", `/v1/sandboxes/${id}/eval`, { code: "1 + 1" }),
     (e: unknown) =>
-      e instanceof ApiError && /unavailable/.test(String(e.message)) && /python3/.test(e.message),
+      e instanceof ApiError && e.status === 503 && e.code === "unavailable" && /python3/.test(e.message),
   );
 });
