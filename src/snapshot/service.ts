@@ -148,28 +148,7 @@ export class SnapshotService {
     progress: Progress = () => undefined,
     unwatched: () => boolean = () => false,
   ): Promise<SnapshotMeta> {
-    const started = new Date().toISOString();
-    const logged: Progress = (line, detail) => {
-      this.o.log.info(`snapshot ${req.tag}: ${line}`);
-      progress(line, detail);
-    };
-    try {
-      // A taken tag before the image is pulled or built (create claims it again, atomically).
-      if (await this.o.store.has(req.tag))
-        throw new ForkdError("conflict", `snapshot ${req.tag} already exists`, { tag: req.tag });
-      const { from, ...rest } = req;
-      const prepared = await this.prepare(from, logged);
-      const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, logged);
-      this.o.sandboxes.prewarm(meta.tag);
-      return meta;
-    } catch (e) {
-      if (unwatched() && !(e instanceof ForkdError && e.code === "conflict")) {
-        await this.o.store
-          .recordFailed({ tag: req.tag, started, source: null, owner: req.owner ?? null }, e)
-          .catch((err: unknown) => this.o.log.warn("snapshot failure not recorded", { error: String(err) }));
-      }
-      throw e;
-    }
+    return this.tracked(req.tag, req.owner ?? null, progress, unwatched, (logged) => this.build(req, logged));
   }
 
   /**
@@ -182,12 +161,7 @@ export class SnapshotService {
     progress: Progress = () => undefined,
     unwatched: () => boolean = () => false,
   ): Promise<SnapshotMeta> {
-    const started = new Date().toISOString();
-    const logged: Progress = (line, detail) => {
-      this.o.log.info(`snapshot ${req.tag}: ${line}`);
-      progress(line, detail);
-    };
-    try {
+    return this.tracked(req.tag, req.owner, progress, unwatched, async (logged) => {
       const r = await createFromDockerfile(
         {
           create: this.o.create,
@@ -197,17 +171,51 @@ export class SnapshotService {
             this.o.images ? this.fromImage(this.o.images) : undefined,
           ),
           ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
-          snapshot: (c, p) => this.create(c, p),
+          snapshot: (c, p) => this.build(c, p),
         },
         req,
         context,
         logged,
       );
       return r.meta;
+    });
+  }
+
+  /** Prepares the guest image, makes the snapshot and pre-starts its warm pool. */
+  private async build(req: NewSnapshotRequest, progress: Progress): Promise<SnapshotMeta> {
+    // A taken tag before the image is pulled or built (create claims it again, atomically).
+    if (await this.o.store.has(req.tag))
+      throw new ForkdError("conflict", `snapshot ${req.tag} already exists`, { tag: req.tag });
+    const { from, ...rest } = req;
+    const prepared = await this.prepare(from, progress);
+    const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, progress);
+    this.o.sandboxes.prewarm(meta.tag);
+    return meta;
+  }
+
+  /**
+   * Runs a creation of `tag` with its progress logged. When `unwatched()` says nobody waits for
+   * the outcome any more, a failure is recorded in the pending list (a conflict is another
+   * creation's tag: not).
+   */
+  private async tracked(
+    tag: string,
+    owner: string | null,
+    progress: Progress,
+    unwatched: () => boolean,
+    run: (logged: Progress) => Promise<SnapshotMeta>,
+  ): Promise<SnapshotMeta> {
+    const started = new Date().toISOString();
+    const logged: Progress = (line, detail) => {
+      this.o.log.info(`snapshot ${tag}: ${line}`);
+      progress(line, detail);
+    };
+    try {
+      return await run(logged);
     } catch (e) {
       if (unwatched() && !(e instanceof ForkdError && e.code === "conflict")) {
         await this.o.store
-          .recordFailed({ tag: req.tag, started, source: null, owner: req.owner }, e)
+          .recordFailed({ tag, started, source: null, owner }, e)
           .catch((err: unknown) => this.o.log.warn("snapshot failure not recorded", { error: String(err) }));
       }
       throw e;
