@@ -90,9 +90,11 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
           tag: s.tag,
           template: s.template,
           created: s.created,
+          source: s.source,
           memory_mib: s.machine.memory_mib,
           warm: s.warm,
           warm_eval: s.warm_eval,
+          warm_eval_language: s.warm_eval_language ?? null,
         })),
       ),
     ),
@@ -102,13 +104,29 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
     "create_snapshot",
     {
       description:
-        "Boot a parent VM from a template, warm it (a shell command and/or a Python cell whose globals " +
-        "every child inherits) and freeze it as a snapshot. Takes seconds with KVM, minutes without.",
+        "Boot a parent VM from a template or an OCI/Docker image, optionally start a server in it " +
+        "(start_cmd, then ready_cmd until it succeeds), warm it (a shell command and/or a cell " +
+        "whose globals every child inherits) and freeze it as a snapshot. Takes seconds with KVM, " +
+        "minutes without (an image is pulled first).",
       inputSchema: {
         tag: Tag,
-        template: z.string().optional().describe('Guest template (default "python")'),
+        template: z.string().optional().describe('Guest template (default "python"; not with image)'),
+        image: z
+          .string()
+          .optional()
+          .describe('OCI/Docker image reference to boot instead of a template, e.g. "python:3.11"'),
+        start_cmd: z
+          .string()
+          .optional()
+          .describe("Shell command started in the background before freezing (a server every child has up)"),
+        ready_cmd: z.string().optional().describe("Shell command run until it exits 0 (after start_cmd)"),
+        ready_timeout_ms: z.number().int().optional().describe("How long ready_cmd has (default 120000)"),
         warm: z.string().optional().describe("Shell command run before freezing"),
-        warm_eval: z.string().optional().describe("Python cell run before freezing"),
+        warm_eval: z.string().optional().describe("Cell run before freezing, in warm_eval_language"),
+        warm_eval_language: z
+          .enum(["python", "javascript"])
+          .optional()
+          .describe('The kernel warm_eval runs in (default "python"; javascript needs node in the image)'),
         memory_mib: z.number().int().optional(),
       },
     },
@@ -116,11 +134,16 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
       const meta = await ctl.createSnapshot({
         tag: a.tag,
         template: a.template,
+        image: a.image,
+        startCmd: a.start_cmd,
+        readyCmd: a.ready_cmd,
+        readyTimeoutMs: a.ready_timeout_ms,
         warm: a.warm,
         warmEval: a.warm_eval,
+        warmEvalLanguage: a.warm_eval_language,
         memoryMiB: a.memory_mib,
       });
-      return json({ tag: meta.tag, created: meta.created, timings: meta.timings });
+      return json({ tag: meta.tag, source: meta.source, created: meta.created, timings: meta.timings });
     }),
   );
 

@@ -12,6 +12,13 @@ import { interruptible } from "./interrupt.js";
 import { ProgressView } from "./progress.js";
 import { PROGRESS_IDLE_MS } from "./timeouts.js";
 
+/** `warm_eval_language`, sent only when not python (so a daemon from before the field takes Python warm-ups). */
+export function warmEvalLanguage(l: "python" | "javascript" | undefined): {
+  warm_eval_language?: "javascript";
+} {
+  return l === "javascript" ? { warm_eval_language: l } : {};
+}
+
 export async function snapshotFromDockerfile(
   api: ApiClient,
   o: {
@@ -20,6 +27,7 @@ export async function snapshotFromDockerfile(
     buildArg?: string[];
     warm?: string;
     warmEval?: string;
+    warmEvalLanguage?: "python" | "javascript";
     memory: number;
     vcpus: number;
   },
@@ -47,6 +55,7 @@ export async function snapshotFromDockerfile(
             ...(Object.keys(args).length > 0 ? { build_args: args } : {}),
             ...(o.warm !== undefined ? { warm: o.warm } : {}),
             ...(o.warmEval !== undefined ? { warm_eval: o.warmEval } : {}),
+            ...warmEvalLanguage(o.warmEvalLanguage),
             memory_mib: o.memory,
             vcpus: o.vcpus,
           },

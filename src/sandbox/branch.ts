@@ -279,6 +279,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     qemu: src.qemu,
     warm: src.warm,
     warmEval: src.warmEval,
+    ...(src.warmEvalLanguage !== undefined ? { warmEvalLanguage: src.warmEvalLanguage } : {}),
     diskSize: src.diskSize,
     files: { memory, vmstate, disk },
     timings: { bootMs: 0, warmMs: 0, freezeMs: a.pauseMs },

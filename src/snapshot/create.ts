@@ -8,6 +8,7 @@ import { randomBytes } from "node:crypto";
 import { chmod, mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
+import type { EvalLanguage } from "../agent/eval.js";
 import { createOverlay, virtualSize } from "../disk/overlay.js";
 import type { AccelChoice } from "../host/accel.js";
 import type { GuestImage, ImageBuilder } from "../image/builder.js";
@@ -44,8 +45,10 @@ export interface CreateSnapshotRequest {
   /** Env and cwd of the commands run in the parent (start, ready, warm): the image's config. */
   execDefaults?: { env?: Record<string, string>; cwd?: string };
   warm?: string | null;
-  /** Python run in the warm interpreter before freezing (imports, loaded models, globals). */
+  /** A cell run in a warm kernel before freezing (imports, loaded models, globals). */
   warmEval?: string | null;
+  /** The kernel warmEval runs in (default python). */
+  warmEvalLanguage?: EvalLanguage;
   memoryMiB: number;
   vcpus: number;
   /** Deadline for boot, and separately for the warm-up command. */
@@ -159,8 +162,9 @@ export async function createSnapshot(
       }
     }
     if (req.warmEval) {
-      progress("warm: evaluating code in the warm interpreter", { phase: "warm" });
-      const r = await agent.eval(req.warmEval, req.warmTimeoutMs ?? 600_000);
+      const language = req.warmEvalLanguage ?? "python";
+      progress(`warm: evaluating code in the warm ${language} kernel`, { phase: "warm" });
+      const r = await agent.eval(req.warmEval, req.warmTimeoutMs ?? 600_000, language);
       if (!r.ok) {
         throw new ForkdError(
           "guest_error",
@@ -221,6 +225,9 @@ export async function createSnapshot(
       qemu: { binary: deps.driver.binary, version: deps.qemuVersion },
       warm: req.warm ?? null,
       warmEval: req.warmEval ?? null,
+      ...(req.warmEval && req.warmEvalLanguage && req.warmEvalLanguage !== "python"
+        ? { warmEvalLanguage: req.warmEvalLanguage }
+        : {}),
       diskSize,
       files: { memory, vmstate, disk },
       timings: { bootMs, warmMs, freezeMs },

@@ -24,6 +24,7 @@ import { DOCKERFILE_LIMITS } from "../image/dockerfile/lines.js";
 import { EMPTY_CONFIG } from "../image/dockerfile/plan.js";
 import { StepCache } from "../image/dockerfile/step-cache.js";
 import { envMap } from "../image/forkd-files.js";
+import type { EvalLanguage } from "../agent/eval.js";
 import { ForkdError } from "../util/errors.js";
 import { GUEST_NET } from "../net/guest.js";
 import type { NetworkSpec } from "../net/policy.js";
@@ -45,6 +46,8 @@ export interface DockerfileSnapshotRequest {
   vcpus: number;
   warm: string | null;
   warmEval: string | null;
+  /** The kernel warmEval runs in. */
+  warmEvalLanguage: EvalLanguage;
   owner: string | null;
 }
 
@@ -158,6 +161,7 @@ export async function createFromDockerfile(
         },
         warm: req.warm,
         warmEval: req.warmEval,
+        warmEvalLanguage: req.warmEvalLanguage,
         memoryMiB: req.memoryMiB,
         vcpus: req.vcpus,
         owner: req.owner,

@@ -5,6 +5,7 @@ import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
+import { EVAL_LANGUAGES } from "../agent/eval.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 
@@ -84,6 +85,8 @@ export const SnapshotMetaSchema = z.object({
   qemu: z.object({ binary: z.string(), version: z.string() }),
   warm: z.string().nullable(),
   warmEval: z.string().nullable(),
+  /** The kernel warmEval ran in; absent: python (written only for another, so older readers keep reading Python snapshots). */
+  warmEvalLanguage: z.enum(EVAL_LANGUAGES).optional(),
   /** Virtual size of the root disk in bytes. */
   diskSize: z.number().int().positive(),
   files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),

@@ -3,7 +3,9 @@
  * ENV, WORKDIR, COPY (a glob; a directory's contents; a .dockerignore'd file left out), RUN and CMD; a fork of it has the files
  * and the image config; an unchanged rebuild (through the SDK) reuses every step and boots no
  * build VM; a changed COPY'd file reruns only its step and the later ones; a failing RUN reports
- * its output and exit code and leaves no snapshot.
+ * its output and exit code and leaves no snapshot; a Dockerfile FROM an image in a loopback
+ * registry (a static busybox tree: no Python) runs its COPY and RUN in that image and records
+ * the pulled image as the build's base.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -20,9 +22,13 @@ import { checkedRequest } from "../helpers/contract.js";
 import { CLI, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
+import { busyboxTar, pushImage } from "../helpers/oci-images.js";
+import { startRegistry } from "../helpers/registry.js";
+import type { TestRegistry } from "../helpers/registry.js";
 
 let d: TestDaemon;
 let ctx: string;
+let reg: TestRegistry | undefined;
 const { step, failed } = steps();
 // The step cache is the host's (shared by runs): a fresh value in the first step makes every
 // key of this run new, so the first build really runs its steps.
@@ -85,6 +91,7 @@ before(async () => {
 
 after(async () => {
   await d?.destroy(failed());
+  await reg?.stop();
   if (ctx) await rm(ctx, { recursive: true, force: true });
 });
 
@@ -179,3 +186,61 @@ step("a failing RUN shows its output and exit code, and no snapshot is left", as
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+step(
+  "FROM an image in a registry: COPY and RUN run in that image; the source names the pulled base",
+  async () => {
+    const dir = await mkdtemp(join(tmpdir(), "forkd-df-reg-"));
+    try {
+      reg = await startRegistry(dir);
+      // busybox-static: no Python, /bin/sh an applet symlink to /bin/busybox
+      const img = await pushImage(
+        reg.host,
+        "forkd-test/busybox-df",
+        "v1",
+        [{ tar: busyboxTar(), compression: "gzip" }],
+        {
+          config: { Env: ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"], WorkingDir: "/", Cmd: ["sh"] },
+        },
+      );
+      const from = `${reg.host}/forkd-test/busybox-df:v1`;
+      const context = join(dir, "context");
+      await mkdir(context);
+      await writeFile(
+        join(context, "Dockerfile"),
+        `FROM ${from}\nARG NONCE\nENV WHO=busybox\nCOPY hello.txt /data/\n` +
+          `RUN echo "$NONCE $WHO $(cat /data/hello.txt)" > /data/run.txt && readlink /bin/sh > /data/sh.txt\n`,
+      );
+      await writeFile(join(context, "hello.txt"), `hello ${NONCE}\n`);
+      const r = await build("dfreg", context);
+      const ran = r.messages.filter((m) => /^step \d+\/3: .*done in/.test(m)).map((m) => m.split(":")[0]);
+      assert.deepEqual(ran, ["step 1/3", "step 2/3", "step 3/3"], r.messages.join("\n"));
+      const out = (
+        await sh(
+          "dfreg",
+          "cat /data/run.txt /data/sh.txt; test -e /usr/bin/python3 && echo python || echo no-python; tr '\\0' '\\n' < /.forkd/env",
+        )
+      ).split("\n");
+      assert.equal(out[0], `${NONCE} busybox hello ${NONCE}`, "RUN saw the ARG, the ENV and the COPY'd file");
+      assert.equal(out[1], "/bin/busybox", "RUN ran in the busybox image");
+      assert.equal(out[2], "no-python");
+      assert.ok(out.includes("WHO=busybox"), out.join("\n"));
+      assert.ok(out.includes("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), "the base image's Env is kept");
+      const list = await api<{ snapshots: { tag: string; template: string; source: unknown }[] }>(
+        "GET",
+        "/v1/snapshots",
+      );
+      const snap = list.snapshots.find((x) => x.tag === "dfreg");
+      assert.equal(snap?.template, "dockerfile");
+      const source = snap?.source as { kind: string; from: string; base: unknown; key: string };
+      assert.equal(source.kind, "dockerfile");
+      assert.equal(source.from, from);
+      assert.deepEqual(source.base, { kind: "image", ref: from, digest: img.digest });
+      assert.match(source.key, /^[0-9a-f]{64}$/);
+    } finally {
+      await reg?.stop();
+      reg = undefined;
+      await rm(dir, { recursive: true, force: true });
+    }
+  },
+);

@@ -1,6 +1,6 @@
 /**
  * The JavaScript kernel in real guests: a snapshot of the `node` template (Debian's nodejs, no
- * Python), its children running JavaScript cells through the TypeScript SDK (and the CLI and the
+ * Python) warmed with a JavaScript warm_eval, its children running JavaScript cells through the TypeScript SDK (and the CLI and the
  * Python SDK), forked warm (the kernel process started in the parent), diverging after the fork,
  * surviving a timeout, and carrying its globals through a branch. One daemon, one node snapshot.
  */
@@ -34,15 +34,28 @@ after(async () => {
   await d.destroy(failed());
 });
 
-step("a snapshot of the node template", async () => {
-  const meta = await new Controller().createSnapshot({ tag: TAG, template: "node", memoryMiB: 384 });
+step("a snapshot of the node template, warmed with a JavaScript cell", async () => {
+  const meta = await new Controller().createSnapshot({
+    tag: TAG,
+    template: "node",
+    memoryMiB: 384,
+    warmEval: "const warmed = { answer: 6 * 7, at: await Promise.resolve('parent') }",
+    warmEvalLanguage: "javascript",
+  });
   assert.equal(meta.tag, TAG);
   assert.equal(meta.template, "node");
+  assert.equal(meta.warm_eval_language, "javascript");
 });
 
 step("children run JavaScript cells: globals, await, console, values, errors", async () => {
   kids = await fork(TAG, 2);
-  const [a] = kids as [Sandbox, Sandbox];
+  const [a, b] = kids as [Sandbox, Sandbox];
+  // the warm_eval's global, defined in the parent's kernel before the freeze
+  for (const k of [a, b]) {
+    const w = await k.runCode("[warmed.answer, warmed.at]", JS);
+    assert.equal(w.error, undefined, w.error?.traceback);
+    assert.equal(w.text, "[ 42, 'parent' ]");
+  }
   let r = await a.runCode("const r = 3; console.log('radius', r); Math.round(Math.PI * r * r)", JS);
   assert.equal(r.error, undefined, r.error?.traceback);
   assert.equal(r.text, "28");

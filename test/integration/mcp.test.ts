@@ -94,20 +94,20 @@ step("lists its tools with input schemas", async () => {
 });
 
 step("creates a snapshot and forks sandboxes from it", async () => {
-  const snap = await ok<{ tag: string; timings: { boot_ms: number } }>("create_snapshot", {
+  const snap = await ok<{ tag: string; source: unknown; timings: { boot_ms: number } }>("create_snapshot", {
     tag: "mcp",
     memory_mib: 384,
     warm_eval: "base = 40",
   });
   assert.equal(snap.tag, "mcp");
+  assert.deepEqual(snap.source, { kind: "template", name: "python" });
   assert.ok(snap.timings.boot_ms > 0, "the snapshot's timings are snake_case");
-  const listed = await ok<Array<{ tag: string; memory_mib: number; warm_eval: string }>>(
-    "list_snapshots",
-    {},
-  );
+  const listed = await ok<
+    Array<{ tag: string; memory_mib: number; warm_eval: string; warm_eval_language: string; source: unknown }>
+  >("list_snapshots", {});
   assert.deepEqual(
-    listed.map((s) => [s.tag, s.memory_mib, s.warm_eval]),
-    [["mcp", 384, "base = 40"]],
+    listed.map((s) => [s.tag, s.memory_mib, s.warm_eval, s.warm_eval_language, s.source]),
+    [["mcp", 384, "base = 40", "python", { kind: "template", name: "python" }]],
   );
   ids = (await ok<{ sandbox_ids: string[] }>("spawn_sandboxes", { snapshot: "mcp", n: 2 })).sandbox_ids;
   assert.equal(ids.length, 2);

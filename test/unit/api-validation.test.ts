@@ -213,6 +213,14 @@ const cases: Array<[string, string, string, unknown, number, string, string?]> =
     400,
     "invalid_argument",
   ],
+  [
+    "snapshot warm_eval in a language that is no kernel",
+    "POST",
+    "/v1/snapshots",
+    { tag: "ok", warm_eval: "1", warm_eval_language: "ruby" },
+    400,
+    "invalid_argument",
+  ],
   ["snapshot empty image", "POST", "/v1/snapshots", { tag: "ok", image: "" }, 400, "invalid_argument"],
   [
     "snapshot empty start_cmd",

@@ -74,6 +74,11 @@ function route(req: IncomingMessage, res: ServerResponse): void {
     for (const l of lines) res.write(JSON.stringify(l) + "\n");
     return void res.end();
   }
+  if (req.method === "POST" && u.pathname === "/v1/snapshots") {
+    return json(res, 409, {
+      error: { code: "conflict", message: "snapshot s2 already exists", details: {} },
+    });
+  }
   if (req.method === "POST" && u.pathname.endsWith("/exec/stream")) {
     res.writeHead(200, { "content-type": "application/x-ndjson" });
     res.write(JSON.stringify({ type: "started", pid: 7 }) + "\n");
@@ -179,6 +184,29 @@ test("push on a pipe: one plain line per progress event (with its bytes), the re
   const push = seen.find((s) => s.url.startsWith("/v1/snapshots/s1/push"));
   assert.equal(push?.url, "/v1/snapshots/s1/push?stream=1");
   assert.deepEqual(JSON.parse(push?.body ?? "{}"), { ref: "reg.example/forkd/s1:v1", insecure: false });
+});
+
+test("snapshot --warm-eval-language javascript sends warm_eval_language; python (the default) sends none", async () => {
+  const bodies = async (args: string[]) => {
+    seen.length = 0;
+    const r = await cli(["snapshot", "--tag", "s2", "--template", "node", ...args]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /snapshot s2 already exists/);
+    return seen.filter((x) => x.url.startsWith("/v1/snapshots")).map((x) => JSON.parse(x.body) as object);
+  };
+  const [js] = await bodies(["--warm-eval", "globalThis.n = 1", "--warm-eval-language", "javascript"]);
+  const sent = js as { warm_eval?: string; warm_eval_language?: string } | undefined;
+  assert.equal(sent?.warm_eval, "globalThis.n = 1");
+  assert.equal(sent?.warm_eval_language, "javascript");
+  const [py] = await bodies(["--warm-eval", "n = 1", "--warm-eval-language", "python"]);
+  assert.ok(py && !("warm_eval_language" in py), JSON.stringify(py));
+  seen.length = 0;
+  const bad = await cli(["snapshot", "--tag", "s2", "--warm-eval-language", "ruby", "--warm-eval", "1"]);
+  assert.equal(bad.code, 2, bad.stderr);
+  const alone = await cli(["snapshot", "--tag", "s2", "--warm-eval-language", "javascript"]);
+  assert.equal(alone.code, 2, alone.stderr);
+  assert.match(alone.stderr, /--warm-eval-language goes with --warm-eval/);
+  assert.deepEqual(seen, [], "a usage error sends nothing");
 });
 
 for (const [sig, code] of [

@@ -70,6 +70,14 @@ const cases: Array<[string, string, () => Promise<Buffer | null>, number, string
     "invalid_argument",
     /build_args/,
   ],
+  [
+    "a warm_eval_language that is no kernel",
+    "tag=t&warm_eval=1&warm_eval_language=ruby",
+    () => tarOf({ Dockerfile: "FROM forkd://python\n" }),
+    400,
+    "invalid_argument",
+    /warm_eval_language/,
+  ],
   ["no body", "tag=t", async () => null, 400, "invalid_argument", /build context/],
   [
     "not a tar",

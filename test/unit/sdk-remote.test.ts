@@ -8,7 +8,14 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { AuthenticationError, ConnectionError, Controller, NotFoundError, Sandbox } from "@forkd/sdk";
+import {
+  AuthenticationError,
+  ConnectionError,
+  Controller,
+  InvalidArgumentError,
+  NotFoundError,
+  Sandbox,
+} from "@forkd/sdk";
 import { REPO_DIR } from "../../src/host/paths.js";
 import { testServices } from "../helpers/services.js";
 
@@ -71,4 +78,40 @@ test("Python SDK: URL + token works; no token or a wrong one is AuthenticationEr
     { env },
   );
   assert.equal(stdout.trim(), "ok");
+});
+
+// warm_eval_language reaches the daemon from both SDKs: a language that is no kernel comes back
+// as the daemon's 400 naming the field (a client that dropped it would start a creation).
+const PY_WARM = `
+import sys
+sys.path.insert(0, sys.argv[1])
+import forkd
+try:
+    forkd.Controller(url=sys.argv[2], token=sys.argv[3]).create_snapshot(
+        "wl", warm_eval="1", warm_eval_language="ruby")
+    raise SystemExit("no InvalidArgumentError")
+except forkd.InvalidArgumentError as e:
+    print("warm_eval_language" in str(e))
+`;
+
+test("both SDKs send warm_eval_language (a language that is no kernel is the daemon's 400)", async () => {
+  await assert.rejects(
+    new Controller({ url, token: TOKEN }).createSnapshot({
+      tag: "wl",
+      warmEval: "1",
+      warmEvalLanguage: "ruby" as "javascript",
+    }),
+    (e: unknown) => {
+      assert.ok(e instanceof InvalidArgumentError, String(e));
+      assert.match((e as Error).message, /warm_eval_language/);
+      return true;
+    },
+  );
+  const env = { ...process.env, FORKD_TOKEN: "", FORKD_URL: "" };
+  const { stdout } = await promisify(execFile)(
+    "python3",
+    ["-c", PY_WARM, join(REPO_DIR, "sdk", "python", "src"), url, TOKEN],
+    { env },
+  );
+  assert.equal(stdout.trim(), "True");
 });

@@ -23,7 +23,10 @@ type Opt<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
  */
 export interface Requests {
   CreateToken: Opt<S["CreateToken"], "scope">;
-  CreateSnapshot: Opt<S["CreateSnapshot"], "template" | "ready_timeout_ms" | "memory_mib" | "vcpus">;
+  CreateSnapshot: Opt<
+    S["CreateSnapshot"],
+    "template" | "ready_timeout_ms" | "warm_eval_language" | "memory_mib" | "vcpus"
+  >;
   Push: Opt<S["Push"], "insecure">;
   Pull: Opt<S["Pull"], "insecure">;
   CreateSandboxes: Opt<S["CreateSandboxes"], "n" | "on_idle">;
@@ -42,6 +45,8 @@ export interface BuildSnapshotOptions {
   build_args?: Record<string, string>;
   warm?: string;
   warm_eval?: string;
+  /** The kernel warm_eval runs in (default python). */
+  warm_eval_language?: "python" | "javascript";
   memory_mib?: number;
   vcpus?: number;
 }

@@ -710,8 +710,14 @@ export interface components {
             ready_timeout_ms: number;
             /** @description Shell command run in the parent before it is frozen. */
             warm?: string | null;
-            /** @description Python cell run in the parent's warm interpreter before it is frozen. */
+            /** @description Cell run in the parent's warm kernel (warm_eval_language) before it is frozen. */
             warm_eval?: string | null;
+            /**
+             * @description The warm kernel warm_eval runs in (docs/kernels.md); the image must have its interpreter.
+             * @default python
+             * @enum {string}
+             */
+            warm_eval_language: "python" | "javascript";
             /** @default 512 */
             memory_mib: number;
             /** @default 1 */
@@ -776,6 +782,8 @@ export interface components {
             };
             warm: string | null;
             warm_eval: string | null;
+            /** @description The kernel warm_eval ran in (null: no warm_eval) */
+            warm_eval_language?: ("python" | "javascript") | null;
             /** @description Virtual size of the root disk in bytes */
             disk_size: number;
             files: {
@@ -1817,6 +1825,7 @@ export interface operations {
                 build_args?: string;
                 warm?: string;
                 warm_eval?: string;
+                warm_eval_language?: "python" | "javascript";
                 memory_mib?: number;
                 vcpus?: number;
                 stream?: "0" | "1";

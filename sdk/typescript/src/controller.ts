@@ -22,8 +22,10 @@ export interface CreateSnapshotOpts {
   readyTimeoutMs?: number;
   /** Shell command run in the parent before it is frozen. */
   warm?: string;
-  /** Python cell run in the parent's interpreter before it is frozen (its globals are inherited). */
+  /** A cell run in the parent's warm kernel before it is frozen (its globals are inherited). */
   warmEval?: string;
+  /** The kernel warmEval runs in (default python; javascript needs node in the image). */
+  warmEvalLanguage?: "python" | "javascript";
   memoryMiB?: number;
   vcpus?: number;
   /** Progress lines while the parent boots and warms. */
@@ -64,6 +66,10 @@ export class Controller {
       ...(o.readyTimeoutMs ? { ready_timeout_ms: o.readyTimeoutMs } : {}),
       ...(o.warm ? { warm: o.warm } : {}),
       ...(o.warmEval ? { warm_eval: o.warmEval } : {}),
+      // sent only when not python, so a daemon from before the field takes Python warm-ups
+      ...(o.warmEvalLanguage && o.warmEvalLanguage !== "python"
+        ? { warm_eval_language: o.warmEvalLanguage }
+        : {}),
       ...(o.memoryMiB ? { memory_mib: o.memoryMiB } : {}),
       ...(o.vcpus ? { vcpus: o.vcpus } : {}),
     };

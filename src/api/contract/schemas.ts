@@ -204,7 +204,13 @@ export const CreateSnapshot = named(
         .string()
         .max(1 << 20)
         .nullish()
-        .describe("Python cell run in the parent's warm interpreter before it is frozen."),
+        .describe("Cell run in the parent's warm kernel (warm_eval_language) before it is frozen."),
+      warm_eval_language: z
+        .enum(EVAL_LANGUAGES)
+        .default("python")
+        .describe(
+          "The warm kernel warm_eval runs in (docs/kernels.md); the image must have its interpreter.",
+        ),
       memory_mib: z.number().int().min(128).max(65536).default(512),
       vcpus: z.number().int().min(1).max(32).default(1),
     })
@@ -255,7 +261,15 @@ export const BuildSnapshotQuery = z.object({
     .optional()
     .describe('Build arguments (ARG) as a JSON object of strings, e.g. {"VERSION":"1.2"}.'),
   warm: z.string().max(4096).optional().describe("Shell command run in the parent before it is frozen."),
-  warm_eval: z.string().max(8192).optional().describe("Python run in the parent's warm interpreter."),
+  warm_eval: z
+    .string()
+    .max(8192)
+    .optional()
+    .describe("Cell run in the parent's warm kernel (warm_eval_language)."),
+  warm_eval_language: z
+    .enum(EVAL_LANGUAGES)
+    .default("python")
+    .describe("The warm kernel warm_eval runs in (docs/kernels.md)."),
   memory_mib: z.coerce.number().int().min(128).max(65536).default(512),
   vcpus: z.coerce.number().int().min(1).max(32).default(1),
   stream: z.enum(["0", "1"]).optional(),
@@ -297,6 +311,11 @@ export const Snapshot = named(
     qemu: z.object({ binary: z.string(), version: z.string() }),
     warm: z.string().nullable(),
     warm_eval: z.string().nullable(),
+    warm_eval_language: z
+      .enum(EVAL_LANGUAGES)
+      .nullable()
+      .optional()
+      .describe("The kernel warm_eval ran in (null: no warm_eval)"),
     disk_size: z.number().int().describe("Virtual size of the root disk in bytes"),
     files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
     timings: z.object({ boot_ms: z.number(), warm_ms: z.number(), freeze_ms: z.number() }),

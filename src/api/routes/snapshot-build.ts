@@ -57,6 +57,7 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
       vcpus: q.vcpus,
       warm: q.warm ?? null,
       warmEval: q.warm_eval ?? null,
+      warmEvalLanguage: q.warm_eval_language,
       owner: c.get("caller").tenant,
     };
     noteTarget(c, "snapshot", q.tag);

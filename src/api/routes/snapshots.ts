@@ -41,6 +41,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       readyTimeoutMs: body.ready_timeout_ms,
       warm: body.warm ?? null,
       warmEval: body.warm_eval ?? null,
+      warmEvalLanguage: body.warm_eval_language,
       memoryMiB: body.memory_mib,
       vcpus: body.vcpus,
       owner: c.get("caller").tenant,

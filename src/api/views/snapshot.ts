@@ -43,6 +43,7 @@ export function snapshotView(m: SnapshotMeta): SnapshotView {
     qemu: { binary: m.qemu.binary, version: m.qemu.version },
     warm: m.warm,
     warm_eval: m.warmEval,
+    warm_eval_language: m.warmEval === null ? null : (m.warmEvalLanguage ?? "python"),
     disk_size: m.diskSize,
     files: {
       memory: { size: m.files.memory.size, sha256: m.files.memory.sha256 },

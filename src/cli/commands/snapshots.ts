@@ -1,11 +1,12 @@
 /** Snapshots: snapshot (create, or a layer --from), images, image, rmi, compact. */
+import { Option } from "commander";
 import type { Command } from "commander";
 import type { Wire } from "@forkd/sdk";
 import type { CliContext } from "../context.js";
 import { usageError } from "../errors.js";
 import { interruptible } from "../interrupt.js";
 import { snapshotLayer } from "../layer.js";
-import { snapshotFromDockerfile } from "../dockerfile.js";
+import { snapshotFromDockerfile, warmEvalLanguage } from "../dockerfile.js";
 import { ProgressView } from "../progress.js";
 import { printTable } from "../table.js";
 import { CALL_MS, HEAVY_MS, PROGRESS_IDLE_MS } from "../timeouts.js";
@@ -21,7 +22,16 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
     .option("--ready-cmd <cmd>", "shell command polled until it exits 0 before freezing")
     .option("--ready-timeout <s>", "seconds --ready-cmd has to succeed (default 120)", (v) => parseFloat(v))
     .option("--warm <cmd>", "shell command to run in the parent before freezing")
-    .option("--warm-eval <code>", "Python to run in the parent's warm interpreter before freezing")
+    .option(
+      "--warm-eval <code>",
+      "code to run in the parent's warm kernel before freezing (Python by default)",
+    )
+    .addOption(
+      new Option(
+        "--warm-eval-language <lang>",
+        "the kernel --warm-eval runs in (javascript needs node in the image)",
+      ).choices(["python", "javascript"]),
+    )
     .option("--memory <MiB>", "guest RAM in MiB", (v) => parseInt(v, 10), 512)
     .option("--vcpus <n>", "vCPUs", (v) => parseInt(v, 10), 1)
     .option("--dockerfile <path>", "build the image from this Dockerfile (its folder is the build context)")
@@ -43,6 +53,7 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
         readyTimeout?: number;
         warm?: string;
         warmEval?: string;
+        warmEvalLanguage?: "python" | "javascript";
         memory: number;
         vcpus: number;
         from?: string;
@@ -51,6 +62,8 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
         dockerfile?: string;
         buildArg?: string[];
       }) => {
+        if (o.warmEvalLanguage !== undefined && o.warmEval === undefined)
+          throw usageError("--warm-eval-language goes with --warm-eval");
         if (o.dockerfile !== undefined) {
           if (o.from !== undefined) throw usageError("--dockerfile and --from do not go together");
           const api = await ctx.ready();
@@ -94,6 +107,7 @@ export function snapshotCommands(program: Command, ctx: CliContext): void {
                   : {}),
                 ...(o.warm !== undefined ? { warm: o.warm } : {}),
                 ...(o.warmEval !== undefined ? { warm_eval: o.warmEval } : {}),
+                ...warmEvalLanguage(o.warmEvalLanguage),
                 memory_mib: o.memory,
                 vcpus: o.vcpus,
               },

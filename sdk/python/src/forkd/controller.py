@@ -23,9 +23,11 @@ class Controller:
         return self._t.json("GET", "/v1/snapshots/" + tag)
 
     def create_snapshot(self, tag, template=None, warm=None, warm_eval=None, memory_mib=None, vcpus=None,
-                        on_progress=None, image=None, start_cmd=None, ready_cmd=None, ready_timeout_ms=None):
-        """Boots a parent VM, warms it (warm: shell command; warm_eval: Python cell whose globals every
-        child inherits) and freezes it. Returns the snapshot's metadata. image: an OCI/Docker
+                        on_progress=None, image=None, start_cmd=None, ready_cmd=None, ready_timeout_ms=None,
+                        warm_eval_language=None):
+        """Boots a parent VM, warms it (warm: shell command; warm_eval: a cell whose globals every
+        child inherits, run in the kernel warm_eval_language names: "python", the default, or
+        "javascript") and freezes it. Returns the snapshot's metadata. image: an OCI/Docker
         reference booted instead of a template; start_cmd is started in the background and
         ready_cmd run until it exits 0 before the freeze (a server up in every child)."""
         body = {"tag": tag}
@@ -34,6 +36,9 @@ class Controller:
                      ("warm_eval", warm_eval), ("memory_mib", memory_mib), ("vcpus", vcpus)):
             if v is not None:
                 body[k] = v
+        # sent only when not python, so a daemon from before the field takes Python warm-ups
+        if warm_eval_language is not None and warm_eval_language != "python":
+            body["warm_eval_language"] = warm_eval_language
         done = None
         for ev in self._t.ndjson("POST", "/v1/snapshots", query={"stream": 1}, json_body=body):
             if ev["type"] == "progress":
