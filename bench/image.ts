@@ -152,13 +152,21 @@ interface Fork {
   readyMs: number;
   firstExecMs: number;
   fromPool: boolean;
+  /** The daemon's timings: device state loaded and resumed; then the agent's IDENTITY reply. */
   restoreMs: number;
+  identityMs: number;
+  /** The daemon's whole fork (its view's total_ms): what is left of readyMs is the REST round trip. */
+  daemonMs: number;
 }
 
 async function forkOnce(d: BenchDaemon, tag: string): Promise<Fork> {
   const t0 = performance.now();
   const r = await d.api<{
-    sandboxes: { id: string; from_pool: boolean; timings: { restore_ms: number } }[];
+    sandboxes: {
+      id: string;
+      from_pool: boolean;
+      timings: { restore_ms: number; ready_ms: number; total_ms: number };
+    }[];
     failures: unknown[];
   }>("POST", "/v1/sandboxes", { snapshot_tag: tag, n: 1 });
   const t1 = performance.now();
@@ -167,7 +175,14 @@ async function forkOnce(d: BenchDaemon, tag: string): Promise<Fork> {
   await d.api("POST", `/v1/sandboxes/${sb.id}/exec`, { cmd: ["true"] });
   const t2 = performance.now();
   await d.api("DELETE", `/v1/sandboxes/${sb.id}`);
-  return { readyMs: t1 - t0, firstExecMs: t2 - t0, fromPool: sb.from_pool, restoreMs: sb.timings.restore_ms };
+  return {
+    readyMs: t1 - t0,
+    firstExecMs: t2 - t0,
+    fromPool: sb.from_pool,
+    restoreMs: sb.timings.restore_ms,
+    identityMs: sb.timings.ready_ms - sb.timings.restore_ms,
+    daemonMs: sb.timings.total_ms,
+  };
 }
 
 async function main(): Promise<void> {
@@ -257,8 +272,7 @@ async function main(): Promise<void> {
 
     const cm = (kind: Kind, k: keyof Omit<Creation, "messages" | "snapshot">) =>
       r1(median(created[kind].map((c) => c[k])));
-    const fm = (kind: Kind, k: "readyMs" | "firstExecMs" | "restoreMs") =>
-      r1(median(forks[kind].map((f) => f[k])));
+    const fm = (kind: Kind, k: Exclude<keyof Fork, "fromPool">) => r1(median(forks[kind].map((f) => f[k])));
     const creation = Object.fromEntries(
       KINDS.map((k) => [
         k,
@@ -291,6 +305,8 @@ async function main(): Promise<void> {
           readyMs: fm(k, "readyMs"),
           firstExecMs: fm(k, "firstExecMs"),
           restoreMs: fm(k, "restoreMs"),
+          identityMs: fm(k, "identityMs"),
+          daemonMs: fm(k, "daemonMs"),
           fromPool: forks[k].filter((f) => f.fromPool).length,
           samplesReadyMs: forks[k].map((f) => r1(f.readyMs)),
           samplesFirstExecMs: forks[k].map((f) => r1(f.firstExecMs)),
@@ -302,6 +318,8 @@ async function main(): Promise<void> {
         readyMs: number;
         firstExecMs: number;
         restoreMs: number;
+        identityMs: number;
+        daemonMs: number;
         fromPool: number;
         samplesReadyMs: number[];
         samplesFirstExecMs: number[];
@@ -359,7 +377,9 @@ async function main(): Promise<void> {
     console.log(`|---|---|---|---|`);
     row("fork → agent ready", fork.image.readyMs, fork.template.readyMs);
     row("fork → first exec reply", fork.image.firstExecMs, fork.template.firstExecMs);
-    row("restore (daemon's timing)", fork.image.restoreMs, fork.template.restoreMs);
+    row("  of which the daemon's fork (total_ms)", fork.image.daemonMs, fork.template.daemonMs);
+    row("  of which restore + resume", fork.image.restoreMs, fork.template.restoreMs);
+    row("  of which the agent's IDENTITY reply", fork.image.identityMs, fork.template.identityMs);
     console.log(
       `(from the pool: image ${fork.image.fromPool}/${FORKS}, template ${fork.template.fromPool}/${FORKS}; ${poolShort} forks taken before the pools had refilled)`,
     );
