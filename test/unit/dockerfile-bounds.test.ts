@@ -1,12 +1,15 @@
 /**
  * The Dockerfile builder's bounds on hostile input (no VM): variable expansion that doubles a
  * value each line is refused with the line instead of exhausting the daemon's memory; the ENV,
- * ARG and LABEL values together are bounded.
+ * ARG and LABEL values together are bounded; a .dockerignore or COPY glob that makes a
+ * backtracking regular expression exponential matches in polynomial steps, and a malformed one
+ * is an invalid_argument.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseDockerfile } from "../../src/image/dockerfile/parse.js";
 import { EMPTY_CONFIG, VARS_LIMIT, plan } from "../../src/image/dockerfile/plan.js";
+import { GLOB_LIMITS, Glob, IgnoreRules } from "../../src/image/dockerfile/ignore.js";
 import { WORD_LIMIT, WordError, word } from "../../src/image/dockerfile/words.js";
 
 const planOf = (text: string) => plan(parseDockerfile(text), EMPTY_CONFIG, {});
@@ -60,4 +63,65 @@ test("the ENV, ARG and LABEL values together are bounded, naming the line", () =
   const same = ["FROM scratch", `ARG h=${"q".repeat(WORD_LIMIT / 2)}`];
   for (let i = 0; i < n; i++) same.push("ENV k=$h");
   assert.equal(planOf(same.join("\n")).config.env.length, 1);
+});
+
+test("globs: Docker's forms, unchanged", () => {
+  const cases: [string, string, boolean][] = [
+    ["*.log", "x.log", true],
+    ["*.log", "a/x.log", false],
+    ["**/*.log", "x.log", true],
+    ["**/*.log", "a/b/x.log", true],
+    ["a/**", "a/b/c", true],
+    ["a/**", "a", false],
+    ["a/**/b", "a/b", true],
+    ["a/**/b", "a/x/y/b", true],
+    ["a/**/b", "a/xb", false],
+    ["**", "a/b", true],
+    ["x**y", "x/a/y", true],
+    ["?.txt", "a.txt", true],
+    ["?.txt", "/.txt", false],
+    ["?.txt", "ab.txt", false],
+    ["[a-c]x", "bx", true],
+    ["[a-c]x", "dx", false],
+    ["[!a-c]x", "dx", true],
+    ["[^a-c]x", "ax", false],
+    ["[]a]", "]", true],
+    ["a[", "a[", true],
+    ["\\*x", "*x", true],
+    ["\\*x", "ax", false],
+    ["a.b", "axb", false],
+    ["(x)+", "(x)+", true],
+    ["a/*/c", "a/b/c", true],
+    ["a/*/c", "a/b/d/c", false],
+    ["*", "", true],
+    ["é?", "éü", true],
+  ];
+  for (const [pat, path, want] of cases) assert.equal(new Glob(pat).test(path), want, `${pat} ~ ${path}`);
+});
+
+test("a glob that backtracks exponentially in a regular expression returns at once", () => {
+  const hostile = "*a*a*a*a*a*a*a*ab";
+  const name = "a".repeat(60);
+  const t0 = Date.now();
+  assert.equal(new Glob(hostile).test(name), false);
+  assert.equal(new Glob(`**/${hostile}`).test(`x/${name}`), false);
+  assert.equal(new Glob("**/**/**/**/**/**/**/**/**/z").test(`${"d/".repeat(60)}y`), false);
+  const rules = new IgnoreRules(`${hostile}\n**/**/**/**/**/**/**/**/**/*a*a*a*a*a*a*ab\n`);
+  assert.equal(rules.ignored(`${"a/".repeat(20)}${name}`), false);
+  // The old regular expressions took ~30 s on the first of these; a loose bound, far above the
+  // milliseconds they take now.
+  assert.ok(Date.now() - t0 < 2000, `${Date.now() - t0} ms`);
+});
+
+test("globs are bounded and a malformed one is an invalid_argument", () => {
+  const bad = (f: () => unknown, re: RegExp) =>
+    assert.throws(f, (e: Error & { code?: string }) => {
+      assert.equal(e.code, "invalid_argument", e.message);
+      assert.match(e.message, re);
+      return true;
+    });
+  bad(() => new Glob("[z-a]"), /out of order/);
+  bad(() => new IgnoreRules("ok\n[z-a].txt\n"), /\.dockerignore line 2: .*out of order/);
+  bad(() => new Glob("a".repeat(GLOB_LIMITS.chars + 1)), /longer than/);
+  bad(() => new Glob("*x".repeat(GLOB_LIMITS.wildcards + 1)), /wildcards/);
 });
