@@ -1,7 +1,8 @@
 /**
  * What one RUN or COPY/ADD step does in the build VM, through the guest agent: RUN as the
- * step's command with its env and cwd (created first), its output to progress line by line and
- * its end kept for the error of a failing step; COPY/ADD as file writes with the context's
+ * step's command with its env and cwd (created first), its output to progress line by line (at
+ * most RUN_OUTPUT_LIMIT bytes a step, then one "output truncated" line) and its end kept for the
+ * error of a failing step; COPY/ADD as file writes with the context's
  * modes (or --chmod), then the image's own chown for --chown.
  */
 import { createReadStream } from "node:fs";
@@ -13,6 +14,9 @@ import type { PlanStep } from "./plan.js";
 
 const OUTPUT_TAIL = 4000;
 
+/** Bytes of one RUN step's output forwarded to progress (1 MiB); the rest is counted, not sent. */
+export const RUN_OUTPUT_LIMIT = 1 << 20;
+
 export async function runStep(
   agent: AgentClient,
   s: Extract<PlanStep, { kind: "run" }>,
@@ -23,13 +27,26 @@ export async function runStep(
   await agent.mkdir(s.cwd, { parents: true, mode: 0o755 });
   let tail = "";
   let partial = "";
+  let forwarded = 0;
+  let truncated = false;
+  const forward = (l: string) => {
+    if (truncated) return;
+    forwarded += Buffer.byteLength(l) + 1;
+    if (forwarded > RUN_OUTPUT_LIMIT) {
+      truncated = true;
+      progress(`#${n} ... output truncated (more than ${RUN_OUTPUT_LIMIT} bytes; the rest is not shown)`, {
+        phase: "run",
+      });
+    } else progress(`#${n} ${l}`, { phase: "run" });
+  };
   const onData = (d: Buffer) => {
     const text = d.toString("utf8");
     tail = (tail + text).slice(-OUTPUT_TAIL);
+    if (truncated) return;
     partial += text;
     const lines = partial.split("\n");
     partial = (lines.pop() ?? "").slice(-OUTPUT_TAIL);
-    for (const l of lines) progress(`#${n} ${l}`, { phase: "run" });
+    for (const l of lines) forward(l);
   };
   // As USER (or the base image's config) says; with neither, the agent's default: root.
   const cmd = "exec" in s.command ? { argv: s.command.exec } : { shell: s.command.shell };
@@ -37,7 +54,7 @@ export async function runStep(
     { ...cmd, env: s.env, cwd: s.cwd, timeoutMs, ...(s.user ? { user: s.user } : {}) },
     { onStdout: onData, onStderr: onData },
   ).result;
-  if (partial) progress(`#${n} ${partial}`, { phase: "run" });
+  if (partial) forward(partial);
   if (r.exitCode !== 0) {
     const how = r.timedOut
       ? `timed out after ${timeoutMs} ms`
