@@ -1,12 +1,13 @@
 /**
  * A RUN step's output (a fake agent, no VM): forwarded to progress line by line up to
  * RUN_OUTPUT_LIMIT bytes, then one "output truncated" line and nothing more, while the failing
- * step's error still carries the output's last bytes.
+ * step's error still carries the output's last bytes; COPY of one file to a directory already in
+ * the image writes into it.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { AgentClient } from "../../src/agent/client.js";
-import { RUN_OUTPUT_LIMIT, runStep } from "../../src/image/dockerfile/steps.js";
+import { RUN_OUTPUT_LIMIT, copyStep, runStep } from "../../src/image/dockerfile/steps.js";
 import type { PlanStep } from "../../src/image/dockerfile/plan.js";
 
 /** An agent whose exec writes `chunks` to stdout, then exits with `code`. */
@@ -55,4 +56,34 @@ test("RUN output: at most RUN_OUTPUT_LIMIT bytes forwarded, then one truncation 
   const short: string[] = [];
   await runStep(fakeAgent([Buffer.from("a\nb\nc")], 0), step, 3, 1000, (m) => short.push(m));
   assert.deepEqual(short, ["#3 a", "#3 b", "#3 c"]);
+});
+
+test("COPY f /app where /app is a directory in the image writes /app/f", async () => {
+  const written: string[] = [];
+  const agent = (dirs: string[]) =>
+    ({
+      stat: (p: string) =>
+        dirs.includes(p) ? Promise.resolve({ type: "dir" }) : Promise.reject(new Error("no such file")),
+      mkdir: () => Promise.resolve(),
+      writeFile: (p: string, data: NodeJS.ReadableStream & { destroy(): void }) => {
+        data.on("error", () => undefined); // the context file is not there: never read
+        data.destroy();
+        written.push(p);
+        return Promise.resolve(0);
+      },
+    }) as unknown as AgentClient;
+  const copy = (dest: string): Extract<PlanStep, { kind: "copy" }> => ({
+    kind: "copy",
+    line: 5,
+    add: false,
+    sources: ["f"],
+    dest,
+    chown: null,
+    chmod: null,
+  });
+  const item = (dest: string) => [{ src: "/ctx/sub/f", dest, type: "file" as const, mode: 0o644, size: 1 }];
+  await copyStep(agent(["/app"]), copy("/app"), item("/app"), 1000);
+  await copyStep(agent([]), copy("/new"), item("/new"), 1000);
+  await copyStep(agent(["/app"]), copy("/app/"), item("/app/f"), 1000);
+  assert.deepEqual(written, ["/app/f", "/new", "/app/f"]);
 });

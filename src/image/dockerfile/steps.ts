@@ -3,9 +3,11 @@
  * step's command with its env and cwd (created first), its output to progress line by line (at
  * most RUN_OUTPUT_LIMIT bytes a step, then one "output truncated" line) and its end kept for the
  * error of a failing step; COPY/ADD as file writes with the context's
- * modes (or --chmod), then the image's own chown for --chown.
+ * modes (or --chmod), into an existing directory the destination names, then the image's own
+ * chown for --chown.
  */
 import { createReadStream } from "node:fs";
+import { posix } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import type { Progress } from "../../snapshot/progress.js";
 import { ForkdError } from "../../util/errors.js";
@@ -75,12 +77,31 @@ export async function runStep(
   }
 }
 
+/**
+ * Docker's `COPY f /app` where /app is a directory already in the image: the file goes to
+ * /app/f (a destination without a trailing "/" is otherwise the file's new name).
+ */
+async function intoExistingDir(
+  agent: AgentClient,
+  s: Extract<PlanStep, { kind: "copy" }>,
+  items: CopyItem[],
+): Promise<CopyItem[]> {
+  const only = items[0];
+  if (items.length !== 1 || !only || only.type !== "file" || !only.src || s.dest.endsWith("/")) return items;
+  const isDir = await agent.stat(s.dest).then(
+    (st) => st.type === "dir",
+    () => false, // not there (or not statable): the destination is the file's name
+  );
+  return isDir ? [{ ...only, dest: posix.join(s.dest, posix.basename(only.src)) }] : items;
+}
+
 export async function copyStep(
   agent: AgentClient,
   s: Extract<PlanStep, { kind: "copy" }>,
   items: CopyItem[],
   timeoutMs: number,
 ): Promise<void> {
+  items = await intoExistingDir(agent, s, items);
   for (const it of items) {
     const mode = s.chmod ?? it.mode;
     if (it.type === "dir") await agent.mkdir(it.dest, { parents: true, mode });
