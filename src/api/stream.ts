@@ -3,6 +3,8 @@
  * done_bytes?, total_bytes?} (src/snapshot/progress.ts), then
  * {"type":"done", <key>: result} or {"type":"error", "error": …} (the one error envelope).
  * Errors found before the work starts should be thrown before calling this, so they get a status.
+ * A reader slower than the progress loses progress lines, counted (paced-progress.ts), never the
+ * final event.
  *
  * The client only watches: if it hangs up, the work is not abandoned. It runs to its end, and
  * its outcome goes to the daemon's log (the work may also record it: `watcher.gone`).
@@ -12,6 +14,7 @@ import type { Progress } from "../snapshot/progress.js";
 import { errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";
+import { pacedProgress } from "./paced-progress.js";
 import { replyStream } from "./reply-stream.js";
 
 /** Whether anyone still watches the work's progress. */
@@ -30,9 +33,7 @@ export function progressStream<T>(
   const stream = replyStream(
     (sink) => {
       sink.onHangup(() => log.info(`${what}: its client went away; it goes on`));
-      const p = Promise.resolve().then(() =>
-        work((message, detail) => sink.line({ type: "progress", message, ...detail }), sink),
-      );
+      const p = Promise.resolve().then(() => work(pacedProgress(sink), sink));
       p.then(
         (result) => {
           if (sink.gone) log.info(`${what}: done (its client had gone)`);

@@ -206,8 +206,9 @@ export class SnapshotService {
     run: (logged: Progress) => Promise<SnapshotMeta>,
   ): Promise<SnapshotMeta> {
     const started = new Date().toISOString();
+    // A RUN step's output is not logged (it may be megabytes; the step's "done" line is).
     const logged: Progress = (line, detail) => {
-      this.o.log.info(`snapshot ${tag}: ${line}`);
+      if (detail?.phase !== "run") this.o.log.info(`snapshot ${tag}: ${line}`);
       progress(line, detail);
     };
     try {

@@ -5,7 +5,8 @@
  * and the files it copies (step-cache.ts). The steps not cached run in one build VM booted on
  * the last cached layer: after each step the guest syncs, the VM pauses, its disk's top layer is
  * frozen live (blockdev-snapshot-sync onto a new empty layer) and it resumes for the next step;
- * the frozen layers are committed in order once the VM is gone. The chain is then flattened to
+ * the frozen layers are committed in order once the VM is gone (a step a concurrent build
+ * committed first ends this build's commits: commit-chain.ts). The chain is then flattened to
  * a raw ext4 (install.ts) that create.ts snapshots. An unchanged rebuild boots nothing.
  *
  * The build VM gets a network like a sandbox with egress allowed (deps.network: a netns slot, so
@@ -29,6 +30,7 @@ import type { MachineConfig } from "../../vmm/config.js";
 import type { VmmDriver } from "../../vmm/driver.js";
 import type { Vm } from "../../vmm/vm.js";
 import type { GuestImage } from "../builder.js";
+import { commitChain } from "./commit-chain.js";
 import { BuildContext, hashItems } from "./context.js";
 import { copyStep, runStep } from "./steps.js";
 import { configFiles } from "./image-config.js";
@@ -176,16 +178,17 @@ export async function buildDockerfile(
   }
   const work = await cache.workDir();
   try {
+    let top = cache.layer(finalKey);
     if (first < keyed.length) {
       const parentLayer =
         first === 0
           ? { path: base.image.rootfs, format: "raw" as const }
           : { path: cache.layer(keyed[first - 1]?.key ?? ""), format: "qcow2" as const };
-      await runSteps(deps, req, base.image, parentLayer, keyed, first, work, cache, progress);
+      top = await runSteps(deps, req, base.image, parentLayer, keyed, first, work, cache, progress);
     }
     progress("flatten: writing the root filesystem", { phase: "flatten" });
     const address = await installImage({
-      top: cache.layer(finalKey),
+      top,
       base: base.image,
       key: finalKey,
       work,
@@ -218,7 +221,11 @@ async function installedImage(
   };
 }
 
-/** Boots one build VM on `parentLayer` and runs steps `first..` of `keyed`, committing each layer. */
+/**
+ * Boots one build VM on `parentLayer` and runs steps `first..` of `keyed`, committing each layer;
+ * returns the top layer of this build's chain (the cached final layer, unless a concurrent build
+ * took a key first: then this build's own file, in `work`).
+ */
 async function runSteps(
   deps: DockerfileDeps,
   req: DockerfileBuildRequest,
@@ -229,7 +236,7 @@ async function runSteps(
   work: string,
   cache: StepCache,
   progress: Progress,
-): Promise<void> {
+): Promise<string> {
   const runtime = join(deps.runDir, `b-${work.slice(-12)}`);
   await mkdir(runtime, { recursive: true, mode: 0o700 });
   const layerFile = (i: number) => join(work, `step-${i}.qcow2`);
@@ -309,7 +316,7 @@ async function runSteps(
     throw e;
   }
   await stop();
-  await commitFrozen();
+  return commitFrozen();
 
   async function stop(): Promise<void> {
     agent?.close();
@@ -320,16 +327,17 @@ async function runSteps(
 
   /**
    * The frozen layers are complete: committed in order (each names its parent's final path),
-   * also when a later step failed, so a fixed Dockerfile reuses them.
+   * also when a later step failed, so a fixed Dockerfile reuses them. Once a key is found taken
+   * by a concurrent build, the rest stay this build's own (commit-chain.ts).
    */
-  async function commitFrozen(): Promise<void> {
-    let backing = parentLayer.path;
-    for (const i of frozen) {
+  async function commitFrozen(): Promise<string> {
+    const layers = frozen.map((i) => {
       const k = keyed[i] as KeyedStep;
-      if (i > first) await rebaseUnsafe(layerFile(i), backing, "qcow2");
-      await cache.commit(k.key, layerFile(i), { line: k.line, what: k.what });
-      backing = cache.layer(k.key);
-    }
+      return { key: k.key, file: layerFile(i), info: { line: k.line, what: k.what } };
+    });
+    return commitChain(cache, layers, parentLayer.path, (file, backing) =>
+      rebaseUnsafe(file, backing, "qcow2"),
+    );
   }
 }
 

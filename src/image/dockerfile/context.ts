@@ -11,7 +11,7 @@ import { createReadStream } from "node:fs";
 import { lstat, open, readdir, readFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { ForkdError } from "../../util/errors.js";
-import { IgnoreRules, cleanRelative, globRegExp, hasGlob } from "./ignore.js";
+import { Glob, IgnoreRules, cleanRelative, hasGlob } from "./ignore.js";
 import { syntaxError } from "./lines.js";
 
 export const CONTEXT_LIMITS = { entries: 100_000, depth: 64 };
@@ -115,7 +115,13 @@ export class BuildContext {
       }
       const p = cleanRelative(s);
       if (hasGlob(p)) {
-        const re = globRegExp(p);
+        let re: Glob;
+        try {
+          re = new Glob(p);
+        } catch (e) {
+          if (e instanceof ForkdError) throw syntaxError(line, `${op} ${s}: ${e.message}`);
+          throw e;
+        }
         const found = [...this.entries.values()].filter((e) => e.path !== "" && re.test(e.path));
         if (found.length === 0) throw syntaxError(line, `${op} ${s}: no file in the build context matches`);
         matches.push(...found);

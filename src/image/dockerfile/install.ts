@@ -1,21 +1,21 @@
 /**
  * A finished build's disk chain installed as a guest image: flattened to one raw ext4
- * (`qemu-img convert`), its journal replayed and checked (`e2fsck`), the base image's kernel and
+ * (`qemu-img convert`), its journal replayed and checked (`e2fsck`, fsck.ts: a fix beyond what a
+ * mounted ext4 leaves behind fails the build), the base image's kernel and
  * initramfs beside it, a manifest.json, all under `<cache>/dockerfile/images/<address>/` where
  * the address is the image's content address (image/content.ts), renamed into place complete.
  */
-import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { chmod, mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fsyncDir } from "../../util/atomic.js";
-import { ForkdError } from "../../util/errors.js";
 import { exists, linkOrCopy } from "../../util/fs.js";
-import { childEnv, run } from "../../util/proc.js";
+import { run } from "../../util/proc.js";
 import type { GuestImage } from "../builder.js";
 import { imageAddress } from "../content.js";
 import type { FileSum } from "../content.js";
+import { checkBuiltFilesystem } from "./fsck.js";
 
 const sum = (path: string): Promise<FileSum> =>
   new Promise((resolve, reject) => {
@@ -29,32 +29,6 @@ const sum = (path: string): Promise<FileSum> =>
       .on("error", reject)
       .on("end", () => resolve({ size, sha256: h.digest("hex") }));
   });
-
-/** e2fsck -fy: exit 0 (clean) or 1 (fixed: e.g. the journal replayed) are fine. */
-function fsck(image: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      "e2fsck",
-      ["-f", "-y", image],
-      {
-        timeout: 600_000,
-        maxBuffer: 16 << 20,
-        env: { ...childEnv(), PATH: `${childEnv().PATH ?? ""}:/sbin:/usr/sbin` },
-      },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === "number" ? err.code : -1) : 0;
-        if (code === 0 || code === 1) resolve();
-        else
-          reject(
-            new ForkdError(
-              "image_error",
-              `e2fsck of the built root filesystem failed (exit ${code}): ${(stderr || stdout).slice(-800)}`,
-            ),
-          );
-      },
-    );
-  });
-}
 
 export interface InstallRequest {
   /** The top layer of the final step (its chain reaches the base rootfs). */
@@ -75,7 +49,7 @@ export async function installImage(r: InstallRequest): Promise<string> {
   await mkdir(dir, { mode: 0o755 });
   const rootfs = join(dir, "rootfs.ext4");
   await run("qemu-img", ["convert", "-U", "-q", "-O", "raw", r.top, rootfs], { timeoutMs: 3_600_000 });
-  await fsck(rootfs);
+  await checkBuiltFilesystem(rootfs);
   await linkOrCopy(r.base.kernel, join(dir, "vmlinuz"));
   await linkOrCopy(r.base.initrd, join(dir, "initrd.img"));
   const [vmlinuz, initrd, fs] = await Promise.all([

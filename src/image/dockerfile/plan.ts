@@ -4,6 +4,8 @@
  * and the ARGs so far; never inside RUN, CMD or ENTRYPOINT, whose shell does that), WORKDIR made
  * absolute, and the steps that change files (RUN, COPY, ADD) each with the environment, working
  * directory and user they run with. What is left at the end is the image's config.
+ * Bounded: a word is at most words.ts's WORD_LIMIT, and the ENV, ARG and LABEL keys and values
+ * held at once at most VARS_LIMIT bytes (the bound forkd-files.ts puts on an image's Env).
  */
 import { posix } from "node:path";
 import type { ImageConfig } from "../../oci/image.js";
@@ -58,6 +60,29 @@ export type BuildArgs = Record<string, string>;
 
 const NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/** Bytes of ENV, ARG and LABEL keys and values a build holds at once (base image's included). */
+export const VARS_LIMIT = 1 << 20;
+
+/** The running size of the variables and labels, refused (naming the line) past VARS_LIMIT. */
+class VarsBudget {
+  private readonly sizes = new Map<string, number>();
+  private total = 0;
+
+  /** Records `kind` `key` now holding `value` (undefined: removed); throws past the limit. */
+  set(line: number, kind: "ENV" | "ARG" | "LABEL", key: string, value: string | undefined): void {
+    const id = `${kind}\0${key}`;
+    const size = value === undefined ? 0 : Buffer.byteLength(key) + Buffer.byteLength(value) + 1;
+    this.total += size - (this.sizes.get(id) ?? 0);
+    this.sizes.set(id, size);
+    if (line > 0 && this.total > VARS_LIMIT) {
+      throw syntaxError(
+        line,
+        `${kind} ${key}: the ENV, ARG and LABEL values together exceed ${VARS_LIMIT} bytes`,
+      );
+    }
+  }
+}
+
 function expand<T>(line: number, f: () => T): T {
   try {
     return f();
@@ -105,10 +130,12 @@ const asShell = (c: CommandForm): string[] => ("exec" in c ? c.exec : ["/bin/sh"
 /** The FROM reference, expanded with the ARGs before it. */
 export function fromRef(df: Dockerfile, buildArgs: BuildArgs = {}): { ref: string; line: number } {
   const vars = new Map<string, string>();
+  const budget = new VarsBudget();
   for (const a of df.preArgs) {
     for (const d of argDecls(a.line, a.raw, vars, df.escape)) {
       const v = buildArgs[d.name] ?? d.value;
       if (v !== undefined) vars.set(d.name, v);
+      budget.set(a.line, "ARG", d.name, vars.get(d.name));
     }
   }
   const w = expand(df.from.line, () => words(df.from.raw, vars, df.escape));
@@ -146,6 +173,9 @@ export function plan(df: Dockerfile, base: ImageConfig, buildArgs: BuildArgs = {
   let cmd = base.cmd;
   let entrypoint = base.entrypoint;
   const steps: PlanStep[] = [];
+  const budget = new VarsBudget();
+  for (const [k, v] of env) budget.set(0, "ENV", k, v);
+  for (const [k, v] of Object.entries(labels)) budget.set(0, "LABEL", k, v);
   // ENV wins over ARG of the same name, for expansion and for RUN's environment.
   const vars = () => new Map([...args, ...env]);
   for (const ins of df.instructions) {
@@ -156,13 +186,20 @@ export function plan(df: Dockerfile, base: ImageConfig, buildArgs: BuildArgs = {
           const v = buildArgs[d.name] ?? d.value ?? preArgs.get(d.name);
           if (v !== undefined) args.set(d.name, v);
           else args.delete(d.name);
+          budget.set(line, "ARG", d.name, v);
         }
         break;
       case "env":
-        for (const [k, v] of pairs(line, "ENV", ins.raw, vars(), df.escape)) env.set(k, v);
+        for (const [k, v] of pairs(line, "ENV", ins.raw, vars(), df.escape)) {
+          env.set(k, v);
+          budget.set(line, "ENV", k, v);
+        }
         break;
       case "label":
-        for (const [k, v] of pairs(line, "LABEL", ins.raw, vars(), df.escape)) labels[k] = v;
+        for (const [k, v] of pairs(line, "LABEL", ins.raw, vars(), df.escape)) {
+          labels[k] = v;
+          budget.set(line, "LABEL", k, v);
+        }
         break;
       case "workdir": {
         const w = expand(line, () => word(ins.raw, vars(), df.escape));

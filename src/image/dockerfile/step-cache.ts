@@ -11,7 +11,8 @@
  *                              are removed by the next build once their process is gone)
  *
  * A key is sha256 over its parent's key and the step (step keys in build.ts), so a layer is
- * only ever found by a build whose earlier steps are the same.
+ * only ever found by a build whose earlier steps are the same. Two builds committing the same key
+ * at once: the first wins, and the second commits none of its later layers (commit-chain.ts).
  */
 import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
@@ -47,9 +48,13 @@ export class StepCache {
     return dir;
   }
 
-  /** Moves the finished layer file `file` into the cache as `key` (a concurrent equal one wins). */
-  async commit(key: string, file: string, info: Record<string, unknown>): Promise<void> {
-    if (await this.has(key)) return;
+  /**
+   * Moves the finished layer file `file` into the cache as `key`; false (and `file` left where it
+   * is) when another build committed the same key first: its layer is kept (commit-chain.ts says
+   * what the caller must then do).
+   */
+  async commit(key: string, file: string, info: Record<string, unknown>): Promise<boolean> {
+    if (await this.has(key)) return false;
     const layers = join(this.root, "layers");
     await mkdir(layers, { recursive: true });
     const tmp = join(layers, `.${key}.tmp-${randomBytes(6).toString("hex")}`);
@@ -59,9 +64,12 @@ export class StepCache {
       await writeJsonAtomic(join(tmp, "step.json"), { format: "forkd-dockerfile-step/1", key, ...info });
       await rename(tmp, join(layers, key));
       await fsyncDir(layers);
+      return true;
     } catch (e) {
+      // Put the file back where the caller has it: its later layers are backed by it.
+      await rename(join(tmp, "layer.qcow2"), file).catch(() => undefined);
       await rm(tmp, { recursive: true, force: true });
-      if (await this.has(key)) return; // another build committed the same step first
+      if (await this.has(key)) return false; // another build committed the same step first
       throw e;
     }
   }

@@ -4,12 +4,25 @@
  * `${VAR+word}`, `${VAR:?msg}`, single quotes literal, double quotes expanding, the escape
  * character quoting the next one; quotes removed. `words` also splits on blanks outside quotes.
  * Mirrors BuildKit's shell lexer (frontend/dockerfile/shell/lex.go) for these forms.
+ * A word is bounded (WORD_LIMIT characters): `ENV a=$a$a` repeated would otherwise double a value
+ * each line and exhaust the daemon's memory in a few dozen lines.
  */
 export type Vars = ReadonlyMap<string, string>;
 
 export class WordError extends Error {}
 
 const NAME_CHAR = /[A-Za-z0-9_]/;
+
+/** The longest word, in characters (64 KiB), expansion included. */
+export const WORD_LIMIT = 64 * 1024;
+
+/** `s`, refused once it grows past WORD_LIMIT (checked after every append). */
+function bounded(s: string): string {
+  if (s.length > WORD_LIMIT) {
+    throw new WordError(`a word grows past ${WORD_LIMIT} characters after variable expansion`);
+  }
+  return s;
+}
 
 class Lexer {
   pos = 0;
@@ -43,14 +56,14 @@ class Lexer {
         this.pos++;
         const end = this.s.indexOf("'", this.pos);
         if (end < 0) throw new WordError("unterminated single quote");
-        out += this.s.slice(this.pos, end);
+        out = bounded(out + this.s.slice(this.pos, end));
         this.pos = end + 1;
       } else if (ch === '"') {
         quoted = true;
         this.pos++;
-        out += this.doubleQuoted();
+        out = bounded(out + this.doubleQuoted());
       } else if (ch === "$") {
-        out += this.dollar();
+        out = bounded(out + this.dollar());
       } else if (ch === this.escape) {
         this.pos++;
         if (this.done) out += ch;
@@ -72,7 +85,7 @@ class Lexer {
         this.pos++;
         return out;
       }
-      if (ch === "$") out += this.dollar();
+      if (ch === "$") out = bounded(out + this.dollar());
       else if (ch === this.escape) {
         const next = this.s[this.pos + 1] ?? "";
         if (next === '"' || next === "$" || next === this.escape) {
