@@ -222,7 +222,12 @@ grep -qx switch_root <(/bin/busybox --list) || die "/bin/busybox has no switch_r
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd -P)
 [[ "$CACHE" =~ ^[A-Za-z0-9/._+-]+$ ]] || die "cache path must not contain spaces or special characters: $CACHE"
-mkdir -p "$CACHE/stages" "$CACHE/images"
+# stages/ and images/ hold the ext4 images of the root trees (a private image's files, setuid
+# binaries) and tmp-XXXX (mktemp -d: 0700) the trees being copied: only root may look inside.
+# Made 0700 also when an earlier forkd made them 0755. Jailed VMMs get their image files
+# bind-mounted (native/jailer), never through these directories.
+mkdir -p -m 0700 "$CACHE/stages" "$CACHE/images"
+chmod 0700 "$CACHE/stages" "$CACHE/images"
 
 # One builder per cache at a time. Holding the lock, leftovers of interrupted runs are ours.
 exec 9>"$CACHE/.lock"
