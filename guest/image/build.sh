@@ -222,7 +222,12 @@ grep -qx switch_root <(/bin/busybox --list) || die "/bin/busybox has no switch_r
 mkdir -p "$CACHE"
 CACHE=$(cd "$CACHE" && pwd -P)
 [[ "$CACHE" =~ ^[A-Za-z0-9/._+-]+$ ]] || die "cache path must not contain spaces or special characters: $CACHE"
-mkdir -p "$CACHE/stages" "$CACHE/images"
+# stages/ and images/ hold the ext4 images of the root trees (a private image's files, setuid
+# binaries) and tmp-XXXX (mktemp -d: 0700) the trees being copied: only root may look inside.
+# Made 0700 also when an earlier forkd made them 0755. Jailed VMMs get their image files
+# bind-mounted (native/jailer), never through these directories.
+mkdir -p -m 0700 "$CACHE/stages" "$CACHE/images"
+chmod 0700 "$CACHE/stages" "$CACHE/images"
 
 # One builder per cache at a time. Holding the lock, leftovers of interrupted runs are ours.
 exec 9>"$CACHE/.lock"
@@ -399,14 +404,20 @@ install_forkd_dir() {
 	fi
 }
 
-# make_ext4 ROOT OUT WORK: ROOT as OUT/rootfs.ext4, sized used + headroom rounded up to a
-# multiple of ROUND_MIB (a sparse file), checked with e2fsck.
+# make_ext4 ROOT OUT WORK: ROOT as OUT/rootfs.ext4, sized used + its inode tables + headroom
+# rounded up to a multiple of ROUND_MIB (a sparse file), checked with e2fsck. Inodes: the
+# tree's entries + 25% + 16384, at least mkfs's default (one per 16 KiB): a tree of many small
+# files (or symlinks, which du hardly counts) would run out of the default's in `mkfs -d`.
 make_ext4() {
-	local r=$1 out=$2 work=$3 used size
+	local r=$1 out=$2 work=$3 used size entries inodes itab
 	used=$(du -sm "$r" | cut -f1)
-	size=$(((used + HEADROOM_MIB + ROUND_MIB - 1) / ROUND_MIB * ROUND_MIB))
+	entries=$(find "$r" | wc -l)
+	inodes=$((entries + entries / 4 + 16384))
+	itab=$(((inodes * 256 + 1048575) / 1048576)) # 256-byte inodes
+	size=$(((used + itab + HEADROOM_MIB + ROUND_MIB - 1) / ROUND_MIB * ROUND_MIB))
+	if [ "$inodes" -lt $((size * 64)) ]; then inodes=$((size * 64)); fi # 1 MiB / 16 KiB
 	truncate -s "${size}M" "$out/rootfs.ext4"
-	mkfs.ext4 -F -q -d "$r" -L forkd-root -m 0 "$out/rootfs.ext4" "${size}M"
+	mkfs.ext4 -F -q -d "$r" -L forkd-root -m 0 -N "$inodes" "$out/rootfs.ext4" "${size}M"
 	e2fsck -fn "$out/rootfs.ext4" >"$work/fsck.log" 2>&1 || {
 		cat "$work/fsck.log" >&2
 		die "e2fsck found errors in the fresh rootfs.ext4"

@@ -195,6 +195,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     ),
     audit: () => audit.stats,
   });
+  // Its builds run in process groups of their own: close() stops them (the group, not just bash).
+  const imageBuilder = new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env });
   const snapshots = new SnapshotService({
     store,
     // Snapshots from images: pulled into <cache>/oci/ with the registry settings push and pull
@@ -209,7 +211,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     create: {
       store,
       driver,
-      images: new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env }),
+      images: imageBuilder,
       accel,
       qemuVersion: qemuVer,
       runDir,
@@ -304,6 +306,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       const cut = setTimeout(() => servers.forEach((s) => s.closeAllConnections()), 2_000);
       await closing;
       clearTimeout(cut);
+      await imageBuilder.close();
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
       await audit.close();

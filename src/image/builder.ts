@@ -2,6 +2,12 @@
  * Guest images: guest/image/build.sh builds kernel, initramfs and root filesystem for a template
  * or from a given root tree (a pulled image), each stage cached by content hash under the cache
  * dir. This wrapper runs it, relays its progress and reads the resulting manifest.
+ *
+ * build.sh runs in a process group of its own: on its timeout, or when the daemon closes the
+ * builder, the whole group gets SIGTERM (build.sh's trap cleans up), then SIGKILL after a
+ * grace, so none of its children (tar, mkfs.ext4, e2fsck) outlives it holding the pipes. A build
+ * settles when build.sh exits (its output read until its pipes close, or for a bounded time:
+ * what is left in its group then is killed), never later.
  */
 import { spawn } from "node:child_process";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
@@ -34,9 +40,18 @@ export interface ImageBuilderOptions {
   mirror?: string;
   /** Where the build's proxy settings come from (default: the daemon's environment). */
   env?: NodeJS.ProcessEnv;
+  /** How long build.sh has from SIGTERM to SIGKILL (default 10 s: its cleanup's own waits). */
+  killGraceMs?: number;
 }
 
+/** How long a build's pipes may stay open after build.sh exited (strays of its group). */
+const DRAIN_MS = 2_000;
+
 export class ImageBuilder {
+  /** Kills of the builds running now (close() runs them). */
+  private readonly running = new Set<(why: Error) => Promise<void>>();
+  private closed = false;
+
   constructor(
     private readonly repoDir: string,
     private readonly cacheDir: string,
@@ -70,9 +85,10 @@ export class ImageBuilder {
     template: string,
     progress: ProgressFn = () => undefined,
     timeoutMs = 30 * 60_000,
+    signal?: AbortSignal,
   ): Promise<GuestImage> {
     await this.assertKnown(template);
-    return this.load(await this.build(["--template", template], progress, timeoutMs));
+    return this.load(await this.build(["--template", template], progress, timeoutMs, signal));
   }
 
   /**
@@ -85,6 +101,7 @@ export class ImageBuilder {
     image: RootfsImage,
     progress: ProgressFn = () => undefined,
     timeoutMs = 30 * 60_000,
+    signal?: AbortSignal,
   ): Promise<GuestImage> {
     const env = forkdEnvFile(image.config.env);
     const config = forkdConfigFile(image.config);
@@ -93,26 +110,109 @@ export class ImageBuilder {
       if (env.length > 0) await writeFile(join(files, "env"), env, { mode: 0o644 });
       if (config.length > 0) await writeFile(join(files, "config"), config, { mode: 0o644 });
       const args = ["--rootfs-dir", image.rootfs, "--rootfs-key", image.digest, "--forkd-files", files];
-      return await this.load(await this.build(args, progress, timeoutMs));
+      return await this.load(await this.build(args, progress, timeoutMs, signal));
     } finally {
       await rm(files, { recursive: true, force: true });
     }
   }
 
+  /** Stops every running build (its whole process group) and waits until each has settled. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const why = new ForkdError("unavailable", "the daemon is stopping: guest image build cancelled");
+    await Promise.all([...this.running].map((kill) => kill(why)));
+  }
+
   /** Runs build.sh with `args` (and the cache, the mirror); resolves to the image directory. */
-  private build(args: string[], progress: ProgressFn, timeoutMs: number): Promise<string> {
+  private build(
+    args: string[],
+    progress: ProgressFn,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    if (this.closed) {
+      return Promise.reject(new ForkdError("unavailable", "the daemon is stopping: no guest image build"));
+    }
     const script = join(this.repoDir, "guest/image/build.sh");
     const mirror = this.opts.mirror ? ["--mirror", this.opts.mirror] : [];
+    const grace = this.opts.killGraceMs ?? 10_000;
     return new Promise<string>((resolve, reject) => {
       // It downloads packages: proxy and TLS trust settings, nothing else of the daemon's.
       const child = spawn("bash", [script, ...args, "--cache", this.cacheDir, ...mirror], {
         stdio: ["ignore", "pipe", "pipe"],
         env: childEnv(downloadEnv(this.opts.env), this.opts.env),
+        detached: true, // its own process group: killed whole
       });
+      const pid = child.pid;
+      const group = (sig: NodeJS.Signals) => {
+        if (pid === undefined) return;
+        try {
+          process.kill(-pid, sig);
+        } catch {
+          // the group is gone already
+        }
+      };
       let stdout = "";
       let errTail = "";
       let partial = "";
-      const timer = setTimeout(() => child.kill("SIGTERM"), timeoutMs);
+      /** Why the build was stopped (timeout, close()); null: it ran to its end. */
+      let stopped: Error | null = null;
+      let exit: { code: number | null; signal: NodeJS.Signals | null } | null = null;
+      let settled = false;
+      let drain: NodeJS.Timeout | undefined;
+      let hardKill: NodeJS.Timeout | undefined;
+      let onSettled: () => void = () => undefined;
+      const settledP = new Promise<void>((r) => (onSettled = r));
+      const stop = (why: Error): Promise<void> => {
+        if (!settled && !stopped) {
+          stopped = why;
+          group("SIGTERM");
+          hardKill = setTimeout(() => group("SIGKILL"), grace);
+        }
+        return settledP;
+      };
+      this.running.add(stop);
+      const timer = setTimeout(
+        () =>
+          void stop(
+            new ForkdError("timeout", `guest image build did not finish within ${timeoutMs} ms (stopped)`),
+          ),
+        timeoutMs,
+      );
+      const onAbort = () =>
+        void stop(
+          signal?.reason instanceof Error
+            ? signal.reason
+            : new ForkdError("timeout", "guest image build cancelled"),
+        );
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener("abort", onAbort, { once: true });
+      const settle = (err: Error | null) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        clearTimeout(hardKill);
+        clearTimeout(drain);
+        this.running.delete(stop);
+        signal?.removeEventListener("abort", onAbort);
+        child.stdout.destroy();
+        child.stderr.destroy();
+        onSettled();
+        if (err) reject(err);
+        else resolve(stdout.trim().split("\n").pop() ?? "");
+      };
+      const finish = () => {
+        if (!exit) return;
+        if (stopped) return settle(stopped);
+        if (exit.code === 0) return settle(null);
+        const how = exit.code !== null ? `exit ${exit.code}` : `signal ${exit.signal}`;
+        settle(
+          new ForkdError(
+            "image_error",
+            `guest image build failed (${how}): ${errTail.trim().split("\n").slice(-8).join(" | ")}`,
+          ),
+        );
+      };
       child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
       child.stderr.on("data", (d: Buffer) => {
         partial += d.toString();
@@ -123,18 +223,17 @@ export class ImageBuilder {
           if (/^(STEP|DONE|\.\.\.)/.test(line)) progress(line);
         }
       });
-      child.on("error", reject);
-      child.on("close", (code) => {
-        clearTimeout(timer);
-        if (code === 0) resolve(stdout.trim().split("\n").pop() ?? "");
-        else
-          reject(
-            new ForkdError(
-              "image_error",
-              `guest image build failed (exit ${code}): ${errTail.trim().split("\n").slice(-8).join(" | ")}`,
-            ),
-          );
+      child.on("error", (e) => settle(e));
+      child.on("exit", (code, signal) => {
+        exit = { code, signal };
+        // Its output is read until the pipes close; what of its group holds them past a bound
+        // (a child left behind) is killed, and the build settles with what was read.
+        drain = setTimeout(() => {
+          group("SIGKILL");
+          finish();
+        }, DRAIN_MS);
       });
+      child.on("close", finish);
     });
   }
 

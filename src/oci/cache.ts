@@ -11,13 +11,22 @@
  *
  * Everything is content-addressed and written to tmp/ first (fsynced, then renamed), so what
  * is in place is complete and verified. Temporaries of processes that no longer run are swept.
+ *
+ * oci/ and every directory above the trees (blobs/, layers/, rootfs/, tmp/, their sha256/, one
+ * image's rootfs/sha256/<hex>/ and a staging directory) are 0700, and init() makes those that
+ * exist 0700 (a cache of an earlier forkd had 0755): a tree keeps the image's setuid binaries,
+ * file capabilities, its root's own mode (0777 is possible) and 1777 directories, which no other
+ * host user may reach, and layers and blobs may be a private image's.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, rm } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { chmod, mkdir, readdir, rm } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
 import { isAlive } from "../util/proc.js";
 
 const hex = (digest: string) => digest.replace(/^sha256:/, "");
+
+/** The mode of every directory the cache makes above the trees. */
+export const CACHE_DIR_MODE = 0o700;
 
 export class ImageCache {
   readonly dir: string;
@@ -41,9 +50,18 @@ export class ImageCache {
     return join(this.tmpDir, `${process.pid}-${randomBytes(6).toString("hex")}-${what}`);
   }
 
+  /** Makes oci/ and its directories, 0700 (also those that were there with another mode). */
   async init(): Promise<void> {
-    for (const d of ["blobs/sha256", "layers/sha256", "rootfs/sha256", "tmp"]) {
-      await mkdir(join(this.dir, d), { recursive: true, mode: 0o755 });
+    await mkdir(dirname(this.dir), { recursive: true }); // the cache root: not ours to tighten
+    await mkdir(this.dir, { recursive: true, mode: CACHE_DIR_MODE });
+    await chmod(this.dir, CACHE_DIR_MODE);
+    for (const d of ["blobs", "blobs/sha256", "layers", "layers/sha256", "rootfs", "rootfs/sha256", "tmp"]) {
+      await mkdir(join(this.dir, d), { recursive: true, mode: CACHE_DIR_MODE });
+      await chmod(join(this.dir, d), CACHE_DIR_MODE);
+    }
+    // One image's directory (image.json and tree/): renamed from a staging one, 0755 before.
+    for (const name of await readdir(join(this.dir, "rootfs", "sha256"))) {
+      await chmod(join(this.dir, "rootfs", "sha256", name), CACHE_DIR_MODE).catch(() => undefined);
     }
   }
 

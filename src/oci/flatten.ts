@@ -101,7 +101,7 @@ class Flattener implements LayerSink {
   private xattrsSet = 0;
   /** Directories' metadata, applied once every layer is in (children change a dir's mtime). */
   private readonly dirs = new Map<string, DirMeta>();
-  /** Paths (relative, "/"-joined) the current layer wrote: an opaque marker keeps them. */
+  /** Paths (relative, "/"-joined) the current layer wrote, and their parents: an opaque marker keeps them. */
   private layerPaths = new Set<string>();
   private what = "";
   private file: { fh: FileHandle; e: LayerEntry; path: string; rel: string } | null = null;
@@ -226,7 +226,9 @@ class Flattener implements LayerSink {
     }
     const rel = parts.join("/");
     const abs = join(this.o.root, ...parts);
-    this.layerPaths.add(rel);
+    // Its parents too: a layer may write a/b/new without an a/b entry (parents() makes a/b),
+    // and its own opaque marker in a/ must not remove a/b with what it just wrote.
+    for (let i = 1; i <= parts.length; i++) this.layerPaths.add(parts.slice(0, i).join("/"));
     const existing = await lstatOrNull(abs);
     if (e.type === "dir") {
       if (existing && !existing.isDirectory()) await this.remove(abs, rel, false);

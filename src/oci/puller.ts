@@ -9,7 +9,7 @@
  * one by digest makes no request at all. Concurrent ensure()s of one image, or of two sharing a
  * layer, share the work (single flight here; atomic renames between processes).
  */
-import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { z } from "zod";
@@ -19,7 +19,7 @@ import { reference } from "../registry/ref.js";
 import type { Progress } from "../snapshot/progress.js";
 import { ForkdError } from "../util/errors.js";
 import { run } from "../util/proc.js";
-import { ImageCache } from "./cache.js";
+import { CACHE_DIR_MODE, ImageCache } from "./cache.js";
 import { parseImageConfig } from "./config.js";
 import { fetchLayer, fetchSmallBlob, storeBlob } from "./fetch.js";
 import { flattenLayers } from "./flatten.js";
@@ -353,7 +353,11 @@ export class ImagePuller {
     const staging = this.cache.tmp("rootfs");
     const tree = join(staging, "tree");
     try {
-      await mkdir(tree, { recursive: true, mode: 0o755 });
+      // The staging directory (rootfs/sha256/<hex> once renamed) is 0700; the tree inside it
+      // gets the image's own root mode (flatten), reachable only through it.
+      await mkdir(staging, { mode: CACHE_DIR_MODE });
+      await chmod(staging, CACHE_DIR_MODE);
+      await mkdir(tree, { mode: 0o755 });
       const layerFiles = await Promise.all(
         layers.map(async (l) => ({
           path: this.cache.layer(l.diffId),

@@ -228,8 +228,11 @@ export class SnapshotService {
     return async (ref, progress, signal) => {
       const pulled = await images.ensure(ref, progress, signal);
       progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
-      const image = await this.o.create.images.ensureFromRootfs(pulled, (line) =>
-        progress(line, { phase: "image" }),
+      const image = await this.o.create.images.ensureFromRootfs(
+        pulled,
+        (line) => progress(line, { phase: "image" }),
+        undefined,
+        signal,
       );
       return {
         image,

@@ -105,6 +105,30 @@ test("flatten: a later layer replaces a symlink by a file, never writing through
   }
 });
 
+test("flatten: an opaque marker keeps what its own layer wrote under a parent that had no entry", async () => {
+  const { dir, root } = await flatten([
+    makeTar([
+      { name: "a/", type: "dir" },
+      { name: "a/old", data: "lower\n" },
+      { name: "a/b/", type: "dir" },
+      { name: "a/b/old", data: "lower\n" },
+    ]),
+    // a/b/new, no a/b entry (a/b is made as its parent), and a/ opaque after it.
+    makeTar([
+      { name: "a/b/new", data: "upper\n" },
+      { name: "a/c/d/deep", data: "upper\n" },
+      { name: "a/.wh..wh..opq", data: "" },
+    ]),
+  ]);
+  assert.equal(await readFile(join(root, "a/b/new"), "utf8"), "upper\n");
+  assert.equal(await readFile(join(root, "a/c/d/deep"), "utf8"), "upper\n");
+  // What the lower layer had under a/ is hidden, also inside the kept a/b.
+  for (const p of ["a/old", "a/b/old"])
+    await assert.rejects(lstat(join(root, p)), { code: "ENOENT" }, `${p} must be gone`);
+  assert.deepEqual((await readdir(join(root, "a"))).sort(), ["b", "c"]);
+  await rm(dir, { recursive: true, force: true });
+});
+
 test("flatten: every hostile layer is refused, naming its entry, and nothing lands outside the root", async () => {
   const outside = "/tmp/forkd-oci-hostile-" + process.pid;
   for (const [name, h] of Object.entries(hostileTars())) {

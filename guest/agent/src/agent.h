@@ -191,8 +191,8 @@ int mkdir_p(const char *path, mode_t mode);
 void eval_init(void);
 void eval_request(const struct msg *m);
 void eval_reseed_later(void); /* every kernel reseeds before its next cell */
-int eval_ready(void);         /* every kernel that exists is ready (none: 1) */
-size_t eval_kernels(char *buf, size_t cap); /* "python,javascript": the kernels that exist */
+int eval_ready(void);         /* every kernel that exists and did not fail to start is ready (none: 1) */
+size_t eval_kernels(char *buf, size_t cap); /* "python,javascript": the kernels that exist and work */
 int eval_reaped(pid_t pid, int status);
 void eval_poll(int64_t now);
 

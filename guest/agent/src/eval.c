@@ -9,6 +9,11 @@
  * u32 BE length (of what follows), u32 BE id, then UTF-8 code or JSON. Id 0 with empty
  * code asks the interpreter to reseed its random generators; it is sent at startup as a
  * handshake (EVAL_READY turns 1 when answered) and on IDENTITY.
+ *
+ * A kernel that fails to start (it cannot be spawned, e.g. the default user is not in the
+ * image's /etc/passwd, or it exits or misbehaves before answering the handshake) is settled:
+ * it no longer holds EVAL_READY back and is left out of KERNELS until a start of it works. An
+ * EVAL of it starts it again and, when that fails too, gets an ERROR saying why.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -46,6 +51,7 @@ struct kernel {
 	char interp[PATH_MAX];     /* found interpreter, "" if none */
 	char src[PATH_MAX];        /* source, "" if missing */
 	int exists;                /* interpreter and source found */
+	int failed;                /* its last start failed (k->err says why); cleared when one works */
 	int reseed_pending;        /* after a fork: reseed before the next cell */
 	char err[320];             /* why the last start failed */
 	pid_t pid;                 /* 0: not running */
@@ -227,6 +233,7 @@ static int server_start(struct kernel *k)
 		int e = errno;
 		snprintf(k->err, sizeof k->err, "default user: %s", msg);
 		logmsg("cannot start the %s kernel: %s", k->lang, k->err);
+		k->failed = 1;
 		errno = e;
 		return -1;
 	}
@@ -277,18 +284,27 @@ fail:
 	e = errno;
 	snprintf(k->err, sizeof k->err, "cannot start the %s kernel %.200s: %s", k->lang, k->src, strerror(e));
 	logmsg("%s", k->err);
+	k->failed = 1;
 	errno = e;
 	return -1;
 }
 
-/* The interpreter is gone or misbehaved: answer the active request, kill it. */
+/* The interpreter is gone or misbehaved: answer the active request, kill it. Before it
+ * answered its handshake (not ready), its start failed: the kernel is settled as failed and
+ * everything waiting fails with the reason. */
 static void server_died(struct kernel *k, const char *why)
 {
 	struct ereq *r = k->active;
 	k->active = NULL;
 	logmsg("eval server: %s", why);
-	if (r && !r->s.id) {
-		/* the handshake failed: it cannot start, so fail everything waiting */
+	if (!k->ready) {
+		snprintf(k->err, sizeof k->err, "the %s kernel failed to start: %s", k->lang, why);
+		k->failed = 1;
+		if (r)
+			req_fail(r, EPIPE, k->err);
+		fail_queue(k, EPIPE, k->err);
+	} else if (r && !r->s.id) {
+		/* a reseed (after a fork) failed: fail everything waiting */
 		req_free(r);
 		fail_queue(k, EPIPE, "eval server failed to start");
 	} else if (r) {
@@ -306,6 +322,7 @@ static void handle_reply(struct kernel *k, uint32_t id, const uint8_t *json, siz
 	}
 	k->active = NULL;
 	k->ready = 1;
+	k->failed = 0;
 	if (r->s.id && r->reseed) {
 		send_simple(RP_OK, r->s.id);
 	} else if (r->s.id && k->interrupted) {
@@ -434,8 +451,10 @@ static void kernel_poll(struct kernel *k, int64_t now)
 			k->kill_at = now + KILL_GRACE_MS;
 		}
 		if (k->interrupted && now >= k->kill_at) {
-			server_died(k, "timed out; killed, restarting");
-			if (server_start(k) < 0)
+			/* no answer to the handshake: a start that failed (settled), not restarted */
+			int starting = !k->ready;
+			server_died(k, starting ? "no answer to its handshake; killed" : "timed out; killed, restarting");
+			if (!starting && server_start(k) < 0)
 				fail_queue(k, errno, k->err);
 			return;
 		}
@@ -536,7 +555,7 @@ void eval_reseed_later(void)
 int eval_ready(void)
 {
 	for (size_t i = 0; i < NKERNELS; i++)
-		if (kernels[i].exists && !(kernels[i].pid && kernels[i].ready))
+		if (kernels[i].exists && !kernels[i].failed && !(kernels[i].pid && kernels[i].ready))
 			return 0;
 	return 1;
 }
@@ -546,7 +565,7 @@ size_t eval_kernels(char *buf, size_t cap)
 	size_t n = 0;
 	buf[0] = 0;
 	for (size_t i = 0; i < NKERNELS; i++)
-		if (kernels[i].exists)
+		if (kernels[i].exists && !kernels[i].failed)
 			n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? "," : "",
 					      kernels[i].lang);
 	return n < cap ? n : cap - 1;

@@ -849,6 +849,57 @@ def t_kernels(binary, tmp):
         a.close()
 
 
+def wait_ready(a, secs=10):
+    """PING until EVAL_READY is 1 (well before the kernels' 30 s handshake bound); the reply."""
+    deadline = time.time() + secs
+    while True:
+        f = a.call(PING)
+        if f.get(EVAL_READY) == 1:
+            return f
+        check(time.time() < deadline, "eval never became ready: %r" % f)
+        time.sleep(0.1)
+
+
+def t_broken_kernels(binary, tmp):
+    """A kernel that cannot start (exits at once, answers garbage, its default user missing) is
+    settled: PING is ready without it, KERNELS lacks it, an EVAL of it errors at once, saying why."""
+    d = os.path.join(tmp, "broken")
+    os.makedirs(d, exist_ok=True)
+    exits = os.path.join(d, "python3-exits")
+    write(exits, "#!/bin/sh\nexit 3\n", 0o755)
+    garbage = os.path.join(d, "python3-garbage")
+    write(garbage, "#!/bin/sh\necho 'this is not a kernel reply'\nexec sleep 1000\n", 0o755)
+    for fake, what in ((exits, "exits at once"), (garbage, "prints garbage")):
+        a = Agent(binary, ["--config-dir", NO_CONFIG, "--evalsrv", EVALSRV, "--python", fake,
+                           "--evaljs", os.path.join(NO_CONFIG, "none.js")])
+        try:
+            f = wait_ready(a)
+            check(f.get(KERNELS) == b"", "%s: kernels %r" % (what, f.get(KERNELS)))
+            t0 = time.time()
+            f = a.call(EVAL, [(CODE, "1")])
+            check(f.type == ERROR and f.get(ERRNO), "%s: %r" % (what, f))
+            msg = f.get(MESSAGE) or b""
+            check(msg.startswith(b"the python kernel failed to start: "), "%s: %r" % (what, msg))
+            check(time.time() - t0 < 10, "%s: the eval waited %.1fs" % (what, time.time() - t0))
+            check(a.call(PING).get(EVAL_READY) == 1, "%s: still ready after the eval" % what)
+        finally:
+            a.close()
+    # the image's default user is not in its /etc/passwd: the kernel cannot start as it
+    root, cfg, etc, work = image_dirs(os.path.join(tmp, "ghostkernel") + "/", None, "user=ghost\n")
+    os.unlink(os.path.join(etc, "passwd"))
+    a = Agent(binary, BASE_ARGS + ["--config-dir", cfg, "--etc-dir", etc])
+    try:
+        f = wait_ready(a)
+        check(f.get(KERNELS) == b"", "kernels %r" % f.get(KERNELS))
+        t0 = time.time()
+        f = a.call(EVAL, [(CODE, "1")])
+        expect_error(f, 2, "eval as a missing default user")
+        check(f.get(MESSAGE).startswith(b"default user: no user 'ghost'"), f.get(MESSAGE))
+        check(time.time() - t0 < 10, "the eval waited %.1fs" % (time.time() - t0))
+    finally:
+        a.close()
+
+
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         st = f.read().split(") ")[1].split()
@@ -906,6 +957,7 @@ def main():
                  ("users", lambda: t_users(binary, tmp)),
                  ("config bounds", lambda: t_config_bounds(binary, tmp)),
                  ("kernels", lambda: t_kernels(binary, tmp)),
+                 ("broken kernels", lambda: t_broken_kernels(binary, tmp)),
                  ("disconnect", lambda: t_disconnect(binary))]
         only = os.environ.get("ONLY")
         for name, fn in tests:

@@ -86,7 +86,7 @@ export async function installImage(r: InstallRequest): Promise<string> {
     const fh = await open(join(dir, f), "r");
     await fh.sync().finally(() => fh.close());
   }
-  await mkdir(r.imagesDir, { recursive: true });
+  await mkdir(r.imagesDir, { recursive: true, mode: 0o700 });
   const dest = join(r.imagesDir, address);
   if (await exists(join(dest, "manifest.json"))) return address; // the same image, built before
   await rm(dest, { recursive: true, force: true });

@@ -13,15 +13,22 @@
  * A key is sha256 over its parent's key and the step (step keys in build.ts), so a layer is
  * only ever found by a build whose earlier steps are the same. Two builds committing the same key
  * at once: the first wins, and the second commits none of its later layers (commit-chain.ts).
+ *
+ * dockerfile/ and its directories are 0700 (made so when they were there with another mode):
+ * the layers and images hold what the images' RUN steps made (setuid binaries, a private
+ * image's files). Jailed VMMs get their files bind-mounted, never through these directories.
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { chmod, mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
+import { dirname } from "node:path";
 import { join } from "node:path";
 import { fsyncDir, writeJsonAtomic } from "../../util/atomic.js";
 import { exists } from "../../util/fs.js";
 import { isAlive } from "../../util/proc.js";
 
 const KEY_RE = /^[0-9a-f]{64}$/;
+/** The mode of dockerfile/ and of every directory in it. */
+const DIR_MODE = 0o700;
 
 export class StepCache {
   readonly root: string;
@@ -38,13 +45,24 @@ export class StepCache {
     return KEY_RE.test(key) && (await exists(join(this.root, "layers", key, "step.json")));
   }
 
+  /** Makes dockerfile/ and `sub` in it (each 0700, also when it was there with another mode). */
+  private async dir(sub: string): Promise<string> {
+    await mkdir(dirname(this.root), { recursive: true }); // the cache root: not ours to tighten
+    for (const d of [this.root, join(this.root, sub)]) {
+      await mkdir(d, { recursive: true, mode: DIR_MODE });
+      await chmod(d, DIR_MODE);
+    }
+    return join(this.root, sub);
+  }
+
   /** A fresh working directory for one build (removed by the caller). */
   async workDir(): Promise<string> {
-    const tmp = join(this.root, "tmp");
-    await mkdir(tmp, { recursive: true, mode: 0o700 });
+    const tmp = await this.dir("tmp");
+    // Every build starts here: the images/ an earlier forkd made 0755 is fixed too.
+    await this.dir("images");
     await this.sweep(tmp);
     const dir = join(tmp, `build-${process.pid}-${randomBytes(6).toString("hex")}`);
-    await mkdir(dir, { mode: 0o700 });
+    await mkdir(dir, { mode: DIR_MODE });
     return dir;
   }
 
@@ -55,10 +73,9 @@ export class StepCache {
    */
   async commit(key: string, file: string, info: Record<string, unknown>): Promise<boolean> {
     if (await this.has(key)) return false;
-    const layers = join(this.root, "layers");
-    await mkdir(layers, { recursive: true });
+    const layers = await this.dir("layers");
     const tmp = join(layers, `.${key}.tmp-${randomBytes(6).toString("hex")}`);
-    await mkdir(tmp, { mode: 0o755 });
+    await mkdir(tmp, { mode: DIR_MODE });
     try {
       await rename(file, join(tmp, "layer.qcow2"));
       await writeJsonAtomic(join(tmp, "step.json"), { format: "forkd-dockerfile-step/1", key, ...info });
@@ -91,7 +108,7 @@ export class StepCache {
   }
 
   async setResult(key: string, address: string): Promise<void> {
-    await mkdir(join(this.root, "results"), { recursive: true });
+    await this.dir("results");
     await writeJsonAtomic(join(this.root, "results", `${key}.json`), { address });
   }
 
