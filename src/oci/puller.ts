@@ -11,12 +11,13 @@
  */
 import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { z } from "zod";
 import { clientFor } from "../registry/client.js";
 import type { RegistryClient, RegistrySettings } from "../registry/client.js";
 import { reference } from "../registry/ref.js";
 import type { Progress } from "../snapshot/progress.js";
+import { fsyncDir } from "../util/atomic.js";
 import { ForkdError } from "../util/errors.js";
 import { run } from "../util/proc.js";
 import { CACHE_DIR_MODE, ImageCache } from "./cache.js";
@@ -383,6 +384,7 @@ export class ImagePuller {
       const final = this.cache.rootfs(digest);
       try {
         await rename(staging, final);
+        await fsyncDir(dirname(final));
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;
         if (code !== "ENOTEMPTY" && code !== "EEXIST") throw e;
