@@ -6,6 +6,7 @@
  *   exec.ts        EXEC: commands, their output, stdin and signals
  *   files.ts       READ/WRITE/STAT/LIST/MKDIR/REMOVE/RENAME/SYNC
  *   eval.ts        EVAL: cells of the warm kernels (python, javascript)
+ *   watch.ts       WATCH: a directory's changes (inotify), streamed
  *   identity.ts    IDENTITY and PING
  *
  * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
@@ -30,15 +31,19 @@ import type { DirEntry, FileStat } from "./files.js";
 import type { Consumed } from "./flow.js";
 import { identity, ping } from "./identity.js";
 import type { Identity, PingResult } from "./identity.js";
+import { watchDir } from "./watch.js";
+import type { WatchEvent, WatchHandle, WatchOptions } from "./watch.js";
 
 export type { Consumed } from "./flow.js";
 export type { EvalLanguage, EvalResult, MimeBundle } from "./eval.js";
 export { EVAL_LANGUAGES, parseEvalJson } from "./eval.js";
-export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult } from "./exec.js";
-export { EXEC_GRACE_MS } from "./exec.js";
+export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult, PtySize } from "./exec.js";
+export { EXEC_GRACE_MS, PTY_MAX, checkPtySize } from "./exec.js";
 export type { DirEntry, FileStat } from "./files.js";
 export { guestError } from "./guest-error.js";
 export type { Identity, PingResult } from "./identity.js";
+export type { WatchEvent, WatchEventType, WatchHandle, WatchOptions } from "./watch.js";
+export { WATCH_EVENT_TYPES } from "./watch.js";
 
 const EVENTS = ["close", "broken", "resynced"] as const;
 
@@ -155,6 +160,14 @@ export class AgentClient extends EventEmitter {
 
   rename(from: string, to: string, timeoutMs?: number): Promise<void> {
     return files.rename(this.conn, from, to, timeoutMs);
+  }
+
+  /**
+   * Watches a directory (`recursive`: its subdirectories too, also those made later); events
+   * are paced by `onEvent` like exec output (a promise holds them). See watch.ts.
+   */
+  watch(path: string, opts: WatchOptions, onEvent: (e: WatchEvent) => Consumed): WatchHandle {
+    return watchDir(this.conn, path, opts, onEvent);
   }
 
   /** Runs a cell in the kernel of `language` (default python). */

@@ -20,6 +20,8 @@ export const Msg = {
   EXEC: 0x10,
   STDIN: 0x11,
   SIGNAL: 0x12,
+  /** A PTY exec's new window size (rows, cols). */
+  RESIZE: 0x13,
   READ: 0x20,
   WRITE_OPEN: 0x21,
   WRITE_DATA: 0x22,
@@ -29,6 +31,8 @@ export const Msg = {
   MKDIR: 0x26,
   REMOVE: 0x27,
   RENAME: 0x28,
+  /** Watch a directory (inotify); its events arrive as WATCH_EVENT until CANCEL. */
+  WATCH: 0x29,
   EVAL: 0x30,
   OK: 0x81,
   DATA: 0x82,
@@ -38,6 +42,7 @@ export const Msg = {
   STDOUT: 0x91,
   STDERR: 0x92,
   EXIT: 0x93,
+  WATCH_EVENT: 0x94,
 } as const;
 
 export const Tag = {
@@ -67,6 +72,13 @@ export const Tag = {
   USER: 21,
   /** EVAL: the kernel ("python", "javascript"); absent: python. */
   LANGUAGE: 22,
+  /** EXEC: run on a pseudo-terminal of this size (STARTED echoes them); RESIZE: the new size. */
+  PTY_ROWS: 23,
+  PTY_COLS: 24,
+  /** WATCH: watch subdirectories too (those there at start and those made later). */
+  RECURSIVE: 25,
+  /** WATCH_EVENT: "create", "write", "remove", "rename", "chmod" or "overflow". */
+  EVENT: 26,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,

@@ -27,5 +27,6 @@ export function gatedExec(gate: Promise<void>, start: () => ExecHandle): ExecHan
     writeStdin: (data) => later((h) => h.writeStdin(data)),
     closeStdin: () => later((h) => h.closeStdin()),
     signal: (sig) => later((h) => h.signal(sig)),
+    resize: (rows, cols) => later((h) => h.resize(rows, cols)),
   };
 }

@@ -24,7 +24,20 @@ export interface ExecRequest {
   stdin?: boolean;
   /** How long the guest has to answer STARTED (default 30 s). */
   startTimeoutMs?: number;
+  /**
+   * Run on a pseudo-terminal of this size: stdin, stdout and stderr are its slave, all output
+   * arrives on onStdout, stdin is always open (writeStdin), TERM defaults to xterm-256color.
+   */
+  pty?: PtySize;
 }
+
+export interface PtySize {
+  rows: number;
+  cols: number;
+}
+
+/** The largest PTY dimension the guest accepts (the kernel's winsize fields are 16-bit). */
+export const PTY_MAX = 65535;
 
 export interface ExecResult {
   exitCode: number | null;
@@ -48,6 +61,8 @@ export interface ExecHandle {
   writeStdin(data: Uint8Array): void;
   closeStdin(): void;
   signal(sig: number): void;
+  /** A PTY command's new terminal size (ignored for a command without a PTY). */
+  resize(rows: number, cols: number): void;
 }
 
 /** A guest that has not answered EXEC with STARTED (or ERROR) by then is not going to. */
@@ -84,7 +99,8 @@ function execFields(req: ExecRequest): FieldInput[] {
   if (req.cwd !== undefined) fields.push([Tag.CWD, req.cwd]);
   if (req.user !== undefined) fields.push([Tag.USER, req.user]);
   if (req.timeoutMs !== undefined) fields.push([Tag.TIMEOUT_MS, req.timeoutMs]);
-  if (req.stdin) fields.push([Tag.STDIN, 1]);
+  if (req.stdin || req.pty) fields.push([Tag.STDIN, 1]);
+  if (req.pty) fields.push([Tag.PTY_ROWS, req.pty.rows], [Tag.PTY_COLS, req.pty.cols]);
   return fields;
 }
 
@@ -98,6 +114,7 @@ export function execCommand(
   req: ExecRequest,
   handlers: ExecHandlers = {},
 ): ExecHandle {
+  if (req.pty) checkPtySize(req.pty.rows, req.pty.cols);
   const fields = execFields(req);
   let resolveStarted!: (v: { pid: number }) => void;
   let rejectStarted!: (e: Error) => void;
@@ -148,6 +165,17 @@ export function execCommand(
           case Msg.STARTED:
             clearTimeout(startTimer);
             if (intField(f.fields, Tag.WINDOW) !== undefined) flow.paced = true;
+            if (req.pty && intField(f.fields, Tag.PTY_ROWS) === undefined) {
+              // An agent older than PTYs ignored the size and runs the command on pipes.
+              conn.abandon(stream);
+              return finish(
+                new ForkdError(
+                  "unavailable",
+                  "a command on a PTY needs a newer guest agent than this sandbox's: make its snapshot again",
+                  { feature: "pty" },
+                ),
+              );
+            }
             return resolveStarted({ pid: intField(f.fields, Tag.PID) ?? -1 });
           case Msg.STDOUT:
             return output(f, handlers.onStdout);
@@ -186,5 +214,26 @@ export function execCommand(
     },
     closeStdin: () => sendOnStream(Msg.STDIN, []),
     signal: (sig) => sendOnStream(Msg.SIGNAL, [[Tag.SIGNAL, sig]]),
+    resize: (rows, cols) => {
+      if (!req.pty) return;
+      checkPtySize(rows, cols);
+      sendOnStream(Msg.RESIZE, [
+        [Tag.PTY_ROWS, rows],
+        [Tag.PTY_COLS, cols],
+      ]);
+    },
   };
+}
+
+/** Rows and columns are whole numbers from 1 to PTY_MAX. */
+export function checkPtySize(rows: number, cols: number): void {
+  for (const [name, v] of [
+    ["rows", rows],
+    ["cols", cols],
+  ] as const) {
+    if (!Number.isInteger(v) || v < 1 || v > PTY_MAX)
+      throw new ForkdError("invalid_argument", `pty ${name} must be an integer from 1 to ${PTY_MAX}`, {
+        field: `pty.${name}`,
+      });
+  }
 }
