@@ -16,7 +16,18 @@ const NO_MODULE_LET = [
 }));
 
 export default tseslint.config(
-  { ignores: ["**/dist/", "node_modules/", "guest/", "sdk/python/", "**/*.gen.ts", "**/*.js", "**/*.mjs"] },
+  {
+    ignores: [
+      "**/dist/",
+      "node_modules/",
+      "guest/",
+      "sdk/python/",
+      "**/*.gen.ts",
+      "src/e2b/envd/gen/",
+      "**/*.js",
+      "**/*.mjs",
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

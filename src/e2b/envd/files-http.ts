@@ -1,0 +1,201 @@
+/**
+ * envd's HTTP file routes: GET /files downloads a file (streamed, paced by the client, gzip
+ * when asked), POST /files uploads one as application/octet-stream (also gzip-encoded) or
+ * several as multipart/form-data, replacing each atomically and creating its parents. Paths
+ * resolve against the user's home (`username`, else the Basic user, else `user`) and a file
+ * written as a user is that user's (the parents it needed too).
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { posix } from "node:path";
+import { Readable } from "node:stream";
+import { createGunzip, createGzip } from "node:zlib";
+import type { AgentClient } from "../../agent/client.js";
+import type { Lease } from "../../sandbox/lease.js";
+import { ForkdError } from "../../util/errors.js";
+import type { Account } from "./accounts.js";
+import { requestedUser, resolvePath } from "./accounts.js";
+import type { EnvdState } from "./context.js";
+import { httpError } from "./errors.js";
+
+/** A multipart upload is read whole before it is written: it is bounded tighter. */
+const MAX_MULTIPART = 256 << 20;
+const MAX_FILES = 1000;
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+export function sendError(res: ServerResponse, e: unknown): void {
+  const { status, body } = httpError(e);
+  sendJson(res, status, body);
+}
+
+/** The request body, failing with payload_too_large past `max` bytes (after decoding). */
+async function* bounded(body: AsyncIterable<Uint8Array>, max: number): AsyncGenerator<Uint8Array> {
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > max) throw new ForkdError("payload_too_large", `upload is larger than ${max} bytes`);
+    yield chunk;
+  }
+}
+
+/** Runs a small shell script in the guest (as `user`); fails with its stderr. */
+async function sh(agent: AgentClient, user: string, script: string, args: string[]): Promise<void> {
+  let err = "";
+  const h = agent.exec(
+    { argv: ["/bin/sh", "-c", script, "sh", ...args], user, timeoutMs: 30_000 },
+    { onStderr: (d) => void (err.length < 4096 && (err += d.toString("utf8"))) },
+  );
+  const r = await h.result;
+  if (r.exitCode === 0) return;
+  if (/Permission denied/.test(err))
+    throw new ForkdError("forbidden", `permission denied: ${err.trim().slice(0, 300)}`, {
+      errno_name: "EACCES",
+    });
+  throw new ForkdError("guest_error", err.trim().slice(0, 500) || `exit ${r.exitCode}`);
+}
+
+/**
+ * Writes one file as `account`: as a user other than root, its parents are made and its
+ * directory's permission checked as that user first, and the new file is given to it after.
+ */
+async function writeAs(
+  agent: AgentClient,
+  account: Account,
+  path: string,
+  data: AsyncIterable<Uint8Array> | Uint8Array,
+): Promise<void> {
+  if (path.endsWith("/") || path === "/")
+    throw new ForkdError("invalid_argument", `path ${path} is a directory`);
+  if (account.uid !== 0) {
+    await sh(
+      agent,
+      account.name,
+      'd=$(dirname -- "$1"); [ -d "$d" ] || mkdir -p -- "$d" || exit 1; ' +
+        '[ -w "$d" ] || { echo "$d: Permission denied" >&2; exit 1; }; ' +
+        '[ ! -e "$1" ] || [ -w "$1" ] || { echo "$1: Permission denied" >&2; exit 1; }',
+      [path],
+    );
+  }
+  await agent.writeFile(path, data, { makeParents: true });
+  if (account.uid !== 0)
+    await sh(agent, "root", 'chown -h -- "$2:$3" "$1"', [path, String(account.uid), String(account.gid)]);
+}
+
+const entry = (path: string) => ({ name: posix.basename(path), type: "file", path });
+
+export async function download(
+  st: EnvdState,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  lease: Lease,
+  sandboxId: string,
+): Promise<void> {
+  const account = await st.accounts.resolve(sandboxId, lease.agent, userOf(req, url));
+  const path = resolvePath(url.searchParams.get("path") ?? "", account);
+  const info = await lease.agent.stat(path);
+  if (info.type === "dir") throw new ForkdError("invalid_argument", `path ${path} is a directory`);
+  if (info.type !== "file") throw new ForkdError("invalid_argument", `path ${path} is not a regular file`);
+  const gzip = /\bgzip\b/.test(String(req.headers["accept-encoding"] ?? "")) && info.size > 0;
+  const headers: Record<string, string | number> = {
+    "content-type": "application/octet-stream",
+    "content-disposition": `attachment; filename=${encodeURIComponent(posix.basename(path))}`,
+  };
+  if (gzip) headers["content-encoding"] = "gzip";
+  else if (info.size === 0) headers["content-length"] = 0;
+  let gone = false;
+  res.on("close", () => {
+    if (!res.writableFinished) gone = true;
+  });
+  const out = gzip ? createGzip() : null;
+  if (out) {
+    out.pipe(res);
+    out.on("error", () => res.destroy());
+  }
+  const sink = out ?? res;
+  let started = false;
+  try {
+    await lease.agent.readFileStream(path, (chunk) => {
+      if (gone) throw new ForkdError("unavailable", "the client went away");
+      if (!started) {
+        res.writeHead(200, headers);
+        started = true;
+      }
+      if (sink.write(chunk)) return undefined;
+      return new Promise<void>((resolve, reject) => {
+        const check = () =>
+          gone ? reject(new ForkdError("unavailable", "the client went away")) : resolve();
+        sink.once("drain", check);
+        res.once("close", check);
+      });
+    });
+  } catch (e) {
+    if (started) res.destroy();
+    throw e;
+  }
+  if (!started) res.writeHead(200, headers);
+  sink.end();
+}
+
+/** Upload: octet-stream (one file at `path`) or multipart (each part's filename, or `path`). */
+export async function upload(
+  st: EnvdState,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  lease: Lease,
+  sandboxId: string,
+): Promise<void> {
+  const account = await st.accounts.resolve(sandboxId, lease.agent, userOf(req, url));
+  const max = st.s.limits.body.upload;
+  const type = String(req.headers["content-type"] ?? "");
+  const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
+  if (encoding !== "identity" && encoding !== "gzip")
+    throw new ForkdError("invalid_argument", `content-encoding ${encoding} is not supported (gzip is)`);
+  const declared = Number(req.headers["content-length"] ?? "0");
+  if (declared > max) throw new ForkdError("payload_too_large", `upload is larger than ${max} bytes`);
+  const raw: AsyncIterable<Uint8Array> = encoding === "gzip" ? req.pipe(createGunzip()) : req;
+  const queryPath = url.searchParams.get("path");
+  if (/^multipart\/form-data/i.test(type)) {
+    const body = Readable.from(bounded(raw, Math.min(max, MAX_MULTIPART)));
+    const form = await new Request("http://envd/files", {
+      method: "POST",
+      headers: { "content-type": type },
+      body: Readable.toWeb(body) as ReadableStream<Uint8Array>,
+      duplex: "half",
+    })
+      .formData()
+      .catch((e: unknown) => {
+        if (e instanceof ForkdError) throw e;
+        throw new ForkdError("invalid_argument", "unreadable multipart body");
+      });
+    const files = [...form.entries()].flatMap(([, v]) => (typeof v === "string" ? [] : [v]));
+    if (files.length === 0) throw new ForkdError("invalid_argument", "no file in the multipart body");
+    if (files.length > MAX_FILES) throw new ForkdError("invalid_argument", `more than ${MAX_FILES} files`);
+    const written = [];
+    for (const file of files) {
+      const target = files.length === 1 && queryPath ? queryPath : file.name || queryPath;
+      if (!target) throw new ForkdError("invalid_argument", "a file without a path");
+      const path = resolvePath(target, account);
+      await writeAs(lease.agent, account, path, new Uint8Array(await file.arrayBuffer()));
+      written.push(entry(path));
+    }
+    return sendJson(res, 200, written);
+  }
+  if (!queryPath) throw new ForkdError("invalid_argument", "path is required for an octet-stream upload");
+  const path = resolvePath(queryPath, account);
+  await writeAs(lease.agent, account, path, bounded(raw, max));
+  sendJson(res, 200, [entry(path)]);
+}
+
+function userOf(req: IncomingMessage, url: URL): string | null {
+  return requestedUser(req.headers.authorization, url.searchParams.get("username"));
+}
