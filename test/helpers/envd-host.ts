@@ -1,0 +1,175 @@
+/**
+ * envd's handler served on 127.0.0.1 over a stand-in for a sandbox's guest agent that runs
+ * commands and touches files on this host (in a temporary home): E2B's own SDK and a Connect
+ * client drive envd's wire without a VM. Commands ignore `user` (they run as the test's user);
+ * the guest's integration test covers that.
+ */
+import { spawn } from "node:child_process";
+import { createServer } from "node:http";
+import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { lstat, mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import type { Services } from "../../src/api/services.js";
+import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
+import { CommandTable } from "../../src/sandbox/commands.js";
+import { ForkdError } from "../../src/util/errors.js";
+import { envdHandler } from "../../src/e2b/envd/handler.js";
+import type { SandboxAccess } from "../../src/e2b/auth.js";
+
+export const SANDBOX_ID = "sb-abcdefghijklmnop";
+
+function fsError(e: unknown, path: string): ForkdError {
+  const code = (e as { code?: string }).code;
+  if (code === "ENOENT")
+    return new ForkdError("not_found", `${path}: no such file`, { errno: 2, errno_name: "ENOENT" });
+  if (code === "EEXIST")
+    return new ForkdError("conflict", `${path}: exists`, { errno: 17, errno_name: "EEXIST" });
+  return new ForkdError("guest_error", `${path}: ${String(code)}`);
+}
+
+/** The guest agent's methods envd uses, on this host. */
+function hostAgent(home: string) {
+  const passwd = `root:x:0:0:root:/root:/bin/bash\nuser:x:${process.getuid?.() ?? 0}:${process.getgid?.() ?? 0}::${home}:/bin/bash\n`;
+  return {
+    exec(req: ExecRequest, h: ExecHandlers = {}): ExecHandle {
+      const [cmd = "/bin/false", ...args] = req.argv ?? ["/bin/sh", "-c", req.shell ?? ""];
+      const child = spawn(cmd, args, {
+        cwd: req.cwd,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...req.env },
+        stdio: [req.stdin || req.pty ? "pipe" : "ignore", "pipe", "pipe"],
+      });
+      const started = new Promise<{ pid: number }>((resolve, reject) => {
+        child.once("spawn", () => resolve({ pid: child.pid ?? -1 }));
+        child.once("error", (e) =>
+          reject(new ForkdError("guest_error", `cannot start ${cmd}: ${e.message}`)),
+        );
+      });
+      child.stdout?.on("data", (d: Buffer) => void h.onStdout?.(d));
+      child.stderr?.on("data", (d: Buffer) => void h.onStderr?.(d));
+      const result = started.then(
+        () =>
+          new Promise<{ exitCode: number | null; signal: number | null; timedOut: boolean }>((resolve) =>
+            child.once("close", (code, sig) =>
+              resolve({
+                exitCode: code,
+                signal: sig === null ? null : sig === "SIGKILL" ? 9 : 15,
+                timedOut: false,
+              }),
+            ),
+          ),
+      );
+      return {
+        started,
+        result,
+        writeStdin: (d) => void child.stdin?.write(d),
+        closeStdin: () => void child.stdin?.end(),
+        signal: (n) => void child.kill(n),
+        resize: () => undefined,
+      };
+    },
+    async readFile(path: string) {
+      if (path === "/etc/passwd") return Buffer.from(passwd);
+      return readFile(path);
+    },
+    async readFileStream(path: string, onChunk: (c: Buffer) => unknown) {
+      const b = await readFile(path).catch((e: unknown) => {
+        throw fsError(e, path);
+      });
+      for (let i = 0; i < b.length; i += 65536) await onChunk(b.subarray(i, i + 65536));
+      return b.length;
+    },
+    async stat(path: string) {
+      const st = await lstat(path).catch((e: unknown) => {
+        throw fsError(e, path);
+      });
+      const type = st.isFile()
+        ? "file"
+        : st.isDirectory()
+          ? "dir"
+          : st.isSymbolicLink()
+            ? "symlink"
+            : "other";
+      return { type, size: st.size, mode: st.mode & 0o7777, mtimeMs: st.mtimeMs };
+    },
+    async writeFile(
+      path: string,
+      data: Uint8Array | AsyncIterable<Uint8Array>,
+      o: { makeParents?: boolean } = {},
+    ) {
+      const parts: Uint8Array[] = [];
+      if (data instanceof Uint8Array) parts.push(data);
+      else for await (const c of data) parts.push(c);
+      if (o.makeParents) await mkdir(dirname(path), { recursive: true });
+      const b = Buffer.concat(parts);
+      await writeFile(path, b);
+      return b.length;
+    },
+    async rename(a: string, b: string) {
+      await rename(a, b).catch((e: unknown) => {
+        throw fsError(e, a);
+      });
+    },
+    async remove(path: string) {
+      await lstat(path).catch((e: unknown) => {
+        throw fsError(e, path);
+      });
+      await rm(path, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface EnvdHost {
+  url: string;
+  home: string;
+  /** Leases taken and not yet released. */
+  leased: () => number;
+  close(): Promise<void>;
+}
+
+export async function envdHost(): Promise<EnvdHost> {
+  const home = await mkdtemp(join(tmpdir(), "forkd-envd-"));
+  const agent = hostAgent(home);
+  const commands = new CommandTable();
+  let leased = 0;
+  const record = { id: SANDBOX_ID, env: { FROM_SANDBOX: "yes" } };
+  const services = {
+    sandboxes: {
+      lease: (id: string) => {
+        if (id !== SANDBOX_ID) throw new ForkdError("not_found", `sandbox ${id} not found`);
+        leased++;
+        let done = false;
+        return {
+          agent,
+          commands,
+          explain: async (e: unknown) => e,
+          release: () => {
+            if (!done) leased--;
+            done = true;
+          },
+        };
+      },
+      get: () => ({ record }),
+    },
+    limits: { body: { upload: 64 << 20 } },
+  } as unknown as Services;
+  const envd = envdHandler(services);
+  const access = { sandbox: { record }, caller: {} } as unknown as SandboxAccess;
+  const server: Server = createServer((req, res) =>
+    envd.handle(req, res, { sandboxId: SANDBOX_ID, port: 49983 }, access),
+  );
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    home,
+    leased: () => leased,
+    close: async () => {
+      envd.close();
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await rm(home, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,152 @@
+/**
+ * envd's wire against E2B's unmodified npm SDK (commands, files) and a Connect client in both
+ * encodings, over a host stand-in for the guest agent (test/helpers/envd-host.ts).
+ */
+import { test, after, before } from "node:test";
+import assert from "node:assert/strict";
+import { Sandbox, CommandExitError, NotFoundError } from "e2b";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { Process } from "../../src/e2b/envd/gen/process/process_pb.js";
+import { Filesystem, FileType } from "../../src/e2b/envd/gen/filesystem/filesystem_pb.js";
+import { SANDBOX_ID, envdHost } from "../helpers/envd-host.js";
+import type { EnvdHost } from "../helpers/envd-host.js";
+
+let host: EnvdHost;
+let sbx: Sandbox;
+
+const waitFor = async (ok: () => boolean, ms = 5000) => {
+  const t0 = Date.now();
+  while (!ok()) {
+    if (Date.now() - t0 > ms) throw new Error("timed out waiting");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+
+before(async () => {
+  host = await envdHost();
+  const Ctor = Sandbox as unknown as new (o: Record<string, unknown>) => Sandbox;
+  sbx = new Ctor({ sandboxId: SANDBOX_ID, envdVersion: "0.6.4", sandboxUrl: host.url, apiKey: "e2b_00" });
+});
+after(async () => host.close());
+
+test("commands.run: stdout and stderr streamed to callbacks, envs, cwd relative to the home", async () => {
+  const out: string[] = [];
+  const err: string[] = [];
+  const r = await sbx.commands.run('echo "$GREETING"; echo oops >&2; pwd', {
+    envs: { GREETING: "hello" },
+    cwd: ".",
+    onStdout: (d) => void out.push(d),
+    onStderr: (d) => void err.push(d),
+  });
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.stdout, `hello\n${host.home}\n`);
+  assert.equal(out.join(""), r.stdout);
+  assert.equal(err.join(""), "oops\n");
+});
+
+test("commands.run: a non-zero exit is a CommandExitError with its code and output", async () => {
+  await assert.rejects(sbx.commands.run("echo partial; exit 3"), (e: unknown) => {
+    assert.ok(e instanceof CommandExitError);
+    assert.equal(e.exitCode, 3);
+    assert.equal(e.stdout, "partial\n");
+    assert.equal(e.error, "exit status 3");
+    return true;
+  });
+});
+
+test("background command: list, stdin, connect from a second handle, kill", async () => {
+  const h = await sbx.commands.run("cat", { background: true, stdin: true });
+  assert.ok(h.pid > 0);
+  const listed = await sbx.commands.list();
+  assert.ok(listed.some((p) => p.pid === h.pid && p.args.includes("cat")));
+  const other = await sbx.commands.connect(h.pid);
+  await sbx.commands.sendStdin(h.pid, "echoed\n");
+  await waitFor(() => other.stdout.includes("echoed") && h.stdout.includes("echoed"));
+  assert.equal(await sbx.commands.kill(h.pid), true);
+  await assert.rejects(h.wait(), CommandExitError);
+  await assert.rejects(other.wait(), CommandExitError);
+  assert.equal(await sbx.commands.kill(h.pid), false, "a process that is gone is not found");
+});
+
+test("a process whose stream's client hung up keeps running; the stream's lease is freed", async () => {
+  const h = await sbx.commands.run("sleep 30", { background: true });
+  await h.disconnect();
+  await new Promise((r) => setTimeout(r, 200));
+  assert.ok(
+    (await sbx.commands.list()).some((p) => p.pid === h.pid),
+    "still running after the hang-up",
+  );
+  assert.equal(await sbx.commands.kill(h.pid), true);
+  await waitFor(() => host.leased() === 0);
+});
+
+test("files: write and read text and bytes, info, list, exists, rename, makeDir, remove", async () => {
+  const w = await sbx.files.write("notes/a.txt", "hi there");
+  assert.equal(w.path, `${host.home}/notes/a.txt`);
+  assert.equal(await sbx.files.read("notes/a.txt"), "hi there");
+  const bytes = new Uint8Array([0, 1, 2, 255]);
+  await sbx.files.write(`${host.home}/b.bin`, bytes.buffer);
+  assert.deepEqual(await sbx.files.read("b.bin", { format: "bytes" }), bytes);
+  const info = await sbx.files.getInfo("notes/a.txt");
+  assert.equal(info.type, "file");
+  assert.equal(info.size, 8);
+  assert.equal(info.name, "a.txt");
+  assert.match(info.permissions, /^-rw/);
+  assert.ok(info.modifiedTime instanceof Date);
+  const list = await sbx.files.list(".");
+  assert.deepEqual(list.map((e) => e.name).sort(), ["b.bin", "notes"]);
+  assert.equal((await sbx.files.list(".", { depth: 2 })).length, 3);
+  assert.equal(await sbx.files.exists("nope.txt"), false);
+  assert.equal(await sbx.files.makeDir("d/e"), true);
+  assert.equal(await sbx.files.makeDir("d/e"), false, "an existing directory is not made again");
+  const moved = await sbx.files.rename("notes/a.txt", "d/e/a.txt");
+  assert.equal(moved.path, `${host.home}/d/e/a.txt`);
+  await sbx.files.remove("d");
+  assert.equal(await sbx.files.exists("d/e/a.txt"), false);
+  await assert.rejects(sbx.files.read("missing.txt"), NotFoundError);
+  await assert.rejects(sbx.files.getInfo("missing.txt"), NotFoundError);
+});
+
+test("files: several at once (multipart) and gzip octet-stream", async () => {
+  const many = await sbx.files.write([
+    { path: "m/1.txt", data: "one" },
+    { path: "m/2.txt", data: "two" },
+  ]);
+  assert.equal(many.length, 2);
+  assert.equal(await sbx.files.read("m/2.txt"), "two");
+  await sbx.files.write("z.txt", "zipped body", { gzip: true });
+  assert.equal(await sbx.files.read("z.txt"), "zipped body");
+});
+
+for (const binary of [false, true]) {
+  test(`Connect ${binary ? "binary" : "JSON"} encoding: a streamed Start and a unary Stat`, async () => {
+    const transport = createConnectTransport({
+      baseUrl: host.url,
+      httpVersion: "1.1",
+      useBinaryFormat: binary,
+    });
+    const proc = createClient(Process, transport);
+    const events: string[] = [];
+    let data = "";
+    for await (const r of proc.start({
+      process: { cmd: "/bin/sh", args: ["-c", "printf abc; exit 2"], envs: {} },
+    })) {
+      const ev = r.event?.event;
+      events.push(ev?.case ?? "none");
+      if (ev?.case === "data" && ev.value.output.case === "stdout")
+        data += Buffer.from(ev.value.output.value).toString();
+      if (ev?.case === "end") {
+        assert.equal(ev.value.exitCode, 2);
+        assert.equal(ev.value.exited, true);
+        assert.equal(ev.value.status, "exit status 2");
+      }
+    }
+    assert.equal(events[0], "start");
+    assert.equal(events.at(-1), "end");
+    assert.equal(data, "abc");
+    const fs = createClient(Filesystem, transport);
+    const st = await fs.stat({ path: host.home });
+    assert.equal(st.entry?.type, FileType.DIRECTORY);
+  });
+}
