@@ -50,6 +50,11 @@ const EVENTS = ["close", "broken", "resynced"] as const;
 export class AgentClient extends EventEmitter {
   /** The agent's PING, asked once (what it supports); cleared if it failed. */
   private features: Promise<PingResult> | null = null;
+  /**
+   * The sandbox-wide environment (its record's `env`): every exec sees it under the request's
+   * own env, which wins on a clash. Set by the sandbox service whenever it hands out the client.
+   */
+  defaultEnv: Record<string, string> = {};
 
   private constructor(
     readonly socketPath: string,
@@ -100,7 +105,11 @@ export class AgentClient extends EventEmitter {
   }
 
   /** Runs a command; its output is paced by `handlers` (exec.ts). */
-  exec(req: ExecRequest, handlers?: ExecHandlers): ExecHandle {
+  exec(request: ExecRequest, handlers?: ExecHandlers): ExecHandle {
+    const req =
+      Object.keys(this.defaultEnv).length === 0
+        ? request
+        : { ...request, env: { ...this.defaultEnv, ...request.env } };
     if (req.user === undefined) return execCommand(this.conn, req, handlers);
     return gatedExec(this.requireKernels("exec as a user"), () => execCommand(this.conn, req, handlers));
   }

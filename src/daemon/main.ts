@@ -49,6 +49,8 @@ import { ImagePuller } from "../oci/puller.js";
 import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
 import { installFailurePolicy } from "./failure-policy.js";
+import { AccessTokens } from "../e2b/access-token.js";
+import { createE2bHandler, listenE2b } from "../e2b/server.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -119,7 +121,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     log,
     qemuBinary: qemu,
     jailer,
-    protectedPorts: cfg.tcp ? [cfg.tcp.port] : [],
+    protectedPorts: [...(cfg.tcp ? [cfg.tcp.port] : []), ...(cfg.e2b ? [cfg.e2b.port] : [])],
   });
   // A dead daemon's children outlive it: a snapshot's parent VM (unjailed, running from run/ on
   // a memory file in a staging directory), helpers writing a branch or an unpack. They are
@@ -252,6 +254,15 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     },
     metrics,
     audit,
+    ...(cfg.e2b
+      ? {
+          e2b: {
+            auth,
+            accessTokens: await AccessTokens.open(paths.dataDir),
+            domain: cfg.e2b.domain,
+          },
+        }
+      : {}),
   };
   const servers: Server[] = [];
   const unix = createAdaptorServer({ fetch: createApp(services).fetch }) as Server;
@@ -277,9 +288,19 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     if (!cfg.tcp.tls && !cfg.tcp.loopback)
       log.warn("TCP listener without TLS on a non-loopback address: tokens cross the network in clear");
   }
+  let e2bAddress: string | null = null;
+  if (cfg.e2b) {
+    const server = await listenE2b(cfg.e2b, createE2bHandler(services));
+    servers.push(server);
+    const a = server.address();
+    e2bAddress = a && typeof a === "object" ? `${a.address}:${a.port}` : null;
+    if (!cfg.e2b.tls && !cfg.e2b.loopback)
+      log.warn("E2B listener without TLS on a non-loopback address: keys cross the network in clear");
+  }
   log.info("forkd daemon listening", {
     socket: paths.socket,
     tcp: tcpAddress,
+    e2b: e2bAddress,
     tls: cfg.tcp?.tls ? true : false,
     tokens: tokens.size,
     audit: audit.path,

@@ -47,6 +47,12 @@ const Metadata = z
   .refine((m) => Object.keys(m).length <= 32, "at most 32 metadata keys")
   .describe("Free-form string labels kept with the sandbox (at most 32 keys).");
 
+const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
+const SandboxEnv = z
+  .record(EnvName.max(256), z.string().max(1 << 16))
+  .refine((m) => Object.keys(m).length <= 256, "at most 256 variables")
+  .describe("Sandbox-wide environment: every command and cell sees it, under its own request's env.");
+
 /** The daemon's error codes (src/util/errors.ts): one list for the TypeScript type and the wire. */
 export const ErrorCodeSchema = named(
   z
@@ -121,6 +127,7 @@ export const Token = named(
     scope: z.enum(["admin", "tenant"]),
     created: z.string(),
     max_sandboxes: z.number().int().optional().describe("Sandboxes the tenant may hold at once."),
+    kind: z.literal("e2b").optional().describe("e2b: an E2B API key; absent: a forkd token."),
   }),
   "Token",
   "An API token, without its secret (the daemon keeps only its sha256).",
@@ -139,6 +146,10 @@ export const CreateToken = named(
       .max(1_000_000)
       .optional()
       .describe("Sandboxes this tenant may hold at once through this token (default: no own limit)."),
+    e2b: z
+      .boolean()
+      .optional()
+      .describe("An E2B API key (`e2b_` + hex, what E2B's SDKs accept) instead of a forkd token."),
   }),
   "CreateToken",
 );
@@ -662,6 +673,7 @@ export const CreateSandboxes = named(
       .describe("What the idle timeout does: kill the sandbox, or pause it (resume brings it back)."),
     limits: SandboxLimits.optional(),
     network: NetworkRequest.optional(),
+    env: SandboxEnv.optional(),
   }),
   "CreateSandboxes",
 );
@@ -776,8 +788,6 @@ export const SetTimeout = named(
 );
 
 // ---------------------------------------------------------------- commands
-
-const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
 
 export const Exec = named(
   z.strictObject({

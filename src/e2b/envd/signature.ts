@@ -4,6 +4,7 @@
  * `path:operation:username:accessToken[:expiration]`, `signature_expiration` in Unix seconds.
  */
 import { createHash, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
 
 export type FileOperation = "read" | "write";
 
@@ -48,4 +49,17 @@ export function signatureValid(
   const a = Buffer.from(sig);
   const b = Buffer.from(want);
   return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** Whether `req` is a GET (read) or POST (write) of envd's /files signed for `accessToken`. */
+export function signedFileRequest(
+  req: IncomingMessage,
+  t: { port: number },
+  accessToken: string,
+  nowMs = Date.now(),
+): boolean {
+  if (t.port !== 49983 || (req.method !== "GET" && req.method !== "POST")) return false;
+  const url = new URL(req.url ?? "/", "http://envd");
+  if (url.pathname !== "/files") return false;
+  return signatureValid(url, req.method === "GET" ? "read" : "write", accessToken, nowMs);
 }
