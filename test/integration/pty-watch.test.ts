@@ -265,3 +265,39 @@ step("watch: clients hanging up cancel their watches in the guest; watches are b
   for (const w of again) w.res.destroy();
   assert.equal((await sh("echo ok")).stdout, "ok\n");
 });
+
+step(
+  "watch: clients that hang up before the reply (while the guest starts the watch) leave nothing behind",
+  async () => {
+    await sh("mkdir -p /tmp/w4");
+    // More than the guest's limit: had any of them stayed, the last watch below would be refused.
+    for (let i = 0; i < 80; i++) {
+      const ac = new AbortController();
+      const res = rawRequest(
+        d.ep,
+        "GET",
+        `/v1/sandboxes/${id}/files/watch?path=/tmp/w4&recursive=1`,
+        undefined,
+        0,
+        {},
+        ac.signal,
+      ).catch(() => undefined);
+      await new Promise((r) => setTimeout(r, i % 4)); // at a few points before and around the reply
+      ac.abort();
+      await res;
+    }
+    let w: Lines | undefined;
+    for (let t = 0; t < 50 && !w; t++) {
+      w = await watch("/tmp/w4").catch(async (e: unknown) => {
+        if (!(e instanceof ApiError) || e.code !== "resource_exhausted") throw e;
+        await new Promise((r) => setTimeout(r, 100)); // a cancel still on its way
+        return undefined;
+      });
+    }
+    assert.ok(w, "a watch after the hang-ups");
+    await sh("touch /tmp/w4/y");
+    await w.until((x) => x.lines.some((l) => l.type === "create" && l.path === "/tmp/w4/y"), "create");
+    w.res.destroy();
+    assert.equal((await sh("echo ok")).stdout, "ok\n");
+  },
+);
