@@ -10,6 +10,8 @@ export interface RunningCommand {
   cmd: string[] | string;
   started: string;
   stdinOpen: boolean;
+  /** Runs on a pseudo-terminal (its size can change). */
+  pty: boolean;
   handle: ExecHandle;
 }
 
@@ -20,11 +22,11 @@ export class CommandTable {
   private readonly byPid = new Map<number, RunningCommand>();
 
   /** Tracks `handle` from its start until it exits. */
-  track(cmd: string[] | string, stdinOpen: boolean, handle: ExecHandle): void {
+  track(cmd: string[] | string, stdinOpen: boolean, handle: ExecHandle, pty = false): void {
     handle.started.then(
       ({ pid }) => {
         if (this.byPid.size >= MAX_TRACKED) return;
-        const c: RunningCommand = { pid, cmd, started: new Date().toISOString(), stdinOpen, handle };
+        const c: RunningCommand = { pid, cmd, started: new Date().toISOString(), stdinOpen, pty, handle };
         this.byPid.set(pid, c);
         const forget = () => {
           if (this.byPid.get(pid) === c) this.byPid.delete(pid);
@@ -51,6 +53,14 @@ export class CommandTable {
       c.handle.closeStdin();
       c.stdinOpen = false;
     }
+    return c;
+  }
+
+  /** A PTY command's new terminal size. */
+  resize(pid: number, rows: number, cols: number): RunningCommand {
+    const c = this.get(pid);
+    if (!c.pty) throw new ForkdError("conflict", `pid ${pid} does not run on a pseudo-terminal`, { pid });
+    c.handle.resize(rows, cols);
     return c;
   }
 

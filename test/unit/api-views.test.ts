@@ -126,8 +126,15 @@ test("a running command's view", () => {
     cmd: ["sleep", "9"],
     started: "2026-01-01T00:00:00.000Z",
     stdinOpen: true,
+    pty: false,
     handle,
   });
   assertExactly(schemas.Command, v);
-  assert.deepEqual(v, { pid: 7, cmd: ["sleep", "9"], started: "2026-01-01T00:00:00.000Z", stdin_open: true });
+  assert.deepEqual(v, {
+    pid: 7,
+    cmd: ["sleep", "9"],
+    started: "2026-01-01T00:00:00.000Z",
+    stdin_open: true,
+    pty: false,
+  });
 });

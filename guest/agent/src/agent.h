@@ -18,16 +18,16 @@
 /* Request types (host to guest). */
 enum {
 	T_PING = 0x01, T_IDENTITY = 0x02, T_SYNC = 0x03, T_WINDOW = 0x04, T_CANCEL = 0x05,
-	T_EXEC = 0x10, T_STDIN = 0x11, T_SIGNAL = 0x12,
+	T_EXEC = 0x10, T_STDIN = 0x11, T_SIGNAL = 0x12, T_RESIZE = 0x13,
 	T_READ = 0x20, T_WRITE_OPEN = 0x21, T_WRITE_DATA = 0x22, T_WRITE_END = 0x23,
-	T_LIST = 0x24, T_STAT = 0x25, T_MKDIR = 0x26, T_REMOVE = 0x27, T_RENAME = 0x28,
+	T_LIST = 0x24, T_STAT = 0x25, T_MKDIR = 0x26, T_REMOVE = 0x27, T_RENAME = 0x28, T_WATCH = 0x29,
 	T_EVAL = 0x30,
 };
 
 /* Reply types (guest to host). */
 enum {
 	RP_OK = 0x81, RP_DATA = 0x82, RP_END = 0x83, RP_ERROR = 0x8F,
-	RP_STARTED = 0x90, RP_STDOUT = 0x91, RP_STDERR = 0x92, RP_EXIT = 0x93,
+	RP_STARTED = 0x90, RP_STDOUT = 0x91, RP_STDERR = 0x92, RP_EXIT = 0x93, RP_WATCH_EVENT = 0x94,
 };
 
 /* Field tags. */
@@ -35,7 +35,8 @@ enum {
 	F_ARG = 1, F_ENV = 2, F_CWD = 3, F_SHELL = 4, F_TIMEOUT_MS = 5, F_STDIN = 6,
 	F_PATH = 7, F_PATH2 = 8, F_MODE = 9, F_FLAGS = 10, F_DATA = 11, F_CODE = 12,
 	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17, F_PIDS_MAX = 18,
-	F_NET_UP = 19, F_WINDOW = 20, F_USER = 21, F_LANGUAGE = 22,
+	F_NET_UP = 19, F_WINDOW = 20, F_USER = 21, F_LANGUAGE = 22, F_PTY_ROWS = 23, F_PTY_COLS = 24,
+	F_RECURSIVE = 25, F_EVENT = 26,
 	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
@@ -87,7 +88,7 @@ void outq_clear(void);
 extern int g_connected;     /* host attached; frames are discarded while 0 */
 
 /* ---- main.c: stream table, poll set, helpers ---- */
-enum { K_EXEC = 1, K_READ, K_WRITE, K_EVAL };
+enum { K_EXEC = 1, K_READ, K_WRITE, K_EVAL, K_WATCH };
 struct stream {
 	uint32_t id;
 	uint8_t kind;
@@ -157,7 +158,7 @@ char *read_bounded(const char *path, size_t max, size_t *len, int *cut);
 /* Fork+exec argv in a new session with the given stdio fds (the child's ends), as user u (NULL:
  * the agent's own). Returns pid or -1 with errno from the child's failed chdir/setuid/exec. */
 pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3],
-	    const struct user *u);
+	    const struct user *u, int ctty); /* ctty: fds[0] becomes the controlling terminal */
 
 /* ---- limits.c: the workload's cgroup ---- */
 void limits_init(void);
@@ -167,6 +168,7 @@ void free_strv(char **v);
 void exec_start(const struct msg *m);
 void exec_stdin(const struct msg *m);
 void exec_signal(const struct msg *m);
+void exec_resize(const struct msg *m); /* T_RESIZE of a PTY exec: TIOCSWINSZ */
 int exec_reaped(pid_t pid, int status);
 void exec_poll(int64_t now);
 size_t exec_stdin_backlog(void);
@@ -186,6 +188,11 @@ void files_poll(int64_t now);
 void file_read_cancel(struct stream *s); /* close, forget the stream, no reply */
 void file_write_cancel(struct stream *s); /* remove the temporary file, forget the stream */
 int mkdir_p(const char *path, mode_t mode);
+
+/* ---- watch.c: WATCH, inotify ---- */
+void watch_start(const struct msg *m);
+void watch_poll(int64_t now);
+void watch_cancel(struct stream *s); /* close, forget the stream, no reply */
 
 /* ---- eval.c ---- */
 void eval_init(void);

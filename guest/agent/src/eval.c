@@ -261,7 +261,7 @@ static int server_start(struct kernel *k)
 	struct ereq *hs = new_reseed(0);
 	pid_t pid = -1;
 	if (env && hs)
-		pid = spawn(argv, env, default_cwd(&u), fds, &u);
+		pid = spawn(argv, env, default_cwd(&u), fds, &u, 0);
 	else
 		errno = ENOMEM;
 	int e = errno;

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -24,6 +25,9 @@ struct exec {
 	int64_t deadline;          /* 0: no timeout */
 	int timed_out, exited, status;
 	size_t budget[2];          /* drain budget for out/err after exit */
+	int pty;                   /* on a pseudo-terminal: out_fd is its master, in_fd a dup */
+	int pty_eof;               /* every slave closed (EIO): the master stays open until the
+				    * exit, closing it would hang up (SIGHUP) a command exiting */
 };
 
 void free_strv(char **v)
@@ -38,7 +42,7 @@ void free_strv(char **v)
 static struct rlimit orig_nofile;
 
 pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int fds[3],
-	    const struct user *u)
+	    const struct user *u, int ctty)
 {
 	int ep[2];
 	if (pipe2(ep, O_CLOEXEC) < 0)
@@ -63,6 +67,9 @@ pid_t spawn(char *const argv[], char *const envp[], const char *cwd, const int f
 		for (int i = 0; i < 3; i++)
 			if (dup2(fds[i], i) < 0)
 				goto fail;
+		/* a PTY's slave becomes the new session's controlling terminal */
+		if (ctty && ioctl(0, TIOCSCTTY, 0) < 0)
+			goto fail;
 		if (orig_nofile.rlim_cur)
 			setrlimit(RLIMIT_NOFILE, &orig_nofile);
 		if (chdir(cwd) < 0) /* as root: like sudo -u, a cwd the user cannot enter is kept */
@@ -118,12 +125,48 @@ static int mkpipe(int p[2], int ours)
 	return 0;
 }
 
+/* A pseudo-terminal of rows x cols: *master (ours, nonblocking) and *slave, or -1 with errno. */
+static int pty_open(int rows, int cols, int *master, int *slave)
+{
+	char name[128];
+	int mfd = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (mfd < 0)
+		return -1;
+	struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+	if (grantpt(mfd) < 0 || unlockpt(mfd) < 0 || ptsname_r(mfd, name, sizeof name) != 0 ||
+	    ioctl(mfd, TIOCSWINSZ, &ws) < 0)
+		goto fail;
+	int sfd = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (sfd < 0)
+		goto fail;
+	fcntl(mfd, F_SETFL, O_NONBLOCK);
+	*master = mfd;
+	*slave = sfd;
+	return 0;
+fail:;
+	int err = errno;
+	close(mfd);
+	errno = err;
+	return -1;
+}
+
+/* PTY_ROWS and PTY_COLS: 1 both present and valid (*rows, *cols), 0 neither, -1 invalid. */
+static int pty_size(const struct msg *m, int64_t *rows, int64_t *cols)
+{
+	int r = field_i64(m, F_PTY_ROWS, 0, rows), c = field_i64(m, F_PTY_COLS, 0, cols);
+	if (r == 0 && c == 0)
+		return 0;
+	if (r <= 0 || c <= 0 || *rows < 1 || *rows > 65535 || *cols < 1 || *cols > 65535)
+		return -1;
+	return 1;
+}
+
 void exec_start(const struct msg *m)
 {
 	char **argv = NULL, **env = NULL, *cwd = NULL, *s = NULL, *spec = NULL;
 	struct user *u = NULL;
 	char msg[320];
-	int64_t timeout, use_stdin;
+	int64_t timeout, use_stdin, rows = 0, cols = 0;
 	int p_in[2] = { -1, -1 }, p_out[2] = { -1, -1 }, p_err[2] = { -1, -1 };
 	struct exec *e = NULL;
 	const uint8_t *v;
@@ -132,6 +175,11 @@ void exec_start(const struct msg *m)
 
 	if (field_i64(m, F_TIMEOUT_MS, 0, &timeout) < 0 || field_i64(m, F_STDIN, 0, &use_stdin) < 0) {
 		send_error(m->stream, EINVAL, "TIMEOUT_MS and STDIN must be i64");
+		return;
+	}
+	int pty = pty_size(m, &rows, &cols);
+	if (pty < 0) {
+		send_error(m->stream, EINVAL, "PTY_ROWS and PTY_COLS must both be i64 from 1 to 65535");
 		return;
 	}
 	if (!(e = calloc(1, sizeof *e)))
@@ -200,14 +248,35 @@ void exec_start(const struct msg *m)
 	}
 	if ((r = field_cstr(m, F_CWD, "CWD", &cwd)) < 0)
 		goto out;
+	if (pty) {
+		/* a terminal the program can drive, unless the request says which */
+		int has_term = 0;
+		for (off = 0; field_next(m, F_ENV, &off, &v, &len);)
+			has_term |= len >= 5 && !memcmp(v, "TERM=", 5);
+		char *kv = has_term ? NULL : strdup("TERM=xterm-256color");
+		if (!has_term && (!kv || !(env = env_set(env, kv))))
+			goto nomem;
+	}
 
-	if ((use_stdin == 1 ? mkpipe(p_in, 1) : (p_in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
-	    mkpipe(p_out, 0) < 0 || mkpipe(p_err, 0) < 0) {
+	if (pty) {
+		/* the slave is the command's stdin, stdout and stderr; the master's output is STDOUT,
+		 * STDIN goes to a dup of it (closing stdin then leaves the terminal up) */
+		if (pty_open((int)rows, (int)cols, &p_out[0], &p_out[1]) < 0 ||
+		    (p_in[1] = fcntl(p_out[0], F_DUPFD_CLOEXEC, 0)) < 0) {
+			send_error(m->stream, errno, "pty: %s", strerror(errno));
+			goto out;
+		}
+		p_in[0] = p_err[1] = p_out[1];
+	} else if ((use_stdin == 1 ? mkpipe(p_in, 1)
+				   : (p_in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
+		   mkpipe(p_out, 0) < 0 || mkpipe(p_err, 0) < 0) {
 		send_error(m->stream, errno, "pipe: %s", strerror(errno));
 		goto out;
 	}
 	int fds[3] = { p_in[0], p_out[1], p_err[1] };
-	e->pid = spawn(argv, env, cwd ? cwd : default_cwd(u), fds, u);
+	e->pid = spawn(argv, env, cwd ? cwd : default_cwd(u), fds, u, pty);
+	if (pty)
+		p_in[0] = p_err[1] = -1; /* the slave: closed once, as p_out[1] */
 	if (e->pid < 0) {
 		send_error(m->stream, errno, "cannot start %s: %s", argv[0], strerror(errno));
 		goto out;
@@ -215,6 +284,7 @@ void exec_start(const struct msg *m)
 	closefd(&p_in[0]);
 	closefd(&p_out[1]);
 	closefd(&p_err[1]);
+	e->pty = pty;
 	e->in_fd = p_in[1];
 	e->out_fd = p_out[0];
 	e->err_fd = p_err[0];
@@ -225,6 +295,10 @@ void exec_start(const struct msg *m)
 	fb_i64(F_PID, e->pid);
 	if (e->s.flow)
 		fb_i64(F_WINDOW, e->s.credit); /* says: this agent honours the window */
+	if (pty) {
+		fb_i64(F_PTY_ROWS, rows); /* says: the command runs on a PTY */
+		fb_i64(F_PTY_COLS, cols);
+	}
 	fb_end();
 	free_strv(argv);
 	free_strv(env);
@@ -291,7 +365,11 @@ void exec_stdin(const struct msg *m)
 		return; /* no such exec, or stdin not streamed: discard */
 	if (!field_get(m, F_DATA, &v, &len) || len == 0) {
 		e->in_eof = 1;
-	} else {
+		/* a terminal has no end of input: ^D is what reads as one (at a line's start) */
+		v = (const uint8_t *)"\x04";
+		len = e->pty ? 1 : 0;
+	}
+	if (len) {
 		uint8_t *b = realloc(e->in_buf, e->in_len + len);
 		if (!b) {
 			logmsg("stdin: out of memory, dropping %u bytes", len);
@@ -315,6 +393,22 @@ void exec_signal(const struct msg *m)
 	}
 	if (e && !e->exited)
 		killpg(e->pid, (int)sig);
+}
+
+void exec_resize(const struct msg *m)
+{
+	struct exec *e = (struct exec *)stream_find(m->stream, K_EXEC);
+	int64_t rows, cols;
+	/* RESIZE has no reply; an ERROR would end the EXEC's stream */
+	if (pty_size(m, &rows, &cols) <= 0) {
+		logmsg("stream %u: ignoring RESIZE without a valid size", m->stream);
+		return;
+	}
+	if (!e || !e->pty || e->out_fd < 0)
+		return;
+	struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+	if (ioctl(e->out_fd, TIOCSWINSZ, &ws) < 0) /* the kernel sends SIGWINCH */
+		logmsg("stream %u: TIOCSWINSZ: %s", m->stream, strerror(errno));
 }
 
 int exec_reaped(pid_t pid, int status)
@@ -363,8 +457,12 @@ static int pump(struct exec *e, int which)
 		return 1;
 	}
 	fb_abort();
-	if (n == 0 || (errno != EAGAIN && errno != EINTR))
-		closefd(fd);
+	if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+		if (e->pty && !e->exited)
+			e->pty_eof = 1;
+		else
+			closefd(fd);
+	}
 	return 0;
 }
 
@@ -455,7 +553,7 @@ void exec_poll(int64_t now)
 		/* backpressure: stop reading output while the port queue is full or the host's
 		 * window for this stream is used up (the command then blocks on its full pipe) */
 		int take = room && flow_allow(&e->s, 1);
-		if (take && e->out_fd >= 0)
+		if (take && e->out_fd >= 0 && !e->pty_eof)
 			poll_add(e->out_fd, POLLIN, on_out, e);
 		if (take && e->err_fd >= 0)
 			poll_add(e->err_fd, POLLIN, on_out, e);

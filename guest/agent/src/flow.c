@@ -1,5 +1,5 @@
 /*
- * Per-stream flow control: the host grants an EXEC or READ stream a window of output bytes
+ * Per-stream flow control: the host grants an EXEC, READ or WATCH stream a window of output bytes
  * (WINDOW field of the request) and more credit as its consumer drains (WINDOW frames). The
  * agent sends DATA/STDOUT/STDERR only within the credit; an exec's pipes or a read's file are
  * not read meanwhile, so the producer blocks in the guest instead of filling the host's memory.
@@ -45,7 +45,8 @@ static struct stream *find(uint32_t id, int writes_too)
 	for (int i = 0; i < MAX_STREAMS; i++) {
 		struct stream *s = g_streams[i];
 		if (s && s->id == id &&
-		    (s->kind == K_EXEC || s->kind == K_READ || (writes_too && s->kind == K_WRITE)))
+		    (s->kind == K_EXEC || s->kind == K_READ || s->kind == K_WATCH ||
+		     (writes_too && s->kind == K_WRITE)))
 			return s;
 	}
 	return NULL;
@@ -70,6 +71,8 @@ void flow_cancel(const struct msg *m)
 		exec_cancel(s);
 	else if (s->kind == K_READ)
 		file_read_cancel(s);
+	else if (s->kind == K_WATCH)
+		watch_cancel(s);
 	else
 		file_write_cancel(s);
 }
@@ -82,6 +85,8 @@ void flow_disconnected(void)
 			file_write_cancel(s); /* nobody will finish it */
 		else if (s && s->flow && s->kind == K_READ)
 			file_read_cancel(s); /* nobody to read it for */
+		else if (s && s->kind == K_WATCH)
+			watch_cancel(s); /* nobody to tell */
 		else if (s && s->flow)
 			s->flow = 0; /* commands keep running; their output is discarded */
 	}

@@ -166,6 +166,7 @@ void dispatch(const struct msg *m)
 	case T_EXEC: exec_start(m); break;
 	case T_STDIN: exec_stdin(m); break;
 	case T_SIGNAL: exec_signal(m); break;
+	case T_RESIZE: exec_resize(m); break;
 	case T_READ: file_read(m); break;
 	case T_WRITE_OPEN: file_write_open(m); break;
 	case T_WRITE_DATA: file_write_data(m); break;
@@ -175,6 +176,7 @@ void dispatch(const struct msg *m)
 	case T_MKDIR: file_mkdir(m); break;
 	case T_REMOVE: file_remove(m); break;
 	case T_RENAME: file_rename(m); break;
+	case T_WATCH: watch_start(m); break;
 	case T_EVAL: eval_request(m); break;
 	default: send_error(m->stream, ENOSYS, "unknown request type 0x%02x", m->type);
 	}
@@ -266,6 +268,7 @@ int main(int argc, char **argv)
 			want_timeout(now);
 		exec_poll(now);
 		files_poll(now);
+		watch_poll(now);
 		eval_poll(now);
 		port_poll(now); /* last: flushes what the others queued */
 

@@ -502,6 +502,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/commands/{pid}/resize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Change the terminal size of a command started with `pty` (it gets SIGWINCH) */
+        post: operations["resizeCommand"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/eval": {
         parameters: {
             query?: never;
@@ -583,6 +600,23 @@ export interface paths {
         put?: never;
         /** Create a directory */
         post: operations["makeDir"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Watch a directory (?recursive=1: and every directory under it, also those made later): NDJSON lines until the client hangs up */
+        get: operations["watchDir"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -671,6 +705,11 @@ export interface components {
             created: string;
             /** @description Sandboxes the tenant may hold at once. */
             max_sandboxes?: number;
+            /**
+             * @description e2b: an E2B API key; absent: a forkd token.
+             * @constant
+             */
+            kind?: "e2b";
         };
         TokenList: {
             tokens: components["schemas"]["Token"][];
@@ -686,6 +725,8 @@ export interface components {
             scope: "admin" | "tenant";
             /** @description Sandboxes this tenant may hold at once through this token (default: no own limit). */
             max_sandboxes?: number;
+            /** @description An E2B API key (`e2b_` + hex, what E2B's SDKs accept) instead of a forkd token. */
+            e2b?: boolean;
         };
         TokenCreated: {
             /** @description The bearer token. Shown once: the daemon keeps only its sha256. */
@@ -1071,6 +1112,10 @@ export interface components {
             on_idle: "kill" | "pause";
             limits?: components["schemas"]["SandboxLimits"];
             network?: components["schemas"]["NetworkRequest"];
+            /** @description Sandbox-wide environment: every command and cell sees it, under its own request's env. */
+            env?: {
+                [key: string]: string;
+            };
         };
         SandboxNetwork: {
             /** @enum {string} */
@@ -1164,6 +1209,10 @@ export interface components {
         SetTimeout: {
             timeout_ms: number | null;
         };
+        PtySize: {
+            rows: number;
+            cols: number;
+        };
         Exec: {
             /** @description argv (run directly) or a string (run by /bin/sh -c). */
             cmd: string[] | string;
@@ -1183,6 +1232,8 @@ export interface components {
              * @default false
              */
             keep_stdin_open: boolean;
+            /** @description Run on a pseudo-terminal of this size: stdin, stdout and stderr are the terminal, all output arrives as stdout, standard input stays open (keystrokes: POST .../commands/{pid}/stdin; Ctrl-C is the byte 0x03), TERM is xterm-256color unless env sets it. Resize with POST .../commands/{pid}/resize. */
+            pty?: components["schemas"]["PtySize"];
         };
         ExecResult: {
             exit_code: number | null;
@@ -1231,6 +1282,8 @@ export interface components {
             cmd: string[] | string;
             started: string;
             stdin_open: boolean;
+            /** @description Runs on a pseudo-terminal (resizable). */
+            pty: boolean;
         };
         CommandList: {
             commands: components["schemas"]["Command"][];
@@ -1313,6 +1366,59 @@ export interface components {
         Renamed: {
             from: string;
             to: string;
+        };
+        WatchLine: {
+            /** @constant */
+            type: "ready";
+        } | {
+            /** @constant */
+            type: "create";
+            /** @description Absolute path in the sandbox */
+            path: string;
+            is_dir: boolean;
+        } | {
+            /** @constant */
+            type: "write";
+            /** @description Absolute path in the sandbox */
+            path: string;
+            is_dir: boolean;
+        } | {
+            /** @constant */
+            type: "remove";
+            /** @description Absolute path in the sandbox */
+            path: string;
+            is_dir: boolean;
+        } | {
+            /** @constant */
+            type: "rename";
+            /** @description Absolute path in the sandbox */
+            path: string;
+            is_dir: boolean;
+        } | {
+            /** @constant */
+            type: "chmod";
+            /** @description Absolute path in the sandbox */
+            path: string;
+            is_dir: boolean;
+        } | {
+            /** @constant */
+            type: "overflow";
+            /** @description Absolute path in the sandbox */
+            path: string;
+            is_dir: boolean;
+        } | {
+            /** @constant */
+            type: "end";
+        } | {
+            error: {
+                code: components["schemas"]["ErrorCode"];
+                message: string;
+                details: {
+                    [key: string]: unknown;
+                };
+            };
+            /** @constant */
+            type: "error";
         };
     };
     responses: never;
@@ -3343,6 +3449,73 @@ export interface operations {
             };
         };
     };
+    resizeCommand: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+                /** @description Guest pid of a command started through the API */
+                pid: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PtySize"];
+            };
+        };
+        responses: {
+            /** @description Change the terminal size of a command started with `pty` (it gets SIGWINCH) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Command"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     eval: {
         parameters: {
             query?: never;
@@ -3732,6 +3905,62 @@ export interface operations {
             };
             /** @description payload_too_large: the body is over its bound (json) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    watchDir: {
+        parameters: {
+            query: {
+                path: string;
+                recursive?: "0" | "1" | "true" | "false";
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Watch a directory (?recursive=1: and every directory under it, also those made later): NDJSON lines until the client hangs up */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @description One JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["WatchLine"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -388,6 +388,15 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.Command) },
   },
   {
+    operationId: "resizeCommand",
+    method: "post",
+    path: `${SB}/commands/{pid}/resize`,
+    summary: "Change the terminal size of a command started with `pty` (it gets SIGWINCH)",
+    tag: "commands",
+    body: json(S.PtySize),
+    responses: { 200: json(S.Command) },
+  },
+  {
     operationId: "eval",
     method: "post",
     path: `${SB}/eval`,
@@ -452,6 +461,16 @@ export const ROUTES: RouteSpec[] = [
     tag: "files",
     body: json(S.Mkdir),
     responses: { 201: json(S.PathResult) },
+  },
+  {
+    operationId: "watchDir",
+    method: "get",
+    path: `${SB}/files/watch`,
+    summary:
+      "Watch a directory (?recursive=1: and every directory under it, also those made later): NDJSON lines until the client hangs up",
+    tag: "files",
+    query: S.WatchQuery,
+    responses: { 200: ndjson(S.WatchLine) },
   },
   {
     operationId: "renameFile",

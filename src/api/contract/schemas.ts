@@ -18,6 +18,7 @@ import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
 import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/policy.js";
 import { ERROR_CODES } from "../../util/errors.js";
 import { EVAL_LANGUAGES } from "../../agent/eval.js";
+import { PTY_MAX } from "../../agent/exec.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -789,6 +790,9 @@ export const SetTimeout = named(
 
 // ---------------------------------------------------------------- commands
 
+const PtyDim = z.number().int().min(1).max(PTY_MAX);
+export const PtySize = named(z.strictObject({ rows: PtyDim, cols: PtyDim }), "PtySize", "A terminal's size.");
+
 export const Exec = named(
   z.strictObject({
     cmd: z
@@ -829,6 +833,12 @@ export const Exec = named(
       .boolean()
       .default(false)
       .describe("Leave standard input open for POST .../commands/{pid}/stdin."),
+    pty: PtySize.optional().describe(
+      "Run on a pseudo-terminal of this size: stdin, stdout and stderr are the terminal, all output " +
+        "arrives as stdout, standard input stays open (keystrokes: POST .../commands/{pid}/stdin; " +
+        "Ctrl-C is the byte 0x03), TERM is xterm-256color unless env sets it. Resize with " +
+        "POST .../commands/{pid}/resize.",
+    ),
   }),
   "Exec",
 );
@@ -871,6 +881,7 @@ export const Command = named(
     cmd: z.union([z.array(z.string()), z.string()]),
     started: z.string(),
     stdin_open: z.boolean(),
+    pty: z.boolean().describe("Runs on a pseudo-terminal (resizable)."),
   }),
   "Command",
   "A command started through the API that has not exited yet.",
@@ -982,5 +993,35 @@ export const DirList = named(
 export const FileWritten = named(z.object({ path: z.string(), size: z.number().int() }), "FileWritten");
 export const PathResult = named(z.object({ path: z.string() }), "PathResult");
 export const Renamed = named(z.object({ from: z.string(), to: z.string() }), "Renamed");
+
+export const WatchQuery = z.object({
+  path: GuestPath,
+  recursive: z.enum(["0", "1", "true", "false"]).optional(),
+});
+const WatchPathEvent = <T extends string>(type: T) =>
+  z.object({
+    type: z.literal(type),
+    path: z.string().describe("Absolute path in the sandbox"),
+    is_dir: z.boolean(),
+  });
+export const WatchLine = named(
+  z.discriminatedUnion("type", [
+    z
+      .object({ type: z.literal("ready") })
+      .describe("The watch is in place: changes from now on are reported."),
+    WatchPathEvent("create"),
+    WatchPathEvent("write"),
+    WatchPathEvent("remove"),
+    WatchPathEvent("rename").describe("Moved away from `path` (its new name, if watched, is a create)."),
+    WatchPathEvent("chmod"),
+    WatchPathEvent("overflow").describe(
+      "Events were dropped (the client read too slowly, or a limit): `path` is the watched directory.",
+    ),
+    z.object({ type: z.literal("end") }).describe("The watched directory was removed or moved away."),
+    ErrorEnvelope.extend({ type: z.literal("error") }),
+  ]),
+  "WatchLine",
+  "One line of GET /v1/sandboxes/{id}/files/watch.",
+);
 
 export const truthy = (v: string | undefined): boolean => v === "1" || v === "true";

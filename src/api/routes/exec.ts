@@ -1,5 +1,6 @@
 /**
- * exec (buffered and NDJSON-streaming), control of running commands (signal, stdin), and eval in
+ * exec (buffered and NDJSON-streaming, on pipes or a PTY), control of running commands (signal,
+ * stdin, a PTY's size), and eval in
  * a sandbox's warm interpreter.
  */
 import { Hono } from "hono";
@@ -9,7 +10,16 @@ import { withStartExplained } from "../../agent/exec-start.js";
 import type { CommandTable } from "../../sandbox/commands.js";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
-import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from "../contract/schemas.js";
+import {
+  Eval,
+  Exec,
+  PidParam,
+  PtySize,
+  SendSignal,
+  SIGNALS,
+  StdinQuery,
+  truthy,
+} from "../contract/schemas.js";
 import type { EvalResult, ExecEvent, ExecResult } from "../contract/schemas.js";
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { commandView } from "../views/command.js";
@@ -31,6 +41,7 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
     user: b.user,
     timeoutMs: b.timeout_ms,
     stdin: b.stdin !== undefined || b.keep_stdin_open,
+    ...(b.pty ? { pty: b.pty } : {}),
   };
 }
 
@@ -47,9 +58,11 @@ function start(
 ): ExecHandle {
   const req = toRequest(body);
   const h = withStartExplained(agent, req, agent.exec(req, handlers), explain);
-  commands.track(body.cmd, body.keep_stdin_open, h);
+  // A terminal's input stays open unless the request's stdin was all of it.
+  const keepOpen = body.keep_stdin_open || (body.pty !== undefined && body.stdin === undefined);
+  commands.track(body.cmd, keepOpen, h, body.pty !== undefined);
   if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
-  if (body.stdin !== undefined && !body.keep_stdin_open) h.closeStdin();
+  if (body.stdin !== undefined && !keepOpen) h.closeStdin();
   return h;
 }
 
@@ -188,6 +201,13 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
     const cmd = await s.sandboxes.use(id, async (_agent, commands) =>
       commands.writeStdin(pid, data, truthy(q.eof)),
     );
+    return c.json(commandView(cmd));
+  });
+
+  app.post("/:id/commands/:pid/resize", async (c) => {
+    const { id, pid } = parseParams(c, PidParam);
+    const { rows, cols } = await parseBody(c, PtySize);
+    const cmd = await s.sandboxes.use(id, async (_agent, commands) => commands.resize(pid, rows, cols));
     return c.json(commandView(cmd));
   });
 

@@ -10,4 +10,5 @@ export const commandView = (c: Readonly<RunningCommand>): CommandView => ({
   cmd: c.cmd,
   started: c.started,
   stdin_open: c.stdinOpen,
+  pty: c.pty,
 });
