@@ -1,0 +1,248 @@
+/**
+ * envd (port 49983) with the unmodified npm `e2b` SDK against a real daemon and VM (one daemon,
+ * the E2B-style snapshot of test/helpers/e2b.ts, one sandbox for most steps): commands (streamed
+ * stdout/stderr callbacks, envs, cwd, the default user vs root, exit errors as
+ * CommandExitError, background handles, list, connect, stdin, kill), files (text and bytes,
+ * ownership by the user, list with depth, exists, info, rename, makeDir, remove, watchDir,
+ * signed upload and download URLs routed by Host), PTY (create, input, resize, kill), and
+ * clients that hang up mid-stream (Start, Connect, WatchDir) without the daemon or the process
+ * minding.
+ */
+import { after, before } from "node:test";
+import assert from "node:assert/strict";
+import { request } from "node:http";
+import { CommandExitError, NotFoundError, Sandbox, FileType } from "e2b";
+import { startE2bDaemon } from "../helpers/e2b.js";
+import type { E2bDaemon } from "../helpers/e2b.js";
+import { steps } from "../helpers/steps.js";
+
+let e: E2bDaemon;
+let sbx: Sandbox;
+const { step, failed } = steps();
+
+const waitFor = async (what: string, ok: () => boolean | Promise<boolean>, ms = 60_000) => {
+  const t0 = Date.now();
+  while (!(await ok())) {
+    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+
+/** A raw HTTP request to the E2B listener (Host-routed when `host` is given). */
+function raw(
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: Buffer,
+): Promise<{ status: number; body: Buffer }> {
+  const u = new URL(e.env.E2B_SANDBOX_URL);
+  return new Promise((resolve, reject) => {
+    const r = request({ host: u.hostname, port: u.port, method, path, headers }, (res) => {
+      const parts: Buffer[] = [];
+      res.on("data", (d: Buffer) => parts.push(d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(parts) }));
+      res.on("error", reject);
+    });
+    r.on("error", reject);
+    r.end(body);
+  });
+}
+
+/** Starts a Connect server stream by hand and hangs up after its first `bytes` bytes of reply. */
+function hangUpAfter(method: string, msg: unknown, bytes: number): Promise<number> {
+  const u = new URL(e.env.E2B_SANDBOX_URL);
+  const json = Buffer.from(JSON.stringify(msg));
+  const frame = Buffer.alloc(5 + json.length);
+  frame.writeUInt32BE(json.length, 1);
+  json.copy(frame, 5);
+  return new Promise((resolve, reject) => {
+    const r = request(
+      {
+        host: u.hostname,
+        port: u.port,
+        method: "POST",
+        path: `/${method}`,
+        headers: {
+          "content-type": "application/connect+json",
+          "e2b-sandbox-id": sbx.sandboxId,
+          "e2b-sandbox-port": "49983",
+          "x-access-token": (sbx as unknown as { envdAccessToken: string }).envdAccessToken,
+        },
+      },
+      (res) => {
+        let got = 0;
+        res.on("data", (d: Buffer) => {
+          got += d.length;
+          if (got >= bytes) {
+            r.destroy();
+            resolve(got);
+          }
+        });
+        res.on("end", () => resolve(got));
+      },
+    );
+    r.on("error", (err) =>
+      (err as NodeJS.ErrnoException).code === "ECONNRESET" ? resolve(-1) : reject(err),
+    );
+    r.end(frame);
+  });
+}
+
+before(async () => {
+  e = await startE2bDaemon();
+  Object.assign(process.env, e.env);
+  sbx = await Sandbox.create(e.template, { timeoutMs: 900_000, requestTimeoutMs: 300_000 });
+});
+
+after(async () => {
+  if (sbx) await sbx.kill().catch(() => undefined);
+  await e?.daemon.destroy(failed());
+});
+
+step("commands.run: stdout and stderr to callbacks, envs, cwd, the user's home as default", async () => {
+  const out: string[] = [];
+  const err: string[] = [];
+  const r = await sbx.commands.run('echo "$GREETING"; echo oops >&2; pwd; whoami', {
+    envs: { GREETING: "hello" },
+    onStdout: (d) => void out.push(d),
+    onStderr: (d) => void err.push(d),
+    timeoutMs: 120_000,
+  });
+  assert.equal(r.stdout, "hello\n/home/user\nuser\n");
+  assert.equal(out.join(""), r.stdout);
+  assert.equal(err.join(""), "oops\n");
+  const root = await sbx.commands.run("whoami; pwd", { user: "root", cwd: "/tmp" });
+  assert.equal(root.stdout, "root\n/tmp\n");
+  const rel = await sbx.commands.run("mkdir -p sub && cd sub && pwd && cd .. && rmdir sub");
+  assert.equal(rel.stdout, "/home/user/sub\n");
+});
+
+step("commands.run: a non-zero exit is a CommandExitError with its code, output and error", async () => {
+  await assert.rejects(sbx.commands.run("echo partial; echo bad >&2; exit 3"), (err: unknown) => {
+    assert.ok(err instanceof CommandExitError, String(err));
+    assert.equal(err.exitCode, 3);
+    assert.equal(err.stdout, "partial\n");
+    assert.equal(err.stderr, "bad\n");
+    assert.equal(err.error, "exit status 3");
+    return true;
+  });
+});
+
+step("background: list, sendStdin, connect from a second handle, closeStdin, kill", async () => {
+  const h = await sbx.commands.run("cat", { background: true, stdin: true });
+  assert.ok(h.pid > 0);
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid && p.args.includes("cat")));
+  const other = await sbx.commands.connect(h.pid);
+  await sbx.commands.sendStdin(h.pid, "echoed\n");
+  await waitFor(
+    "both handles to see the echo",
+    () => h.stdout.includes("echoed") && other.stdout.includes("echoed"),
+  );
+  await sbx.commands.closeStdin(h.pid);
+  const r = await h.wait();
+  assert.equal(r.exitCode, 0, "cat ends at the end of its input");
+  const s = await sbx.commands.run("sleep 600", { background: true });
+  assert.equal(await sbx.commands.kill(s.pid), true);
+  await assert.rejects(s.wait(), CommandExitError);
+  assert.equal(await sbx.commands.kill(s.pid), false, "a process that is gone is not found");
+});
+
+step(
+  "files: text and bytes, the user's ownership, info, list with depth, rename, makeDir, remove",
+  async () => {
+    const w = await sbx.files.write("notes/a.txt", "hi there");
+    assert.equal(w.path, "/home/user/notes/a.txt");
+    assert.equal(await sbx.files.read("notes/a.txt"), "hi there");
+    const bytes = new Uint8Array([0, 1, 2, 255, 10]);
+    await sbx.files.write("/home/user/b.bin", bytes.buffer);
+    assert.deepEqual(await sbx.files.read("b.bin", { format: "bytes" }), bytes);
+    const info = await sbx.files.getInfo("notes/a.txt");
+    assert.equal(info.type, FileType.FILE);
+    assert.equal(info.size, 8);
+    assert.equal(info.owner, "user");
+    assert.equal(info.group, "user");
+    assert.equal((await sbx.files.getInfo("notes")).owner, "user", "the parent made for the user is theirs");
+    assert.match(info.permissions, /^-rw/);
+    await sbx.files.write("/tmp/root.txt", "r", { user: "root" });
+    assert.equal((await sbx.files.getInfo("/tmp/root.txt")).owner, "root");
+    const names = (await sbx.files.list(".")).map((x) => x.name);
+    assert.ok(names.includes("notes") && names.includes("b.bin"), names.join(","));
+    assert.ok((await sbx.files.list(".", { depth: 2 })).some((x) => x.path === "/home/user/notes/a.txt"));
+    assert.equal(await sbx.files.exists("nope.txt"), false);
+    assert.equal(await sbx.files.makeDir("d/e"), true);
+    assert.equal(await sbx.files.makeDir("d/e"), false);
+    assert.equal((await sbx.files.rename("notes/a.txt", "d/e/a.txt")).path, "/home/user/d/e/a.txt");
+    await sbx.files.remove("d");
+    assert.equal(await sbx.files.exists("d/e/a.txt"), false);
+    await assert.rejects(sbx.files.read("missing.txt"), NotFoundError);
+    await assert.rejects(sbx.files.write("/etc/forbidden", "x"), "the user may not write as root");
+  },
+);
+
+step("files.watchDir: a file made in the watched directory is reported", async () => {
+  await sbx.files.makeDir("watched");
+  const seen: string[] = [];
+  const w = await sbx.files.watchDir("watched", (ev) => void seen.push(`${ev.type}:${ev.name}`));
+  await sbx.files.write("watched/new.txt", "x");
+  await waitFor("a watch event", () => seen.some((s) => s.endsWith(":new.txt")));
+  await w.stop();
+});
+
+step("signed upload and download URLs, routed by a <port>-<id>.<domain> Host", async () => {
+  const up = new URL(await sbx.uploadUrl("signed.txt", { useSignatureExpiration: 120 }));
+  const host = `49983-${sbx.sandboxId}.e2b.test`;
+  const put = await raw(
+    "POST",
+    up.pathname + up.search,
+    { host, "content-type": "application/octet-stream" },
+    Buffer.from("via url"),
+  );
+  assert.equal(put.status, 200, put.body.toString());
+  const down = new URL(await sbx.downloadUrl("signed.txt"));
+  const got = await raw("GET", down.pathname + down.search, { host });
+  assert.equal(got.status, 200);
+  assert.equal(got.body.toString(), "via url");
+  const forged = await raw("GET", down.pathname + down.search.replace(/signature=[^&]+/, "signature=v1_x"), {
+    host,
+  });
+  assert.notEqual(forged.status, 200, "a wrong signature is refused");
+});
+
+step("pty: create, input, resize, kill", async () => {
+  let out = "";
+  const dec = new TextDecoder();
+  const t = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => void (out += dec.decode(d)) });
+  await sbx.pty.sendInput(t.pid, new TextEncoder().encode("stty size; echo marker-$((6*7))\n"));
+  await waitFor("the pty's echo", () => out.includes("marker-42"));
+  assert.match(out, /24 80/);
+  await sbx.pty.resize(t.pid, { cols: 100, rows: 30 });
+  await sbx.pty.sendInput(t.pid, new TextEncoder().encode("stty size\n"));
+  await waitFor("the new size", () => out.includes("30 100"));
+  assert.equal(await sbx.pty.kill(t.pid), true);
+  await assert.rejects(t.wait());
+});
+
+step("clients hanging up mid-stream: the process runs on, the daemon serves on", async () => {
+  // Start: hang up after the first bytes (the start event); the process keeps running (E2B's).
+  const msg = {
+    process: {
+      cmd: "/bin/bash",
+      args: ["-c", "for i in $(seq 1 50); do echo line-$i; sleep 0.1; done > /tmp/bg.out"],
+    },
+  };
+  await hangUpAfter("process.Process/Start", msg, 1);
+  await waitFor(
+    "the started process to finish on its own",
+    async () => (await sbx.commands.run("cat /tmp/bg.out 2>/dev/null | wc -l")).stdout.trim() === "50",
+  );
+  // Connect to a chatty process and hang up mid-output: it still ends by itself.
+  const h = await sbx.commands.run("for i in $(seq 1 100000); do echo $i; done; sleep 1", {
+    background: true,
+  });
+  await hangUpAfter("process.Process/Connect", { process: { pid: h.pid } }, 4000);
+  await h.wait();
+  // WatchDir: hang up after the start event.
+  await hangUpAfter("filesystem.Filesystem/WatchDir", { path: "/home/user" }, 1);
+  const r = await sbx.commands.run("echo still-here");
+  assert.equal(r.stdout, "still-here\n");
+});
