@@ -222,6 +222,24 @@ step("pty: create, input, resize, kill", async () => {
   await assert.rejects(t.wait());
 });
 
+step("another port: the guest's own HTTP service, proxied (exposed on first use)", async () => {
+  const srv = await sbx.commands.run("python3 -m http.server 8000 --bind 0.0.0.0 --directory /home/user", {
+    background: true,
+    timeoutMs: 0,
+  });
+  const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+  const headers = { "e2b-sandbox-id": sbx.sandboxId, "e2b-sandbox-port": "8000", "x-access-token": token };
+  let last: { status: number; body: Buffer } = { status: 0, body: Buffer.alloc(0) };
+  await waitFor("the guest's server", async () => {
+    last = await raw("GET", "/b.bin", headers);
+    return last.status === 200;
+  });
+  assert.deepEqual([...last.body], [0, 1, 2, 255, 10]);
+  const closed = await raw("GET", "/", { ...headers, "e2b-sandbox-port": "8001" });
+  assert.equal(closed.status, 502, "a port nothing listens on");
+  await srv.kill();
+});
+
 step("clients hanging up mid-stream: the process runs on, the daemon serves on", async () => {
   // Start: hang up after the first bytes (the start event); the process keeps running (E2B's).
   const msg = {
