@@ -131,10 +131,14 @@ export async function download(
       }
       if (sink.write(chunk)) return undefined;
       return new Promise<void>((resolve, reject) => {
-        const check = () =>
-          gone ? reject(new ForkdError("unavailable", "the client went away")) : resolve();
-        sink.once("drain", check);
-        res.once("close", check);
+        const check = () => {
+          sink.off("drain", check);
+          res.off("close", check);
+          if (gone) reject(new ForkdError("unavailable", "the client went away"));
+          else resolve();
+        };
+        sink.on("drain", check);
+        res.on("close", check);
       });
     });
   } catch (e) {

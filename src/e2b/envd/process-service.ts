@@ -155,14 +155,19 @@ export function processService(st: EnvdState): ProcessImpl {
       } catch (e) {
         throw toConnectError(e);
       }
+      // Attached before the start: no output is missed. Detached however this generator ends
+      // (follow's own finally, a failed start, or a client gone while the start was awaited).
       const q = p.attach();
       try {
-        await started;
-      } catch (e) {
+        try {
+          await started;
+        } catch (e) {
+          throw toConnectError(e);
+        }
+        yield* follow(p, q, ctx);
+      } finally {
         p.detach(q);
-        throw toConnectError(e);
       }
-      yield* follow(p, q, ctx);
     },
 
     async *connect(req, ctx) {
