@@ -3,10 +3,13 @@
  * getHost reaches it. The port is exposed on the host on first use (as `POST .../ports` would:
  * kept in the sandbox's record) and each request is relayed to that host address, bodies
  * streamed both ways; a client that hangs up cuts the upstream request, and a guest that does
- * not answer is a 502 as under E2B's proxy. (WebSocket upgrades are not relayed yet.)
+ * not answer is a 502 as under E2B's proxy. An HTTP upgrade (WebSocket) is relayed byte for
+ * byte by guestPortUpgrade() once the listener hands it over (its `upgrade` event).
  */
 import { request } from "node:http";
-import type { IncomingHttpHeaders } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import { connect } from "node:net";
+import type { Duplex } from "node:stream";
 import type { Services } from "../api/services.js";
 import { errorMessage } from "../util/errors.js";
 import type { SandboxPortHandler } from "./sandbox-plane.js";
@@ -99,4 +102,67 @@ export function guestPortHandler(s: Services): SandboxPortHandler {
       },
     );
   };
+}
+
+/** Headers of an upgrade kept as sent (names, order, repeats), less E2B's and credentials. */
+function rawHead(req: IncomingMessage): string {
+  let head = `${req.method ?? "GET"} ${req.url ?? "/"} HTTP/1.1\r\n`;
+  const h = req.rawHeaders;
+  for (let i = 0; i + 1 < h.length; i += 2) {
+    const name = h[i]!;
+    const lower = name.toLowerCase();
+    if (lower.startsWith("e2b-") || lower === "x-access-token" || lower === "x-api-key") continue;
+    head += `${name}: ${h[i + 1]!.replace(/[\r\n]/g, "")}\r\n`;
+  }
+  return head + "\r\n";
+}
+
+/**
+ * Relays an HTTP upgrade (a WebSocket) of guest port `t.port`, already authorized, to the
+ * guest: the request as it came, then both directions as bytes until either side closes. A
+ * port that cannot be reached answers 502 on the raw socket.
+ */
+export function guestPortUpgrade(
+  s: Services,
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  t: { sandboxId: string; port: number },
+): void {
+  socket.on("error", () => socket.destroy());
+  const refuse = (why: string) => {
+    const body = JSON.stringify({
+      code: 502,
+      message: `The sandbox is running but port ${t.port} is not open (${why})`,
+    });
+    if (socket.writable)
+      socket.end(
+        `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+  };
+  hostAddress(s, t.sandboxId, t.port).then(
+    (addr) => {
+      const i = addr.lastIndexOf(":");
+      const up = connect({ host: addr.slice(0, i), port: Number(addr.slice(i + 1)) });
+      const timer = setTimeout(() => up.destroy(new Error("connect timeout")), CONNECT_TIMEOUT_MS);
+      let connected = false;
+      up.once("connect", () => {
+        connected = true;
+        clearTimeout(timer);
+        up.setTimeout(IDLE_TIMEOUT_MS, () => up.destroy());
+        up.write(rawHead(req));
+        if (head.length > 0) up.write(head);
+        socket.pipe(up);
+        up.pipe(socket);
+      });
+      up.on("error", (e) => {
+        clearTimeout(timer);
+        if (!connected) refuse(errorMessage(e));
+        else socket.destroy();
+      });
+      up.on("close", () => connected && socket.destroy());
+      socket.on("close", () => up.destroy());
+    },
+    (e: unknown) => refuse(errorMessage(e)),
+  );
 }
