@@ -5,6 +5,7 @@
  * the guest's integration test covers that.
  */
 import { spawn } from "node:child_process";
+import { watch as watchFs } from "node:fs";
 import { createServer } from "node:http";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -110,6 +111,26 @@ function hostAgent(home: string) {
       await rename(a, b).catch((e: unknown) => {
         throw fsError(e, a);
       });
+    },
+    /** inotify's stand-in: fs.watch (a `rename` of a path that exists is a create). */
+    watch(
+      dir: string,
+      opts: { recursive?: boolean },
+      onEvent: (e: { type: string; path: string }) => unknown,
+    ) {
+      let stop!: () => void;
+      const done = new Promise<void>((resolve) => (stop = resolve));
+      const w = watchFs(dir, { recursive: opts.recursive ?? false }, (kind, name) => {
+        if (!name) return;
+        const path = join(dir, name);
+        if (kind === "change") return void onEvent({ type: "write", path });
+        lstat(path).then(
+          () => onEvent({ type: "create", path }),
+          () => onEvent({ type: "remove", path }),
+        );
+      });
+      void done.then(() => w.close());
+      return { ready: Promise.resolve(), done, stop: () => stop() };
     },
     async remove(path: string) {
       await lstat(path).catch((e: unknown) => {

@@ -150,3 +150,64 @@ for (const binary of [false, true]) {
     assert.equal(st.entry?.type, FileType.DIRECTORY);
   });
 }
+
+test("watchDir (streamed) and the polling watchers see a new file", async () => {
+  await sbx.files.makeDir("w");
+  const seen: string[] = [];
+  const h = await sbx.files.watchDir("w", (ev) => void seen.push(`${ev.type}:${ev.name}`));
+  const transport = createConnectTransport({ baseUrl: host.url, httpVersion: "1.1" });
+  const fs = createClient(Filesystem, transport);
+  const { watcherId } = await fs.createWatcher({ path: "w" });
+  await sbx.files.write("w/new.txt", "x");
+  await waitFor(() => seen.some((x) => x.endsWith(":new.txt")));
+  let polled: string[] = [];
+  for (let i = 0; i < 50 && polled.length === 0; i++) {
+    polled = (await fs.getWatcherEvents({ watcherId })).events.map((x) => x.name);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(polled.includes("new.txt"), polled.join(","));
+  await fs.removeWatcher({ watcherId });
+  await assert.rejects(fs.getWatcherEvents({ watcherId }), /not found/);
+  await h.stop();
+  await waitFor(() => host.leased() === 0);
+});
+
+test("StreamInput (client streaming over HTTP/1.1) feeds a process's stdin; keepalives while idle", async () => {
+  const transport = createConnectTransport({ baseUrl: host.url, httpVersion: "1.1" });
+  const proc = createClient(Process, transport);
+  const stream = proc.start(
+    { process: { cmd: "/bin/sh", args: ["-c", "sleep 1.5; cat"], envs: {} }, stdin: true, tag: "feeder" },
+    { headers: { "keepalive-ping-interval": "1" } },
+  );
+  const it = stream[Symbol.asyncIterator]();
+  const first = await it.next();
+  assert.equal(first.done, false);
+  if (!first.done) assert.equal(first.value.event?.event.case, "start");
+  async function* input() {
+    yield {
+      event: {
+        case: "start" as const,
+        value: { process: { selector: { case: "tag" as const, value: "feeder" } } },
+      },
+    };
+    yield {
+      event: {
+        case: "data" as const,
+        value: { input: { input: { case: "stdin" as const, value: new TextEncoder().encode("fed\n") } } },
+      },
+    };
+  }
+  await proc.streamInput(input());
+  await proc.closeStdin({ process: { selector: { case: "tag", value: "feeder" } } });
+  const cases: string[] = [];
+  let out = "";
+  for (let n = await it.next(); !n.done; n = await it.next()) {
+    const ev = n.value.event?.event;
+    cases.push(ev?.case ?? "none");
+    if (ev?.case === "data" && ev.value.output.case === "stdout")
+      out += Buffer.from(ev.value.output.value).toString();
+  }
+  assert.equal(out, "fed\n");
+  assert.ok(cases.includes("keepalive"), cases.join(","));
+  assert.equal(cases.at(-1), "end");
+});
