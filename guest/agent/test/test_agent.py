@@ -563,6 +563,18 @@ def t_watch(a, tmp):
     open(os.path.join(root, "after-cancel"), "w").close()
     quiet(a, s, 0.3)
     check(a.call(PING).type == OK, "alive after a cancelled watch")
+    # a symlink to a directory is watched as the path given; a symlink to a file is ENOTDIR
+    link = os.path.join(tmp, "link")
+    os.symlink(root, link)
+    os.symlink(os.path.join(root, "after-cancel"), os.path.join(tmp, "filelink"))
+    expect_error(a.call(WATCH, [(PATH, os.path.join(tmp, "filelink"))]), 20, "symlink to a file")
+    s = a.stream()
+    a.send(WATCH, s, [(PATH, link)])
+    check(a.recv(s).type == OK, "watch of a symlink to a directory")
+    open(os.path.join(root, "via-link"), "w").close()
+    evs = watch_events(a, s, 1)
+    check(evs == [("create", link + "/via-link", 1)], evs)
+    a.send(CANCEL, s)
 
 
 def _send(a, ftype, fields):
