@@ -141,6 +141,13 @@ step("a PTY command sees a terminal of its size and TERM; its exit code comes ba
   assert.equal(r.stderr, "");
   const plain = await sh("tty; true");
   assert.match(plain.stdout, /not a tty/);
+  // As another user: the terminal is that user's (programs reopen it by name).
+  const as = await api<{ exit_code: number; stdout: string }>(d, "POST", `/v1/sandboxes/${id}/exec`, {
+    cmd: 'id -un; test -O "$(tty)" && echo owned; echo typed > /dev/tty',
+    user: "nobody",
+    pty: { rows: 24, cols: 80 },
+  });
+  assert.equal(as.stdout, "nobody\r\nowned\r\ntyped\r\n");
 });
 
 step("resize changes what a running PTY command sees; input echoes", async () => {

@@ -267,6 +267,9 @@ void exec_start(const struct msg *m)
 			goto out;
 		}
 		p_in[0] = p_err[1] = p_out[1];
+		/* the terminal is the user's, as login makes it (programs reopen it by name) */
+		if (u->uid != 0 && fchown(p_out[1], u->uid, (gid_t)-1) < 0)
+			logmsg("pty: fchown: %s", strerror(errno));
 	} else if ((use_stdin == 1 ? mkpipe(p_in, 1)
 				   : (p_in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
 		   mkpipe(p_out, 0) < 0 || mkpipe(p_err, 0) < 0) {

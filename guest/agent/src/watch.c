@@ -32,7 +32,7 @@ enum { EV_CREATE, EV_WRITE, EV_REMOVE, EV_RENAME, EV_CHMOD, EV_OVERFLOW };
 static const char *const EV_NAMES[] = { "create", "write", "remove", "rename", "chmod", "overflow" };
 
 #define WMASK (IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | \
-	       IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
+	       IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
 
 struct wdir {
 	int wd;
@@ -99,14 +99,15 @@ static void dir_forget(struct watch *w, int wd)
 	g_dirs_total--;
 }
 
-/* Watches PATH: 0, or -1 with errno (ENOSPC at a limit). An existing wd gets the new path. */
-static int dir_add(struct watch *w, const char *path)
+/* Watches PATH (a symlink to a directory: only `follow`, the watched path itself): 0, or -1
+ * with errno (ENOSPC at a limit). An existing wd gets the new path. */
+static int dir_add(struct watch *w, const char *path, int follow)
 {
 	if (w->ndirs >= DIRS_MAX || g_dirs_total >= DIRS_TOTAL_MAX) {
 		errno = ENOSPC;
 		return -1;
 	}
-	int wd = inotify_add_watch(w->fd, path, WMASK);
+	int wd = inotify_add_watch(w->fd, path, WMASK | (follow ? 0 : IN_DONT_FOLLOW));
 	if (wd < 0)
 		return -1;
 	char *p = strdup(path);
@@ -238,7 +239,7 @@ static int add_tree(struct watch *w, const char *dir, int announce)
 				queue_push(w, EV_CREATE, isdir, path);
 			if (!isdir)
 				continue;
-			if (dir_add(w, path) < 0) {
+			if (dir_add(w, path, 0) < 0) {
 				if (errno == ENOSPC || errno == ENOMEM)
 					rc = -1;
 				continue; /* gone meanwhile, or not ours to read */
@@ -338,7 +339,7 @@ static void on_event(struct watch *w, const struct inotify_event *ev)
 		drop_tree(w, path);
 	if (m & (IN_CREATE | IN_MOVED_TO)) {
 		/* watch it, and what is in it already; made (not moved) just now: announce that */
-		if (dir_add(w, path) == 0 && add_tree(w, path, !!(m & IN_CREATE)) == 0)
+		if (dir_add(w, path, 0) == 0 && add_tree(w, path, !!(m & IN_CREATE)) == 0)
 			return;
 		if (errno == ENOSPC || errno == ENOMEM) {
 			struct wdir *r = dir_find(w, w->root_wd);
@@ -436,7 +437,7 @@ void watch_start(const struct msg *m)
 		send_error(m->stream, errno, "inotify: %s", strerror(errno));
 		goto fail;
 	}
-	if (dir_add(w, path) < 0) {
+	if (dir_add(w, path, 1) < 0) {
 		send_error(m->stream, errno, "watch %s: %s", path, strerror(errno));
 		goto fail;
 	}

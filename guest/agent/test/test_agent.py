@@ -25,18 +25,21 @@ PYTHON = "/usr/bin/python3"
 
 # types
 PING, IDENTITY, SYNC, WINDOW, CANCEL = 0x01, 0x02, 0x03, 0x04, 0x05
-EXEC, STDIN, SIGNAL = 0x10, 0x11, 0x12
+EXEC, STDIN, SIGNAL, RESIZE = 0x10, 0x11, 0x12, 0x13
 READ, WRITE_OPEN, WRITE_DATA, WRITE_END = 0x20, 0x21, 0x22, 0x23
-LIST, STAT, MKDIR, REMOVE, RENAME, EVAL = 0x24, 0x25, 0x26, 0x27, 0x28, 0x30
+LIST, STAT, MKDIR, REMOVE, RENAME, WATCH, EVAL = 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x30
+WATCH_EVENT = 0x94
 OK, DATA, END, ERROR, STARTED, STDOUT, STDERR, EXIT = 0x81, 0x82, 0x83, 0x8F, 0x90, 0x91, 0x92, 0x93
 TERMINAL = {OK, END, ERROR, EXIT}
 # tags
 ARG, ENV, CWD, SHELL, TIMEOUT_MS, STDIN_F, PATH, PATH2, MODE, FLAGS, DATA_F, CODE = range(1, 13)
 SEED, TIME_NS, HOSTNAME, SANDBOX_ID, SIGNAL_F, WINDOW_F, USER, LANGUAGE = 13, 14, 15, 16, 17, 20, 21, 22
+PTY_ROWS, PTY_COLS, RECURSIVE, EVENT = 23, 24, 25, 26
 VERSION, PID, EXIT_CODE, EXIT_SIGNAL, TIMED_OUT, ERRNO, MESSAGE = 32, 33, 34, 35, 36, 37, 38
 SIZE, MTIME_NS, FILE_TYPE, NAME, JSON_F, UPTIME_MS, EVAL_READY, KERNELS = 39, 40, 41, 42, 44, 45, 46, 47
 INT_TAGS = {TIMEOUT_MS, STDIN_F, MODE, FLAGS, TIME_NS, SIGNAL_F, WINDOW_F, VERSION, PID, EXIT_CODE,
-            EXIT_SIGNAL, TIMED_OUT, ERRNO, SIZE, MTIME_NS, FILE_TYPE, UPTIME_MS, EVAL_READY}
+            EXIT_SIGNAL, TIMED_OUT, ERRNO, SIZE, MTIME_NS, FILE_TYPE, UPTIME_MS, EVAL_READY,
+            PTY_ROWS, PTY_COLS, RECURSIVE}
 MAX_FRAME = 1024 * 1024 + 64
 
 
@@ -503,6 +506,77 @@ def t_files(a, tmp):
     expect_error(a.call(MKDIR, [(PATH, tmp), (MODE, b"xyz")]), 22, "bad i64")
 
 
+def t_pty(a):
+    expect_error(a.call(EXEC, [(ARG, "true"), (PTY_ROWS, 24)]), 22, "PTY_ROWS without PTY_COLS")
+    expect_error(a.call(EXEC, [(ARG, "true"), (PTY_ROWS, 0), (PTY_COLS, 80)]), 22, "zero rows")
+    expect_error(a.call(EXEC, [(ARG, "true"), (PTY_ROWS, 24), (PTY_COLS, 65536)]), 22, "cols > 65535")
+    s = a.stream()
+    a.send(EXEC, s, [(SHELL, "read x; stty size"), (PTY_ROWS, 10), (PTY_COLS, 20), (WINDOW_F, 1 << 20)])
+    st = a.recv(s)
+    check(st.type == STARTED and st.get(PTY_ROWS) == 10 and st.get(PTY_COLS) == 20, st)
+    a.send(RESIZE, s, [(PTY_ROWS, 0), (PTY_COLS, 5)])  # invalid: ignored, the exec goes on
+    a.send(RESIZE, s, [(PTY_ROWS, "xy")])
+    a.send(RESIZE, s, [(PTY_ROWS, 11), (PTY_COLS, 21)])
+    a.send(STDIN, s, [(DATA_F, "\n")])
+    frames = a.until_end(s)
+    out = b"".join(f.get(DATA_F) for f in frames if f.type == STDOUT)
+    check(frames[-1].type == EXIT and out.endswith(b"11 21\r\n"), (out, frames[-1]))
+    a.send(RESIZE, 999999, [(PTY_ROWS, 5), (PTY_COLS, 5)])  # no such stream: discarded
+    out, _, ex, _ = a.run([(ARG, "true")])
+    check(ex.get(EXIT_CODE) == 0, "the agent goes on after stray RESIZEs")
+
+
+def watch_events(a, s, n, timeout=10):
+    evs = []
+    while len(evs) < n:
+        f = a.recv(s, timeout)
+        check(f.type == WATCH_EVENT, f)
+        evs.append((f.get(EVENT).decode(), f.get(PATH).decode(), f.get(FILE_TYPE)))
+    return evs
+
+
+def t_watch(a, tmp):
+    expect_error(a.call(WATCH, []), 22, "WATCH without PATH")
+    expect_error(a.call(WATCH, [(PATH, "rel")]), 22, "relative PATH")
+    expect_error(a.call(WATCH, [(PATH, tmp), (RECURSIVE, "x")]), 22, "RECURSIVE not an i64")
+    expect_error(a.call(WATCH, [(PATH, tmp + "/nope")]), 2, "missing dir")
+    root = os.path.join(tmp, "watched")
+    os.makedirs(os.path.join(root, "sub"))
+    s = a.stream()
+    window = 64 + len(root + "/sub")  # exactly one event's cost (64 + its path)
+    a.send(WATCH, s, [(PATH, root + "//"), (RECURSIVE, 1), (WINDOW_F, window)])
+    f = a.recv(s)
+    check(f.type == OK and f.get(WINDOW_F) == window, f)
+    # a directory moved within the tree is followed under its new name
+    os.rename(os.path.join(root, "sub"), os.path.join(root, "moved"))
+    evs = watch_events(a, s, 1)
+    check(evs == [("rename", root + "/sub", 2)], evs)
+    # the window held that one event; the next waits for credit
+    quiet(a, s, 0.3)
+    a.send(WINDOW, s, [(WINDOW_F, 10000)])
+    evs = watch_events(a, s, 1)
+    check(evs == [("create", root + "/moved", 2)], evs)
+    open(os.path.join(root, "moved", "f"), "w").close()
+    evs = watch_events(a, s, 1)
+    check(evs == [("create", root + "/moved/f", 1)], evs)
+    a.send(CANCEL, s)
+    open(os.path.join(root, "after-cancel"), "w").close()
+    quiet(a, s, 0.3)
+    check(a.call(PING).type == OK, "alive after a cancelled watch")
+    # a symlink to a directory is watched as the path given; a symlink to a file is ENOTDIR
+    link = os.path.join(tmp, "link")
+    os.symlink(root, link)
+    os.symlink(os.path.join(root, "after-cancel"), os.path.join(tmp, "filelink"))
+    expect_error(a.call(WATCH, [(PATH, os.path.join(tmp, "filelink"))]), 20, "symlink to a file")
+    s = a.stream()
+    a.send(WATCH, s, [(PATH, link)])
+    check(a.recv(s).type == OK, "watch of a symlink to a directory")
+    open(os.path.join(root, "via-link"), "w").close()
+    evs = watch_events(a, s, 1)
+    check(evs == [("create", link + "/via-link", 1)], evs)
+    a.send(CANCEL, s)
+
+
 def _send(a, ftype, fields):
     s = a.stream()
     a.send(ftype, s, fields)
@@ -951,6 +1025,8 @@ def main():
                  ("cancel exec", lambda: t_cancel_exec(a)),
                  ("cancel write", lambda: t_cancel_write(a, tmp)),
                  ("protocol errors", lambda: t_protocol_errors(a)),
+                 ("pty", lambda: t_pty(a)),
+                 ("watch", lambda: t_watch(a, tmp)),
                  ("limits", lambda: t_limits(a)),
                  ("eval", lambda: t_eval(a, have_numpy)),
                  ("identity", lambda: t_identity(binary)),
