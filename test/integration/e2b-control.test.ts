@@ -5,12 +5,16 @@
  * paused) and connect (resumes, the sandbox's files kept), fork (count 2; the source keeps its id
  * and end; a paused source is refused), snapshots (create, list, a sandbox from one, delete),
  * metrics, kill (true, then false), tenant isolation (another tenant's key: not found, an empty
- * list; a bad key: 401) and an absolute timeout that kills a sandbox while a command runs in it.
+ * list; a bad key: 401), an absolute timeout that kills a sandbox while a command runs in it, a
+ * deadline kept across a kill -9 of the daemon, and `forkd e2b env`.
  * Commands are checked through forkd's own REST API (the sandbox plane is another file's).
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { AuthenticationError, NotFoundError, Sandbox, SandboxError } from "e2b";
+import { CLI } from "../helpers/daemon.js";
 import { apiRequest } from "../helpers/http.js";
 import { startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
@@ -224,4 +228,42 @@ step("an absolute timeout kills a sandbox while a command runs in it", async () 
   const outcome = await running;
   assert.match(outcome, /^failed/, "the command was cut when the sandbox was killed");
   await assert.rejects(d.getInfo(), NotFoundError);
+});
+
+step("the deadline is kept across a kill -9 of the daemon, and honoured after it", async () => {
+  const d = await create({ timeoutMs: 45_000 });
+  const end = (await d.getInfo()).endAt.getTime();
+  await e.daemon.kill9();
+  await e.daemon.start();
+  const info = await d.getInfo();
+  assert.equal(info.state, "running", "re-adopted");
+  assert.equal(info.endAt.getTime(), end, "the same absolute end");
+  const stop = Date.now() + 120_000;
+  for (;;) {
+    const gone = await d.getInfo().then(
+      () => false,
+      (err: unknown) => err instanceof NotFoundError,
+    );
+    if (gone) break;
+    assert.ok(Date.now() < stop, "killed at its deadline");
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+  assert.ok(Date.now() >= end - 1_000, "not before its end");
+});
+
+step("forkd e2b env prints the exports E2B's SDKs read", async () => {
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [CLI, "e2b", "env", "--key", e.env.E2B_API_KEY],
+    {
+      env: e.daemon.env,
+      timeout: 60_000,
+    },
+  );
+  const lines = stdout.trim().split("\n");
+  assert.deepEqual(lines, [
+    `export E2B_API_URL=${e.env.E2B_API_URL}`,
+    `export E2B_SANDBOX_URL=${e.env.E2B_SANDBOX_URL}`,
+    `export E2B_API_KEY=${e.env.E2B_API_KEY}`,
+  ]);
 });
