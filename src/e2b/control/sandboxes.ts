@@ -14,11 +14,12 @@ import { forkable } from "../../api/scope.js";
 import type { NetworkSpec } from "../../net/policy.js";
 import type { ForkOptions } from "../../sandbox/fork.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError, errorMessage } from "../../util/errors.js";
 import { e2bOf } from "../auth.js";
 import { e2bError } from "../errors.js";
 import type { E2bApiContext, E2bEnv } from "./env.js";
 import { noteE2bTarget } from "./env.js";
+import { FORK_TAG_PREFIX, reapForkSnapshots } from "./fork-snapshots.js";
 import { listSandboxes } from "./list.js";
 import { sandboxMetrics } from "./metrics.js";
 import { networkOf } from "./network.js";
@@ -35,7 +36,7 @@ import {
 } from "./schemas.js";
 import { detailView, endAtOf, sandboxReply } from "./views.js";
 
-/** E2B's defaults, in seconds: v2 creation and connect 300, v1 creation, resume and fork 15. */
+/** E2B's defaults, in seconds: v2 creation, connect and fork 300; v1 creation, resume and fork 15. */
 const V2_TIMEOUT_S = 300;
 const V1_TIMEOUT_S = 15;
 
@@ -155,6 +156,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   app.delete("/sandboxes/:sandboxID", async (c) => {
     const id = visibleSandbox(s, caller(c), idOf(c)).record.id;
     await s.sandboxes.kill(id);
+    reap(s);
     return c.body(null, 204);
   });
 
@@ -210,7 +212,8 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   app.post("/sandboxes/:sandboxID/connect", connect(false));
   app.post("/v2/sandboxes/:sandboxID/connect", connect(true));
 
-  app.post("/sandboxes/:sandboxID/fork", async (c) => {
+  // v1's fork defaults to 15 s, v2's (newer SDKs) to 300 s.
+  const forkRoute = (v2: boolean) => async (c: E2bApiContext) => {
     const b = await readJson(c, ForkBody, json);
     const who = caller(c);
     const src = visibleSandbox(s, who, idOf(c));
@@ -231,7 +234,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
         owner: src.record.owner ?? null,
         metadata: src.record.metadata ?? {},
         env: src.record.env,
-        deadlineMs: (b.timeout ?? V1_TIMEOUT_S) * 1000,
+        deadlineMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
         onDeadline: src.record.onDeadline ?? "kill",
         network: specOf(src),
         e2b: src.record.e2b ?? { secure: true },
@@ -259,8 +262,11 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
       return c.json(out, 201);
     } finally {
       release();
+      reap(s);
     }
-  });
+  };
+  app.post("/sandboxes/:sandboxID/fork", forkRoute(false));
+  app.post("/v2/sandboxes/:sandboxID/fork", forkRoute(true));
 
   app.get("/sandboxes/:sandboxID/metrics", async (c) => {
     const sb = visibleSandbox(s, caller(c), idOf(c));
@@ -270,8 +276,12 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   return app;
 }
 
-/** Tags of the snapshots forks are made from (kept out of the snapshot list). */
-export const FORK_TAG_PREFIX = "e2b-fork-";
+/** Deletes the fork snapshots no sandbox needs any more, apart from the request. */
+function reap(s: Services): void {
+  reapForkSnapshots(s).catch((e: unknown) =>
+    s.log.warn("e2b: reaping fork snapshots failed", { error: errorMessage(e) }),
+  );
+}
 
 /** Moves the deadline to `ms` from now unless it is later already (or there is none). */
 async function extend(s: Services, sb: ReadonlySandbox, ms: number): Promise<void> {
