@@ -99,6 +99,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
       e2b: {
         secure: v2 ? true : b.secure === true,
         ...(b.autoResume?.enabled ? { autoResume: true } : {}),
+        timeoutMs: timeoutS * 1000,
         allowInternetAccess: b.allow_internet_access ?? null,
         ...(b.network?.allowOut || b.network?.denyOut
           ? { network: { allowOut: b.network.allowOut, denyOut: b.network.denyOut } }
@@ -179,6 +180,8 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const sb = visibleSandbox(s, caller(c), idOf(c));
     if (sb.state === "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already paused`);
     await s.sandboxes.pause(sb.record.id);
+    // Paused, it has no timeout (E2B's semantics): connect or resume sets a new one.
+    await s.sandboxes.setDeadline(sb.record.id, null);
     return c.body(null, 204);
   });
 
@@ -237,7 +240,10 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
         deadlineMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
         onDeadline: src.record.onDeadline ?? "kill",
         network: specOf(src),
-        e2b: src.record.e2b ?? { secure: true },
+        e2b: {
+          ...(src.record.e2b ?? { secure: true }),
+          timeoutMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
+        },
       });
       noteE2bTarget(
         c,
@@ -283,9 +289,13 @@ function reap(s: Services): void {
   );
 }
 
-/** Moves the deadline to `ms` from now unless it is later already (or there is none). */
+/**
+ * Moves the deadline to `ms` from now unless it is later already. A sandbox with none keeps none
+ * (one made through forkd's own API), unless E2B's API made it (its deadline went with a pause).
+ */
 async function extend(s: Services, sb: ReadonlySandbox, ms: number): Promise<void> {
-  if (sb.record.deadline === null || sb.record.deadline === undefined) return;
-  if (endAtOf(sb) >= Date.now() + ms) return;
+  const none = sb.record.deadline === null || sb.record.deadline === undefined;
+  if (none && !sb.record.e2b) return;
+  if (!none && endAtOf(sb) >= Date.now() + ms) return;
   await s.sandboxes.setDeadline(sb.record.id, ms);
 }
