@@ -7,14 +7,15 @@
  * metrics, kill (true, then false), tenant isolation (another tenant's key: not found, an empty
  * list; a bad key: 401), an absolute timeout that kills a sandbox while a command runs in it, a
  * deadline kept across a kill -9 of the daemon, `forkd e2b env`, the sandbox plane's access
- * rules (routed by E2B's headers) and a deadline that pauses a sandbox traffic then resumes.
+ * rules (routed by E2B's headers), a deadline that pauses a sandbox traffic then resumes, and
+ * updateNetwork onto forkd's egress policy.
  * Commands are checked through forkd's own REST API (the sandbox plane is another file's).
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { AuthenticationError, NotFoundError, Sandbox, SandboxError } from "e2b";
+import { ALL_TRAFFIC, AuthenticationError, NotFoundError, Sandbox, SandboxError } from "e2b";
 import { CLI } from "../helpers/daemon.js";
 import { apiRequest } from "../helpers/http.js";
 import { startE2bDaemon } from "../helpers/e2b.js";
@@ -334,3 +335,35 @@ step(
     await p.kill();
   },
 );
+
+step("updateNetwork replaces a running sandbox's egress (forkd's policy); getInfo echoes it", async () => {
+  const n = await create();
+  const view = () =>
+    rest<{ network: { mode: string; egress: { mode: string; allow: Array<{ cidr: string }> } | null } }>(
+      "GET",
+      `/v1/sandboxes/${n.sandboxId}`,
+    );
+  const first = await view();
+  if (first.network.mode === "none") {
+    // A host without netns or user-mode networking gives none, and none can be added later.
+    await assert.rejects(n.updateNetwork({ allowInternetAccess: false }), /409/);
+    return;
+  }
+  assert.equal(first.network.egress?.mode, "allow", "internet access by default");
+  await n.updateNetwork({ allowInternetAccess: false });
+  assert.equal((await view()).network.egress?.mode, "deny");
+  await n.updateNetwork({ allowOut: ["1.1.1.1"], denyOut: [ALL_TRAFFIC] });
+  const listed = (await view()).network.egress;
+  assert.equal(listed?.mode, "list");
+  assert.deepEqual(
+    listed?.allow.map((r) => r.cidr),
+    ["1.1.1.1/32"],
+  );
+  const info = await n.getInfo();
+  assert.deepEqual(info.network?.allowOut, ["1.1.1.1"]);
+  await assert.rejects(
+    n.updateNetwork({ allowOut: ["example.com"], denyOut: [ALL_TRAFFIC] }),
+    /domain names/,
+  );
+  await n.kill();
+});

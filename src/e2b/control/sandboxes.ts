@@ -28,6 +28,7 @@ import {
   ConnectBody,
   ForkBody,
   ListQuery,
+  NetworkUpdate,
   NewSandbox,
   PauseBody,
   RefreshBody,
@@ -273,6 +274,33 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   };
   app.post("/sandboxes/:sandboxID/fork", forkRoute(false));
   app.post("/v2/sandboxes/:sandboxID/fork", forkRoute(true));
+
+  // The egress of a running sandbox with a network, replaced (forkd cannot add a network later).
+  app.put("/sandboxes/:sandboxID/network", async (c) => {
+    const b = await readJson(c, NetworkUpdate, json);
+    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const mode = sb.record.network?.mode ?? "none";
+    if (sb.state !== "running") throw new ForkdError("conflict", `sandbox ${sb.record.id} is not running`);
+    if (mode === "none")
+      throw new ForkdError(
+        "conflict",
+        `sandbox ${sb.record.id} has no network (it was created without internet access); forkd cannot add one to a running sandbox`,
+      );
+    const spec = networkOf({ netns: mode === "netns", user: mode === "user" }, b.allow_internet_access, b);
+    await s.sandboxes.setEgress(
+      sb.record.id,
+      spec.mode === "none" ? { mode: "deny", allow: [], dns: false } : spec.egress,
+    );
+    // What getInfo echoes; a sandbox made through forkd's own API has no E2B settings to keep.
+    const x = sb.record.e2b;
+    if (x)
+      await s.sandboxes.setE2bSettings(sb.record.id, {
+        ...x,
+        allowInternetAccess: b.allow_internet_access ?? null,
+        network: b.allowOut || b.denyOut ? { allowOut: b.allowOut, denyOut: b.denyOut } : undefined,
+      });
+    return c.body(null, 204);
+  });
 
   app.get("/sandboxes/:sandboxID/metrics", async (c) => {
     const sb = visibleSandbox(s, caller(c), idOf(c));
