@@ -70,6 +70,8 @@ export interface Services {
     cacheDir: string;
     /** The data, cache and repository directories by logical name (kept from tenants' errors). */
     hostDirs: Record<string, string>;
+    /** Where E2B's API answers, once its listener listens (absent: not served). */
+    e2b?: { url: string; domain: string | null };
   };
   /** The tokens file (token management routes). */
   tokens: TokenStore;

@@ -294,6 +294,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     servers.push(server);
     const a = server.address();
     e2bAddress = a && typeof a === "object" ? `${a.address}:${a.port}` : null;
+    if (a && typeof a === "object")
+      services.info.e2b = { url: e2bUrl(cfg.e2b, a.port), domain: cfg.e2b.domain };
     if (!cfg.e2b.tls && !cfg.e2b.loopback)
       log.warn("E2B listener without TLS on a non-loopback address: keys cross the network in clear");
   }
@@ -364,6 +366,12 @@ async function listenTcp(t: TcpConfig, app: ReturnType<typeof createApp>): Promi
     server.listen(t.port, t.host, () => resolve());
   });
   return server;
+}
+
+/** The E2B listener's URL as a client on this host reaches it (an unspecified address: loopback). */
+function e2bUrl(t: TcpConfig, port: number): string {
+  const host = t.host === "0.0.0.0" ? "127.0.0.1" : t.host === "::" ? "::1" : t.host;
+  return `${t.tls ? "https" : "http"}://${host.includes(":") ? `[${host}]` : host}:${port}`;
 }
 
 function listen(server: Server, path: string): Promise<void> {

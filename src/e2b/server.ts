@@ -94,14 +94,20 @@ async function sandboxRequest(
   plane(req, res, t, access);
 }
 
-/** Resumes a paused sandbox; a resume already in progress is waited for instead. */
+/**
+ * Resumes a paused sandbox, its deadline its creation's timeout from now; a resume already in
+ * progress is waited for instead.
+ */
 async function resumeOnce(s: Services, id: string): Promise<void> {
   const sb = s.sandboxes.get(id);
   if (sb.transition === "resume" && sb.settling) {
     await sb.settling;
     return;
   }
-  if (sb.state === "paused") await s.sandboxes.resume(id);
+  if (sb.state !== "paused") return;
+  await s.sandboxes.resume(id);
+  const ms = sb.record.e2b?.timeoutMs;
+  if (ms !== undefined) await s.sandboxes.setDeadline(id, ms);
 }
 
 /** The listener (HTTPS with a certificate): bounded connections, headers within 30 s. */

@@ -82,6 +82,7 @@ export const SandboxRecordSchema: z.ZodType<SandboxRecord> = z.looseObject({
     .object({
       secure: z.boolean(),
       autoResume: z.boolean().optional(),
+      timeoutMs: z.number().int().nonnegative().optional(),
       allowInternetAccess: z.boolean().nullable().optional(),
       network: z
         .object({

@@ -61,6 +61,8 @@ export interface E2bRecord {
   secure: boolean;
   /** Paused, it resumes when the sandbox plane is asked for it. */
   autoResume?: boolean;
+  /** The timeout it was created with (ms): an auto-resume sets its deadline that far again. */
+  timeoutMs?: number;
   /** What was asked, echoed by its info (null: not asked). */
   allowInternetAccess?: boolean | null;
   network?: { allowOut?: string[]; denyOut?: string[] };

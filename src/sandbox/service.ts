@@ -8,6 +8,7 @@
  *   branch.ts          BRANCH (a running sandbox becomes a snapshot)
  *   pause.ts resume.ts suspend and resume
  *   network-change.ts  exposed ports and egress of a running sandbox
+ *   e2b-settings.ts    E2B's settings kept in the record (src/e2b)
  *   disk-limit.ts vmm-limits.ts  a sandbox's limits on the host
  *   lease.ts           the agent for one API operation
  *   retire.ts          kill and retire; register.ts watches a VMM for its end
@@ -44,9 +45,10 @@ import { prepare } from "./prepare.js";
 import { SandboxRegistry } from "./registry.js";
 import { resume } from "./resume.js";
 import { kill } from "./retire.js";
-import type { ReadonlySandbox, Sandbox } from "./sandbox.js";
+import type { E2bRecord, ReadonlySandbox, Sandbox } from "./sandbox.js";
 import { detachAll, killAll } from "./shutdown.js";
 import { setDeadline, setIdleTimeout, Sweeper } from "./sweeper.js";
+import { setE2bSettings } from "./e2b-settings.js";
 
 export interface SandboxServiceOptions {
   root: string;
@@ -171,6 +173,11 @@ export class SandboxService {
    */
   setDeadline(id: string, ms: number | null): Promise<ReadonlySandbox> {
     return setDeadline(this.ctx, id, ms);
+  }
+
+  /** Replaces E2B's settings of a running or paused sandbox (e2b-settings.ts). */
+  setE2bSettings(id: string, e2b: E2bRecord): Promise<ReadonlySandbox> {
+    return setE2bSettings(this.ctx, id, e2b);
   }
 
   /** Pre-started VMMs waiting, by snapshot tag. */

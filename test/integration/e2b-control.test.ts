@@ -5,12 +5,18 @@
  * paused) and connect (resumes, the sandbox's files kept), fork (count 2; the source keeps its id
  * and end; a paused source is refused), snapshots (create, list, a sandbox from one, delete),
  * metrics, kill (true, then false), tenant isolation (another tenant's key: not found, an empty
- * list; a bad key: 401) and an absolute timeout that kills a sandbox while a command runs in it.
+ * list; a bad key: 401), an absolute timeout that kills a sandbox while a command runs in it, a
+ * deadline kept across a kill -9 of the daemon, `forkd e2b env`, the sandbox plane's access
+ * rules (routed by E2B's headers), a deadline that pauses a sandbox traffic then resumes, and
+ * updateNetwork onto forkd's egress policy.
  * Commands are checked through forkd's own REST API (the sandbox plane is another file's).
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
-import { AuthenticationError, NotFoundError, Sandbox, SandboxError } from "e2b";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { ALL_TRAFFIC, AuthenticationError, NotFoundError, Sandbox, SandboxError } from "e2b";
+import { CLI } from "../helpers/daemon.js";
 import { apiRequest } from "../helpers/http.js";
 import { startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
@@ -224,4 +230,140 @@ step("an absolute timeout kills a sandbox while a command runs in it", async () 
   const outcome = await running;
   assert.match(outcome, /^failed/, "the command was cut when the sandbox was killed");
   await assert.rejects(d.getInfo(), NotFoundError);
+});
+
+step("the deadline is kept across a kill -9 of the daemon, and honoured after it", async () => {
+  const d = await create({ timeoutMs: 45_000 });
+  const end = (await d.getInfo()).endAt.getTime();
+  await e.daemon.kill9();
+  await e.daemon.start();
+  const info = await d.getInfo();
+  assert.equal(info.state, "running", "re-adopted");
+  assert.equal(info.endAt.getTime(), end, "the same absolute end");
+  const stop = Date.now() + 120_000;
+  for (;;) {
+    const gone = await d.getInfo().then(
+      () => false,
+      (err: unknown) => err instanceof NotFoundError,
+    );
+    if (gone) break;
+    assert.ok(Date.now() < stop, "killed at its deadline");
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+  assert.ok(Date.now() >= end - 1_000, "not before its end");
+});
+
+step("forkd e2b env prints the exports E2B's SDKs read", async () => {
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [CLI, "e2b", "env", "--key", e.env.E2B_API_KEY],
+    {
+      env: e.daemon.env,
+      timeout: 60_000,
+    },
+  );
+  const lines = stdout.trim().split("\n");
+  assert.deepEqual(lines, [
+    `export E2B_API_URL=${e.env.E2B_API_URL}`,
+    `export E2B_SANDBOX_URL=${e.env.E2B_SANDBOX_URL}`,
+    `export E2B_API_KEY=${e.env.E2B_API_KEY}`,
+  ]);
+});
+
+/** A request on the sandbox plane, routed as E2B_SANDBOX_URL mode routes (E2B's headers). */
+async function plane(
+  id: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
+  const res = await fetch(`${e.env.E2B_SANDBOX_URL}/health`, {
+    headers: { "E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983", ...headers },
+  });
+  return { status: res.status, body: await res.text() };
+}
+
+const tokenOf = (sbx: Sandbox): string => (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+
+step(
+  "the sandbox plane: its access token opens it; a wrong one or none is 401; others' and gone ones 502",
+  async () => {
+    const p = await create();
+    const q = await create();
+    assert.match(tokenOf(p), /^[0-9a-f]{64}$/);
+    assert.notEqual(tokenOf(p), tokenOf(q));
+    const ok = await plane(p.sandboxId, { "X-Access-Token": tokenOf(p) });
+    assert.ok(ok.status !== 401 && ok.status !== 502, `${ok.status} ${ok.body}`);
+    const wrong = await plane(p.sandboxId, { "X-Access-Token": tokenOf(q) });
+    assert.equal(wrong.status, 401);
+    assert.equal((JSON.parse(wrong.body) as { code: number }).code, 401);
+    assert.equal((await plane(p.sandboxId)).status, 401);
+    assert.equal(
+      (await plane(p.sandboxId, { "X-API-Key": e.env.E2B_API_KEY })).status,
+      401,
+      "secure: a key is not enough",
+    );
+    const other = await e.keyFor("other2");
+    assert.equal(
+      (await plane(p.sandboxId, { "X-API-Key": other })).status,
+      502,
+      "another tenant's: as if gone",
+    );
+    assert.equal((await plane("sb-aaaaaaaaaaaaaaaa", { "X-Access-Token": tokenOf(p) })).status, 502);
+    await p.kill();
+    assert.equal((await plane(p.sandboxId, { "X-Access-Token": tokenOf(p) })).status, 502, "killed");
+    await q.kill();
+  },
+);
+
+step(
+  "a deadline with onTimeout pause pauses the sandbox; traffic to it resumes it (autoResume)",
+  async () => {
+    const p = await create({ timeoutMs: 8_000, lifecycle: { onTimeout: "pause", autoResume: true } });
+    await sh(p.sandboxId, "echo still-here > /home/user/auto.txt");
+    const stop = Date.now() + 120_000;
+    while ((await p.getInfo()).state !== "paused") {
+      assert.ok(Date.now() < stop, "paused at its deadline");
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
+    const info = await p.getInfo();
+    assert.deepEqual(info.lifecycle, { onTimeout: "pause", autoResume: true });
+    const r = await plane(p.sandboxId, { "X-Access-Token": tokenOf(p) });
+    assert.ok(r.status !== 401 && r.status !== 502, `${r.status} ${r.body}`);
+    const resumed = await p.getInfo();
+    assert.equal(resumed.state, "running");
+    assert.ok(resumed.endAt.getTime() > Date.now(), "a new deadline");
+    assert.equal((await sh(p.sandboxId, "cat /home/user/auto.txt")).trim(), "still-here");
+    await p.kill();
+  },
+);
+
+step("updateNetwork replaces a running sandbox's egress (forkd's policy); getInfo echoes it", async () => {
+  const n = await create();
+  const view = () =>
+    rest<{ network: { mode: string; egress: { mode: string; allow: Array<{ cidr: string }> } | null } }>(
+      "GET",
+      `/v1/sandboxes/${n.sandboxId}`,
+    );
+  const first = await view();
+  if (first.network.mode === "none") {
+    // A host without netns or user-mode networking gives none, and none can be added later.
+    await assert.rejects(n.updateNetwork({ allowInternetAccess: false }), /409/);
+    return;
+  }
+  assert.equal(first.network.egress?.mode, "allow", "internet access by default");
+  await n.updateNetwork({ allowInternetAccess: false });
+  assert.equal((await view()).network.egress?.mode, "deny");
+  await n.updateNetwork({ allowOut: ["1.1.1.1"], denyOut: [ALL_TRAFFIC] });
+  const listed = (await view()).network.egress;
+  assert.equal(listed?.mode, "list");
+  assert.deepEqual(
+    listed?.allow.map((r) => r.cidr),
+    ["1.1.1.1/32"],
+  );
+  const info = await n.getInfo();
+  assert.deepEqual(info.network?.allowOut, ["1.1.1.1"]);
+  await assert.rejects(
+    n.updateNetwork({ allowOut: ["example.com"], denyOut: [ALL_TRAFFIC] }),
+    /domain names/,
+  );
+  await n.kill();
 });

@@ -3,7 +3,7 @@
  * hex API keys (stored as sha256, scoped like every token), the envd access tokens (HMAC of the
  * sandbox id under the data directory's secret: stable across a reopen, its file 0600), the
  * sandbox plane's authorization rules, E2B's network settings onto forkd's egress, the list's
- * metadata query, and the metrics parser.
+ * metadata query, the metrics parser, and the reaping of fork snapshots.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -17,6 +17,7 @@ import type { Services } from "../../src/api/services.js";
 import { readAccessConfig } from "../../src/daemon/config.js";
 import { AccessTokens } from "../../src/e2b/access-token.js";
 import { authorizeSandbox } from "../../src/e2b/auth.js";
+import { reapForkSnapshots } from "../../src/e2b/control/fork-snapshots.js";
 import { parseMetadataQuery } from "../../src/e2b/control/list.js";
 import { parseMetrics } from "../../src/e2b/control/metrics.js";
 import { networkOf } from "../../src/e2b/control/network.js";
@@ -256,4 +257,32 @@ test("metrics: CPU over the interval, memory without caches, the root file syste
   assert.equal(m.diskTotal, 2000 * 1024);
   assert.equal(m.diskUsed, 500 * 1024);
   assert.equal(m.timestampUnix, 1_700_000_000);
+});
+
+test("fork snapshots: deleted once no sandbox runs from them and past the grace; others left", async () => {
+  const now = Date.parse("2026-12-01T12:00:00Z");
+  const old = new Date(now - 11 * 60_000).toISOString();
+  const fresh = new Date(now - 60_000).toISOString();
+  const metas = [
+    { tag: "e2b-fork-aaaa", created: old },
+    { tag: "e2b-fork-bbbb", created: old },
+    { tag: "e2b-fork-cccc", created: fresh },
+    { tag: "e2b-fork-dddd", created: old },
+    { tag: "snap-eeee", created: old },
+  ];
+  const deleted: string[] = [];
+  const s = {
+    store: { list: async () => metas },
+    sandboxes: { countByTag: (t: string) => (t === "e2b-fork-bbbb" ? 1 : 0) },
+    snapshots: {
+      delete: async (t: string) => {
+        if (t === "e2b-fork-dddd") throw new ForkdError("conflict", "a branch is stacked on it");
+        deleted.push(t);
+        return {};
+      },
+    },
+    log: { info: () => undefined, warn: () => undefined },
+  } as unknown as Services;
+  assert.deepEqual(await reapForkSnapshots(s, now), ["e2b-fork-aaaa"]);
+  assert.deepEqual(deleted, ["e2b-fork-aaaa"]);
 });

@@ -696,6 +696,13 @@ export interface components {
                 tsc_khz: number;
             };
             started_at: string;
+            /** @description E2B's API (FORKD_E2B_LISTEN); null: not served. */
+            e2b: {
+                /** @description Where E2B's API answers (E2B_API_URL and E2B_SANDBOX_URL). */
+                url: string;
+                /** @description FORKD_E2B_DOMAIN (E2B_DOMAIN), if set. */
+                domain: string | null;
+            } | null;
         };
         Token: {
             id: string;

@@ -113,6 +113,13 @@ export const Version = named(
       tsc_khz: z.number().describe("The host TSC frequency given to guests (kHz)"),
     }),
     started_at: z.string(),
+    e2b: z
+      .object({
+        url: z.string().describe("Where E2B's API answers (E2B_API_URL and E2B_SANDBOX_URL)."),
+        domain: z.string().nullable().describe("FORKD_E2B_DOMAIN (E2B_DOMAIN), if set."),
+      })
+      .nullable()
+      .describe("E2B's API (FORKD_E2B_LISTEN); null: not served."),
   }),
   "Version",
 );

@@ -14,11 +14,12 @@ import { forkable } from "../../api/scope.js";
 import type { NetworkSpec } from "../../net/policy.js";
 import type { ForkOptions } from "../../sandbox/fork.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError, errorMessage } from "../../util/errors.js";
 import { e2bOf } from "../auth.js";
 import { e2bError } from "../errors.js";
 import type { E2bApiContext, E2bEnv } from "./env.js";
 import { noteE2bTarget } from "./env.js";
+import { FORK_TAG_PREFIX, reapForkSnapshots } from "./fork-snapshots.js";
 import { listSandboxes } from "./list.js";
 import { sandboxMetrics } from "./metrics.js";
 import { networkOf } from "./network.js";
@@ -27,6 +28,7 @@ import {
   ConnectBody,
   ForkBody,
   ListQuery,
+  NetworkUpdate,
   NewSandbox,
   PauseBody,
   RefreshBody,
@@ -35,7 +37,7 @@ import {
 } from "./schemas.js";
 import { detailView, endAtOf, sandboxReply } from "./views.js";
 
-/** E2B's defaults, in seconds: v2 creation and connect 300, v1 creation, resume and fork 15. */
+/** E2B's defaults, in seconds: v2 creation, connect and fork 300; v1 creation, resume and fork 15. */
 const V2_TIMEOUT_S = 300;
 const V1_TIMEOUT_S = 15;
 
@@ -98,6 +100,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
       e2b: {
         secure: v2 ? true : b.secure === true,
         ...(b.autoResume?.enabled ? { autoResume: true } : {}),
+        timeoutMs: timeoutS * 1000,
         allowInternetAccess: b.allow_internet_access ?? null,
         ...(b.network?.allowOut || b.network?.denyOut
           ? { network: { allowOut: b.network.allowOut, denyOut: b.network.denyOut } }
@@ -155,6 +158,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   app.delete("/sandboxes/:sandboxID", async (c) => {
     const id = visibleSandbox(s, caller(c), idOf(c)).record.id;
     await s.sandboxes.kill(id);
+    reap(s);
     return c.body(null, 204);
   });
 
@@ -177,6 +181,8 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const sb = visibleSandbox(s, caller(c), idOf(c));
     if (sb.state === "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already paused`);
     await s.sandboxes.pause(sb.record.id);
+    // Paused, it has no timeout (E2B's semantics): connect or resume sets a new one.
+    await s.sandboxes.setDeadline(sb.record.id, null);
     return c.body(null, 204);
   });
 
@@ -210,7 +216,8 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   app.post("/sandboxes/:sandboxID/connect", connect(false));
   app.post("/v2/sandboxes/:sandboxID/connect", connect(true));
 
-  app.post("/sandboxes/:sandboxID/fork", async (c) => {
+  // v1's fork defaults to 15 s, v2's (newer SDKs) to 300 s.
+  const forkRoute = (v2: boolean) => async (c: E2bApiContext) => {
     const b = await readJson(c, ForkBody, json);
     const who = caller(c);
     const src = visibleSandbox(s, who, idOf(c));
@@ -231,10 +238,13 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
         owner: src.record.owner ?? null,
         metadata: src.record.metadata ?? {},
         env: src.record.env,
-        deadlineMs: (b.timeout ?? V1_TIMEOUT_S) * 1000,
+        deadlineMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
         onDeadline: src.record.onDeadline ?? "kill",
         network: specOf(src),
-        e2b: src.record.e2b ?? { secure: true },
+        e2b: {
+          ...(src.record.e2b ?? { secure: true }),
+          timeoutMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
+        },
       });
       noteE2bTarget(
         c,
@@ -259,7 +269,37 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
       return c.json(out, 201);
     } finally {
       release();
+      reap(s);
     }
+  };
+  app.post("/sandboxes/:sandboxID/fork", forkRoute(false));
+  app.post("/v2/sandboxes/:sandboxID/fork", forkRoute(true));
+
+  // The egress of a running sandbox with a network, replaced (forkd cannot add a network later).
+  app.put("/sandboxes/:sandboxID/network", async (c) => {
+    const b = await readJson(c, NetworkUpdate, json);
+    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const mode = sb.record.network?.mode ?? "none";
+    if (sb.state !== "running") throw new ForkdError("conflict", `sandbox ${sb.record.id} is not running`);
+    if (mode === "none")
+      throw new ForkdError(
+        "conflict",
+        `sandbox ${sb.record.id} has no network (it was created without internet access); forkd cannot add one to a running sandbox`,
+      );
+    const spec = networkOf({ netns: mode === "netns", user: mode === "user" }, b.allow_internet_access, b);
+    await s.sandboxes.setEgress(
+      sb.record.id,
+      spec.mode === "none" ? { mode: "deny", allow: [], dns: false } : spec.egress,
+    );
+    // What getInfo echoes; a sandbox made through forkd's own API has no E2B settings to keep.
+    const x = sb.record.e2b;
+    if (x)
+      await s.sandboxes.setE2bSettings(sb.record.id, {
+        ...x,
+        allowInternetAccess: b.allow_internet_access ?? null,
+        network: b.allowOut || b.denyOut ? { allowOut: b.allowOut, denyOut: b.denyOut } : undefined,
+      });
+    return c.body(null, 204);
   });
 
   app.get("/sandboxes/:sandboxID/metrics", async (c) => {
@@ -270,12 +310,20 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   return app;
 }
 
-/** Tags of the snapshots forks are made from (kept out of the snapshot list). */
-export const FORK_TAG_PREFIX = "e2b-fork-";
+/** Deletes the fork snapshots no sandbox needs any more, apart from the request. */
+function reap(s: Services): void {
+  reapForkSnapshots(s).catch((e: unknown) =>
+    s.log.warn("e2b: reaping fork snapshots failed", { error: errorMessage(e) }),
+  );
+}
 
-/** Moves the deadline to `ms` from now unless it is later already (or there is none). */
+/**
+ * Moves the deadline to `ms` from now unless it is later already. A sandbox with none keeps none
+ * (one made through forkd's own API), unless E2B's API made it (its deadline went with a pause).
+ */
 async function extend(s: Services, sb: ReadonlySandbox, ms: number): Promise<void> {
-  if (sb.record.deadline === null || sb.record.deadline === undefined) return;
-  if (endAtOf(sb) >= Date.now() + ms) return;
+  const none = sb.record.deadline === null || sb.record.deadline === undefined;
+  if (none && !sb.record.e2b) return;
+  if (!none && endAtOf(sb) >= Date.now() + ms) return;
   await s.sandboxes.setDeadline(sb.record.id, ms);
 }

@@ -57,6 +57,15 @@ export const NewSandbox = z.object({
 });
 export type NewSandbox = z.infer<typeof NewSandbox>;
 
+/** PUT /sandboxes/{id}/network (SandboxNetworkUpdateConfig). */
+export const NetworkUpdate = z.object({
+  allow_internet_access: z.boolean().optional(),
+  allowOut: z.array(z.string().max(256)).max(256).optional(),
+  denyOut: z.array(z.string().max(256)).max(256).optional(),
+  rules: z.record(z.string(), z.unknown()).optional(),
+  egressProxy: z.unknown().optional(),
+});
+
 export const TimeoutBody = z.object({ timeout: Seconds });
 export const ConnectBody = z.object({ timeout: Seconds.optional(), memory: z.boolean().optional() });
 export const ResumeBody = z.object({

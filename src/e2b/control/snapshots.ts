@@ -14,7 +14,8 @@ import { TAG_RE } from "../../util/ids.js";
 import type { E2bEnv } from "./env.js";
 import { noteE2bTarget } from "./env.js";
 import { readJson, readQuery } from "./parse.js";
-import { FORK_TAG_PREFIX, visibleSandbox } from "./sandboxes.js";
+import { FORK_TAG_PREFIX } from "./fork-snapshots.js";
+import { visibleSandbox } from "./sandboxes.js";
 import { SnapshotBody, SnapshotListQuery } from "./schemas.js";
 
 const noSnapshot = (id: string): ForkdError =>
