@@ -2,7 +2,8 @@
  * envd round trip: one command through E2B's envd protocol (the npm `e2b` SDK's commands.run,
  * Connect server stream over the E2B listener) against the same command through forkd's own
  * REST API (POST /v1/sandboxes/:id/exec on the unix socket), in the same sandbox, interleaved,
- * measured in this one run. Prints p50/p90 of each and their ratio, and JSON.
+ * measured in this one run; and REST's `/bin/sh -c true`, to show what the SDK's login shell
+ * (`/bin/bash -l -c`) costs by itself. Prints p50/p90 of each and the ratio, and JSON.
  *
  *   node dist/bench/e2b-envd.js [--samples 30] [--json-out FILE]
  */
@@ -42,17 +43,31 @@ try {
     });
     return performance.now() - t0;
   };
+  // What the login shell costs by itself: REST's own default, `/bin/sh -c true`.
+  const viaRestSh = async () => {
+    const t0 = performance.now();
+    await apiRequest(e.daemon.ep, "POST", `/v1/sandboxes/${sbx.sandboxId}/exec`, {
+      cmd: "true",
+      user: "user",
+      cwd: "/home/user",
+    });
+    return performance.now() - t0;
+  };
   for (let i = 0; i < 3; i++) {
-    await viaEnvd(); // warm up both paths (the SDK's connection, the account cache)
+    await viaEnvd(); // warm up every path (the SDK's connection, the account cache)
     await viaRest();
+    await viaRestSh();
   }
   const envd: number[] = [];
   const rest: number[] = [];
+  const restSh: number[] = [];
   for (let i = 0; i < SAMPLES; i++) {
     if (i % 2 === 0) {
       envd.push(await viaEnvd());
       rest.push(await viaRest());
+      restSh.push(await viaRestSh());
     } else {
+      restSh.push(await viaRestSh());
       rest.push(await viaRest());
       envd.push(await viaEnvd());
     }
@@ -61,6 +76,7 @@ try {
     samples: SAMPLES,
     envd_ms: { p50: pct(envd, 50), p90: pct(envd, 90) },
     rest_ms: { p50: pct(rest, 50), p90: pct(rest, 90) },
+    rest_sh_ms: { p50: pct(restSh, 50), p90: pct(restSh, 90) },
     ratio_p50: pct(envd, 50) / pct(rest, 50),
   };
   console.log(`command round trip (${SAMPLES} each, interleaved)`);
@@ -70,7 +86,10 @@ try {
   console.log(
     `  forkd REST      p50 ${result.rest_ms.p50.toFixed(1)} ms  p90 ${result.rest_ms.p90.toFixed(1)} ms`,
   );
-  console.log(`  ratio p50       ${result.ratio_p50.toFixed(2)}x`);
+  console.log(
+    `  REST, sh -c     p50 ${result.rest_sh_ms.p50.toFixed(1)} ms  p90 ${result.rest_sh_ms.p90.toFixed(1)} ms`,
+  );
+  console.log(`  ratio p50       ${result.ratio_p50.toFixed(2)}x (same command)`);
   console.log(JSON.stringify(result));
   if (args["json-out"]) await writeFile(args["json-out"], JSON.stringify(result, null, 2) + "\n");
   await sbx.kill();

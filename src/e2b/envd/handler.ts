@@ -73,7 +73,7 @@ export function envdHandler(s: Services, st: EnvdState = envdState(s)): EnvdHand
     }
     if (url.pathname === "/envs" && req.method === "GET") {
       req.resume();
-      const env = (sb.sandbox.record as { env?: Record<string, string> }).env ?? {};
+      const env = sb.sandbox.record.env ?? {};
       const text = JSON.stringify(env);
       res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
       res.end(text);
