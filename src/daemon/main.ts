@@ -165,6 +165,13 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const tokens = new TokenStore(cfg.tokensFile);
   await tokens.load();
   const auth = new Authenticator(tokens, cfg.adminToken);
+  if (cfg.e2b && !cfg.e2b.loopback && !auth.hasTokens) {
+    throw new ForkdError(
+      "invalid_argument",
+      `FORKD_E2B_LISTEN on ${cfg.e2b.host} (not loopback) needs a key: create one first ` +
+        `(forkd token create --tenant T --e2b) into ${cfg.tokensFile}, or set FORKD_TOKEN`,
+    );
+  }
   if (cfg.tcp && !cfg.tcp.loopback && !auth.hasTokens) {
     throw new ForkdError(
       "invalid_argument",

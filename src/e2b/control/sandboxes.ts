@@ -257,7 +257,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
       let next = 0;
       for (let i = 0; i < count; i++) {
         const f = r.failures.find((x) => x.index === i);
-        if (f) out[i] = { error: e2bError(new ForkdError(f.code, f.message)).body };
+        if (f) out[i] = { error: e2bError(new ForkdError(f.code, f.message), who, s.info.hostDirs).body };
         else if (!failed.has(i)) {
           const sb = r.sandboxes[next++];
           if (sb) {
