@@ -28,6 +28,7 @@ enum {
 enum {
 	RP_OK = 0x81, RP_DATA = 0x82, RP_END = 0x83, RP_ERROR = 0x8F,
 	RP_STARTED = 0x90, RP_STDOUT = 0x91, RP_STDERR = 0x92, RP_EXIT = 0x93,
+	RP_EVAL_STDOUT = 0x96, RP_EVAL_STDERR = 0x97, /* a streamed cell's output {DATA} */
 };
 
 /* Field tags. */
@@ -36,6 +37,7 @@ enum {
 	F_PATH = 7, F_PATH2 = 8, F_MODE = 9, F_FLAGS = 10, F_DATA = 11, F_CODE = 12,
 	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17, F_PIDS_MAX = 18,
 	F_NET_UP = 19, F_WINDOW = 20, F_USER = 21, F_LANGUAGE = 22,
+	F_EVAL_OPTS = 27, /* EVAL: one line of JSON passed to the kernel (context, env, stream, op) */
 	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,

@@ -10,6 +10,13 @@
  * code asks the interpreter to reseed its random generators; it is sent at startup as a
  * handshake (EVAL_READY turns 1 when answered) and on IDENTITY.
  *
+ * EVAL_OPTS (one line of JSON: the cell's context, env, streaming, or a context operation) is
+ * passed to the kernel before the code: NUL, the line, a newline, the code. A kernel's frame
+ * whose body starts with byte 0x01 is output of the running cell ("o" stdout or "e" stderr, then
+ * the bytes), forwarded as EVAL_STDOUT/EVAL_STDERR {DATA}; the kernel's reply ends the request.
+ * The kernel's pipe is not read while the output queue is full, so a cell printing faster than
+ * the host takes it blocks on its pipe.
+ *
  * A kernel that fails to start (it cannot be spawned, e.g. the default user is not in the
  * image's /etc/passwd, or it exits or misbehaves before answering the handshake) is settled:
  * it no longer holds EVAL_READY back and is left out of KERNELS until a start of it works. An
@@ -30,6 +37,7 @@
 #define RESEED_TIMEOUT_MS 30000
 #define KILL_GRACE_MS 2000
 #define REPLY_MAX (MAX_FRAME - 256) /* the JSON must fit in one reply frame */
+#define OPTS_MAX (256 * 1024)       /* EVAL_OPTS bytes (per-cell env included) */
 
 struct ereq {
 	struct stream s;  /* s.id 0: internal handshake, not in the stream table */
@@ -320,6 +328,15 @@ static void handle_reply(struct kernel *k, uint32_t id, const uint8_t *json, siz
 		server_died(k, "reply id mismatch");
 		return;
 	}
+	if (len >= 2 && json[0] == 1 && !r->reseed) {
+		/* output of the running cell: forwarded, the request goes on */
+		if (r->s.id && (json[1] == 'o' || json[1] == 'e')) {
+			fb_begin(json[1] == 'o' ? RP_EVAL_STDOUT : RP_EVAL_STDERR, r->s.id);
+			fb_bytes(F_DATA, json + 2, len - 2);
+			fb_end();
+		}
+		return;
+	}
 	k->active = NULL;
 	k->ready = 1;
 	k->failed = 0;
@@ -462,7 +479,8 @@ static void kernel_poll(struct kernel *k, int64_t now)
 	}
 	if (k->wbuf)
 		poll_add(k->in_fd, POLLOUT, on_server_in, k);
-	poll_add(k->out_fd, POLLIN, on_server_out, k);
+	if (outq_has_room()) /* else a streaming cell waits on its pipe until the host takes more */
+		poll_add(k->out_fd, POLLIN, on_server_out, k);
 }
 
 void eval_poll(int64_t now)
@@ -504,6 +522,13 @@ void eval_request(const struct msg *m)
 		send_error(m->stream, EINVAL, "missing CODE");
 		return;
 	}
+	const uint8_t *opts = NULL;
+	uint32_t olen = 0;
+	if (field_get(m, F_EVAL_OPTS, &opts, &olen) &&
+	    (olen > OPTS_MAX || memchr(opts, '\n', olen) || memchr(opts, 0, olen))) {
+		send_error(m->stream, EINVAL, "EVAL_OPTS must be one line of JSON of at most %d bytes", OPTS_MAX);
+		return;
+	}
 	if (field_cstr(m, F_LANGUAGE, "LANGUAGE", &lang) < 0)
 		return;
 	if (lang) {
@@ -521,15 +546,21 @@ void eval_request(const struct msg *m)
 		send_error(m->stream, ENOENT, "%s", k->err);
 		return;
 	}
+	size_t head = opts ? (size_t)olen + 2 : 0, total = head + len;
 	struct ereq *r = calloc(1, sizeof *r);
-	if (!r || !(r->code = malloc(len ? len : 1))) {
+	if (!r || total > UINT32_MAX - 16 || !(r->code = malloc(total ? total : 1))) {
 		free(r);
 		send_error(m->stream, ENOMEM, "out of memory");
 		return;
 	}
 	r->s = (struct stream){ .id = m->stream, .kind = K_EVAL };
-	memcpy(r->code, code, len);
-	r->len = len;
+	if (opts) {
+		r->code[0] = 0;
+		memcpy(r->code + 1, opts, olen);
+		r->code[olen + 1] = '\n';
+	}
+	memcpy(r->code + head, code, len);
+	r->len = (uint32_t)total;
 	r->timeout = timeout > 0 && timeout < INT32_MAX * 1000LL ? timeout : 0;
 	if (stream_add(&r->s) < 0) {
 		free(r->code);
