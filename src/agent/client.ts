@@ -6,6 +6,7 @@
  *   exec.ts        EXEC: commands, their output, stdin and signals
  *   files.ts       READ/WRITE/STAT/LIST/MKDIR/REMOVE/RENAME/SYNC
  *   eval.ts        EVAL: cells of the warm kernels (python, javascript)
+ *   eval-contexts.ts  code contexts of those kernels
  *   identity.ts    IDENTITY and PING
  *
  * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
@@ -21,7 +22,9 @@ import { dialUnix } from "../util/net.js";
 import { AgentConnection } from "./connection.js";
 import { ForkdError } from "../util/errors.js";
 import { evalCode } from "./eval.js";
-import type { EvalLanguage, EvalResult } from "./eval.js";
+import type { EvalLanguage, EvalOptions, EvalResult } from "./eval.js";
+import { contextOp } from "./eval-contexts.js";
+import type { CodeContext, ContextOp } from "./eval-contexts.js";
 import { execCommand } from "./exec.js";
 import { gatedExec } from "./exec-gate.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "./exec.js";
@@ -32,7 +35,8 @@ import { identity, ping } from "./identity.js";
 import type { Identity, PingResult } from "./identity.js";
 
 export type { Consumed } from "./flow.js";
-export type { EvalLanguage, EvalResult, MimeBundle } from "./eval.js";
+export type { EvalLanguage, EvalOptions, EvalResult, MimeBundle } from "./eval.js";
+export type { CodeContext, ContextOp } from "./eval-contexts.js";
 export { EVAL_LANGUAGES, parseEvalJson } from "./eval.js";
 export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult } from "./exec.js";
 export { EXEC_GRACE_MS } from "./exec.js";
@@ -157,9 +161,20 @@ export class AgentClient extends EventEmitter {
     return files.rename(this.conn, from, to, timeoutMs);
   }
 
-  /** Runs a cell in the kernel of `language` (default python). */
-  async eval(code: string, timeoutMs?: number, language: EvalLanguage = "python"): Promise<EvalResult> {
+  /** Runs a cell in the kernel of `language` (default python), in a context, with env vars. */
+  async eval(
+    code: string,
+    timeoutMs?: number,
+    language: EvalLanguage = "python",
+    opts: EvalOptions = {},
+  ): Promise<EvalResult> {
     if (language !== "python") await this.requireKernels(`eval in ${language}`);
-    return evalCode(this.conn, code, timeoutMs, language);
+    return evalCode(this.conn, code, timeoutMs, language, opts);
+  }
+
+  /** Creates, lists, deletes or restarts code contexts of the kernel of `language`. */
+  async contexts(language: EvalLanguage, op: ContextOp): Promise<CodeContext[]> {
+    await this.requireKernels("code contexts");
+    return contextOp(this.conn, language, op);
   }
 }

@@ -30,6 +30,8 @@ export const Msg = {
   REMOVE: 0x27,
   RENAME: 0x28,
   EVAL: 0x30,
+  /** The host gives up the cell on that stream: dropped if waiting, else interrupted. */
+  EVAL_INTERRUPT: 0x31,
   OK: 0x81,
   DATA: 0x82,
   END: 0x83,
@@ -38,6 +40,9 @@ export const Msg = {
   STDOUT: 0x91,
   STDERR: 0x92,
   EXIT: 0x93,
+  /** A streamed EVAL's output while the cell runs {DATA}. */
+  EVAL_STDOUT: 0x96,
+  EVAL_STDERR: 0x97,
 } as const;
 
 export const Tag = {
@@ -67,6 +72,8 @@ export const Tag = {
   USER: 21,
   /** EVAL: the kernel ("python", "javascript"); absent: python. */
   LANGUAGE: 22,
+  /** EVAL: one line of JSON for the kernel (context, env, stream, or a context operation). */
+  EVAL_OPTS: 27,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,

@@ -21,7 +21,7 @@ enum {
 	T_EXEC = 0x10, T_STDIN = 0x11, T_SIGNAL = 0x12,
 	T_READ = 0x20, T_WRITE_OPEN = 0x21, T_WRITE_DATA = 0x22, T_WRITE_END = 0x23,
 	T_LIST = 0x24, T_STAT = 0x25, T_MKDIR = 0x26, T_REMOVE = 0x27, T_RENAME = 0x28,
-	T_EVAL = 0x30,
+	T_EVAL = 0x30, T_EVAL_INTERRUPT = 0x31,
 };
 
 /* Reply types (guest to host). */
@@ -192,6 +192,7 @@ int mkdir_p(const char *path, mode_t mode);
 /* ---- eval.c ---- */
 void eval_init(void);
 void eval_request(const struct msg *m);
+void eval_interrupt(const struct msg *m); /* T_EVAL_INTERRUPT: the host gave the cell up */
 void eval_reseed_later(void); /* every kernel reseeds before its next cell */
 int eval_ready(void);         /* every kernel that exists and did not fail to start is ready (none: 1) */
 size_t eval_kernels(char *buf, size_t cap); /* "python,javascript": the kernels that exist and work */

@@ -574,6 +574,34 @@ void eval_request(const struct msg *m)
 	enqueue(k, r, 0);
 }
 
+/* The host gave up the cell on m's stream (its client left): a waiting one is dropped, the
+ * running one is interrupted as at its timeout (SIGINT now, killed 2 s later if it does not
+ * answer; the reply follows as for a timeout). No reply of its own; an unknown stream is ignored. */
+void eval_interrupt(const struct msg *m)
+{
+	for (size_t i = 0; i < NKERNELS; i++) {
+		struct kernel *k = &kernels[i];
+		if (k->active && k->active->s.id == m->stream) {
+			if (!k->interrupted)
+				k->deadline = now_ms(); /* kernel_poll sends the SIGINT */
+			return;
+		}
+		for (struct ereq **pp = &k->head; *pp; pp = &(*pp)->next) {
+			struct ereq *r = *pp;
+			if (r->s.id != m->stream)
+				continue;
+			*pp = r->next;
+			if (k->tail == r) {
+				k->tail = NULL;
+				for (struct ereq *t = k->head; t; t = t->next)
+					k->tail = t;
+			}
+			req_fail(r, ECANCELED, "the host gave up the cell");
+			return;
+		}
+	}
+}
+
 /* Set by IDENTITY: waking the interpreters on the fork path would cost every child a burst of
  * CPU (under TCG, translating the interpreter's code anew), so each kernel's reseed waits for
  * its first cell, which it precedes. */
