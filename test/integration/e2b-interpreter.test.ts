@@ -1,0 +1,223 @@
+/**
+ * E2B's code interpreter (port 49999) against forkd, driven by the unmodified npm
+ * `@e2b/code-interpreter` SDK in its E2B_SANDBOX_URL mode: cells keep state, logs stream while a
+ * cell runs (onStdout), errors, a value's text, a matplotlib chart as PNG, contexts, JavaScript,
+ * bash, per-cell envs, an unsupported language, and a client that hangs up
+ * mid-stream (the daemon goes on and the next cell runs: the cut cell was interrupted).
+ *
+ * The daemon runs in this process (startDaemon) and the interpreter's handler is served by a
+ * tiny node:http server routing by E2B's E2b-Sandbox-Id/E2b-Sandbox-Port headers, as the E2B
+ * listener does, against sandboxes forked through forkd's own REST API. One daemon, two
+ * snapshots (python, node).
+ */
+import { after, before } from "node:test";
+import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import type { Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { NotFoundError, Sandbox } from "@e2b/code-interpreter";
+import { LOCAL } from "../../src/access/caller.js";
+import { startDaemon } from "../../src/daemon/main.js";
+import type { Daemon } from "../../src/daemon/main.js";
+import { interpreterHandler } from "../../src/e2b/interpreter/handler.js";
+import { apiRequest } from "../helpers/http.js";
+import type { Endpoint } from "../helpers/http.js";
+import { steps } from "../helpers/steps.js";
+
+const { step, failed } = steps();
+let dir: string;
+let daemon: Daemon;
+let ep: Endpoint;
+let server: Server;
+let url: string;
+let py: Sandbox;
+let pyId: string;
+let js: Sandbox;
+
+const api = <T>(method: string, path: string, body?: unknown) =>
+  apiRequest<T>(ep, method, path, body, 1_800_000);
+
+/** E2B's SDK object for a forkd sandbox, reached through our sandbox URL (no control plane). */
+function e2bSandbox(sandboxId: string): Sandbox {
+  const Ctor = Sandbox as unknown as new (o: Record<string, unknown>) => Sandbox;
+  return new Ctor({ sandboxId, envdVersion: "0.4.0", sandboxUrl: url, apiKey: "e2b_00" });
+}
+
+async function fork(tag: string): Promise<string> {
+  const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", { snapshot_tag: tag, n: 1 });
+  const id = r.sandboxes[0]?.id;
+  assert.ok(id);
+  return id;
+}
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), "forkd-it-e2bi-"));
+  daemon = await startDaemon({
+    env: {
+      ...process.env,
+      FORKD_DATA_DIR: dir,
+      FORKD_ACCEL: process.env.FORKD_ACCEL ?? "tcg",
+      FORKD_POOL_SIZE: "1",
+    },
+  });
+  ep = { socket: join(dir, "forkd.sock") };
+  const handle = interpreterHandler(daemon.services);
+  server = createServer((req, res) => {
+    const id = String(req.headers["e2b-sandbox-id"] ?? "");
+    const port = Number(req.headers["e2b-sandbox-port"] ?? 0);
+    let sandbox;
+    try {
+      sandbox = daemon.services.sandboxes.get(id);
+    } catch {
+      res.writeHead(404).end("no such sandbox");
+      return;
+    }
+    if (port !== 49999) {
+      res.writeHead(502).end("only the interpreter's port here");
+      return;
+    }
+    handle(req, res, { sandboxId: id, port }, { sandbox, caller: LOCAL });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+after(async () => {
+  server?.closeAllConnections();
+  await new Promise((r) => server?.close(r));
+  await daemon?.close({ killSandboxes: true });
+  if (!failed()) await rm(dir, { recursive: true, force: true });
+  else console.error(`e2b-interpreter: daemon data kept in ${dir}`);
+});
+
+step("snapshots of the python and node templates; a sandbox of each", async () => {
+  await api("POST", "/v1/snapshots", { tag: "e2bi-py", template: "python" });
+  await api("POST", "/v1/snapshots", { tag: "e2bi-node", template: "node" });
+  pyId = await fork("e2bi-py");
+  py = e2bSandbox(pyId);
+  js = e2bSandbox(await fork("e2bi-node"));
+});
+
+step("runCode: state across cells, the value's text, the execution count", async () => {
+  const a = await py.runCode("x = 20\nx + 1");
+  assert.equal(a.error, undefined, a.error?.traceback);
+  assert.equal(a.text, "21");
+  const b = await py.runCode("x * 2");
+  assert.equal(b.text, "40");
+  assert.ok(b.executionCount !== undefined && b.executionCount > (a.executionCount ?? 0));
+  assert.equal(b.results.length, 1);
+  assert.equal(b.results[0]?.isMainResult, true);
+});
+
+step("logs: stdout and stderr, and onStdout while the cell still runs", async () => {
+  const r = await py.runCode("import sys\nprint('out')\nprint('err', file=sys.stderr)");
+  assert.deepEqual(r.logs.stdout, ["out\n"]);
+  assert.deepEqual(r.logs.stderr, ["err\n"]);
+  // The cell waits for a file the test makes only once it has seen the first line: it can end
+  // only if its output streamed while it ran.
+  const seen: string[] = [];
+  const run = py.runCode(
+    "import os, time\nprint('first', flush=True)\nwhile not os.path.exists('/tmp/go'):\n    time.sleep(0.05)\nprint('second')",
+    {
+      onStdout: (m) => {
+        seen.push(m.line);
+        if (m.line === "first\n") {
+          void api("POST", `/v1/sandboxes/${pyId}/exec`, { cmd: "touch /tmp/go" });
+        }
+      },
+    },
+  );
+  const done = await run;
+  assert.equal(done.error, undefined, done.error?.traceback);
+  assert.deepEqual(seen, ["first\n", "second\n"]);
+  assert.deepEqual(done.logs.stdout, ["first\n", "second\n"]);
+});
+
+step("errors: name, value and traceback", async () => {
+  const r = await py.runCode("def f():\n    raise ValueError('bad value')\nf()");
+  assert.ok(r.error);
+  assert.equal(r.error.name, "ValueError");
+  assert.equal(r.error.value, "bad value");
+  assert.match(r.error.traceback, /ValueError: bad value/);
+  assert.match(r.error.traceback, /in f/);
+  let onError = "";
+  await py.runCode("1/0", { onError: (e) => void (onError = e.name) });
+  assert.equal(onError, "ZeroDivisionError");
+});
+
+step("a matplotlib chart comes back as a PNG result", async () => {
+  const r = await py.runCode(
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('t')\nplt.show()",
+    { timeoutMs: 300_000 },
+  );
+  assert.equal(r.error, undefined, r.error?.traceback);
+  const png = r.results.find((x) => x.png)?.png;
+  assert.ok(png, JSON.stringify(r.results.map((x) => x.formats())));
+  assert.equal(Buffer.from(png, "base64").subarray(1, 4).toString(), "PNG");
+  const html = await py.runCode("class H:\n    def _repr_html_(self): return '<b>h</b>'\nH()");
+  assert.equal(html.results[0]?.html, "<b>h</b>");
+});
+
+step("contexts: their own globals and cwd; list, restart, delete", async () => {
+  await py.runCode("shared = 'default'");
+  const c = await py.createCodeContext({ cwd: "/tmp" });
+  assert.equal(c.cwd, "/tmp");
+  assert.equal(c.language, "python");
+  const inCtx = await py.runCode("shared", { context: c });
+  assert.equal(inCtx.error?.name, "NameError");
+  assert.equal((await py.runCode("import os\nmine = os.getcwd()\nmine", { context: c })).text, "'/tmp'");
+  assert.equal((await py.runCode("'mine' in globals()")).text, "False");
+  assert.equal((await py.runCode("shared")).text, "'default'");
+  const list = await py.listCodeContexts();
+  assert.ok(list.some((x) => x.id === c.id));
+  await py.restartCodeContext(c);
+  assert.equal((await py.runCode("mine", { context: c })).error?.name, "NameError");
+  await py.removeCodeContext(c);
+  await assert.rejects(py.runCode("1", { context: c }), NotFoundError);
+  assert.ok(!(await py.listCodeContexts()).some((x) => x.id === c.id));
+});
+
+step("envs: a cell's own, restored after it", async () => {
+  const r = await py.runCode("import os\n(os.environ.get('MY_VAR'), os.environ.get('HOME') is not None)", {
+    envs: { MY_VAR: "cell" },
+  });
+  assert.equal(r.text, "('cell', True)");
+  assert.equal((await py.runCode("os.environ.get('MY_VAR')")).text, undefined, "restored: no value");
+});
+
+step("language: js runs in the JavaScript kernel, bash as a command, others are an error", async () => {
+  const a = await js.runCode("const a = 21; console.log('hello'); a * 2", { language: "js" });
+  assert.equal(a.error, undefined, a.error?.traceback);
+  assert.equal(a.text, "42");
+  assert.deepEqual(a.logs.stdout, ["hello\n"]);
+  assert.equal((await js.runCode("a + 1", { language: "javascript" })).text, "22");
+  const ctx = await js.createCodeContext({ language: "javascript" });
+  assert.equal((await js.runCode("typeof a", { context: ctx })).text, "'undefined'");
+  const sh = await py.runCode("echo hi; echo oops >&2; exit 3", { language: "bash" });
+  assert.equal(sh.logs.stdout.join(""), "hi\n");
+  assert.equal(sh.logs.stderr.join(""), "oops\n");
+  assert.equal(sh.error?.name, "CommandExitError");
+  await assert.rejects(py.runCode("x", { language: "r" }), /400/);
+});
+
+step("a client hanging up mid-stream: the cell is interrupted, the next one runs", async () => {
+  const res = await fetch(`${url}/execute`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "e2b-sandbox-id": pyId, "e2b-sandbox-port": "49999" },
+    body: JSON.stringify({
+      code: "import time\nfor i in range(100000):\n    print(i, flush=True)\n    time.sleep(0.05)\nfinished = True",
+    }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body!.getReader();
+  const first = (await reader.read()) as { value?: Uint8Array };
+  assert.ok(first.value && first.value.length > 0);
+  await reader.cancel(); // the connection goes, mid-line or between lines
+  const next = await py.runCode("'finished' in globals()");
+  assert.equal(next.error, undefined, next.error?.traceback);
+  assert.equal(next.text, "False", "the cut cell was interrupted, not left to run");
+  assert.equal((await py.runCode("x")).text, "20", "the kernel kept its state");
+});
