@@ -148,6 +148,12 @@ export async function evalCode(
   const json = field(f, Tag.JSON);
   if (!json) throw new ForkdError("agent_protocol", "eval reply without JSON");
   const { context_error: contextError, ...r } = parseEvalJson(json);
+  if (contextError === "not_found") {
+    throw new ForkdError("not_found", `no code context '${o.context ?? ""}' in the ${language} kernel`, {
+      context: o.context,
+      language,
+    });
+  }
   if (line !== null && r.context === null) {
     // an agent older than EVAL_OPTS ran the cell without its context and env
     throw new ForkdError(
@@ -155,12 +161,6 @@ export async function evalCode(
       "code contexts and per-cell env need a newer guest agent than this sandbox's: make its snapshot again",
       { feature: "eval options" },
     );
-  }
-  if (contextError === "not_found") {
-    throw new ForkdError("not_found", `no code context '${o.context ?? ""}' in the ${language} kernel`, {
-      context: o.context,
-      language,
-    });
   }
   if (onOutput) {
     if (r.stdout) onOutput("stdout", r.stdout);
