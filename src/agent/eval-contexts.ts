@@ -23,6 +23,8 @@ export type ContextOp =
   | { op: "restart"; context: string };
 
 const OP_TIMEOUT_MS = 30_000;
+/** The guest's errno for a kernel the image cannot run. */
+const ENOENT = 2;
 /** Context ids the kernels make: "default" or 16 hex digits. */
 export const CONTEXT_ID_RE = /^(default|[0-9a-f]{16})$/;
 
@@ -38,7 +40,16 @@ export async function contextOp(
     [Tag.EVAL_OPTS, JSON.stringify(op)],
   ];
   if (language !== "python") fields.push([Tag.LANGUAGE, language]);
-  const f = await conn.request(Msg.EVAL, fields, OP_TIMEOUT_MS + 5_000);
+  let f;
+  try {
+    f = await conn.request(Msg.EVAL, fields, OP_TIMEOUT_MS + 5_000);
+  } catch (e) {
+    // ENOENT is only ever the guest saying it has no such kernel (its message names what is missing)
+    if (e instanceof ForkdError && e.details.errno === ENOENT) {
+      throw new ForkdError("unavailable", e.message, { ...e.details, language });
+    }
+    throw e;
+  }
   const json = field(f, Tag.JSON);
   if (!json) throw new ForkdError("agent_protocol", "context reply without JSON");
   return parseContextReply(json, language, op);
