@@ -23,7 +23,7 @@ import { LOCAL } from "../../src/access/caller.js";
 import { startDaemon } from "../../src/daemon/main.js";
 import type { Daemon } from "../../src/daemon/main.js";
 import { interpreterHandler } from "../../src/e2b/interpreter/handler.js";
-import { apiRequest } from "../helpers/http.js";
+import { apiRequest, rawRequest, readAll } from "../helpers/http.js";
 import type { Endpoint } from "../helpers/http.js";
 import { steps } from "../helpers/steps.js";
 
@@ -220,4 +220,53 @@ step("a client hanging up mid-stream: the cell is interrupted, the next one runs
   assert.equal(next.error, undefined, next.error?.traceback);
   assert.equal(next.text, "False", "the cut cell was interrupted, not left to run");
   assert.equal((await py.runCode("x")).text, "20", "the kernel kept its state");
+});
+
+step("forkd's own REST: contexts, context_id and env on eval, and eval/stream", async () => {
+  const sb = `/v1/sandboxes/${pyId}`;
+  const ctx = await api<{ id: string; language: string; cwd: string }>("POST", `${sb}/contexts`, {
+    cwd: "/tmp",
+  });
+  assert.equal(ctx.language, "python");
+  assert.equal(ctx.cwd, "/tmp");
+  const a = await api<{ value: string | null; context: string; execution_count: number }>(
+    "POST",
+    `${sb}/eval`,
+    {
+      code: "import os\nrest = os.environ['R']\nrest",
+      context_id: ctx.id,
+      env: { R: "from-rest" },
+    },
+  );
+  assert.equal(a.value, "'from-rest'");
+  assert.equal(a.context, ctx.id);
+  assert.equal(a.execution_count, 1);
+  const d = await api<{ ok: boolean }>("POST", `${sb}/eval`, { code: "rest" });
+  assert.equal(d.ok, false, "the default context has no `rest`");
+  const { contexts } = await api<{ contexts: { id: string }[] }>("GET", `${sb}/contexts?language=python`);
+  assert.deepEqual(contexts.map((c) => c.id).sort(), ["default", ctx.id].sort());
+  await api("POST", `${sb}/contexts/${ctx.id}/restart`);
+  await api("DELETE", `${sb}/contexts/${ctx.id}`);
+  await assert.rejects(
+    api("POST", `${sb}/eval`, { code: "1", context_id: ctx.id }),
+    /404|not_found|no code context/,
+  );
+  const raw = await rawRequest(
+    ep,
+    "POST",
+    `${sb}/eval/stream`,
+    JSON.stringify({ code: "print('s1')\n5" }),
+    600_000,
+  );
+  const lines = (await readAll(raw))
+    .toString()
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as { type: string; text?: string; result?: { value: string } });
+  assert.deepEqual(
+    lines.map((l) => l.type),
+    ["stdout", "result"],
+  );
+  assert.equal(lines[0]?.text, "s1\n");
+  assert.equal(lines[1]?.result?.value, "5");
 });
