@@ -58,15 +58,17 @@ STREAM_DELAY = 0.05        # seconds output may wait to be sent with more
 _in_cell = False
 _framing = False            # the main thread is writing a frame: an interrupt waits for its end
 _interrupt_pending = False
+_busy = False               # a request is being served (read, not yet answered)
 
 
 def _on_sigint(signum, frame):
-    # The agent sends SIGINT on timeout. Outside a cell (a late signal) it is ignored.
+    # The agent sends SIGINT on timeout or when the host gives the cell up. Between requests (a
+    # late signal) it is ignored; while a cell is being prepared it waits for the cell's start.
     global _interrupt_pending
-    if _in_cell and _framing:
-        _interrupt_pending = True
-    elif _in_cell:
+    if _in_cell and not _framing:
         raise KeyboardInterrupt
+    if _busy:
+        _interrupt_pending = True
 
 
 class Proto:
@@ -296,6 +298,14 @@ class Context:
         return {"id": self.id, "cwd": self.cwd}
 
 
+def _take_pending_interrupt():
+    """An interrupt that came while the cell was prepared (parsed, compiled) is raised now."""
+    global _interrupt_pending
+    if _interrupt_pending:
+        _interrupt_pending = False
+        raise KeyboardInterrupt
+
+
 def _op_error(kind, message):
     return {"ok": False, "context_error": kind,
             "error": {"name": "ContextError", "value": message, "traceback": ""}}
@@ -407,6 +417,7 @@ class Interpreter:
                 body = compile(tree, name, "exec")
                 last = compile(last, name, "eval") if last is not None else None
                 _in_cell = True
+                _take_pending_interrupt()
                 exec(body, ctx.globals)
                 if last is not None:
                     value = eval(last, ctx.globals)
@@ -507,6 +518,7 @@ def parse_request(payload):
 
 
 def main():
+    global _busy, _interrupt_pending
     # private protocol fds; 0 and 1 go to /dev/null (stderr stays for crash reports)
     proto_in, proto_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -520,6 +532,8 @@ def main():
     while True:
         length, ident = struct.unpack(">II", read_exact(proto_in, 8))
         code, opts = parse_request(read_exact(proto_in, length - 4))
+        _interrupt_pending = False
+        _busy = True
         try:
             if ident == 0 and not code and opts is None:
                 result = reseed()
@@ -534,6 +548,7 @@ def main():
                            "error": {"name": type(e).__name__, "value": _cap(repr(e)),
                                      "traceback": ""}})
         proto.frame(ident, data)
+        _busy = _interrupt_pending = False
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@
 
 #define RESEED_TIMEOUT_MS 30000
 #define KILL_GRACE_MS 2000
+#define SIGINT_AGAIN_MS 250 /* a SIGINT the kernel took before its cell started is sent again */
 #define REPLY_MAX (MAX_FRAME - 256) /* the JSON must fit in one reply frame */
 #define OPTS_MAX (256 * 1024)       /* EVAL_OPTS bytes (per-cell env included) */
 
@@ -76,6 +77,7 @@ struct kernel {
 	uint8_t *rbuf;
 	size_t rgot;
 	int64_t deadline, kill_at; /* timeout, then SIGKILL after SIGINT */
+	int64_t sigint_at;         /* the next SIGINT while interrupted and unanswered */
 	int interrupted;
 };
 
@@ -466,6 +468,12 @@ static void kernel_poll(struct kernel *k, int64_t now)
 			kill(k->pid, SIGINT); /* KeyboardInterrupt: globals survive */
 			k->interrupted = 1;
 			k->kill_at = now + KILL_GRACE_MS;
+			k->sigint_at = now + SIGINT_AGAIN_MS;
+		} else if (k->interrupted && now >= k->sigint_at && now < k->kill_at) {
+			/* the kernels ignore a SIGINT outside a cell: one that came while the cell was
+			 * still being read or parsed is lost, so it is sent again until they answer */
+			kill(k->pid, SIGINT);
+			k->sigint_at = now + SIGINT_AGAIN_MS;
 		}
 		if (k->interrupted && now >= k->kill_at) {
 			/* no answer to the handshake: a start that failed (settled), not restarted */
@@ -475,7 +483,7 @@ static void kernel_poll(struct kernel *k, int64_t now)
 				fail_queue(k, errno, k->err);
 			return;
 		}
-		want_timeout(k->interrupted ? k->kill_at : k->deadline);
+		want_timeout(k->interrupted ? (k->sigint_at < k->kill_at ? k->sigint_at : k->kill_at) : k->deadline);
 	}
 	if (k->wbuf)
 		poll_add(k->in_fd, POLLOUT, on_server_in, k);
