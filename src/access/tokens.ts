@@ -5,6 +5,9 @@
  *   { "format": 1, "tokens": [ { "id": "tok-…", "tenant": "alice", "scope": "tenant",
  *                                "sha256": "<hex>", "created": "<iso>", "max_sandboxes": 50 } ] }
  *
+ * A token made for E2B's SDKs (`kind: "e2b"`) is `e2b_` + hex, the form those SDKs accept as an
+ * API key; it is kept and scoped like every other token.
+ *
  * The file is written atomically (mode 0600) by the daemon; one written by hand is accepted only
  * if it is a regular file owned by the daemon's user (or root) that nobody else may write.
  */
@@ -22,6 +25,8 @@ const MAX_FILE = 4 << 20;
 /** A bearer token longer than this is refused before it is hashed. */
 const MAX_PRESENTED = 512;
 export const MIN_TOKEN = 32;
+/** The API key form E2B's JS SDK accepts (it refuses others). */
+export const E2B_KEY_RE = /^e2b_[0-9a-f]+$/;
 
 export const TenantName = z
   .string()
@@ -39,6 +44,8 @@ const TokenEntry = z.strictObject({
   created: z.string(),
   /** Sandboxes this token's tenant may hold at once (absent: only the daemon's limit). */
   max_sandboxes: z.number().int().min(0).max(1_000_000).optional(),
+  /** "e2b": an E2B API key (`e2b_` + hex); absent: a forkd token (`fkd_` + base64url). */
+  kind: z.literal("e2b").optional(),
 });
 export type TokenEntry = z.infer<typeof TokenEntry>;
 /** What is shown of a token: everything but its hash. */
@@ -149,11 +156,15 @@ export class TokenStore {
     tenant: string;
     scope: "admin" | "tenant";
     maxSandboxes?: number;
+    /** An E2B API key: `e2b_` + 64 hex digits. */
+    e2b?: boolean;
   }): Promise<{ token: string; entry: TokenView }> {
     return this.serial(async () => {
       if (this.entries.length >= MAX_TOKENS)
         throw new ForkdError("resource_exhausted", `at most ${MAX_TOKENS} tokens`);
-      const token = "fkd_" + randomBytes(32).toString("base64url");
+      const token = o.e2b
+        ? "e2b_" + randomBytes(32).toString("hex")
+        : "fkd_" + randomBytes(32).toString("base64url");
       const id =
         "tok-" +
         Array.from(randomBytes(12), (b) => B32[b & 31])
@@ -166,6 +177,7 @@ export class TokenStore {
         sha256: sha256(token).toString("hex"),
         created: new Date().toISOString(),
         ...(o.maxSandboxes !== undefined ? { max_sandboxes: o.maxSandboxes } : {}),
+        ...(o.e2b ? { kind: "e2b" as const } : {}),
       };
       await this.save([...this.entries, entry]);
       const { sha256: _h, ...view } = entry;

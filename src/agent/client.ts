@@ -49,6 +49,11 @@ const EVENTS = ["close", "broken", "resynced"] as const;
 export class AgentClient extends EventEmitter {
   /** The agent's PING, asked once (what it supports); cleared if it failed. */
   private features: Promise<PingResult> | null = null;
+  /**
+   * The sandbox-wide environment (its record's `env`): every exec and cell sees it under the
+   * request's own env, which wins on a clash. Set by the sandbox service whenever it hands out the client.
+   */
+  defaultEnv: Record<string, string> = {};
 
   private constructor(
     readonly socketPath: string,
@@ -99,7 +104,11 @@ export class AgentClient extends EventEmitter {
   }
 
   /** Runs a command; its output is paced by `handlers` (exec.ts). */
-  exec(req: ExecRequest, handlers?: ExecHandlers): ExecHandle {
+  exec(request: ExecRequest, handlers?: ExecHandlers): ExecHandle {
+    const req =
+      Object.keys(this.defaultEnv).length === 0
+        ? request
+        : { ...request, env: { ...this.defaultEnv, ...request.env } };
     if (req.user === undefined) return execCommand(this.conn, req, handlers);
     return gatedExec(this.requireKernels("exec as a user"), () => execCommand(this.conn, req, handlers));
   }
@@ -169,7 +178,11 @@ export class AgentClient extends EventEmitter {
     opts: EvalOptions = {},
   ): Promise<EvalResult> {
     if (language !== "python") await this.requireKernels(`eval in ${language}`);
-    return evalCode(this.conn, code, timeoutMs, language, opts);
+    const env = { ...this.defaultEnv, ...opts.env };
+    return evalCode(this.conn, code, timeoutMs, language, {
+      ...opts,
+      env: Object.keys(env).length > 0 ? env : undefined,
+    });
   }
 
   /** Creates, lists, deletes or restarts code contexts of the kernel of `language`. */

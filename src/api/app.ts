@@ -72,6 +72,7 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
         tsc_khz: s.info.accel.tscKhz,
       },
       started_at: s.info.startedAt,
+      e2b: s.info.e2b ?? null,
     }),
   );
   app.route("/v1/tokens", accessRoutes(s));

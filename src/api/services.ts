@@ -9,6 +9,7 @@ import type { SnapshotService } from "../snapshot/service.js";
 import type { SnapshotStore } from "../snapshot/store.js";
 import type { Logger } from "../util/log.js";
 import type { SandboxService } from "../sandbox/service.js";
+import type { E2bContext } from "../e2b/context.js";
 
 /** Bounds on request bodies, in bytes (see docs/operations.md, "Limits"). */
 export interface BodyLimits {
@@ -69,6 +70,8 @@ export interface Services {
     cacheDir: string;
     /** The data, cache and repository directories by logical name (kept from tenants' errors). */
     hostDirs: Record<string, string>;
+    /** Where E2B's API answers, once its listener listens (absent: not served). */
+    e2b?: { url: string; domain: string | null };
   };
   /** The tokens file (token management routes). */
   tokens: TokenStore;
@@ -81,6 +84,8 @@ export interface Services {
   };
   metrics: ApiMetrics;
   audit: { append(r: AuditRecord): void };
+  /** E2B's API (src/e2b), when the daemon serves it (FORKD_E2B_LISTEN). */
+  e2b?: E2bContext;
 }
 
 /** What differs between listeners: the unix socket serves the local admin, TCP needs tokens. */

@@ -14,6 +14,7 @@ import { fileCommands } from "./commands/files.js";
 import { sandboxCommands } from "./commands/sandboxes.js";
 import { snapshotCommands } from "./commands/snapshots.js";
 import { tokenCommands } from "./commands/tokens.js";
+import { e2bCommands } from "./commands/e2b.js";
 import { transferCommands } from "./commands/transfer.js";
 import { makeContext } from "./context.js";
 import type { CliContext } from "./context.js";
@@ -51,6 +52,7 @@ function buildProgram(ctx: CliContext): Command {
   fileCommands(program, ctx);
   transferCommands(program, ctx);
   tokenCommands(program, ctx);
+  e2bCommands(program, ctx);
   return program;
 }
 

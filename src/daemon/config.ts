@@ -1,7 +1,8 @@
 /**
  * The daemon's access settings, read once from the environment and checked before anything
- * listens: the TCP listener (FORKD_LISTEN, with tokens, optionally TLS), request limits and the
- * audit log. Every number is validated; a bad setting stops the daemon with a clear message.
+ * listens: the TCP listener (FORKD_LISTEN, with tokens, optionally TLS), E2B's API listener
+ * (FORKD_E2B_LISTEN, the same tokens and TLS), request limits and the audit log. Every number is
+ * validated; a bad setting stops the daemon with a clear message.
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -21,8 +22,18 @@ export interface TcpConfig {
   maxConnections: number;
 }
 
+/** FORKD_E2B_LISTEN: where E2B's API (both its planes, src/e2b/server.ts) is served. */
+export interface E2bListenConfig extends TcpConfig {
+  /**
+   * FORKD_E2B_DOMAIN: the domain replies name (E2B's `domain`), under which `<port>-<id>.<domain>`
+   * reaches a sandbox; null: none (clients use E2B_SANDBOX_URL).
+   */
+  domain: string | null;
+}
+
 export interface AccessConfig {
   tcp: TcpConfig | null;
+  e2b: E2bListenConfig | null;
   /** FORKD_TOKEN: an admin token (checked for strength). */
   adminToken: string | undefined;
   tokensFile: string;
@@ -57,37 +68,42 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
     const weak = weakTokenReason(adminToken);
     if (weak) throw new ForkdError("invalid_argument", `FORKD_TOKEN is refused: ${weak}`);
   }
-  let tcp: TcpConfig | null = null;
-  const listen = env.FORKD_LISTEN;
-  if (listen) {
-    const m = /^\[?([^\]]*)\]?:(\d+)$/.exec(listen);
-    const port = Number(m?.[2]);
-    if (!m || m[1] === undefined || m[1] === "" || !(port >= 0 && port < 65536))
-      throw new ForkdError("invalid_argument", "FORKD_LISTEN must be HOST:PORT (IPv6: [ADDR]:PORT)");
-    const certPath = env.FORKD_TLS_CERT;
-    const keyPath = env.FORKD_TLS_KEY;
-    if (!certPath !== !keyPath)
-      throw new ForkdError("invalid_argument", "FORKD_TLS_CERT and FORKD_TLS_KEY go together");
-    const read = async (p: string, what: string) =>
-      readFile(p).catch((e: unknown) => {
-        throw new ForkdError("invalid_argument", `cannot read ${what} ${p}: ${String(e)}`);
-      });
-    tcp = {
-      host: m[1],
-      port,
-      loopback: isLoopback(m[1]),
-      tls:
-        certPath && keyPath
-          ? { cert: await read(certPath, "FORKD_TLS_CERT"), key: await read(keyPath, "FORKD_TLS_KEY") }
-          : null,
-      maxConnections: int(env, "FORKD_MAX_CONNECTIONS", 1024, 1),
-    };
-  } else if (env.FORKD_TLS_CERT || env.FORKD_TLS_KEY) {
-    throw new ForkdError("invalid_argument", "FORKD_TLS_CERT/FORKD_TLS_KEY need FORKD_LISTEN");
+  const certPath = env.FORKD_TLS_CERT;
+  const keyPath = env.FORKD_TLS_KEY;
+  if (!certPath !== !keyPath)
+    throw new ForkdError("invalid_argument", "FORKD_TLS_CERT and FORKD_TLS_KEY go together");
+  if (certPath && !env.FORKD_LISTEN && !env.FORKD_E2B_LISTEN)
+    throw new ForkdError(
+      "invalid_argument",
+      "FORKD_TLS_CERT/FORKD_TLS_KEY need FORKD_LISTEN or FORKD_E2B_LISTEN",
+    );
+  const read = async (p: string, what: string) =>
+    readFile(p).catch((e: unknown) => {
+      throw new ForkdError("invalid_argument", `cannot read ${what} ${p}: ${String(e)}`);
+    });
+  const tls =
+    certPath && keyPath
+      ? { cert: await read(certPath, "FORKD_TLS_CERT"), key: await read(keyPath, "FORKD_TLS_KEY") }
+      : null;
+  const maxConnections = int(env, "FORKD_MAX_CONNECTIONS", 1024, 1);
+  const listener = (name: string, v: string): TcpConfig => {
+    const a = parseListen(name, v);
+    return { ...a, loopback: isLoopback(a.host), tls, maxConnections };
+  };
+  const tcp = env.FORKD_LISTEN ? listener("FORKD_LISTEN", env.FORKD_LISTEN) : null;
+  let e2b: E2bListenConfig | null = null;
+  if (env.FORKD_E2B_LISTEN) {
+    const l = listener("FORKD_E2B_LISTEN", env.FORKD_E2B_LISTEN);
+    if (tcp && tcp.port !== 0 && tcp.port === l.port && tcp.host === l.host)
+      throw new ForkdError("invalid_argument", "FORKD_E2B_LISTEN and FORKD_LISTEN must differ");
+    e2b = { ...l, domain: e2bDomain(env.FORKD_E2B_DOMAIN) };
+  } else if (env.FORKD_E2B_DOMAIN) {
+    throw new ForkdError("invalid_argument", "FORKD_E2B_DOMAIN needs FORKD_E2B_LISTEN");
   }
   const d = DEFAULT_BODY_LIMITS;
   return {
     tcp,
+    e2b,
     adminToken,
     tokensFile: env.FORKD_TOKENS_FILE || join(dataDir, "tokens.json"),
     body: {
@@ -113,4 +129,25 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
       keep: int(env, "FORKD_AUDIT_KEEP", 8, 1),
     },
   };
+}
+
+/** HOST:PORT (IPv6: [ADDR]:PORT) of a listener setting. */
+export function parseListen(name: string, v: string): { host: string; port: number } {
+  const m = /^\[?([^\]]*)\]?:(\d+)$/.exec(v);
+  const port = Number(m?.[2]);
+  if (!m || m[1] === undefined || m[1] === "" || !(port >= 0 && port < 65536))
+    throw new ForkdError("invalid_argument", `${name} must be HOST:PORT (IPv6: [ADDR]:PORT)`);
+  return { host: m[1], port };
+}
+
+/** FORKD_E2B_DOMAIN: a DNS name (lowercase labels), or null when unset. */
+function e2bDomain(v: string | undefined): string | null {
+  if (!v) return null;
+  const d = v.toLowerCase();
+  if (
+    d.length > 200 ||
+    !/^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/.test(d)
+  )
+    throw new ForkdError("invalid_argument", `FORKD_E2B_DOMAIN must be a DNS name, not ${JSON.stringify(v)}`);
+  return d;
 }

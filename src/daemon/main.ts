@@ -49,6 +49,9 @@ import { ImagePuller } from "../oci/puller.js";
 import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
 import { installFailurePolicy } from "./failure-policy.js";
+import { AccessTokens } from "../e2b/access-token.js";
+import { createE2bHandler, listenE2b } from "../e2b/server.js";
+import { interpreterHandler } from "../e2b/interpreter/handler.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -119,7 +122,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     log,
     qemuBinary: qemu,
     jailer,
-    protectedPorts: cfg.tcp ? [cfg.tcp.port] : [],
+    protectedPorts: [...(cfg.tcp ? [cfg.tcp.port] : []), ...(cfg.e2b ? [cfg.e2b.port] : [])],
   });
   // A dead daemon's children outlive it: a snapshot's parent VM (unjailed, running from run/ on
   // a memory file in a staging directory), helpers writing a branch or an unpack. They are
@@ -252,6 +255,15 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     },
     metrics,
     audit,
+    ...(cfg.e2b
+      ? {
+          e2b: {
+            auth,
+            accessTokens: await AccessTokens.open(paths.dataDir),
+            domain: cfg.e2b.domain,
+          },
+        }
+      : {}),
   };
   const servers: Server[] = [];
   const unix = createAdaptorServer({ fetch: createApp(services).fetch }) as Server;
@@ -277,9 +289,24 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     if (!cfg.tcp.tls && !cfg.tcp.loopback)
       log.warn("TCP listener without TLS on a non-loopback address: tokens cross the network in clear");
   }
+  let e2bAddress: string | null = null;
+  if (cfg.e2b) {
+    const server = await listenE2b(
+      cfg.e2b,
+      createE2bHandler(services, { interpreter: interpreterHandler(services) }),
+    );
+    servers.push(server);
+    const a = server.address();
+    e2bAddress = a && typeof a === "object" ? `${a.address}:${a.port}` : null;
+    if (a && typeof a === "object")
+      services.info.e2b = { url: e2bUrl(cfg.e2b, a.port), domain: cfg.e2b.domain };
+    if (!cfg.e2b.tls && !cfg.e2b.loopback)
+      log.warn("E2B listener without TLS on a non-loopback address: keys cross the network in clear");
+  }
   log.info("forkd daemon listening", {
     socket: paths.socket,
     tcp: tcpAddress,
+    e2b: e2bAddress,
     tls: cfg.tcp?.tls ? true : false,
     tokens: tokens.size,
     audit: audit.path,
@@ -343,6 +370,12 @@ async function listenTcp(t: TcpConfig, app: ReturnType<typeof createApp>): Promi
     server.listen(t.port, t.host, () => resolve());
   });
   return server;
+}
+
+/** The E2B listener's URL as a client on this host reaches it (an unspecified address: loopback). */
+function e2bUrl(t: TcpConfig, port: number): string {
+  const host = t.host === "0.0.0.0" ? "127.0.0.1" : t.host === "::" ? "::1" : t.host;
+  return `${t.tls ? "https" : "http"}://${host.includes(":") ? `[${host}]` : host}:${port}`;
 }
 
 function listen(server: Server, path: string): Promise<void> {

@@ -25,7 +25,7 @@ import { fanoutJournal } from "./recovery.js";
 import { register } from "./register.js";
 import { retire } from "./retire.js";
 import { GUEST_DEFAULT_PIDS } from "./sandbox.js";
-import type { ReadonlySandbox, Sandbox, SandboxLimits, SandboxRecord } from "./sandbox.js";
+import type { E2bRecord, ReadonlySandbox, Sandbox, SandboxLimits, SandboxRecord } from "./sandbox.js";
 import { settleWithLimit } from "../util/settle-with-limit.js";
 import { limitsFor } from "./vmm-limits.js";
 
@@ -55,6 +55,14 @@ export interface ForkOptions {
   limits?: SandboxLimits;
   /** The children's network (default none). */
   network?: NetworkSpec;
+  /** Sandbox-wide environment: every command of each child sees it (record.env). */
+  env?: Record<string, string>;
+  /** An absolute timeout, counted from each child's creation (null or absent: none). */
+  deadlineMs?: number | null;
+  /** What the deadline does (default kill). */
+  onDeadline?: "kill" | "pause";
+  /** E2B's settings (src/e2b), kept in the record. */
+  e2b?: E2bRecord;
 }
 
 /**
@@ -170,13 +178,15 @@ async function forkOne(
     await net.start();
     const readyMs = since(t1);
     const limited = cgroups !== undefined && cgroups.mode !== "none";
+    const created = new Date();
+    const deadlineMs = opts.deadlineMs ?? null;
     const record: SandboxRecord = {
       format: 1,
       id: p.id,
       tag,
       pid: p.vm.pid,
       pidStartTime: p.vm.id.startTime,
-      created: new Date().toISOString(),
+      created: created.toISOString(),
       timings: { launchMs, restoreMs, readyMs, totalMs: since(t0) },
       fromPool: pooled !== null,
       timeoutMs: opts.timeoutMs ?? null,
@@ -192,6 +202,14 @@ async function forkOne(
       },
       network: net.record(),
       fanout: fanout.id,
+      ...(opts.env && Object.keys(opts.env).length > 0 ? { env: opts.env } : {}),
+      ...(deadlineMs !== null
+        ? {
+            deadline: new Date(created.getTime() + deadlineMs).toISOString(),
+            onDeadline: opts.onDeadline ?? "kill",
+          }
+        : {}),
+      ...(opts.e2b ? { e2b: opts.e2b } : {}),
     };
     await fanout.journaled;
     ctx.crash("fork:before-record");

@@ -71,6 +71,26 @@ export const SandboxRecordSchema: z.ZodType<SandboxRecord> = z.looseObject({
     .string()
     .regex(/^[a-z0-9-]{1,64}$/)
     .optional(),
+  env: z.record(z.string().max(256), z.string().max(1 << 16)).optional(),
+  deadline: z
+    .string()
+    .refine((s) => Number.isFinite(Date.parse(s)), "not a time")
+    .nullable()
+    .optional(),
+  onDeadline: z.enum(["kill", "pause"]).optional(),
+  e2b: z
+    .object({
+      secure: z.boolean(),
+      autoResume: z.boolean().optional(),
+      allowInternetAccess: z.boolean().nullable().optional(),
+      network: z
+        .object({
+          allowOut: z.array(z.string().max(256)).max(256).optional(),
+          denyOut: z.array(z.string().max(256)).max(256).optional(),
+        })
+        .optional(),
+    })
+    .optional(),
 });
 
 /** What recovery found in a sandbox directory. */

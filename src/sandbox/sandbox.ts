@@ -39,6 +39,31 @@ export interface SandboxRecord {
    * <sandboxes>/.fanout-<id> exists): a daemon that died first adopts it as unclaimed.
    */
   fanout?: string;
+  /**
+   * Sandbox-wide environment (E2B's `envVars`, the REST API's `env`): every command and cell of
+   * the sandbox sees it, under its own request's env.
+   */
+  env?: Record<string, string>;
+  /**
+   * An absolute timeout (ISO time; null or absent: none): when it comes, the sweeper does
+   * `onDeadline` to the running sandbox, in use or idle (E2B's timeout).
+   */
+  deadline?: string | null;
+  /** What the deadline does: kill (default) or pause. */
+  onDeadline?: "kill" | "pause";
+  /** What only E2B's API (src/e2b) keeps of a sandbox it created. */
+  e2b?: E2bRecord;
+}
+
+/** E2B's settings of a sandbox created through its API. */
+export interface E2bRecord {
+  /** Created `secure`: the sandbox plane asks for its envd access token (src/e2b/auth.ts). */
+  secure: boolean;
+  /** Paused, it resumes when the sandbox plane is asked for it. */
+  autoResume?: boolean;
+  /** What was asked, echoed by its info (null: not asked). */
+  allowInternetAccess?: boolean | null;
+  network?: { allowOut?: string[]; denyOut?: string[] };
 }
 
 /** A paused sandbox's saved state (files in its own directory). */
@@ -120,6 +145,7 @@ export function newSandbox(
   agent: AgentClient | null,
   net: Attachment | null,
 ): Sandbox {
+  if (agent) agent.defaultEnv = record.env ?? {};
   return {
     record,
     dir,
@@ -148,6 +174,12 @@ export function endsAt(s: Sandbox): number | null {
   return l === null ? null : Date.parse(s.record.created) + l;
 }
 
+/** When its absolute timeout (record.deadline) comes, while it runs (null: it has none). */
+export function deadlineOf(s: Sandbox): number | null {
+  const d = s.record.deadline ?? null;
+  return d === null ? null : Date.parse(d);
+}
+
 /** When the idle timeout kills `s` if nothing uses it first (null: never, or in use now). */
 export function expiresAt(s: Sandbox): number | null {
   const t = s.record.timeoutMs ?? null;
@@ -160,6 +192,7 @@ export type ReadonlySandbox = Readonly<Sandbox>;
 
 /** Marks `s` running on `vm`, with its agent connection and network (a fork, a resume, an adoption). */
 export function markRunning(s: Sandbox, vm: Vm, agent: AgentClient, net: Attachment | null): void {
+  agent.defaultEnv = s.record.env ?? {};
   s.vm = vm;
   s.agent = agent;
   s.net = net;

@@ -3,7 +3,7 @@
  * is its facade: it builds the shared context (context.ts) and hands each call to the file of
  * its operation:
  *   registry.ts        the live registry (and children being forked)
- *   sweeper.ts         idle timeout and lifetime
+ *   sweeper.ts         idle timeout, deadline and lifetime
  *   fork.ts            fan-out of children (prepare.ts starts a VMM; pool.ts keeps some warm)
  *   branch.ts          BRANCH (a running sandbox becomes a snapshot)
  *   pause.ts resume.ts suspend and resume
@@ -46,7 +46,7 @@ import { resume } from "./resume.js";
 import { kill } from "./retire.js";
 import type { ReadonlySandbox, Sandbox } from "./sandbox.js";
 import { detachAll, killAll } from "./shutdown.js";
-import { setIdleTimeout, Sweeper } from "./sweeper.js";
+import { setDeadline, setIdleTimeout, Sweeper } from "./sweeper.js";
 
 export interface SandboxServiceOptions {
   root: string;
@@ -163,6 +163,14 @@ export class SandboxService {
   /** Sets (or with null clears) the idle timeout, counted from now; persisted with the record. */
   setIdleTimeout(id: string, timeoutMs: number | null): Promise<ReadonlySandbox> {
     return setIdleTimeout(this.ctx, id, timeoutMs);
+  }
+
+  /**
+   * Sets (or with null clears) the absolute deadline of a running or paused sandbox, `ms` from
+   * now; persisted with the record (sweeper.ts).
+   */
+  setDeadline(id: string, ms: number | null): Promise<ReadonlySandbox> {
+    return setDeadline(this.ctx, id, ms);
   }
 
   /** Pre-started VMMs waiting, by snapshot tag. */

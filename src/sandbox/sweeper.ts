@@ -1,14 +1,15 @@
 /**
- * The idle timeout and the lifetime: the sweeper kills sandboxes past their lifetime (running
- * or paused) or idle past their timeout (or pauses them, as asked), and forgets exited ones
- * after a while; setIdleTimeout() changes a sandbox's timeout.
+ * The idle timeout, the absolute deadline and the lifetime: the sweeper kills sandboxes past
+ * their lifetime (running or paused), running ones past their deadline (in use or not) or idle
+ * past their timeout (or pauses them, as asked), and forgets exited ones after a while;
+ * setIdleTimeout() and setDeadline() change them.
  */
-import { errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
 import type { SandboxContext } from "./context.js";
 import { pause } from "./pause.js";
 import { saveRecord } from "./record.js";
 import { retire } from "./retire.js";
-import { endsAt, expiresAt } from "./sandbox.js";
+import { deadlineOf, endsAt, expiresAt } from "./sandbox.js";
 import type { Sandbox } from "./sandbox.js";
 
 /** Exited sandboxes stay listed (with why they exited) this long. */
@@ -43,10 +44,16 @@ export class Sweeper {
       if (this.acting.has(id)) continue;
       const at = expiresAt(s);
       const end = endsAt(s);
+      const deadline = deadlineOf(s);
       if (end !== null && now >= end && s.state !== "exited" && s.transition === null) {
         const ms = s.record.limits?.lifetimeMs ?? 0;
         ctx.log.info("sandbox lifetime over", { id, lifetime_ms: ms });
         this.act(id, () => retire(s, `killed by the host: lifetime of ${ms / 1000} s over`, true));
+      } else if (deadline !== null && now >= deadline && s.state === "running" && s.transition === null) {
+        const action = s.record.onDeadline ?? "kill";
+        ctx.log.info("sandbox deadline", { id, deadline: s.record.deadline, action });
+        if (action === "pause") this.act(id, () => pauseAtDeadline(ctx, s));
+        else this.act(id, () => retire(s, "timeout: its deadline came", true));
       } else if (at !== null && s.busy === 0 && s.transition === null && now >= at) {
         ctx.log.info("sandbox idle timeout", {
           id,
@@ -76,6 +83,37 @@ export class Sweeper {
       .catch((e: unknown) => this.ctx.log.warn("sweeper action failed", { id, error: errorMessage(e) }))
       .finally(() => this.acting.delete(id));
   }
+}
+
+/**
+ * The deadline's pause: the sandbox keeps its state, and its deadline is cleared (a resume sets a
+ * new one, or none); a pause that fails kills it.
+ */
+async function pauseAtDeadline(ctx: SandboxContext, s: Sandbox): Promise<void> {
+  const id = s.record.id;
+  try {
+    await pause(ctx, id);
+  } catch (e) {
+    ctx.log.warn("deadline pause failed; killing", { id, error: errorMessage(e) });
+    await retire(s, "timeout: its deadline came (pause failed)", true);
+    return;
+  }
+  if (s.state !== "paused") return;
+  s.record = { ...s.record, deadline: null };
+  await saveRecord(s.dir, s.record);
+}
+
+/**
+ * Sets (or with null clears) the absolute deadline of `id` (running or paused), `ms` from now;
+ * persisted, so a restarted daemon keeps it.
+ */
+export async function setDeadline(ctx: SandboxContext, id: string, ms: number | null): Promise<Sandbox> {
+  const s = ctx.live.get(id);
+  if (s.state === "exited")
+    throw new ForkdError("conflict", `sandbox ${id} has exited`, { id, state: s.state });
+  s.record = { ...s.record, deadline: ms === null ? null : new Date(Date.now() + ms).toISOString() };
+  await saveRecord(s.dir, s.record);
+  return s;
 }
 
 /** Sets (or with null clears) the idle timeout of running `id`, counted from now; persisted. */

@@ -1,104 +1,55 @@
 /**
  * E2B's code interpreter (port 49999) against forkd, driven by the unmodified npm
- * `@e2b/code-interpreter` SDK in its E2B_SANDBOX_URL mode: cells keep state, logs stream while a
- * cell runs (onStdout), errors, a value's text, a matplotlib chart as PNG, contexts, JavaScript,
- * bash, per-cell envs, an unsupported language, and a client that hangs up
- * mid-stream (the daemon goes on and the next cell runs: the cut cell was interrupted).
- *
- * The daemon runs in this process (startDaemon) and the interpreter's handler is served by a
- * tiny node:http server routing by E2B's E2b-Sandbox-Id/E2b-Sandbox-Port headers, as the E2B
- * listener does, against sandboxes forked through forkd's own REST API. One daemon, two
- * snapshots (python, node).
+ * `@e2b/code-interpreter` SDK through the daemon's E2B listener (FORKD_E2B_LISTEN, an e2b_ key,
+ * E2B_API_URL / E2B_SANDBOX_URL): cells keep state, logs stream while a cell runs (onStdout),
+ * errors, a value's text, a matplotlib chart as PNG, contexts, JavaScript, bash, envs (per cell
+ * and the sandbox's, from Sandbox.create's envs), an unsupported language, and a client that
+ * hangs up mid-stream (the daemon goes on and the next cell runs: the cut cell was interrupted);
+ * then forkd's own REST for contexts, context_id/env on eval and eval/stream. One daemon, the
+ * E2B-style snapshot (python, user `user`) and a node one.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
-import type { Server } from "node:http";
-import type { AddressInfo } from "node:net";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { NotFoundError, Sandbox } from "@e2b/code-interpreter";
-import { LOCAL } from "../../src/access/caller.js";
-import { startDaemon } from "../../src/daemon/main.js";
-import type { Daemon } from "../../src/daemon/main.js";
-import { interpreterHandler } from "../../src/e2b/interpreter/handler.js";
+import { startE2bDaemon } from "../helpers/e2b.js";
+import type { E2bDaemon } from "../helpers/e2b.js";
 import { apiRequest, rawRequest, readAll } from "../helpers/http.js";
 import type { Endpoint } from "../helpers/http.js";
 import { steps } from "../helpers/steps.js";
 
 const { step, failed } = steps();
-let dir: string;
-let daemon: Daemon;
+let e: E2bDaemon;
 let ep: Endpoint;
-let server: Server;
-let url: string;
 let py: Sandbox;
 let pyId: string;
 let js: Sandbox;
+const created: string[] = [];
 
 const api = <T>(method: string, path: string, body?: unknown) =>
   apiRequest<T>(ep, method, path, body, 1_800_000);
 
-/** E2B's SDK object for a forkd sandbox, reached through our sandbox URL (no control plane). */
-function e2bSandbox(sandboxId: string): Sandbox {
-  const Ctor = Sandbox as unknown as new (o: Record<string, unknown>) => Sandbox;
-  return new Ctor({ sandboxId, envdVersion: "0.4.0", sandboxUrl: url, apiKey: "e2b_00" });
-}
-
-async function fork(tag: string): Promise<string> {
-  const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", { snapshot_tag: tag, n: 1 });
-  const id = r.sandboxes[0]?.id;
-  assert.ok(id);
-  return id;
+async function create(template: string, opts: Parameters<typeof Sandbox.create>[1] = {}): Promise<Sandbox> {
+  const sbx = await Sandbox.create(template, { timeoutMs: 900_000, requestTimeoutMs: 300_000, ...opts });
+  created.push(sbx.sandboxId);
+  return sbx;
 }
 
 before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "forkd-it-e2bi-"));
-  daemon = await startDaemon({
-    env: {
-      ...process.env,
-      FORKD_DATA_DIR: dir,
-      FORKD_ACCEL: process.env.FORKD_ACCEL ?? "tcg",
-      FORKD_POOL_SIZE: "1",
-    },
-  });
-  ep = { socket: join(dir, "forkd.sock") };
-  const handle = interpreterHandler(daemon.services);
-  server = createServer((req, res) => {
-    const id = String(req.headers["e2b-sandbox-id"] ?? "");
-    const port = Number(req.headers["e2b-sandbox-port"] ?? 0);
-    let sandbox;
-    try {
-      sandbox = daemon.services.sandboxes.get(id);
-    } catch {
-      res.writeHead(404).end("no such sandbox");
-      return;
-    }
-    if (port !== 49999) {
-      res.writeHead(502).end("only the interpreter's port here");
-      return;
-    }
-    handle(req, res, { sandboxId: id, port }, { sandbox, caller: LOCAL });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  e = await startE2bDaemon();
+  Object.assign(process.env, e.env);
+  ep = e.daemon.ep;
 });
 
 after(async () => {
-  server?.closeAllConnections();
-  await new Promise((r) => server?.close(r));
-  await daemon?.close({ killSandboxes: true });
-  if (!failed()) await rm(dir, { recursive: true, force: true });
-  else console.error(`e2b-interpreter: daemon data kept in ${dir}`);
+  await Promise.all(created.map((id) => Sandbox.kill(id).catch(() => undefined)));
+  await e?.daemon.destroy(failed());
 });
 
-step("snapshots of the python and node templates; a sandbox of each", async () => {
-  await api("POST", "/v1/snapshots", { tag: "e2bi-py", template: "python" });
+step("the E2B-style snapshot and a node one; a sandbox of each through E2B's SDK", async () => {
   await api("POST", "/v1/snapshots", { tag: "e2bi-node", template: "node" });
-  pyId = await fork("e2bi-py");
-  py = e2bSandbox(pyId);
-  js = e2bSandbox(await fork("e2bi-node"));
+  py = await create(e.template, { envs: { SANDBOX_WIDE: "from-create" } });
+  pyId = py.sandboxId;
+  js = await create("e2bi-node");
 });
 
 step("runCode: state across cells, the value's text, the execution count", async () => {
@@ -180,11 +131,14 @@ step("contexts: their own globals and cwd; list, restart, delete", async () => {
   assert.ok(!(await py.listCodeContexts()).some((x) => x.id === c.id));
 });
 
-step("envs: a cell's own, restored after it", async () => {
-  const r = await py.runCode("import os\n(os.environ.get('MY_VAR'), os.environ.get('HOME') is not None)", {
+step("envs: a cell's own, over the sandbox's, restored after it", async () => {
+  const r = await py.runCode("import os\n(os.environ.get('MY_VAR'), os.environ.get('SANDBOX_WIDE'))", {
     envs: { MY_VAR: "cell" },
   });
-  assert.equal(r.text, "('cell', True)");
+  assert.equal(r.text, "('cell', 'from-create')");
+  const over = await py.runCode("os.environ['SANDBOX_WIDE']", { envs: { SANDBOX_WIDE: "mine" } });
+  assert.equal(over.text, "'mine'");
+  assert.equal((await py.runCode("os.environ['SANDBOX_WIDE']")).text, "'from-create'");
   assert.equal((await py.runCode("os.environ.get('MY_VAR')")).text, undefined, "restored: no value");
 });
 
@@ -204,9 +158,15 @@ step("language: js runs in the JavaScript kernel, bash as a command, others are 
 });
 
 step("a client hanging up mid-stream: the cell is interrupted, the next one runs", async () => {
-  const res = await fetch(`${url}/execute`, {
+  const token = (py as unknown as { envdAccessToken?: string }).envdAccessToken;
+  const res = await fetch(`${e.env.E2B_SANDBOX_URL}/execute`, {
     method: "POST",
-    headers: { "content-type": "application/json", "e2b-sandbox-id": pyId, "e2b-sandbox-port": "49999" },
+    headers: {
+      "content-type": "application/json",
+      "e2b-sandbox-id": pyId,
+      "e2b-sandbox-port": "49999",
+      ...(token ? { "x-access-token": token } : {}),
+    },
     body: JSON.stringify({
       code: "import time\nfor i in range(100000):\n    print(i, flush=True)\n    time.sleep(0.05)\nfinished = True",
     }),

@@ -731,6 +731,13 @@ export interface components {
                 tsc_khz: number;
             };
             started_at: string;
+            /** @description E2B's API (FORKD_E2B_LISTEN); null: not served. */
+            e2b: {
+                /** @description Where E2B's API answers (E2B_API_URL and E2B_SANDBOX_URL). */
+                url: string;
+                /** @description FORKD_E2B_DOMAIN (E2B_DOMAIN), if set. */
+                domain: string | null;
+            } | null;
         };
         Token: {
             id: string;
@@ -740,6 +747,11 @@ export interface components {
             created: string;
             /** @description Sandboxes the tenant may hold at once. */
             max_sandboxes?: number;
+            /**
+             * @description e2b: an E2B API key; absent: a forkd token.
+             * @constant
+             */
+            kind?: "e2b";
         };
         TokenList: {
             tokens: components["schemas"]["Token"][];
@@ -755,6 +767,8 @@ export interface components {
             scope: "admin" | "tenant";
             /** @description Sandboxes this tenant may hold at once through this token (default: no own limit). */
             max_sandboxes?: number;
+            /** @description An E2B API key (`e2b_` + hex, what E2B's SDKs accept) instead of a forkd token. */
+            e2b?: boolean;
         };
         TokenCreated: {
             /** @description The bearer token. Shown once: the daemon keeps only its sha256. */
@@ -1140,6 +1154,10 @@ export interface components {
             on_idle: "kill" | "pause";
             limits?: components["schemas"]["SandboxLimits"];
             network?: components["schemas"]["NetworkRequest"];
+            /** @description Sandbox-wide environment: every command and cell sees it, under its own request's env. */
+            env?: {
+                [key: string]: string;
+            };
         };
         SandboxNetwork: {
             /** @enum {string} */

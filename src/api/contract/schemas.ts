@@ -48,6 +48,12 @@ const Metadata = z
   .refine((m) => Object.keys(m).length <= 32, "at most 32 metadata keys")
   .describe("Free-form string labels kept with the sandbox (at most 32 keys).");
 
+const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
+const SandboxEnv = z
+  .record(EnvName.max(256), z.string().max(1 << 16))
+  .refine((m) => Object.keys(m).length <= 256, "at most 256 variables")
+  .describe("Sandbox-wide environment: every command and cell sees it, under its own request's env.");
+
 /** The daemon's error codes (src/util/errors.ts): one list for the TypeScript type and the wire. */
 export const ErrorCodeSchema = named(
   z
@@ -107,6 +113,13 @@ export const Version = named(
       tsc_khz: z.number().describe("The host TSC frequency given to guests (kHz)"),
     }),
     started_at: z.string(),
+    e2b: z
+      .object({
+        url: z.string().describe("Where E2B's API answers (E2B_API_URL and E2B_SANDBOX_URL)."),
+        domain: z.string().nullable().describe("FORKD_E2B_DOMAIN (E2B_DOMAIN), if set."),
+      })
+      .nullable()
+      .describe("E2B's API (FORKD_E2B_LISTEN); null: not served."),
   }),
   "Version",
 );
@@ -122,6 +135,7 @@ export const Token = named(
     scope: z.enum(["admin", "tenant"]),
     created: z.string(),
     max_sandboxes: z.number().int().optional().describe("Sandboxes the tenant may hold at once."),
+    kind: z.literal("e2b").optional().describe("e2b: an E2B API key; absent: a forkd token."),
   }),
   "Token",
   "An API token, without its secret (the daemon keeps only its sha256).",
@@ -140,6 +154,10 @@ export const CreateToken = named(
       .max(1_000_000)
       .optional()
       .describe("Sandboxes this tenant may hold at once through this token (default: no own limit)."),
+    e2b: z
+      .boolean()
+      .optional()
+      .describe("An E2B API key (`e2b_` + hex, what E2B's SDKs accept) instead of a forkd token."),
   }),
   "CreateToken",
 );
@@ -663,6 +681,7 @@ export const CreateSandboxes = named(
       .describe("What the idle timeout does: kill the sandbox, or pause it (resume brings it back)."),
     limits: SandboxLimits.optional(),
     network: NetworkRequest.optional(),
+    env: SandboxEnv.optional(),
   }),
   "CreateSandboxes",
 );
@@ -777,8 +796,6 @@ export const SetTimeout = named(
 );
 
 // ---------------------------------------------------------------- commands
-
-const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
 
 export const Exec = named(
   z.strictObject({

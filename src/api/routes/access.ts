@@ -14,7 +14,12 @@ export function accessRoutes(s: Services): Hono<ApiEnv> {
 
   app.post("/", async (c) => {
     const b = await parseBody(c, CreateToken);
-    const r = await s.tokens.create({ tenant: b.tenant, scope: b.scope, maxSandboxes: b.max_sandboxes });
+    const r = await s.tokens.create({
+      tenant: b.tenant,
+      scope: b.scope,
+      maxSandboxes: b.max_sandboxes,
+      e2b: b.e2b,
+    });
     noteTarget(c, "token_id", r.entry.id);
     noteTarget(c, "tenant", r.entry.tenant);
     s.log.info("token created", { id: r.entry.id, tenant: r.entry.tenant, scope: r.entry.scope });

@@ -11,7 +11,6 @@ import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
 import { Eval, Exec, PidParam, SendSignal, SIGNALS, StdinQuery, truthy } from "../contract/schemas.js";
 import type { EvalEvent, EvalResult, ExecEvent, ExecResult } from "../contract/schemas.js";
-import { requestEnv } from "../sandbox-env.js";
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { commandView } from "../views/command.js";
 import { toEnvelope } from "../errors.js";
@@ -196,7 +195,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.post("/:id/eval", async (c) => {
     const body = await parseBody(c, Eval);
     const id = c.req.param("id");
-    const env = requestEnv(s.sandboxes.get(id), body.env);
+    const env = body.env;
     const reply: EvalResultView = await s.sandboxes.use(id, (agent) =>
       agent.eval(body.code, body.timeout_ms, body.language, {
         ...(body.context_id ? { context: body.context_id } : {}),
@@ -210,7 +209,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.post("/:id/eval/stream", async (c) => {
     const body = await parseBody(c, Eval);
     const id = c.req.param("id");
-    const env = requestEnv(s.sandboxes.get(id), body.env);
+    const env = body.env;
     const lease = s.sandboxes.lease(id);
     const stream = replyStream(
       (sink) => {

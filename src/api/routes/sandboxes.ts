@@ -45,6 +45,7 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
           lifetimeMs: body.limits.lifetime_ms,
         },
         network: parseNetwork(body.network),
+        env: body.env,
       });
     } finally {
       quota();

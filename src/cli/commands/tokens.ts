@@ -13,24 +13,34 @@ export function tokenCommands(program: Command, ctx: CliContext): void {
     .requiredOption("--tenant <name>", "the tenant it acts for (lowercase letters, digits, _ . -)")
     .option("--admin", "an admin token: every tenant's sandboxes, token management, /metrics")
     .option("--max-sandboxes <n>", "sandboxes the tenant may hold at once", (v) => parseInt(v, 10))
+    .option("--e2b", "an E2B API key (e2b_ + hex, what E2B's SDKs accept as E2B_API_KEY)")
     .option("--json", "JSON output (token and its record)")
-    .action(async (o: { tenant: string; admin?: boolean; maxSandboxes?: number; json?: boolean }) => {
-      const r = await (
-        await ctx.ready()
-      ).createToken(
-        {
-          tenant: o.tenant,
-          scope: o.admin ? "admin" : "tenant",
-          ...(o.maxSandboxes !== undefined ? { max_sandboxes: o.maxSandboxes } : {}),
-        },
-        { timeoutMs: CALL_MS },
-      );
-      if (o.json) console.log(JSON.stringify(r, null, 2));
-      else {
-        ctx.say(`forkd: token ${r.info.id} for ${r.info.scope} ${r.info.tenant}; it is not shown again`);
-        console.log(r.token);
-      }
-    });
+    .action(
+      async (o: {
+        tenant: string;
+        admin?: boolean;
+        maxSandboxes?: number;
+        e2b?: boolean;
+        json?: boolean;
+      }) => {
+        const r = await (
+          await ctx.ready()
+        ).createToken(
+          {
+            tenant: o.tenant,
+            scope: o.admin ? "admin" : "tenant",
+            ...(o.maxSandboxes !== undefined ? { max_sandboxes: o.maxSandboxes } : {}),
+            ...(o.e2b ? { e2b: true } : {}),
+          },
+          { timeoutMs: CALL_MS },
+        );
+        if (o.json) console.log(JSON.stringify(r, null, 2));
+        else {
+          ctx.say(`forkd: token ${r.info.id} for ${r.info.scope} ${r.info.tenant}; it is not shown again`);
+          console.log(r.token);
+        }
+      },
+    );
 
   token
     .command("ls")

@@ -13,7 +13,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { z } from "zod";
 import type { Services } from "../../api/services.js";
-import { requestEnv } from "../../api/sandbox-env.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { readJsonBody } from "./body.js";
@@ -61,7 +60,7 @@ export async function execute(
     const body = await readJsonBody(req, ExecuteBody, BODY_MAX);
     const ctx = body.context_id ? parseE2bContextId(body.context_id) : null;
     const runner = ctx ? ctx.language : runnerOf(body.language);
-    const env = requestEnv(sb.sandbox, body.env_vars ?? undefined);
+    const env = body.env_vars ?? undefined; // over the sandbox's own (AgentClient.defaultEnv)
     lease = s.sandboxes.lease(sb.sandbox.record.id);
     if (runner === "bash") await runBash(lease, body.code, env, reply);
     else {

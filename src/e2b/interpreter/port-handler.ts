@@ -1,27 +1,7 @@
 /**
- * The sandbox plane's handler type for one guest port, declared here as
- * /work/helpers/issue14-interfaces.md fixes it until src/e2b/sandbox-plane.ts (envd's) and
- * src/e2b/auth.ts (control's) are on this branch: then these become re-exports of theirs.
+ * The sandbox plane's handler type for one guest port, and what it is given (the target and who
+ * may use the sandbox): src/e2b/sandbox-plane.ts and src/e2b/auth.ts define them; re-exported
+ * here so the interpreter's files name one place.
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Caller } from "../../access/caller.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
-
-/** Which sandbox and guest port a sandbox-plane request is for. */
-export interface SandboxTarget {
-  sandboxId: string;
-  port: number;
-}
-
-/** Who may use the sandbox (authorizeSandbox's answer). */
-export interface SandboxAccess {
-  sandbox: ReadonlySandbox;
-  caller: Caller;
-}
-
-export type SandboxPortHandler = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  t: SandboxTarget,
-  sb: SandboxAccess,
-) => void;
+export type { SandboxPortHandler, SandboxTarget } from "../sandbox-plane.js";
+export type { SandboxAccess } from "../auth.js";

@@ -1,0 +1,105 @@
+/**
+ * Who may use E2B's API, and which sandbox on its sandbox plane.
+ *
+ * Control plane: an API key (X-API-Key, or `Authorization: Bearer`) is one of the daemon's tokens
+ * (src/access/tokens.ts; `forkd token create --e2b` makes the `e2b_` + hex form E2B's SDKs want),
+ * scoped to its tenant exactly as on forkd's own API.
+ *
+ * Sandbox plane (authorizeSandbox): a sandbox created `secure` (E2B's default) answers only to
+ * its envd access token (X-Access-Token, access-token.ts). Another sandbox answers to its token
+ * too, or to an API key of its tenant (or an admin's); one created with `secure: false` also to a
+ * request with no credential (E2B's unsecured sandboxes). A sandbox that does not exist, has
+ * exited, or is another tenant's is not found, the same answer in every case; failed credentials
+ * count against the caller's address like failed tokens on forkd's TCP listener.
+ */
+import type { IncomingMessage } from "node:http";
+import { isAdmin } from "../access/caller.js";
+import type { Caller } from "../access/caller.js";
+import type { Authenticator } from "../access/tokens.js";
+import type { Services } from "../api/services.js";
+import type { ReadonlySandbox } from "../sandbox/sandbox.js";
+import { ForkdError } from "../util/errors.js";
+import { SANDBOX_ID_RE } from "../util/ids.js";
+import type { E2bContext } from "./context.js";
+import type { SandboxTarget } from "./sandbox-plane.js";
+
+export interface SandboxAccess {
+  sandbox: ReadonlySandbox;
+  caller: Caller;
+}
+
+const MAX_KEY = 512;
+
+const header = (req: IncomingMessage, name: string): string | undefined => {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+};
+
+/** The API key a request presents: X-API-Key, else a bearer token; null when it has none. */
+export function apiKeyOf(req: IncomingMessage): string | null {
+  const key = header(req, "x-api-key")?.trim();
+  if (key) return key.length > MAX_KEY ? "" : key;
+  const m = /^Bearer +(\S+) *$/i.exec(header(req, "authorization") ?? "");
+  return m?.[1] ?? null;
+}
+
+/** The caller an API key stands for, or null for a key that is none of the daemon's. */
+export function callerOfKey(auth: Authenticator, key: string): Caller | null {
+  return key === "" ? null : auth.authenticate(`Bearer ${key}`);
+}
+
+/** The caller a sandbox's access token stands for: its owner (null: an admin's sandbox). */
+export function ownerCaller(sb: ReadonlySandbox): Caller {
+  const owner = sb.record.owner ?? null;
+  return { name: owner ?? "admin", tenant: owner, tokenId: null, limited: true, maxSandboxes: null };
+}
+
+export const e2bOf = (s: Services): E2bContext => {
+  if (!s.e2b) throw new ForkdError("unavailable", "E2B's API is not served by this daemon");
+  return s.e2b;
+};
+
+/** Who may use sandbox `t.sandboxId` on the sandbox plane (throws not_found / unauthenticated). */
+export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTarget): SandboxAccess {
+  const e = e2bOf(s);
+  const remote = req.socket.remoteAddress ?? "unknown";
+  const wait = s.limits.authFailures.blockedFor(remote);
+  if (wait > 0)
+    throw new ForkdError(
+      "rate_limited",
+      `too many failed authentications from this address; retry after ${wait} s`,
+      {
+        retry_after_s: wait,
+      },
+    );
+  const fail = (message: string): ForkdError => {
+    s.limits.authFailures.fail(remote);
+    return new ForkdError("unauthenticated", message);
+  };
+  const notFound = new ForkdError("not_found", `sandbox ${t.sandboxId} not found`, { id: t.sandboxId });
+  const sb = SANDBOX_ID_RE.test(t.sandboxId)
+    ? s.sandboxes.list().find((x) => x.record.id === t.sandboxId)
+    : undefined;
+  const token = header(req, "x-access-token");
+  const key = apiKeyOf(req);
+  if (!sb || sb.state === "exited") {
+    // Credentials are still judged, so a guess is limited whether or not the id exists.
+    if (token !== undefined || (key !== null && callerOfKey(e.auth, key) === null))
+      s.limits.authFailures.fail(remote);
+    throw notFound;
+  }
+  if (token !== undefined) {
+    if (!e.accessTokens.matches(sb.record.id, token)) throw fail("invalid X-Access-Token for this sandbox");
+    return { sandbox: sb, caller: ownerCaller(sb) };
+  }
+  if (key !== null) {
+    const caller = callerOfKey(e.auth, key);
+    if (!caller) throw fail("invalid API key");
+    if (!isAdmin(caller) && caller.tenant !== (sb.record.owner ?? null)) throw notFound;
+    if (sb.record.e2b?.secure)
+      throw fail("this sandbox is secure: send its X-Access-Token (envdAccessToken)");
+    return { sandbox: sb, caller };
+  }
+  if (sb.record.e2b?.secure === false) return { sandbox: sb, caller: ownerCaller(sb) };
+  throw fail("missing X-Access-Token");
+}

@@ -1,0 +1,14 @@
+/**
+ * What E2B's API (src/e2b) is given besides the daemon's services: the authenticator its API
+ * keys go through (the daemon's tokens), the envd access tokens, and the domain its replies name.
+ * Built by the daemon's entry point when FORKD_E2B_LISTEN is set.
+ */
+import type { Authenticator } from "../access/tokens.js";
+import type { AccessTokens } from "./access-token.js";
+
+export interface E2bContext {
+  auth: Authenticator;
+  accessTokens: AccessTokens;
+  /** E2B's `domain` in replies (FORKD_E2B_DOMAIN); null: none. */
+  domain: string | null;
+}

@@ -1,0 +1,291 @@
+/**
+ * E2B's sandbox routes over forkd's sandbox service: create (a fork of the snapshot named by
+ * templateID), get, list (v1, and v2 with its query and X-Next-Token pagination), kill, timeout
+ * (forkd's absolute deadline), pause, resume and connect (which resumes a paused sandbox and only
+ * ever extends its deadline), refreshes, fork (one branch of the running source serves every
+ * fork) and metrics. A sandbox that is not the caller's is a 404, as one that does not exist.
+ */
+import { randomBytes } from "node:crypto";
+import { Hono } from "hono";
+import { isAdmin } from "../../access/caller.js";
+import type { Caller } from "../../access/caller.js";
+import type { Services } from "../../api/services.js";
+import { forkable } from "../../api/scope.js";
+import type { NetworkSpec } from "../../net/policy.js";
+import type { ForkOptions } from "../../sandbox/fork.js";
+import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
+import { ForkdError, errorMessage } from "../../util/errors.js";
+import { e2bOf } from "../auth.js";
+import { e2bError } from "../errors.js";
+import type { E2bApiContext, E2bEnv } from "./env.js";
+import { noteE2bTarget } from "./env.js";
+import { FORK_TAG_PREFIX, reapForkSnapshots } from "./fork-snapshots.js";
+import { listSandboxes } from "./list.js";
+import { sandboxMetrics } from "./metrics.js";
+import { networkOf } from "./network.js";
+import { readJson, readQuery } from "./parse.js";
+import {
+  ConnectBody,
+  ForkBody,
+  ListQuery,
+  NewSandbox,
+  PauseBody,
+  RefreshBody,
+  ResumeBody,
+  TimeoutBody,
+} from "./schemas.js";
+import { detailView, endAtOf, sandboxReply } from "./views.js";
+
+/** E2B's defaults, in seconds: v2 creation, connect and fork 300; v1 creation, resume and fork 15. */
+const V2_TIMEOUT_S = 300;
+const V1_TIMEOUT_S = 15;
+
+export const noSandbox = (id: string): ForkdError =>
+  new ForkdError("not_found", `sandbox ${id} not found`, { id });
+
+/** The caller's own sandbox `id` (running or paused), else not found. */
+export function visibleSandbox(s: Services, caller: Caller, id: string): ReadonlySandbox {
+  const sb = s.sandboxes.list().find((x) => x.record.id === id);
+  if (!sb || sb.state === "exited") throw noSandbox(id);
+  if (!isAdmin(caller) && (sb.record.owner ?? null) !== caller.tenant) throw noSandbox(id);
+  return sb;
+}
+
+const owned = (s: Services, tenant: string | null): number =>
+  s.sandboxes.list().filter((sb) => (sb.record.owner ?? null) === tenant && sb.state !== "exited").length;
+
+/** The network spec a running sandbox has, for its forks. */
+function specOf(sb: ReadonlySandbox): NetworkSpec | undefined {
+  const n = sb.record.network;
+  return n ? { mode: n.mode, egress: n.egress, expose: [] } : undefined;
+}
+
+export function sandboxRoutes(s: Services): Hono<E2bEnv> {
+  const app = new Hono<E2bEnv>();
+  const json = s.limits.body.json;
+  const caller = (c: E2bApiContext) => c.get("caller");
+  const idOf = (c: E2bApiContext) => {
+    const id = c.req.param("sandboxID") ?? "";
+    noteE2bTarget(c, "sandbox", id);
+    return id;
+  };
+
+  const create = (v2: boolean) => async (c: E2bApiContext) => {
+    const b = await readJson(c, NewSandbox, json);
+    const who = caller(c);
+    const tag = b.templateID;
+    noteE2bTarget(c, "template", tag);
+    if (b.volumeMounts && b.volumeMounts.length > 0)
+      throw new ForkdError("invalid_argument", "volumeMounts are not supported");
+    if (b.mcp) throw new ForkdError("invalid_argument", "mcp (the MCP gateway) is not supported");
+    if (b.iam?.tokens && Object.keys(b.iam.tokens).length > 0)
+      throw new ForkdError("invalid_argument", "iam tokens are not supported");
+    try {
+      await forkable(s, who, tag);
+    } catch (e) {
+      if (e instanceof ForkdError && e.code === "not_found")
+        throw new ForkdError("not_found", `template ${tag} not found`, { tag });
+      throw e;
+    }
+    const network = networkOf(s.sandboxes.networkStatus(), b.allow_internet_access, b.network);
+    const timeoutS = b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S);
+    const opts: ForkOptions = {
+      owner: who.tenant,
+      metadata: b.metadata ?? {},
+      env: b.envVars ?? undefined,
+      deadlineMs: timeoutS * 1000,
+      onDeadline: b.autoPause ? "pause" : "kill",
+      network,
+      e2b: {
+        secure: v2 ? true : b.secure === true,
+        ...(b.autoResume?.enabled ? { autoResume: true } : {}),
+        allowInternetAccess: b.allow_internet_access ?? null,
+        ...(b.network?.allowOut || b.network?.denyOut
+          ? { network: { allowOut: b.network.allowOut, denyOut: b.network.denyOut } }
+          : {}),
+      },
+    };
+    const release = s.limits.quota.reserve(who, 1, () => owned(s, who.tenant));
+    let r;
+    try {
+      r = await s.sandboxes.fork(tag, 1, opts);
+    } finally {
+      release();
+    }
+    const sb = r.sandboxes[0];
+    if (!sb) {
+      const f = r.failures[0];
+      throw new ForkdError(f?.code ?? "internal", f?.message ?? "the sandbox did not start");
+    }
+    s.metrics.fork(sb.record.timings.totalMs / 1000);
+    noteE2bTarget(c, "sandboxes", [sb.record.id]);
+    return c.json(sandboxReply(e2bOf(s), sb), 201);
+  };
+  app.post("/sandboxes", create(false));
+  app.post("/v2/sandboxes", create(true));
+
+  app.get("/sandboxes", async (c) => {
+    const q = readQuery(c, ListQuery);
+    const page = await listSandboxes(s, caller(c), {
+      metadata: q.metadata,
+      state: "running",
+      limit: Infinity,
+    });
+    return c.json(page.items);
+  });
+  app.get("/v2/sandboxes", async (c) => {
+    const q = readQuery(c, ListQuery);
+    const page = await listSandboxes(s, caller(c), {
+      metadata: q.metadata,
+      state: q.state,
+      limit: q.limit ?? 100,
+      nextToken: q.nextToken,
+      order: q.order,
+      startedAfter: q.startedAfter,
+      template: q.template,
+    });
+    if (page.nextToken) c.header("X-Next-Token", page.nextToken);
+    c.header("X-Total-Running", String(page.running));
+    return c.json(page.items);
+  });
+
+  app.get("/sandboxes/:sandboxID", async (c) =>
+    c.json(await detailView(s, e2bOf(s), visibleSandbox(s, caller(c), idOf(c)))),
+  );
+
+  app.delete("/sandboxes/:sandboxID", async (c) => {
+    const id = visibleSandbox(s, caller(c), idOf(c)).record.id;
+    await s.sandboxes.kill(id);
+    reap(s);
+    return c.body(null, 204);
+  });
+
+  app.post("/sandboxes/:sandboxID/timeout", async (c) => {
+    const b = await readJson(c, TimeoutBody, json);
+    const id = visibleSandbox(s, caller(c), idOf(c)).record.id;
+    await s.sandboxes.setDeadline(id, b.timeout * 1000);
+    return c.body(null, 204);
+  });
+
+  app.post("/sandboxes/:sandboxID/refreshes", async (c) => {
+    const b = await readJson(c, RefreshBody, json);
+    const sb = visibleSandbox(s, caller(c), idOf(c));
+    await extend(s, sb, (b.duration ?? 60) * 1000);
+    return c.body(null, 204);
+  });
+
+  app.post("/sandboxes/:sandboxID/pause", async (c) => {
+    await readJson(c, PauseBody, json);
+    const sb = visibleSandbox(s, caller(c), idOf(c));
+    if (sb.state === "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already paused`);
+    await s.sandboxes.pause(sb.record.id);
+    return c.body(null, 204);
+  });
+
+  // Resume: a paused sandbox runs again with a new deadline; a running one is a conflict.
+  app.post("/sandboxes/:sandboxID/resume", async (c) => {
+    const b = await readJson(c, ResumeBody, json);
+    const sb = visibleSandbox(s, caller(c), idOf(c));
+    if (sb.state !== "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already running`);
+    const id = sb.record.id;
+    await s.sandboxes.resume(id);
+    await s.sandboxes.setDeadline(id, (b.timeout ?? V1_TIMEOUT_S) * 1000);
+    return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
+  });
+
+  // Connect: 200 for a running sandbox (its deadline only ever extended), 201 for one resumed.
+  const connect = (v2: boolean) => async (c: E2bApiContext) => {
+    const b = await readJson(c, ConnectBody, json);
+    if (!v2 && b.timeout === undefined)
+      throw new ForkdError("invalid_argument", "invalid request body: timeout: required");
+    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const id = sb.record.id;
+    const ms = (b.timeout ?? V2_TIMEOUT_S) * 1000;
+    if (sb.state === "paused") {
+      await s.sandboxes.resume(id);
+      await s.sandboxes.setDeadline(id, ms);
+      return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
+    }
+    await extend(s, sb, ms);
+    return c.json(sandboxReply(e2bOf(s), sb), 200);
+  };
+  app.post("/sandboxes/:sandboxID/connect", connect(false));
+  app.post("/v2/sandboxes/:sandboxID/connect", connect(true));
+
+  // v1's fork defaults to 15 s, v2's (newer SDKs) to 300 s.
+  const forkRoute = (v2: boolean) => async (c: E2bApiContext) => {
+    const b = await readJson(c, ForkBody, json);
+    const who = caller(c);
+    const src = visibleSandbox(s, who, idOf(c));
+    if (src.state !== "running")
+      throw new ForkdError("conflict", `sandbox ${src.record.id} is paused: only a running sandbox forks`);
+    const count = b.count ?? 1;
+    const release = s.limits.quota.reserve(who, count, () => owned(s, who.tenant));
+    try {
+      // One branch of the running source (it keeps its id and deadline) serves every fork.
+      const br = await s.sandboxes.branch(
+        src.record.id,
+        `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`,
+        true,
+      );
+      noteE2bTarget(c, "snapshot", br.tag);
+      s.metrics.branchPause(br.pauseMs / 1000);
+      const r = await s.sandboxes.fork(br.tag, count, {
+        owner: src.record.owner ?? null,
+        metadata: src.record.metadata ?? {},
+        env: src.record.env,
+        deadlineMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
+        onDeadline: src.record.onDeadline ?? "kill",
+        network: specOf(src),
+        e2b: src.record.e2b ?? { secure: true },
+      });
+      noteE2bTarget(
+        c,
+        "sandboxes",
+        r.sandboxes.map((x) => x.record.id),
+      );
+      const e = e2bOf(s);
+      const out: unknown[] = Array.from({ length: count }, () => null);
+      const failed = new Set(r.failures.map((f) => f.index));
+      let next = 0;
+      for (let i = 0; i < count; i++) {
+        const f = r.failures.find((x) => x.index === i);
+        if (f) out[i] = { error: e2bError(new ForkdError(f.code, f.message)).body };
+        else if (!failed.has(i)) {
+          const sb = r.sandboxes[next++];
+          if (sb) {
+            s.metrics.fork(sb.record.timings.totalMs / 1000);
+            out[i] = { sandbox: sandboxReply(e, sb) };
+          }
+        }
+      }
+      return c.json(out, 201);
+    } finally {
+      release();
+      reap(s);
+    }
+  };
+  app.post("/sandboxes/:sandboxID/fork", forkRoute(false));
+  app.post("/v2/sandboxes/:sandboxID/fork", forkRoute(true));
+
+  app.get("/sandboxes/:sandboxID/metrics", async (c) => {
+    const sb = visibleSandbox(s, caller(c), idOf(c));
+    return c.json(await sandboxMetrics(s, sb));
+  });
+
+  return app;
+}
+
+/** Deletes the fork snapshots no sandbox needs any more, apart from the request. */
+function reap(s: Services): void {
+  reapForkSnapshots(s).catch((e: unknown) =>
+    s.log.warn("e2b: reaping fork snapshots failed", { error: errorMessage(e) }),
+  );
+}
+
+/** Moves the deadline to `ms` from now unless it is later already (or there is none). */
+async function extend(s: Services, sb: ReadonlySandbox, ms: number): Promise<void> {
+  if (sb.record.deadline === null || sb.record.deadline === undefined) return;
+  if (endAtOf(sb) >= Date.now() + ms) return;
+  await s.sandboxes.setDeadline(sb.record.id, ms);
+}

@@ -1,0 +1,87 @@
+/**
+ * E2B's snapshots over forkd's: create (POST /sandboxes/{id}/snapshots: a branch of the running
+ * sandbox, tagged with the name given or `snap-<random>`; the sandbox keeps running), list
+ * (GET /snapshots: the caller's snapshots branched from sandboxes, by tag, paginated like
+ * sandboxes) and delete (DELETE /templates/{id}, refused while sandboxes run from it). A
+ * snapshot's id is its tag, which POST /sandboxes takes as templateID.
+ */
+import { randomBytes } from "node:crypto";
+import { Hono } from "hono";
+import { canChange, canSee } from "../../api/scope.js";
+import type { Services } from "../../api/services.js";
+import { ForkdError } from "../../util/errors.js";
+import { TAG_RE } from "../../util/ids.js";
+import type { E2bEnv } from "./env.js";
+import { noteE2bTarget } from "./env.js";
+import { readJson, readQuery } from "./parse.js";
+import { FORK_TAG_PREFIX } from "./fork-snapshots.js";
+import { visibleSandbox } from "./sandboxes.js";
+import { SnapshotBody, SnapshotListQuery } from "./schemas.js";
+
+const noSnapshot = (id: string): ForkdError =>
+  new ForkdError("not_found", `snapshot ${id} not found`, { id });
+
+export function snapshotRoutes(s: Services): Hono<E2bEnv> {
+  const app = new Hono<E2bEnv>();
+
+  app.post("/sandboxes/:sandboxID/snapshots", async (c) => {
+    const b = await readJson(c, SnapshotBody, s.limits.body.json);
+    const sb = visibleSandbox(s, c.get("caller"), c.req.param("sandboxID"));
+    noteE2bTarget(c, "sandbox", sb.record.id);
+    const tag = b.name ?? `snap-${randomBytes(6).toString("hex")}`;
+    if (!TAG_RE.test(tag) || tag.startsWith(FORK_TAG_PREFIX))
+      throw new ForkdError(
+        "invalid_argument",
+        `name must match ${TAG_RE.source} (and not start with ${FORK_TAG_PREFIX})`,
+      );
+    if (sb.state !== "running")
+      throw new ForkdError(
+        "conflict",
+        `sandbox ${sb.record.id} is paused: only a running sandbox is snapshotted`,
+      );
+    noteE2bTarget(c, "snapshot", tag);
+    const r = await s.sandboxes.branch(sb.record.id, tag, true);
+    s.metrics.branchPause(r.pauseMs / 1000);
+    return c.json({ snapshotID: r.tag, names: [r.tag] }, 201);
+  });
+
+  app.get("/snapshots", async (c) => {
+    const q = readQuery(c, SnapshotListQuery);
+    const caller = c.get("caller");
+    const name = q.name?.replace(/:default$/, "");
+    const all = (await s.store.list())
+      .filter((m) => m.branch !== undefined && !m.tag.startsWith(FORK_TAG_PREFIX))
+      .filter((m) => canSee(caller, m.owner) && (m.owner ?? null) === caller.tenant)
+      .filter((m) => q.sandboxID === undefined || m.branch?.sandbox === q.sandboxID)
+      .filter((m) => name === undefined || m.tag === name)
+      .map((m) => m.tag)
+      .sort();
+    const from = q.nextToken ? all.findIndex((t) => t > q.nextToken!) : 0;
+    const start = from < 0 ? all.length : from;
+    const page = all.slice(start, start + (q.limit ?? 100));
+    const last = page[page.length - 1];
+    if (last !== undefined && start + page.length < all.length) c.header("X-Next-Token", last);
+    return c.json(page.map((tag) => ({ snapshotID: tag, names: [tag] })));
+  });
+
+  app.delete("/templates/:templateID", async (c) => {
+    const tag = c.req.param("templateID").replace(/:default$/, "");
+    noteE2bTarget(c, "snapshot", tag);
+    if (!TAG_RE.test(tag)) throw noSnapshot(tag);
+    const caller = c.get("caller");
+    let owner: string | null | undefined;
+    try {
+      owner = (await s.snapshots.get(tag)).meta.owner;
+    } catch (e) {
+      if (e instanceof ForkdError && e.code === "not_found") throw noSnapshot(tag);
+      throw e;
+    }
+    if (!canSee(caller, owner)) throw noSnapshot(tag);
+    if (!canChange(caller, owner))
+      throw new ForkdError("forbidden", `${tag} is shared; only an admin may delete it`);
+    await s.snapshots.delete(tag, { cascade: false, force: false });
+    return c.body(null, 204);
+  });
+
+  return app;
+}
