@@ -1,7 +1,7 @@
 /**
  * The lines of E2B's code interpreter `/execute` stream, made from forkd's cell results: one JSON
- * object per line, `type` one of stdout, stderr (`text`, `timestamp`), result (the MIME bundle as
- * E2B's fields: text, html, markdown, svg, png, jpeg, pdf, latex, json, javascript, other types in
+ * object per line, `type` one of stdout, stderr (`text`, `timestamp`: Unix ns), result (the MIME bundle as
+ * E2B's fields (`timestamp` in Unix nanoseconds, as E2B's Python SDK reads it): text, html, markdown, svg, png, jpeg, pdf, latex, json, javascript, other types in
  * `extra`; `is_main_result` for the cell's value), error (`name`, `value`, `traceback`),
  * number_of_executions (`execution_count`) and end_of_execution.
  */
@@ -24,7 +24,7 @@ const FIELDS: Record<string, string> = {
 };
 
 export function outputLine(stream: "stdout" | "stderr", text: string, now = new Date()): InterpreterLine {
-  return { type: stream, text, timestamp: now.toISOString() };
+  return { type: stream, text, timestamp: now.getTime() * 1_000_000 };
 }
 
 /** A MIME bundle as E2B's result line. */
