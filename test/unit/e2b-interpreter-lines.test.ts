@@ -22,13 +22,11 @@ const base: EvalResult = {
   execution_count: 3,
 };
 
-test("stdout and stderr lines carry the text and an ISO timestamp", () => {
+test("stdout and stderr lines carry the text and a timestamp in Unix nanoseconds", () => {
   const at = new Date("2026-12-01T10:00:00Z");
-  assert.deepEqual(outputLine("stdout", "hi\n", at), {
-    type: "stdout",
-    text: "hi\n",
-    timestamp: at.toISOString(),
-  });
+  const line = outputLine("stdout", "hi\n", at);
+  assert.deepEqual(line, { type: "stdout", text: "hi\n", timestamp: at.getTime() * 1e6 });
+  assert.ok(Number.isInteger(line.timestamp));
   assert.equal(outputLine("stderr", "e").type, "stderr");
 });
 
