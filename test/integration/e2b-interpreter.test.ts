@@ -127,7 +127,8 @@ step("contexts: their own globals and cwd; list, restart, delete", async () => {
   await py.restartCodeContext(c);
   assert.equal((await py.runCode("mine", { context: c })).error?.name, "NameError");
   await py.removeCodeContext(c);
-  await assert.rejects(py.runCode("1", { context: c }), NotFoundError);
+  // (a short requestTimeoutMs: the SDK leaves its request timer running when a call fails)
+  await assert.rejects(py.runCode("1", { context: c, requestTimeoutMs: 5_000 }), NotFoundError);
   assert.ok(!(await py.listCodeContexts()).some((x) => x.id === c.id));
 });
 
@@ -154,7 +155,7 @@ step("language: js runs in the JavaScript kernel, bash as a command, others are 
   assert.equal(sh.logs.stdout.join(""), "hi\n");
   assert.equal(sh.logs.stderr.join(""), "oops\n");
   assert.equal(sh.error?.name, "CommandExitError");
-  await assert.rejects(py.runCode("x", { language: "r" }), /400/);
+  await assert.rejects(py.runCode("x", { language: "r", requestTimeoutMs: 5_000 }), /400/);
 });
 
 step("a client hanging up mid-stream: the cell is interrupted, the next one runs", async () => {
