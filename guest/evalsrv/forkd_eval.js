@@ -63,6 +63,9 @@ const WRAP_HEAD = "(async () => {\n"; // on its own line: lineOffset -1 keeps us
 // cell code runs in this realm: our own references to the globals it might reuse as names
 const BufferG = globalThis.Buffer;
 const PromiseG = globalThis.Promise;
+const setTimeoutG = globalThis.setTimeout;
+const clearTimeoutG = globalThis.clearTimeout;
+const nowG = Date.now;
 const { stringify } = JSON;
 
 async function main() {
@@ -178,14 +181,14 @@ class Streamed {
       ]);
     }
     if (!buf.length) return;
-    if (!this.size) this.since = Date.now();
+    if (!this.size) this.since = nowG();
     this.pending.push(BufferG.from(buf));
     this.size += buf.length;
-    if (this.size >= STREAM_CHUNK || Date.now() - this.since >= STREAM_DELAY_MS) this.send();
-    else if (!this.timer) this.timer = setTimeout(() => this.send(), STREAM_DELAY_MS);
+    if (this.size >= STREAM_CHUNK || nowG() - this.since >= STREAM_DELAY_MS) this.send();
+    else if (!this.timer) this.timer = setTimeoutG(() => this.send(), STREAM_DELAY_MS);
   }
   send() {
-    if (this.timer) clearTimeout(this.timer);
+    if (this.timer) clearTimeoutG(this.timer);
     this.timer = null;
     if (this.ended || !this.size) return;
     let data = BufferG.concat(this.pending);
