@@ -6,7 +6,13 @@
  *   request = u32 BE length, u32 BE id, UTF-8 code
  *   reply   = u32 BE length, u32 BE id, UTF-8 JSON (the keys forkd_eval.py answers with)
  * Id 0 with empty code reseeds the generators we own (Math.random is replaced by one of ours,
- * seeded from /dev/urandom: V8's own cannot be reseeded).
+ * seeded from /dev/urandom: V8's own cannot be reseeded). A request whose code starts with a NUL
+ * byte carries options first (one line of JSON, then a newline, then the code), and a streamed
+ * cell's output frames have a body of 0x01, "o" or "e", then the bytes: as in forkd_eval.py.
+ *
+ * Contexts: the default one is Node's main realm (below); every other context is a realm of its
+ * own (vm.createContext) given the main realm's console, process, Buffer, timers, require,
+ * display and the like, so its globals are its own; each has its own execution count and cwd.
  *
  * Cells run notebook-style in Node's main realm (what `node`'s REPL uses: modules, Buffers and
  * errors share one set of built-ins with cell code). acorn parses each cell; top-level
@@ -32,6 +38,18 @@ const REPLY_MAX = 1000 * 1000; // encoded JSON bound (the agent's frame limit is
 const MIME_CAP = 512 * 1024; // characters of one rich output kept (larger ones are dropped)
 const DISPLAY_MAX = 32; // rich outputs kept per cell
 const REQUEST_MAX = 64 * 1024 * 1024; // a longer request is a broken stream
+const CONTEXTS_MAX = 32; // contexts besides the default one
+const STREAM_CAP = 4 * 1024 * 1024; // bytes of stdout/stderr streamed per cell and stream
+const STREAM_CHUNK = 32 * 1024; // a pending chunk this big is sent at once
+const STREAM_DELAY_MS = 50; // output may wait this long to be sent with more
+// what a context's realm is given of the main realm
+const REALM_GLOBALS = [
+  "console", "process", "Buffer", "setTimeout", "clearTimeout", "setInterval", "clearInterval",
+  "setImmediate", "clearImmediate", "queueMicrotask", "structuredClone", "URL", "URLSearchParams",
+  "TextEncoder", "TextDecoder", "AbortController", "AbortSignal", "atob", "btoa", "fetch",
+  "performance", "crypto", "EventTarget", "Event", "Blob", "Headers", "Request", "Response",
+  "FormData",
+];
 const REPRS = [
   ["text/html", "_repr_html_"],
   ["text/markdown", "_repr_markdown_"],
@@ -45,6 +63,9 @@ const WRAP_HEAD = "(async () => {\n"; // on its own line: lineOffset -1 keeps us
 // cell code runs in this realm: our own references to the globals it might reuse as names
 const BufferG = globalThis.Buffer;
 const PromiseG = globalThis.Promise;
+const setTimeoutG = globalThis.setTimeout;
+const clearTimeoutG = globalThis.clearTimeout;
+const nowG = Date.now;
 const { stringify } = JSON;
 
 async function main() {
@@ -135,6 +156,77 @@ class Capped {
   }
 }
 
+/** A streamed cell's stdout or stderr: sent as output frames while it runs (see the header). */
+class Streamed {
+  constructor(emit, tag) {
+    this.emit = emit; // (body) => void, writes one frame with the cell's id
+    this.tag = tag;
+    this.pending = [];
+    this.size = 0;
+    this.sent = 0;
+    this.since = 0;
+    this.timer = null;
+    this.truncated = false;
+    this.ended = false;
+  }
+  write(buf) {
+    if (this.ended) return; // a timer or promise writing after its cell ended: dropped
+    const room = STREAM_CAP - this.sent - this.size;
+    if (buf.length > room) {
+      if (this.truncated) return;
+      this.truncated = true;
+      buf = BufferG.concat([
+        BufferG.from(BufferG.from(buf.subarray(0, Math.max(room, 0))).toString("utf8").replace(/\ufffd$/, "")),
+        BufferG.from("\n[output truncated]\n"),
+      ]);
+    }
+    if (!buf.length) return;
+    if (!this.size) this.since = nowG();
+    this.pending.push(BufferG.from(buf));
+    this.size += buf.length;
+    if (this.size >= STREAM_CHUNK || nowG() - this.since >= STREAM_DELAY_MS) this.send();
+    else if (!this.timer) this.timer = setTimeoutG(() => this.send(), STREAM_DELAY_MS);
+  }
+  send() {
+    if (this.timer) clearTimeoutG(this.timer);
+    this.timer = null;
+    if (this.ended || !this.size) return;
+    let data = BufferG.concat(this.pending);
+    this.pending = [];
+    this.sent += this.size;
+    this.size = 0;
+    while (data.length) {
+      // frames of at most STREAM_CHUNK bytes, cut between UTF-8 sequences
+      let cut = Math.min(data.length, STREAM_CHUNK);
+      while (cut > STREAM_CHUNK - 4 && cut < data.length && (data[cut] & 0xc0) === 0x80) cut--;
+      this.emit(BufferG.concat([BufferG.from([1, this.tag.charCodeAt(0)]), data.subarray(0, cut)]));
+      data = data.subarray(cut);
+    }
+  }
+  /** Sends what is pending; nothing is sent after (the reply follows). */
+  text() {
+    this.send();
+    this.ended = true;
+    return "";
+  }
+}
+
+/** 16 hex digits from /dev/urandom. */
+function randomId(fs) {
+  const b = BufferG.alloc(8);
+  const fd = fs.openSync("/dev/urandom", "r");
+  try {
+    fs.readSync(fd, b, 0, 8, null);
+  } finally {
+    fs.closeSync(fd);
+  }
+  return b.toString("hex");
+}
+
+function opError(kind, message) {
+  return { ok: false, context_error: kind, error: { name: "ContextError", value: message, traceback: "" } };
+}
+
 function cap(text, limit = TEXT_CAP) {
   return text.length <= limit ? text : text.slice(0, limit) + "...[truncated]";
 }
@@ -185,7 +277,8 @@ function makeRandom(fs) {
 class Kernel {
   constructor(deps) {
     Object.assign(this, deps);
-    this.count = 0;
+    this.serial = 0; // cells run, all contexts: their file names
+    this.contexts = new Map(); // id -> { id, cwd, count, realm (null: the main realm) }
     this.cell = null; // the running cell: { out, err, interrupt }
     this.bg = { out: new Capped(), err: new Capped() }; // output between cells: the next cell's
     this.shown = [];
@@ -195,6 +288,7 @@ class Kernel {
 
   install({ proc, realExit, BufferC, inspect, setImmediateF, stringify }) {
     Object.assign(this, { proc, realExit, BufferC, inspect, setImmediateF, stringify });
+    this.contexts.set("default", { id: "default", cwd: proc.cwd(), count: 0, realm: null });
     this.rng.seed();
     Object.defineProperty(Math, "random", {
       value: this.rng.random,
@@ -241,6 +335,59 @@ class Kernel {
     hidden("display", (...objs) => this.display(objs));
     hidden("require", this.nodeModule.createRequire(this.path.join(proc.cwd(), "[cell]")));
     hidden("__forkd", Object.freeze({ import: (spec, opts) => this.importModule(spec, opts) }));
+    this.baseGlobals = new Set(Object.keys(globalThis));
+  }
+
+  /** A realm for a new context: its own globals, the main realm's I/O and helpers. */
+  newRealm() {
+    const g = {};
+    for (const name of REALM_GLOBALS) if (name in globalThis) g[name] = globalThis[name];
+    for (const name of ["display", "require", "__forkd"]) g[name] = globalThis[name];
+    const realm = this.vm.createContext(g);
+    Object.defineProperty(this.vm.runInContext("Math", realm), "random", {
+      value: this.rng.random,
+      writable: true,
+      configurable: true,
+      enumerable: false,
+    });
+    return realm;
+  }
+
+  /** A context operation: create, list, delete, restart. */
+  op(opts) {
+    const view = (c) => ({ id: c.id, cwd: c.cwd });
+    if (opts.op === "list") return { ok: true, contexts: [...this.contexts.values()].map(view) };
+    if (opts.op === "create") {
+      if (this.contexts.size > CONTEXTS_MAX) return opError("limit", `at most ${CONTEXTS_MAX} contexts per kernel`);
+      const cwd = opts.cwd || this.contexts.get("default").cwd;
+      let isDir = false;
+      try {
+        isDir = typeof cwd === "string" && this.fs.statSync(cwd).isDirectory();
+      } catch {
+        /* not a directory */
+      }
+      if (!isDir) return opError("invalid", `cwd ${stringify(cwd)} is not a directory`);
+      const id = randomId(this.fs);
+      const c = { id, cwd: this.path.resolve(cwd), count: 0, realm: this.newRealm() };
+      this.contexts.set(id, c);
+      return { ok: true, context: view(c) };
+    }
+    const c = typeof opts.context === "string" ? this.contexts.get(opts.context) : undefined;
+    if (!c) return opError("not_found", `no context ${stringify(opts.context)}`);
+    if (opts.op === "delete") {
+      if (c.id === "default") return opError("invalid", "the default context cannot be deleted");
+      this.contexts.delete(c.id);
+      return { ok: true, context: view(c) };
+    }
+    if (opts.op === "restart") {
+      if (c.id === "default") {
+        // the main realm cannot be replaced: what cells declared is removed from it
+        for (const k of Object.keys(globalThis)) if (!this.baseGlobals.has(k)) delete globalThis[k];
+      } else c.realm = this.newRealm();
+      c.count = 0;
+      return { ok: true, context: view(c) };
+    }
+    return opError("invalid", `unknown op ${stringify(opts.op)}`);
   }
 
   target() {
@@ -417,10 +564,21 @@ class Kernel {
     }
   }
 
-  async run(code) {
-    const n = ++this.count;
+  async run(code, opts, emit) {
+    opts = opts || {};
+    const ctx = this.contexts.get(typeof opts.context === "string" && opts.context ? opts.context : "default");
+    if (!ctx) return opError("not_found", `no context ${stringify(opts.context)}`);
+    const n = ++this.serial;
     const name = `<cell ${n}>`;
-    const result = emptyResult();
+    ctx.count++;
+    const result = { ...emptyResult(), context: ctx.id, execution_count: ctx.count };
+    const env = opts.env && typeof opts.env === "object" ? opts.env : {};
+    const savedEnv = {};
+    for (const [k, v] of Object.entries(env)) {
+      if (k.includes("=") || k.includes("\0") || String(v).includes("\0")) continue;
+      savedEnv[k] = Object.prototype.hasOwnProperty.call(this.proc.env, k) ? this.proc.env[k] : undefined;
+      this.proc.env[k] = String(v);
+    }
     let interrupt;
     let wasInterrupted = false;
     const interrupted = new PromiseG((_, reject) => {
@@ -430,8 +588,21 @@ class Kernel {
       };
     });
     interrupted.catch(() => {});
-    this.cell = { out: this.bg.out, err: this.bg.err, interrupt };
+    if (opts.stream && emit) {
+      const out = new Streamed(emit, "o");
+      const err = new Streamed(emit, "e");
+      for (const c of this.bg.out.chunks) out.write(c);
+      for (const c of this.bg.err.chunks) err.write(c);
+      this.cell = { out, err, interrupt };
+    } else {
+      this.cell = { out: this.bg.out, err: this.bg.err, interrupt };
+    }
     this.bg = { out: new Capped(), err: new Capped() };
+    try {
+      this.proc.chdir(ctx.cwd);
+    } catch (e) {
+      this.cell.err.write(this.BufferC.from(`[forkd: cannot enter the context's cwd ${ctx.cwd}: ${e.message}]\n`));
+    }
     this.shown = [];
     let wrapLine = -1;
     try {
@@ -455,7 +626,8 @@ class Kernel {
       // take it now, or the cell would start and that interrupt be lost
       await new PromiseG((r) => this.setImmediateF(r));
       if (wasInterrupted) throw interruptedError();
-      const ret = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+      const runOpts = { breakOnSigint: true, displayErrors: false };
+      const ret = ctx.realm ? script.runInContext(ctx.realm, runOpts) : script.runInThisContext(runOpts);
       const out = await PromiseG.race([this.acorn ? ret : { v: ret }, interrupted]);
       if (out && out.v !== undefined) {
         result.value = cap(this.safeInspect(out.v));
@@ -470,6 +642,15 @@ class Kernel {
     await new PromiseG((r) => this.setImmediateF(r));
     const cell = this.cell;
     this.cell = null;
+    for (const [k, v] of Object.entries(savedEnv)) {
+      if (v === undefined) delete this.proc.env[k];
+      else this.proc.env[k] = v;
+    }
+    try {
+      ctx.cwd = this.proc.cwd();
+    } catch {
+      /* its cwd was removed: kept as it was */
+    }
     result.display = this.shown.slice(0, DISPLAY_MAX);
     this.shown = [];
     result.stdout = cell.out.text();
@@ -591,6 +772,22 @@ function encode(result) {
   }
 }
 
+/** [code, options]: a payload starting with NUL carries a line of JSON options first. */
+function parseRequest(payload) {
+  if (payload[0] !== 0) return [payload.toString("utf8"), null];
+  const nl = payload.indexOf(10);
+  const head = payload.subarray(1, nl < 0 ? payload.length : nl).toString("utf8");
+  const code = nl < 0 ? "" : payload.subarray(nl + 1).toString("utf8");
+  let opts;
+  try {
+    opts = JSON.parse(head);
+  } catch {
+    opts = null;
+  }
+  if (!opts || typeof opts !== "object" || Array.isArray(opts)) opts = { op: "invalid" };
+  return [code, opts];
+}
+
 /** The frame loop: one request at a time, in order. */
 function serve(kernel, fds, { fs, net, proc, realExit, BufferC, setImmediateF }) {
   let buf = BufferC.alloc(0);
@@ -614,15 +811,23 @@ function serve(kernel, fds, { fs, net, proc, realExit, BufferC, setImmediateF })
     if (busy) return;
     busy = true;
     while (queue.length) {
-      const [id, code] = queue.shift();
+      const [id, code, opts] = queue.shift();
       let data;
+      const emit = (body) => {
+        const head = BufferC.alloc(8);
+        head.writeUInt32BE(body.length + 4, 0);
+        head.writeUInt32BE(id, 4);
+        writeAll(BufferC.concat([head, body]));
+      };
       try {
         let result;
-        if (id === 0 && code === "") {
+        if (id === 0 && code === "" && !opts) {
           kernel.rng.seed();
           result = emptyResult();
+        } else if (opts && "op" in opts) {
+          result = kernel.op(opts);
         } else {
-          result = await kernel.run(code);
+          result = await kernel.run(code, opts, emit);
         }
         data = encode(result);
       } catch (e) {
@@ -648,9 +853,9 @@ function serve(kernel, fds, { fs, net, proc, realExit, BufferC, setImmediateF })
       if (len < 4 || len > REQUEST_MAX) realExit(2); // not our protocol
       if (buf.length < 4 + len) break;
       const id = buf.readUInt32BE(4);
-      const code = buf.subarray(8, 4 + len).toString("utf8");
+      const [code, opts] = parseRequest(buf.subarray(8, 4 + len));
       buf = buf.subarray(4 + len);
-      queue.push([id, code]);
+      queue.push([id, code, opts]);
     }
     setImmediateF(() => void pump());
   });

@@ -7,6 +7,7 @@
  *   files.ts       READ/WRITE/STAT/LIST/MKDIR/REMOVE/RENAME/SYNC
  *   eval.ts        EVAL: cells of the warm kernels (python, javascript)
  *   watch.ts       WATCH: a directory's changes (inotify), streamed
+ *   eval-contexts.ts  code contexts of those kernels
  *   identity.ts    IDENTITY and PING
  *
  * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
@@ -22,7 +23,9 @@ import { dialUnix } from "../util/net.js";
 import { AgentConnection } from "./connection.js";
 import { ForkdError } from "../util/errors.js";
 import { evalCode } from "./eval.js";
-import type { EvalLanguage, EvalResult } from "./eval.js";
+import type { EvalLanguage, EvalOptions, EvalResult } from "./eval.js";
+import { contextOp } from "./eval-contexts.js";
+import type { CodeContext, ContextOp } from "./eval-contexts.js";
 import { execCommand } from "./exec.js";
 import { gatedExec } from "./exec-gate.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "./exec.js";
@@ -35,7 +38,8 @@ import { watchDir } from "./watch.js";
 import type { WatchEvent, WatchHandle, WatchOptions } from "./watch.js";
 
 export type { Consumed } from "./flow.js";
-export type { EvalLanguage, EvalResult, MimeBundle } from "./eval.js";
+export type { EvalLanguage, EvalOptions, EvalResult, MimeBundle } from "./eval.js";
+export type { CodeContext, ContextOp } from "./eval-contexts.js";
 export { EVAL_LANGUAGES, parseEvalJson } from "./eval.js";
 export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult, PtySize } from "./exec.js";
 export { EXEC_GRACE_MS, PTY_MAX, checkPtySize } from "./exec.js";
@@ -51,8 +55,8 @@ export class AgentClient extends EventEmitter {
   /** The agent's PING, asked once (what it supports); cleared if it failed. */
   private features: Promise<PingResult> | null = null;
   /**
-   * The sandbox-wide environment (its record's `env`): every exec sees it under the request's
-   * own env, which wins on a clash. Set by the sandbox service whenever it hands out the client.
+   * The sandbox-wide environment (its record's `env`): every exec and cell sees it under the
+   * request's own env, which wins on a clash. Set by the sandbox service whenever it hands out the client.
    */
   defaultEnv: Record<string, string> = {};
 
@@ -179,9 +183,24 @@ export class AgentClient extends EventEmitter {
     return watchDir(this.conn, path, opts, onEvent);
   }
 
-  /** Runs a cell in the kernel of `language` (default python). */
-  async eval(code: string, timeoutMs?: number, language: EvalLanguage = "python"): Promise<EvalResult> {
+  /** Runs a cell in the kernel of `language` (default python), in a context, with env vars. */
+  async eval(
+    code: string,
+    timeoutMs?: number,
+    language: EvalLanguage = "python",
+    opts: EvalOptions = {},
+  ): Promise<EvalResult> {
     if (language !== "python") await this.requireKernels(`eval in ${language}`);
-    return evalCode(this.conn, code, timeoutMs, language);
+    const env = { ...this.defaultEnv, ...opts.env };
+    return evalCode(this.conn, code, timeoutMs, language, {
+      ...opts,
+      env: Object.keys(env).length > 0 ? env : undefined,
+    });
+  }
+
+  /** Creates, lists, deletes or restarts code contexts of the kernel of `language`. */
+  async contexts(language: EvalLanguage, op: ContextOp): Promise<CodeContext[]> {
+    await this.requireKernels("code contexts");
+    return contextOp(this.conn, language, op);
   }
 }

@@ -34,6 +34,8 @@ export const Msg = {
   /** Watch a directory (inotify); its events arrive as WATCH_EVENT until CANCEL. */
   WATCH: 0x29,
   EVAL: 0x30,
+  /** The host gives up the cell on that stream: dropped if waiting, else interrupted. */
+  EVAL_INTERRUPT: 0x31,
   OK: 0x81,
   DATA: 0x82,
   END: 0x83,
@@ -43,6 +45,9 @@ export const Msg = {
   STDERR: 0x92,
   EXIT: 0x93,
   WATCH_EVENT: 0x94,
+  /** A streamed EVAL's output while the cell runs {DATA}. */
+  EVAL_STDOUT: 0x96,
+  EVAL_STDERR: 0x97,
 } as const;
 
 export const Tag = {
@@ -79,6 +84,8 @@ export const Tag = {
   RECURSIVE: 25,
   /** WATCH_EVENT: "create", "write", "remove", "rename", "chmod" or "overflow". */
   EVENT: 26,
+  /** EVAL: one line of JSON for the kernel (context, env, stream, or a context operation). */
+  EVAL_OPTS: 27,
   VERSION: 32,
   PID: 33,
   EXIT_CODE: 34,

@@ -18,6 +18,7 @@ import { sandboxRoutes } from "./routes/sandboxes.js";
 import { execRoutes } from "./routes/exec.js";
 import { fileRoutes } from "./routes/files.js";
 import { watchRoutes } from "./routes/watch.js";
+import { contextRoutes } from "./routes/contexts.js";
 import { buildOpenApi } from "./contract/openapi.js";
 
 /** The unix socket's listener: every caller is the local admin. */
@@ -84,5 +85,6 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
   app.route("/v1/sandboxes", execRoutes(s));
   app.route("/v1/sandboxes", fileRoutes(s));
   app.route("/v1/sandboxes", watchRoutes(s));
+  app.route("/v1/sandboxes", contextRoutes(s));
   return app;
 }

@@ -51,6 +51,7 @@ import { Strays } from "../vmm/strays.js";
 import { installFailurePolicy } from "./failure-policy.js";
 import { AccessTokens } from "../e2b/access-token.js";
 import { createE2bHandler, listenE2b } from "../e2b/server.js";
+import { interpreterHandler } from "../e2b/interpreter/handler.js";
 
 export interface DaemonOptions {
   paths?: Paths;
@@ -297,7 +298,10 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   }
   let e2bAddress: string | null = null;
   if (cfg.e2b) {
-    const server = await listenE2b(cfg.e2b, createE2bHandler(services));
+    const server = await listenE2b(
+      cfg.e2b,
+      createE2bHandler(services, { interpreter: interpreterHandler(services) }),
+    );
     servers.push(server);
     const a = server.address();
     e2bAddress = a && typeof a === "object" ? `${a.address}:${a.port}` : null;

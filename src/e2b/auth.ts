@@ -81,7 +81,9 @@ export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTa
   const sb = SANDBOX_ID_RE.test(t.sandboxId)
     ? s.sandboxes.list().find((x) => x.record.id === t.sandboxId)
     : undefined;
-  const token = header(req, "x-access-token");
+  // E2B's code interpreter SDKs send the sandbox's token as E2B-Traffic-Access-Token (the
+  // create reply's trafficAccessToken) and, on their /contexts calls, only so
+  const token = header(req, "x-access-token") ?? header(req, "e2b-traffic-access-token");
   const key = apiKeyOf(req);
   if (!sb || sb.state === "exited") {
     // Credentials are still judged, so a guess is limited whether or not the id exists.

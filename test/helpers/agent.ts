@@ -18,9 +18,12 @@ export interface HostAgent {
   close(): Promise<void>;
 }
 
-/** Starts the agent; with `python`, its warm interpreter too (waits until it is up). */
+/**
+ * Starts the agent; with `python`, its warm interpreter too (waits until it is up); with `node`,
+ * the JavaScript kernel run by this Node.
+ */
 export async function startHostAgent(
-  o: { python?: boolean; stdio?: "inherit" | "ignore" } = {},
+  o: { python?: boolean; node?: boolean; stdio?: "inherit" | "ignore" } = {},
 ): Promise<HostAgent> {
   const bin = join(REPO_DIR, "guest/agent/forkd-agent");
   if (!existsSync(bin)) execFileSync("make", ["-s", "-C", join(REPO_DIR, "guest/agent")]);
@@ -28,10 +31,12 @@ export async function startHostAgent(
   const python = o.python
     ? ["--python", "/usr/bin/python3", "--evalsrv", join(REPO_DIR, "guest/evalsrv/forkd_eval.py")]
     : ["--python", "/nonexistent"];
+  if (o.node)
+    python.push("--node", process.execPath, "--evaljs", join(REPO_DIR, "guest/evalsrv/forkd_eval.js"));
   const out = o.stdio ?? "ignore";
   const proc = spawn(bin, ["--fd", "3", "--no-init", ...python], { stdio: ["ignore", out, out, "pipe"] });
   const agent = AgentClient.fromSocket(proc.stdio[3] as Socket, "agent-under-test");
-  if (o.python) {
+  if (o.python || o.node) {
     let ready = false;
     for (let i = 0; i < 100 && !ready; i++) {
       ready = (await agent.ping()).evalReady;

@@ -21,13 +21,14 @@ enum {
 	T_EXEC = 0x10, T_STDIN = 0x11, T_SIGNAL = 0x12, T_RESIZE = 0x13,
 	T_READ = 0x20, T_WRITE_OPEN = 0x21, T_WRITE_DATA = 0x22, T_WRITE_END = 0x23,
 	T_LIST = 0x24, T_STAT = 0x25, T_MKDIR = 0x26, T_REMOVE = 0x27, T_RENAME = 0x28, T_WATCH = 0x29,
-	T_EVAL = 0x30,
+	T_EVAL = 0x30, T_EVAL_INTERRUPT = 0x31,
 };
 
 /* Reply types (guest to host). */
 enum {
 	RP_OK = 0x81, RP_DATA = 0x82, RP_END = 0x83, RP_ERROR = 0x8F,
 	RP_STARTED = 0x90, RP_STDOUT = 0x91, RP_STDERR = 0x92, RP_EXIT = 0x93, RP_WATCH_EVENT = 0x94,
+	RP_EVAL_STDOUT = 0x96, RP_EVAL_STDERR = 0x97, /* a streamed cell's output {DATA} */
 };
 
 /* Field tags. */
@@ -37,6 +38,7 @@ enum {
 	F_SEED = 13, F_TIME_NS = 14, F_HOSTNAME = 15, F_SANDBOX_ID = 16, F_SIGNAL = 17, F_PIDS_MAX = 18,
 	F_NET_UP = 19, F_WINDOW = 20, F_USER = 21, F_LANGUAGE = 22, F_PTY_ROWS = 23, F_PTY_COLS = 24,
 	F_RECURSIVE = 25, F_EVENT = 26,
+	F_EVAL_OPTS = 27, /* EVAL: one line of JSON passed to the kernel (context, env, stream, op) */
 	F_VERSION = 32, F_PID = 33, F_EXIT_CODE = 34, F_EXIT_SIGNAL = 35, F_TIMED_OUT = 36,
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
@@ -197,6 +199,7 @@ void watch_cancel(struct stream *s); /* close, forget the stream, no reply */
 /* ---- eval.c ---- */
 void eval_init(void);
 void eval_request(const struct msg *m);
+void eval_interrupt(const struct msg *m); /* T_EVAL_INTERRUPT: the host gave the cell up */
 void eval_reseed_later(void); /* every kernel reseeds before its next cell */
 int eval_ready(void);         /* every kernel that exists and did not fail to start is ready (none: 1) */
 size_t eval_kernels(char *buf, size_t cap); /* "python,javascript": the kernels that exist and work */

@@ -10,6 +10,13 @@
  * code asks the interpreter to reseed its random generators; it is sent at startup as a
  * handshake (EVAL_READY turns 1 when answered) and on IDENTITY.
  *
+ * EVAL_OPTS (one line of JSON: the cell's context, env, streaming, or a context operation) is
+ * passed to the kernel before the code: NUL, the line, a newline, the code. A kernel's frame
+ * whose body starts with byte 0x01 is output of the running cell ("o" stdout or "e" stderr, then
+ * the bytes), forwarded as EVAL_STDOUT/EVAL_STDERR {DATA}; the kernel's reply ends the request.
+ * The kernel's pipe is not read while the output queue is full, so a cell printing faster than
+ * the host takes it blocks on its pipe.
+ *
  * A kernel that fails to start (it cannot be spawned, e.g. the default user is not in the
  * image's /etc/passwd, or it exits or misbehaves before answering the handshake) is settled:
  * it no longer holds EVAL_READY back and is left out of KERNELS until a start of it works. An
@@ -29,7 +36,9 @@
 
 #define RESEED_TIMEOUT_MS 30000
 #define KILL_GRACE_MS 2000
+#define SIGINT_AGAIN_MS 250 /* a SIGINT the kernel took before its cell started is sent again */
 #define REPLY_MAX (MAX_FRAME - 256) /* the JSON must fit in one reply frame */
+#define OPTS_MAX (256 * 1024)       /* EVAL_OPTS bytes (per-cell env included) */
 
 struct ereq {
 	struct stream s;  /* s.id 0: internal handshake, not in the stream table */
@@ -68,6 +77,7 @@ struct kernel {
 	uint8_t *rbuf;
 	size_t rgot;
 	int64_t deadline, kill_at; /* timeout, then SIGKILL after SIGINT */
+	int64_t sigint_at;         /* the next SIGINT while interrupted and unanswered */
 	int interrupted;
 };
 
@@ -320,6 +330,15 @@ static void handle_reply(struct kernel *k, uint32_t id, const uint8_t *json, siz
 		server_died(k, "reply id mismatch");
 		return;
 	}
+	if (len >= 2 && json[0] == 1 && !r->reseed) {
+		/* output of the running cell: forwarded, the request goes on */
+		if (r->s.id && (json[1] == 'o' || json[1] == 'e')) {
+			fb_begin(json[1] == 'o' ? RP_EVAL_STDOUT : RP_EVAL_STDERR, r->s.id);
+			fb_bytes(F_DATA, json + 2, len - 2);
+			fb_end();
+		}
+		return;
+	}
 	k->active = NULL;
 	k->ready = 1;
 	k->failed = 0;
@@ -449,6 +468,12 @@ static void kernel_poll(struct kernel *k, int64_t now)
 			kill(k->pid, SIGINT); /* KeyboardInterrupt: globals survive */
 			k->interrupted = 1;
 			k->kill_at = now + KILL_GRACE_MS;
+			k->sigint_at = now + SIGINT_AGAIN_MS;
+		} else if (k->interrupted && now >= k->sigint_at && now < k->kill_at) {
+			/* the kernels ignore a SIGINT outside a cell: one that came while the cell was
+			 * still being read or parsed is lost, so it is sent again until they answer */
+			kill(k->pid, SIGINT);
+			k->sigint_at = now + SIGINT_AGAIN_MS;
 		}
 		if (k->interrupted && now >= k->kill_at) {
 			/* no answer to the handshake: a start that failed (settled), not restarted */
@@ -458,11 +483,12 @@ static void kernel_poll(struct kernel *k, int64_t now)
 				fail_queue(k, errno, k->err);
 			return;
 		}
-		want_timeout(k->interrupted ? k->kill_at : k->deadline);
+		want_timeout(k->interrupted ? (k->sigint_at < k->kill_at ? k->sigint_at : k->kill_at) : k->deadline);
 	}
 	if (k->wbuf)
 		poll_add(k->in_fd, POLLOUT, on_server_in, k);
-	poll_add(k->out_fd, POLLIN, on_server_out, k);
+	if (outq_has_room()) /* else a streaming cell waits on its pipe until the host takes more */
+		poll_add(k->out_fd, POLLIN, on_server_out, k);
 }
 
 void eval_poll(int64_t now)
@@ -504,6 +530,13 @@ void eval_request(const struct msg *m)
 		send_error(m->stream, EINVAL, "missing CODE");
 		return;
 	}
+	const uint8_t *opts = NULL;
+	uint32_t olen = 0;
+	if (field_get(m, F_EVAL_OPTS, &opts, &olen) &&
+	    (olen > OPTS_MAX || memchr(opts, '\n', olen) || memchr(opts, 0, olen))) {
+		send_error(m->stream, EINVAL, "EVAL_OPTS must be one line of JSON of at most %d bytes", OPTS_MAX);
+		return;
+	}
 	if (field_cstr(m, F_LANGUAGE, "LANGUAGE", &lang) < 0)
 		return;
 	if (lang) {
@@ -521,15 +554,21 @@ void eval_request(const struct msg *m)
 		send_error(m->stream, ENOENT, "%s", k->err);
 		return;
 	}
+	size_t head = opts ? (size_t)olen + 2 : 0, total = head + len;
 	struct ereq *r = calloc(1, sizeof *r);
-	if (!r || !(r->code = malloc(len ? len : 1))) {
+	if (!r || total > UINT32_MAX - 16 || !(r->code = malloc(total ? total : 1))) {
 		free(r);
 		send_error(m->stream, ENOMEM, "out of memory");
 		return;
 	}
 	r->s = (struct stream){ .id = m->stream, .kind = K_EVAL };
-	memcpy(r->code, code, len);
-	r->len = len;
+	if (opts) {
+		r->code[0] = 0;
+		memcpy(r->code + 1, opts, olen);
+		r->code[olen + 1] = '\n';
+	}
+	memcpy(r->code + head, code, len);
+	r->len = (uint32_t)total;
 	r->timeout = timeout > 0 && timeout < INT32_MAX * 1000LL ? timeout : 0;
 	if (stream_add(&r->s) < 0) {
 		free(r->code);
@@ -541,6 +580,34 @@ void eval_request(const struct msg *m)
 		reseed(k);
 	}
 	enqueue(k, r, 0);
+}
+
+/* The host gave up the cell on m's stream (its client left): a waiting one is dropped, the
+ * running one is interrupted as at its timeout (SIGINT now, killed 2 s later if it does not
+ * answer; the reply follows as for a timeout). No reply of its own; an unknown stream is ignored. */
+void eval_interrupt(const struct msg *m)
+{
+	for (size_t i = 0; i < NKERNELS; i++) {
+		struct kernel *k = &kernels[i];
+		if (k->active && k->active->s.id == m->stream) {
+			if (!k->interrupted)
+				k->deadline = now_ms(); /* kernel_poll sends the SIGINT */
+			return;
+		}
+		for (struct ereq **pp = &k->head; *pp; pp = &(*pp)->next) {
+			struct ereq *r = *pp;
+			if (r->s.id != m->stream)
+				continue;
+			*pp = r->next;
+			if (k->tail == r) {
+				k->tail = NULL;
+				for (struct ereq *t = k->head; t; t = t->next)
+					k->tail = t;
+			}
+			req_fail(r, ECANCELED, "the host gave up the cell");
+			return;
+		}
+	}
 }
 
 /* Set by IDENTITY: waking the interpreters on the fork path would cost every child a burst of

@@ -179,6 +179,7 @@ void dispatch(const struct msg *m)
 	case T_RENAME: file_rename(m); break;
 	case T_WATCH: watch_start(m); break;
 	case T_EVAL: eval_request(m); break;
+	case T_EVAL_INTERRUPT: eval_interrupt(m); break;
 	default: send_error(m->stream, ENOSYS, "unknown request type 0x%02x", m->type);
 	}
 }

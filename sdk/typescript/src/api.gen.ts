@@ -536,6 +536,75 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/eval/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Run a cell, streaming its stdout and stderr as NDJSON events while it runs, then its result */
+        post: operations["evalStream"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/contexts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The code contexts of a kernel (its default one included) */
+        get: operations["listContexts"];
+        put?: never;
+        /** Create a code context in a kernel: its own globals, execution count and cwd */
+        post: operations["createContext"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/contexts/{context}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete a code context (not the default one) */
+        delete: operations["deleteContext"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/contexts/{context}/restart": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Restart a code context: its globals emptied, its count back to 0, its cwd kept */
+        post: operations["restartContext"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/files": {
         parameters: {
             query?: never;
@@ -1309,6 +1378,52 @@ export interface components {
             language: "python" | "javascript";
             /** @default 30000 */
             timeout_ms: number;
+            /** @description The code context of that kernel the cell runs in (POST .../contexts); absent: its default one. */
+            context_id?: string;
+            /** @description Variables the cell sees, over the sandbox's own env; the kernel's environment is restored after it. */
+            env?: {
+                [key: string]: string;
+            };
+        };
+        EvalEvent: {
+            /** @constant */
+            type: "stdout";
+            text: string;
+        } | {
+            /** @constant */
+            type: "stderr";
+            text: string;
+        } | {
+            /** @constant */
+            type: "result";
+            result: components["schemas"]["EvalResult"];
+        } | {
+            error: {
+                code: components["schemas"]["ErrorCode"];
+                message: string;
+                details: {
+                    [key: string]: unknown;
+                };
+            };
+            /** @constant */
+            type: "error";
+        };
+        CodeContext: {
+            /** @description A code context of a kernel: 'default' or the id its creation returned. */
+            id: string;
+            /** @enum {string} */
+            language: "python" | "javascript";
+            /** @description The directory its cells start in (a cell's chdir carries over to the next). */
+            cwd: string;
+        };
+        CreateContext: {
+            /**
+             * @default python
+             * @enum {string}
+             */
+            language: "python" | "javascript";
+            /** @description An existing directory in the guest; absent: the kernel's (the image's default cwd). */
+            cwd?: string;
         };
         /** @description MIME type to data: text for text/*, base64 for images, any JSON for application/json (e.g. {"image/png": "iVBOR...", "text/plain": "<Figure 1>"}). */
         MimeBundle: {
@@ -1329,6 +1444,10 @@ export interface components {
                 value: string;
                 traceback: string;
             } | null;
+            /** @description The context the cell ran in (null: a guest agent older than contexts). */
+            context: string | null;
+            /** @description The cell's number in its context. */
+            execution_count: number | null;
         };
         Mkdir: {
             /** @description Absolute path inside the guest. */
@@ -3559,6 +3678,312 @@ export interface operations {
             };
             /** @description payload_too_large: the body is over its bound (code) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    evalStream: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Eval"];
+            };
+        };
+        responses: {
+            /** @description Run a cell, streaming its stdout and stderr as NDJSON events while it runs, then its result */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @description One JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["EvalEvent"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (code) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    listContexts: {
+        parameters: {
+            query?: {
+                language?: "python" | "javascript";
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The code contexts of a kernel (its default one included) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        contexts: {
+                            /** @description A code context of a kernel: 'default' or the id its creation returned. */
+                            id: string;
+                            /** @enum {string} */
+                            language: "python" | "javascript";
+                            /** @description The directory its cells start in (a cell's chdir carries over to the next). */
+                            cwd: string;
+                        }[];
+                    };
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    createContext: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateContext"];
+            };
+        };
+        responses: {
+            /** @description Create a code context in a kernel: its own globals, execution count and cwd */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteContext: {
+        parameters: {
+            query?: {
+                language?: "python" | "javascript";
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+                /** @description A code context of a kernel (default or 16 hex digits) */
+                context: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Delete a code context (not the default one) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    restartContext: {
+        parameters: {
+            query?: {
+                language?: "python" | "javascript";
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+                /** @description A code context of a kernel (default or 16 hex digits) */
+                context: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Restart a code context: its globals emptied, its count back to 0, its cwd kept */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeContext"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

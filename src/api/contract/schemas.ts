@@ -19,6 +19,7 @@ import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/polic
 import { ERROR_CODES } from "../../util/errors.js";
 import { EVAL_LANGUAGES } from "../../agent/eval.js";
 import { PTY_MAX } from "../../agent/exec.js";
+import { CONTEXT_ID_RE } from "../../agent/eval-contexts.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -927,6 +928,24 @@ export const StdinQuery = z.object({ eof: z.enum(["0", "1", "true", "false"]).op
 
 // ---------------------------------------------------------------- code cells
 
+const ContextId = z
+  .string()
+  .regex(CONTEXT_ID_RE, "a context id is 'default' or 16 hex digits")
+  .describe("A code context of a kernel: 'default' or the id its creation returned.");
+const CellEnv = z
+  .record(
+    z
+      .string()
+      .min(1)
+      .max(1024)
+      .regex(/^[^=\0]+$/, "an env var name has no '=' or NUL"),
+    z
+      .string()
+      .max(128 * 1024)
+      .regex(/^[^\0]*$/, "an env var value has no NUL"),
+  )
+  .refine((o) => Object.keys(o).length <= 1000, "at most 1000 env vars");
+
 export const Eval = named(
   z.strictObject({
     code: z.string().max(1 << 20),
@@ -940,9 +959,48 @@ export const Eval = named(
       .min(1)
       .max(3600 * 1000)
       .default(30_000),
+    context_id: ContextId.optional().describe(
+      "The code context of that kernel the cell runs in (POST .../contexts); absent: its default one.",
+    ),
+    env: CellEnv.optional().describe(
+      "Variables the cell sees, over the sandbox's own env; the kernel's environment is restored after it.",
+    ),
   }),
   "Eval",
 );
+
+export const EvalEvent = named(
+  z.discriminatedUnion("type", [
+    z.object({ type: z.literal("stdout"), text: z.string() }),
+    z.object({ type: z.literal("stderr"), text: z.string() }),
+    z.object({ type: z.literal("result"), result: z.lazy(() => EvalResult) }),
+    ErrorEnvelope.extend({ type: z.literal("error") }),
+  ]),
+  "EvalEvent",
+);
+
+export const CodeContext = named(
+  z.object({
+    id: ContextId,
+    language: z.enum(EVAL_LANGUAGES),
+    cwd: z.string().describe("The directory its cells start in (a cell's chdir carries over to the next)."),
+  }),
+  "CodeContext",
+);
+export const CreateContext = named(
+  z.strictObject({
+    language: z.enum(EVAL_LANGUAGES).default("python"),
+    cwd: z
+      .string()
+      .min(1)
+      .max(4096)
+      .optional()
+      .describe("An existing directory in the guest; absent: the kernel's (the image's default cwd)."),
+  }),
+  "CreateContext",
+);
+export const ContextParam = z.object({ id: SandboxId, context: ContextId });
+export const ContextQuery = z.object({ language: z.enum(EVAL_LANGUAGES).default("python") });
 
 const MimeBundle = named(
   z
@@ -967,6 +1025,11 @@ export const EvalResult = named(
     stdout: z.string(),
     stderr: z.string(),
     error: z.object({ name: z.string(), value: z.string(), traceback: z.string() }).nullable(),
+    context: z
+      .string()
+      .nullable()
+      .describe("The context the cell ran in (null: a guest agent older than contexts)."),
+    execution_count: z.number().int().nullable().describe("The cell's number in its context."),
   }),
   "EvalResult",
 );

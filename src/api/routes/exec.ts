@@ -20,7 +20,7 @@ import {
   StdinQuery,
   truthy,
 } from "../contract/schemas.js";
-import type { EvalResult, ExecEvent, ExecResult } from "../contract/schemas.js";
+import type { EvalEvent, EvalResult, ExecEvent, ExecResult } from "../contract/schemas.js";
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { commandView } from "../views/command.js";
 import { toEnvelope } from "../errors.js";
@@ -29,6 +29,7 @@ import { replyStream } from "../reply-stream.js";
 type ExecResultView = z.infer<typeof ExecResult>;
 type ExecEventView = z.infer<typeof ExecEvent>;
 type EvalResultView = z.infer<typeof EvalResult>;
+type EvalEventView = z.infer<typeof EvalEvent>;
 
 /** Buffered exec keeps at most this much of each output stream. */
 const MAX_BUFFERED = 16 << 20;
@@ -213,10 +214,54 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
 
   app.post("/:id/eval", async (c) => {
     const body = await parseBody(c, Eval);
-    const reply: EvalResultView = await s.sandboxes.use(c.req.param("id"), (agent) =>
-      agent.eval(body.code, body.timeout_ms, body.language),
+    const id = c.req.param("id");
+    const env = body.env;
+    const reply: EvalResultView = await s.sandboxes.use(id, (agent) =>
+      agent.eval(body.code, body.timeout_ms, body.language, {
+        ...(body.context_id ? { context: body.context_id } : {}),
+        ...(env ? { env } : {}),
+      }),
     );
     return c.json(reply);
+  });
+
+  // One JSON object per line: stdout/stderr text while the cell runs, then result or error.
+  app.post("/:id/eval/stream", async (c) => {
+    const body = await parseBody(c, Eval);
+    const id = c.req.param("id");
+    const env = body.env;
+    const lease = s.sandboxes.lease(id);
+    const stream = replyStream(
+      (sink) => {
+        if (sink.gone) return lease.release();
+        const ac = new AbortController();
+        // The client went away: its cell is interrupted (the kernel keeps its state).
+        sink.onHangup(() => ac.abort());
+        const send = (ev: EvalEventView): boolean => sink.line(ev);
+        lease.agent
+          .eval(body.code, body.timeout_ms, body.language, {
+            ...(body.context_id ? { context: body.context_id } : {}),
+            ...(env ? { env } : {}),
+            onOutput: (stream, text) => void send({ type: stream, text }),
+            signal: ac.signal,
+          })
+          .then(
+            (r) => send({ type: "result", result: r }),
+            async (e: unknown) => {
+              const { body: envl } = toEnvelope(await lease.explain(e));
+              s.metrics.failure("evalStream", envl.error.code);
+              send({ type: "error", ...envl });
+            },
+          )
+          .finally(() => {
+            lease.release();
+            sink.end();
+          })
+          .catch((e: unknown) => s.log.warn("eval stream: reply not sent", { error: String(e) }));
+      },
+      { outgoing: c.env?.outgoing },
+    );
+    return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson" } });
   });
 
   return app;

@@ -21,7 +21,11 @@ export interface E2bSandbox {
   envdVersion: string;
   envdAccessToken?: string;
   domain: string | null;
-  trafficAccessToken: null;
+  /**
+   * The access token again: E2B's code interpreter SDKs send it (E2B-Traffic-Access-Token) on
+   * their /contexts calls, which carry no X-Access-Token (src/e2b/auth.ts).
+   */
+  trafficAccessToken: string | null;
 }
 
 export interface E2bListedSandbox {
@@ -64,7 +68,7 @@ export function sandboxReply(e: E2bContext, sb: ReadonlySandbox): E2bSandbox {
     envdVersion: ENVD_VERSION,
     ...(token !== undefined ? { envdAccessToken: token } : {}),
     domain: e.domain,
-    trafficAccessToken: null,
+    trafficAccessToken: token ?? null,
   };
 }
 
