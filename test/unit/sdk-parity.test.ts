@@ -41,7 +41,8 @@ for name in ${JSON.stringify(CLASSES)}:
             continue
         if isinstance(v, (classmethod, staticmethod)):
             members.append("static " + n)
-        elif n in ("kill", "set_timeout", "get_info") and name == "Sandbox":
+        elif n in ("kill", "set_timeout", "get_info", "connect", "pause", "get_metrics", "list_snapshots",
+                   "delete_snapshot") and name == "Sandbox":
             members += [n, "static " + n]  # callable on the class and on an instance
         else:
             members.append(n)

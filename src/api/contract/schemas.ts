@@ -745,7 +745,10 @@ export const SandboxList = named(
 export const ListSandboxesQuery = z.object({
   state: z
     .string()
-    .regex(/^(running|paused|exited)(,(running|paused|exited))*$/, "state: running, paused, exited, comma-separated")
+    .regex(
+      /^(running|paused|exited)(,(running|paused|exited))*$/,
+      "state: running, paused, exited, comma-separated",
+    )
     .optional()
     .describe("Only sandboxes in one of these states (comma-separated)."),
   metadata: z
@@ -767,7 +770,9 @@ export const SandboxMetrics = named(
     metrics: z.array(
       z.object({
         timestamp: z.string(),
-        cpu_used_pct: z.number().describe("CPU the VM used since the previous sample (or its start), % of its vCPUs"),
+        cpu_used_pct: z
+          .number()
+          .describe("CPU the VM used since the previous sample (or its start), % of its vCPUs"),
         cpu_count: z.number().int(),
         mem_used: z.number().int().describe("Bytes of host memory the VM holds on its own (private)"),
         mem_total: z.number().int().describe("The guest's memory in bytes"),

@@ -23,7 +23,9 @@ function tokenOf(sb: ReadonlySandbox): string {
 function afterOf(token: string): string {
   const k = Buffer.from(token, "base64url").toString("utf8");
   if (!/^[^|]{1,64}\|sb-[a-z2-7]{16}$/.test(k))
-    throw new ForkdError("invalid_argument", "next_token is not one this daemon gave", { field: "next_token" });
+    throw new ForkdError("invalid_argument", "next_token is not one this daemon gave", {
+      field: "next_token",
+    });
   return k;
 }
 

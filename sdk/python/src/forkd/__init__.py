@@ -32,7 +32,7 @@ from .files import EntryInfo, Files, FileType, WriteEntry, WriteInfo
 from .paginator import SandboxPaginator, SandboxQuery
 from .sandbox import (DEFAULT_SNAPSHOT, BranchInfo, ForkError, Sandbox, SandboxInfo, SandboxMetrics,
                       SandboxState, SnapshotInfo, fork)
-from .watch import EventType, FilesystemEvent, WatchHandle
+from .watch import EventType, FilesystemEvent, FilesystemEventType, WatchHandle
 
 __version__ = "0.1.0"
 
@@ -43,6 +43,6 @@ __all__ = [
     "ForkdError", "GuestError", "InvalidArgumentError", "InvalidArgumentException", "Logs", "NotFoundError",
     "NotFoundException", "ProcessInfo", "RateLimitError", "RateLimitException", "Result", "Sandbox",
     "SandboxError", "SandboxException", "SandboxInfo", "TimeoutError", "TimeoutException", "UnavailableError", "WriteInfo",
-    "fork", "CommandTimeoutError", "Context", "EventType", "FileType", "FilesystemEvent", "SandboxMetrics",
+    "fork", "CommandTimeoutError", "Context", "EventType", "FilesystemEventType", "FileType", "FilesystemEvent", "SandboxMetrics",
     "SandboxPaginator", "SandboxQuery", "SandboxState", "SnapshotInfo", "WatchHandle", "WriteEntry",
 ]

@@ -12,7 +12,7 @@ import threading
 
 # Prints "default NAME HOME" for the image's default user, then "NAME HOME" for each account.
 _PROBE = ('printf "default %s %s\\n" "$(id -un 2>/dev/null || echo root)" "${HOME:-/}"; '
-          'while IFS=: read -r n _ _ _ _ d _; do printf "%s %s\\n" "$n" "$d"; done < /etc/passwd')
+          'while IFS=: read -r n _ _ _ _ d _; do [ -d "$d" ] && printf "%s %s\\n" "$n" "$d"; done < /etc/passwd')
 
 E2B_USER = "user"
 

@@ -24,12 +24,15 @@ class FilesystemEvent:
         return "FilesystemEvent(name=%r, type=%r)" % (self.name, self.type)
 
 
-class EventType:
+class FilesystemEventType:
     CREATE = "create"
     WRITE = "write"
     REMOVE = "remove"
     RENAME = "rename"
     CHMOD = "chmod"
+
+
+EventType = FilesystemEventType  # the name older E2B SDKs used
 
 
 def event_of(line, root):
