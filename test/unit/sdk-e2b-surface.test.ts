@@ -89,6 +89,7 @@ class Fake {
         return [201, { tag: body.tag, status: "ready", pause_ms: 1, private_bytes: 1, snapshot: null }];
       if (rest === "files" && r.method === "PUT") return [201, { path: r.query.get("path"), size: 2 }];
       if (rest === "exec/stream") return [200, this.exec(body)];
+      if (rest.endsWith("/resize")) return [200, { pid: 7, cmd: "sh", started: "x", stdin_open: true }];
     }
     return [404, { error: { code: "not_found", message: `no route ${r.path}`, details: {} } }];
   }
@@ -231,4 +232,22 @@ test("pause says whether it paused; connect resumes a paused sandbox; lifecycle 
   await create({ lifecycle: { onTimeout: "pause" }, timeoutMs: 60_000 });
   const made = fake.reqs.filter((r) => r.method === "POST" && r.path === "/v1/sandboxes").at(-1)?.body;
   assert.deepEqual(made, { snapshot_tag: "snap", n: 1, timeout_ms: 60_000, on_idle: "pause" });
+});
+
+test("pty.create runs a shell on a terminal of the size, its output as bytes; resize posts the size", async () => {
+  fake.execReply = () => [
+    { type: "started", pid: 7 },
+    { type: "stdout", data: b64("\x1b[1mhi\r\n") },
+    { type: "exit", exit_code: 0, signal: null, timed_out: false },
+  ];
+  const sb = await create();
+  const got: string[] = [];
+  const h = await sb.pty.create({ rows: 24, cols: 80, onData: (d) => got.push(Buffer.from(d).toString()) });
+  const body = fake.execs().at(-1);
+  assert.deepEqual(body?.pty, { rows: 24, cols: 80 });
+  assert.equal(body?.keep_stdin_open, undefined);
+  assert.equal((await h.wait()).exitCode, 0);
+  assert.deepEqual([got, h.stdout], [["\x1b[1mhi\r\n"], ""]);
+  await sb.pty.resize(7, { rows: 50, cols: 132 });
+  assert.deepEqual(fake.reqs.find((r) => r.path.endsWith("/commands/7/resize"))?.body, { rows: 50, cols: 132 });
 });

@@ -22,7 +22,7 @@ function tsSurface(cls: { prototype: object }): string[] {
   return [...out, ...statics.map((n) => `static ${snake(n)}`)].sort();
 }
 
-const CLASSES = ["Sandbox", "Commands", "CommandHandle", "Files", "Controller", "Execution"] as const;
+const CLASSES = ["Sandbox", "Commands", "CommandHandle", "Files", "Controller", "Execution", "Pty"] as const;
 
 /** What is deliberately one language's own (idiom, not surface). */
 const ONLY_TS = new Set(["Execution:to_j_s_o_n"]);

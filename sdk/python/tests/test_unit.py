@@ -88,6 +88,8 @@ class Fake:
                 return 201, {"path": query["path"][0], "size": len(body)}
             if rest == "files/stat":
                 return 200, {"path": query["path"][0], "type": "file", "size": 4, "mode": 0o644, "mtime_ms": 0}
+            if rest.endswith("/resize"):
+                return 200, {"pid": 7, "cmd": "sh", "started": "2026-12-01T00:00:00.000Z", "stdin_open": True}
             if rest == "exec/stream":
                 return 200, self.exec_events(body)
         return 404, {"error": {"code": "not_found", "message": "no route %s %s" % (method, path), "details": {}}}
@@ -267,6 +269,24 @@ class E2BSurfaceTest(unittest.TestCase):
         info = self.sandbox().files.get_info("/home/user/f")
         self.assertEqual((info.name, info.type, info.size, info.mode, info.permissions, info.owner, info.group),
                          ("f", forkd.FileType.FILE, 4, 0o644, "-rw-r--r--", "user", "user"))
+
+    def test_pty_runs_on_a_terminal_and_its_output_is_bytes(self):
+        self.fake.exec_reply = lambda body: [
+            {"type": "started", "pid": 7},
+            {"type": "stdout", "data": base64.b64encode(b"\x1b[1mhi\r\n").decode()},
+            {"type": "exit", "exit_code": 0, "signal": None, "timed_out": False},
+        ]
+        sb = self.sandbox()
+        got = []
+        h = sb.pty.create(forkd.PtySize(rows=24, cols=80), on_data=got.append)
+        body = self.fake.execs()[-1]
+        self.assertEqual(body["pty"], {"rows": 24, "cols": 80})
+        self.assertNotIn("keep_stdin_open", body)
+        self.assertEqual(h.wait().exit_code, 0)
+        self.assertEqual((got, h.stdout), ([b"\x1b[1mhi\r\n"], ""))
+        sb.pty.resize(7, {"rows": 50, "cols": 132})
+        r = [b for (m, p, q, b) in self.fake.requests if p.endswith("/commands/7/resize")]
+        self.assertEqual(r, [{"rows": 50, "cols": 132}])
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ export interface CommandStartOpts {
   stdin?: string | boolean;
   /** Return a CommandHandle as soon as the command started instead of waiting for it. */
   background?: boolean;
+  /** @internal Run on a terminal of this size (sandbox.pty): output goes to onPty as bytes. */
+  pty?: { rows: number; cols: number };
+  /** @internal */
+  onPty?: (data: Uint8Array) => void;
 }
 
 export interface ProcessInfo {
@@ -110,7 +114,14 @@ export class CommandHandle {
     try {
       for await (const ev of events) {
         for (const f of this.followers) f.push(ev);
-        if (ev.type === "stdout") {
+        if (ev.type === "stdout" && this.opts.pty) {
+          // a terminal's output: bytes, not stdout text
+          const data = new Uint8Array(Buffer.from(ev.data, "base64"));
+          if (data.length > 0) {
+            if (!this.detached) this.opts.onPty?.(data);
+            this.chunks.push({ pty: data });
+          }
+        } else if (ev.type === "stdout") {
           this.#emit("stdout", this.outDec.decode(Buffer.from(ev.data, "base64"), { stream: true }));
         } else if (ev.type === "stderr") {
           this.#emit("stderr", this.errDec.decode(Buffer.from(ev.data, "base64"), { stream: true }));
@@ -229,7 +240,8 @@ export class Commands {
       ...(user !== undefined ? { user } : {}),
       ...(timeoutMs > 0 ? { timeout_ms: timeoutMs } : {}),
       ...(typeof opts.stdin === "string" ? { stdin: opts.stdin } : {}),
-      ...(opts.stdin === true ? { keep_stdin_open: true } : {}),
+      ...(opts.stdin === true && !opts.pty ? { keep_stdin_open: true } : {}),
+      ...(opts.pty ? { pty: opts.pty } : {}),
     };
     const queue = new EventQueue<ExecEventWire>();
     const stream = this.t

@@ -16,6 +16,8 @@ export type {
   SnapshotInfo as SandboxSnapshotInfo,
 } from "./sandbox.js";
 export { SandboxPaginator } from "./paginator.js";
+export { Pty } from "./pty.js";
+export type { PtyCreateOpts } from "./pty.js";
 export type { SandboxQuery } from "./paginator.js";
 export { WatchHandle, FilesystemEventType } from "./watch.js";
 export type { FilesystemEvent } from "./watch.js";

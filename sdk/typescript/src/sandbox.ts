@@ -12,6 +12,7 @@ import {
 } from "./errors.js";
 import { Files } from "./files.js";
 import { Layout } from "./layout.js";
+import { Pty } from "./pty.js";
 import { SandboxPaginator } from "./paginator.js";
 import type { SandboxQuery } from "./paginator.js";
 import { Transport } from "./transport.js";
@@ -218,6 +219,8 @@ export class Sandbox {
   readonly sandboxId: string;
   readonly commands: Commands;
   readonly files: Files;
+  /** Pseudo-terminals (E2B's sandbox.pty). */
+  readonly pty: Pty;
 
   readonly #envs: Record<string, string>;
   #cellEnv = true;
@@ -233,6 +236,7 @@ export class Sandbox {
     const layout = new Layout(t, id);
     this.commands = new Commands(t, id, layout, this.#envs);
     this.files = new Files(t, id, layout);
+    this.pty = new Pty(this.commands, t, id);
   }
 
   /** Forks one child of a snapshot (E2B: `Sandbox.create(template?, opts?)`). */

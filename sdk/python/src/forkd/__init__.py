@@ -30,6 +30,7 @@ from .errors import (
 )
 from .files import EntryInfo, Files, FileType, WriteEntry, WriteInfo
 from .paginator import SandboxPaginator, SandboxQuery
+from .pty import Pty, PtySize
 from .sandbox import (DEFAULT_SNAPSHOT, BranchInfo, ForkError, Sandbox, SandboxInfo, SandboxMetrics,
                       SandboxState, SnapshotInfo, fork)
 from .watch import EventType, FilesystemEvent, FilesystemEventType, WatchHandle
@@ -44,5 +45,5 @@ __all__ = [
     "NotFoundException", "ProcessInfo", "RateLimitError", "RateLimitException", "Result", "Sandbox",
     "SandboxError", "SandboxException", "SandboxInfo", "TimeoutError", "TimeoutException", "UnavailableError", "WriteInfo",
     "fork", "CommandTimeoutError", "Context", "EventType", "FilesystemEventType", "FileType", "FilesystemEvent", "SandboxMetrics",
-    "SandboxPaginator", "SandboxQuery", "SandboxState", "SnapshotInfo", "WatchHandle", "WriteEntry",
+    "Pty", "PtySize", "SandboxPaginator", "SandboxQuery", "SandboxState", "SnapshotInfo", "WatchHandle", "WriteEntry",
 ]

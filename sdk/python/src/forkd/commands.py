@@ -34,8 +34,10 @@ class CommandHandle:
     """A command running in the background. A thread reads its output as it arrives; iterate the
     handle for (stdout, stderr, pty) tuples as they come (E2B's shape: one of the three is set)."""
 
-    def __init__(self, pid, commands, events, on_stdout=None, on_stderr=None):
+    def __init__(self, pid, commands, events, on_stdout=None, on_stderr=None, on_pty=None, pty=False):
         self.pid = pid
+        self._pty = pty
+        self._on_pty = on_pty
         self._commands = commands
         self._events = events
         self._on_stdout = on_stdout
@@ -75,7 +77,13 @@ class CommandHandle:
         try:
             for ev in self._events:
                 t = ev.get("type")
-                if t == "stdout":
+                if t == "stdout" and self._pty:  # a terminal's output: bytes, not stdout text
+                    data = base64.b64decode(ev["data"])
+                    if data:
+                        if self._on_pty and not self._detached:
+                            self._on_pty(data)
+                        self._chunks.put((None, None, data))
+                elif t == "stdout":
                     self._emit(self._out_dec, self._out, self._on_stdout, base64.b64decode(ev["data"]), t)
                 elif t == "stderr":
                     self._emit(self._err_dec, self._err, self._on_stderr, base64.b64decode(ev["data"]), t)
@@ -158,6 +166,8 @@ class CommandHandle:
             self._on_stdout = on_stdout
         if on_stderr:
             self._on_stderr = on_stderr
+        if on_pty:
+            self._on_pty = on_pty
         if self._thread is None and not self._done.is_set():  # foreground: consume in this thread
             with self._lock:
                 claimed = self._thread is None
@@ -234,6 +244,11 @@ class Commands:
         True keeps stdin open for send_stdin(). user: the account to run as (default `user` when
         the image has one, else the image's default); cwd defaults to that user's home.
         Raises CommandExitError when a waited-for command exits non-zero."""
+        return self._start(cmd, background=background, envs=envs, user=user, cwd=cwd, on_stdout=on_stdout,
+                           on_stderr=on_stderr, stdin=stdin, timeout=timeout)
+
+    def _start(self, cmd, background=True, envs=None, user=None, cwd=None, on_stdout=None, on_stderr=None,
+               stdin=None, timeout=60, pty=None, on_pty=None):
         body = {"cmd": cmd}
         env = dict(self._envs)
         env.update(envs or {})
@@ -249,9 +264,11 @@ class Commands:
             body["cwd"] = self._layout.resolve(cwd, user) if self._layout is not None else cwd
         if timeout:
             body["timeout_ms"] = int(timeout * 1000)
+        if pty is not None:
+            body["pty"] = pty
         if isinstance(stdin, (str, bytes)):
             body["stdin"] = stdin.decode("utf-8") if isinstance(stdin, bytes) else stdin
-        elif stdin is True:
+        elif stdin is True and pty is None:
             body["keep_stdin_open"] = True
         events = self._t.ndjson("POST", self._path("/exec/stream"), json_body=body)
         first = next(events, None)
@@ -263,7 +280,7 @@ class Commands:
                                       e.get("details"))
         pid = first.get("pid", 0) if first.get("type") == "started" else 0
         rest = events if first.get("type") == "started" else _prepend(first, events)
-        handle = CommandHandle(pid, self, rest, on_stdout, on_stderr)
+        handle = CommandHandle(pid, self, rest, on_stdout, on_stderr, on_pty=on_pty, pty=pty is not None)
         if background:
             with self._handles_lock:
                 self._handles = {p: h for p, h in self._handles.items() if not h._done.is_set()}

@@ -12,6 +12,7 @@ from .commands import Commands
 from .errors import ConflictError, ForkdError, InvalidArgumentError, NotFoundError
 from .files import Files
 from .paginator import SandboxPaginator, SandboxQuery
+from .pty import Pty
 
 DEFAULT_SNAPSHOT = "default"
 # the kernels a sandbox can have (which ones an image has depends on its interpreters)
@@ -103,6 +104,7 @@ class Sandbox:
         self._layout = Layout(self._t, sandbox_id)
         self.commands = Commands(self._t, sandbox_id, layout=self._layout, envs=self._envs)
         self.files = Files(self._t, sandbox_id, layout=self._layout)
+        self.pty = Pty(self.commands, self._t, sandbox_id)
 
     @classmethod
     def create(cls, template=None, **kw):
