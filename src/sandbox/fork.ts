@@ -55,8 +55,6 @@ export interface ForkOptions {
   limits?: SandboxLimits;
   /** The children's network (default none). */
   network?: NetworkSpec;
-  /** The sandbox-wide env (REST `env`); applying it to every exec and cell is the core's (issue 14). */
-  env?: Record<string, string>;
 }
 
 /**

@@ -1088,7 +1088,7 @@ export interface components {
             on_idle: "kill" | "pause";
             limits?: components["schemas"]["SandboxLimits"];
             network?: components["schemas"]["NetworkRequest"];
-            /** @description The sandbox's environment: every command and cell sees it, under the request's own env. */
+            /** @description Sandbox-wide environment: every command and cell sees it, under its own request's env. */
             env?: {
                 [key: string]: string;
             };

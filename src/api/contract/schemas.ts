@@ -47,6 +47,12 @@ const Metadata = z
   .refine((m) => Object.keys(m).length <= 32, "at most 32 metadata keys")
   .describe("Free-form string labels kept with the sandbox (at most 32 keys).");
 
+const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
+const SandboxEnv = z
+  .record(EnvName.max(256), z.string().max(1 << 16))
+  .refine((m) => Object.keys(m).length <= 256, "at most 256 variables")
+  .describe("Sandbox-wide environment: every command and cell sees it, under its own request's env.");
+
 /** The daemon's error codes (src/util/errors.ts): one list for the TypeScript type and the wire. */
 export const ErrorCodeSchema = named(
   z
@@ -662,14 +668,7 @@ export const CreateSandboxes = named(
       .describe("What the idle timeout does: kill the sandbox, or pause it (resume brings it back)."),
     limits: SandboxLimits.optional(),
     network: NetworkRequest.optional(),
-    env: z
-      .record(
-        z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name"),
-        z.string().max(1 << 16),
-      )
-      .refine((e) => Object.keys(e).length <= 512, "at most 512 variables")
-      .optional()
-      .describe("The sandbox's environment: every command and cell sees it, under the request's own env."),
+    env: SandboxEnv.optional(),
   }),
   "CreateSandboxes",
 );
@@ -836,8 +835,6 @@ export const SetTimeout = named(
 );
 
 // ---------------------------------------------------------------- commands
-
-const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
 
 export const Exec = named(
   z.strictObject({

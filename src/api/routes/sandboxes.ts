@@ -57,7 +57,6 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
           lifetimeMs: body.limits.lifetime_ms,
         },
         network: parseNetwork(body.network),
-        ...(body.env ? { env: body.env } : {}),
       });
     } finally {
       quota();
