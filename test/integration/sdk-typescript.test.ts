@@ -360,7 +360,7 @@ step(
       const forks = await e.fork({ count: 2 });
       assert.equal(forks.length, 2);
       for (const f of forks) {
-        assert.ok(f instanceof Sandbox, String(f));
+        assert.ok(f instanceof Sandbox, f instanceof Error ? f.message : "not a sandbox");
         assert.equal((await f.commands.run("cat rel.txt; echo $SB_ENV")).stdout, "heyfrom-create\n");
         await f.kill();
       }

@@ -10,7 +10,11 @@ import type { ReadonlySandbox } from "../../src/sandbox/sandbox.js";
 
 const ID = (i: number) => `sb-${"a".repeat(15)}${"abcdefghijklmnopqrstuvwxyz234567"[i] ?? "a"}`;
 
-function sb(i: number, state: "running" | "paused" | "exited", metadata: Record<string, string> = {}): ReadonlySandbox {
+function sb(
+  i: number,
+  state: "running" | "paused" | "exited",
+  metadata: Record<string, string> = {},
+): ReadonlySandbox {
   return {
     state,
     record: { id: ID(i), created: `2026-12-01T00:00:${String(i).padStart(2, "0")}.000Z`, metadata },

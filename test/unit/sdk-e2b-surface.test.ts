@@ -8,7 +8,14 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { CommandExitError, CommandTimeoutError, ForkdError, NotFoundError, Sandbox, TimeoutError } from "@forkd/sdk";
+import {
+  CommandExitError,
+  CommandTimeoutError,
+  ForkdError,
+  NotFoundError,
+  Sandbox,
+  TimeoutError,
+} from "@forkd/sdk";
 
 interface Req {
   method: string;
@@ -44,12 +51,16 @@ function view(id: string, state = "running", metadata: Record<string, string> = 
 class Fake {
   reqs: Req[] = [];
   passwd = WITH_USER;
-  sandboxes = new Map<string, Record<string, unknown>>([["sb-aaaaaaaaaaaaaaaa", view("sb-aaaaaaaaaaaaaaaa")]]);
+  sandboxes = new Map<string, Record<string, unknown>>([
+    ["sb-aaaaaaaaaaaaaaaa", view("sb-aaaaaaaaaaaaaaaa")],
+  ]);
   execReply: ((body: Record<string, unknown>) => Ev[]) | null = null;
   forkFailures: Ev[] = [];
 
   execs(): Array<Record<string, unknown>> {
-    return this.reqs.filter((r) => r.path.endsWith("/exec/stream")).map((r) => r.body as Record<string, unknown>);
+    return this.reqs
+      .filter((r) => r.path.endsWith("/exec/stream"))
+      .map((r) => r.body as Record<string, unknown>);
   }
 
   handle(r: Req): [number, unknown] {
@@ -122,10 +133,18 @@ beforeEach(async () => {
     req.on("end", () => {
       const u = new URL(req.url ?? "/", "http://x");
       const raw = Buffer.concat(chunks);
-      const body: unknown = req.headers["content-type"] === "application/json" ? JSON.parse(raw.toString()) : raw;
-      const [status, reply] = fake.handle({ method: req.method ?? "GET", path: u.pathname, query: u.searchParams, body });
+      const body: unknown =
+        req.headers["content-type"] === "application/json" ? JSON.parse(raw.toString()) : raw;
+      const [status, reply] = fake.handle({
+        method: req.method ?? "GET",
+        path: u.pathname,
+        query: u.searchParams,
+        body,
+      });
       res.writeHead(status, { "content-type": "application/json" });
-      res.end(Array.isArray(reply) ? reply.map((e) => JSON.stringify(e) + "\n").join("") : JSON.stringify(reply));
+      res.end(
+        Array.isArray(reply) ? reply.map((e) => JSON.stringify(e) + "\n").join("") : JSON.stringify(reply),
+      );
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
@@ -249,5 +268,8 @@ test("pty.create runs a shell on a terminal of the size, its output as bytes; re
   assert.equal((await h.wait()).exitCode, 0);
   assert.deepEqual([got, h.stdout], [["\x1b[1mhi\r\n"], ""]);
   await sb.pty.resize(7, { rows: 50, cols: 132 });
-  assert.deepEqual(fake.reqs.find((r) => r.path.endsWith("/commands/7/resize"))?.body, { rows: 50, cols: 132 });
+  assert.deepEqual(fake.reqs.find((r) => r.path.endsWith("/commands/7/resize"))?.body, {
+    rows: 50,
+    cols: 132,
+  });
 });

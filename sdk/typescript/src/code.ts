@@ -64,7 +64,7 @@ export class Context {
 
   /** @internal */
   static of(w: Record<string, unknown>): Context {
-    const id = typeof w.id === "string" ? w.id : String(w.context_id ?? "");
+    const id = typeof w.id === "string" ? w.id : typeof w.context_id === "string" ? w.context_id : "";
     const lang = w.language === "javascript" ? "javascript" : "python";
     return new Context(id, lang, typeof w.cwd === "string" ? w.cwd : undefined);
   }

@@ -419,7 +419,7 @@ export class Sandbox {
       if (!(e instanceof ForkdError)) throw e;
       return Array.from({ length: count }, () => e); // every fork failed
     }
-    const out: Array<Sandbox | ForkdError | undefined> = new Array(count).fill(undefined);
+    const out: Array<Sandbox | ForkdError | undefined> = Array.from({ length: count }, () => undefined);
     for (const f of r.failures) out[f.index] = errorFromEnvelope(0, f.code, f.message);
     const ok = r.sandboxes[Symbol.iterator]();
     return out.map((x) => x ?? new Sandbox((ok.next().value as SandboxWire).id, this.t, this.#envs));
