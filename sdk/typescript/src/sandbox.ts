@@ -513,12 +513,56 @@ export class Sandbox {
       ...(ctx !== undefined ? { context_id: ctx instanceof Context ? ctx.id : ctx } : {}),
       ...(Object.keys(env).length > 0 ? { env } : {}),
     };
-    const ex = executionOf(await this.#eval(body, timeoutMs + 30_000));
-    for (const s of ex.logs.stdout) opts.onStdout?.(s);
-    for (const s of ex.logs.stderr) opts.onStderr?.(s);
+    const streamed =
+      (opts.onStdout || opts.onStderr) && this.#evalStream
+        ? await this.#evalStreamed(body, opts, timeoutMs + 30_000)
+        : null;
+    const ex = executionOf(streamed ?? (await this.#eval(body, timeoutMs + 30_000)));
+    if (!streamed) {
+      for (const s of ex.logs.stdout) opts.onStdout?.(s);
+      for (const s of ex.logs.stderr) opts.onStderr?.(s);
+    }
     for (const r of ex.results) opts.onResult?.(r);
     if (ex.error) opts.onError?.(ex.error);
     return ex;
+  }
+
+  #evalStream = true;
+
+  /** POST .../eval/stream: output to the callbacks as the cell runs; null from a daemon without it. */
+  async #evalStreamed(
+    body: Record<string, unknown>,
+    opts: RunCodeOpts,
+    timeoutMs: number,
+  ): Promise<EvalResultWire | null> {
+    let result: EvalResultWire | null = null;
+    let failed: ForkdError | null = null;
+    type Ev =
+      | { type: "stdout"; text: string }
+      | { type: "stderr"; text: string }
+      | { type: "result"; result: EvalResultWire }
+      | { type: "error"; error: { code: string; message: string; details?: Record<string, unknown> } };
+    try {
+      await this.t.ndjson<Ev>(
+        "POST",
+        `/v1/sandboxes/${this.sandboxId}/eval/stream`,
+        (ev) => {
+          if (ev.type === "stdout") opts.onStdout?.(ev.text);
+          else if (ev.type === "stderr") opts.onStderr?.(ev.text);
+          else if (ev.type === "result") result = ev.result;
+          else if (ev.type === "error")
+            failed = errorFromEnvelope(200, ev.error.code, ev.error.message, ev.error.details ?? {});
+        },
+        { json: body, timeoutMs },
+      );
+    } catch (e) {
+      if (!(e instanceof NotFoundError) || !/route|Not Found/.test(e.message)) throw e;
+      this.#evalStream = false; // a daemon without the route: the plain eval
+      return null;
+    }
+    if (failed) throw failed as ForkdError;
+    if (!result) throw new ForkdError("the eval stream ended without a result", { code: "connection" });
+    return result;
   }
 
   async #eval(body: Record<string, unknown>, timeoutMs: number): Promise<EvalResultWire> {
@@ -563,24 +607,31 @@ export class Sandbox {
     );
   }
 
-  async listCodeContexts(): Promise<Context[]> {
+  /** The contexts of a kernel (python by default), its default one included. */
+  async listCodeContexts(opts: { language?: Language } = {}): Promise<Context[]> {
     const r = await this.t.json<{ contexts?: Array<Record<string, unknown>> }>(
       "GET",
       `/v1/sandboxes/${this.sandboxId}/contexts`,
+      { query: { language: opts.language } },
     );
     return (r.contexts ?? []).map((c) => Context.of(c));
   }
 
   async removeCodeContext(context: Context | string): Promise<void> {
-    const id = context instanceof Context ? context.id : context;
-    await this.t.json("DELETE", `/v1/sandboxes/${this.sandboxId}/contexts/${q(id)}`);
+    const [id, query] = contextRef(context);
+    await this.t.json("DELETE", `/v1/sandboxes/${this.sandboxId}/contexts/${q(id)}`, { query });
   }
 
-  /** Forgets a context's globals (its id stays). */
+  /** Forgets a context's globals and count (its id and cwd stay). */
   async restartCodeContext(context: Context | string): Promise<void> {
-    const id = context instanceof Context ? context.id : context;
-    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/contexts/${q(id)}/restart`);
+    const [id, query] = contextRef(context);
+    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/contexts/${q(id)}/restart`, { query });
   }
+}
+
+function contextRef(c: Context | string): [string, { language?: string }] {
+  if (!(c instanceof Context)) return [c, {}];
+  return [c.id, c.language !== "python" ? { language: c.language } : {}];
 }
 
 async function connectTo(t: Transport, id: string, timeoutMs?: number): Promise<string> {

@@ -329,20 +329,49 @@ class Sandbox:
         env.update(envs or {})
         if env:
             body["env"] = env
-        w = self._eval(body, request_timeout or t + 30)
+        streamed = None
+        if (on_stdout or on_stderr) and getattr(self, "_eval_stream", True):
+            streamed = self._eval_streamed(body, on_stdout, on_stderr, request_timeout or t + 30)
+        w = streamed if streamed is not None else self._eval(body, request_timeout or t + 30)
         ex = execution_of(w)
-        if on_stdout:
-            for s in ex.logs.stdout:
-                on_stdout(s)
-        if on_stderr:
-            for s in ex.logs.stderr:
-                on_stderr(s)
+        if streamed is None:
+            if on_stdout:
+                for s in ex.logs.stdout:
+                    on_stdout(s)
+            if on_stderr:
+                for s in ex.logs.stderr:
+                    on_stderr(s)
         if on_result:
             for r in ex.results:
                 on_result(r)
         if on_error and ex.error is not None:
             on_error(ex.error)
         return ex
+
+    def _eval_streamed(self, body, on_stdout, on_stderr, timeout):
+        """POST .../eval/stream: output to the callbacks while the cell runs; None from a daemon
+        without the route (the plain eval is used then)."""
+        from .errors import error_from_envelope
+        try:
+            for ev in self._t.ndjson("POST", "/v1/sandboxes/%s/eval/stream" % self.sandbox_id, json_body=body,
+                                     timeout=timeout):
+                t = ev.get("type")
+                if t == "stdout" and on_stdout:
+                    on_stdout(ev.get("text", ""))
+                elif t == "stderr" and on_stderr:
+                    on_stderr(ev.get("text", ""))
+                elif t == "result":
+                    return ev["result"]
+                elif t == "error":
+                    e = ev.get("error") or {}
+                    raise error_from_envelope(200, e.get("code", "internal"), e.get("message", "eval failed"),
+                                              e.get("details"))
+        except NotFoundError as e:
+            if "route" not in e.message and "Not Found" not in e.message:
+                raise
+            self._eval_stream = False
+            return None
+        raise ForkdError("the eval stream ended without a result", code="connection")
 
     def _eval(self, body, timeout):
         path = "/v1/sandboxes/%s/eval" % self.sandbox_id
@@ -373,18 +402,20 @@ class Sandbox:
             body["cwd"] = cwd
         return Context.of(self._t.json("POST", "/v1/sandboxes/%s/contexts" % self.sandbox_id, json_body=body))
 
-    def list_code_contexts(self, request_timeout=None):
-        r = self._t.json("GET", "/v1/sandboxes/%s/contexts" % self.sandbox_id)
+    def list_code_contexts(self, language=None, request_timeout=None):
+        """The contexts of a kernel (python by default), its default one included."""
+        q = {"language": language} if language else None
+        r = self._t.json("GET", "/v1/sandboxes/%s/contexts" % self.sandbox_id, query=q)
         return [Context.of(c) for c in r.get("contexts", [])]
 
     def remove_code_context(self, context, request_timeout=None):
-        cid = context.id if isinstance(context, Context) else str(context)
-        self._t.json("DELETE", "/v1/sandboxes/%s/contexts/%s" % (self.sandbox_id, _quote(cid)))
+        cid, q = _context_ref(context)
+        self._t.json("DELETE", "/v1/sandboxes/%s/contexts/%s" % (self.sandbox_id, _quote(cid)), query=q)
 
     def restart_code_context(self, context, request_timeout=None):
-        """Forgets a context's globals (its id stays)."""
-        cid = context.id if isinstance(context, Context) else str(context)
-        self._t.json("POST", "/v1/sandboxes/%s/contexts/%s/restart" % (self.sandbox_id, _quote(cid)))
+        """Forgets a context's globals and count (its id and cwd stay)."""
+        cid, q = _context_ref(context)
+        self._t.json("POST", "/v1/sandboxes/%s/contexts/%s/restart" % (self.sandbox_id, _quote(cid)), query=q)
 
     def __repr__(self):
         return "Sandbox(sandbox_id=%r)" % self.sandbox_id
@@ -452,6 +483,12 @@ def error_of_failure(f, default=None):
     if "code" in f:
         return error_from_envelope(0, f["code"], f.get("message", "fork failed"))
     return default or ForkdError("fork failed")
+
+
+def _context_ref(context):
+    if isinstance(context, Context):
+        return context.id, ({"language": context.language} if context.language != "python" else None)
+    return str(context), None
 
 
 def _on_timeout(lifecycle):
