@@ -283,5 +283,51 @@ class E2BSurfaceTest(unittest.TestCase):
         self.assertFalse(Sandbox.kill(sb.sandbox_id))
 
 
+def _routes():
+    return Controller()._t.json("GET", "/v1/openapi.json")["paths"]
+
+
+class TerminalAndWatchTest(unittest.TestCase):
+    """pty and watch_dir: need the daemon's exec pty/resize and files/watch routes (the agent
+    helper's); skipped, saying so, on a daemon without them."""
+
+    @classmethod
+    def setUpClass(cls):
+        paths = _routes()
+        cls.has_pty = any(p.endswith("/resize") for p in paths)
+        cls.has_watch = any(p.endswith("/files/watch") for p in paths)
+
+    def test_pty(self):
+        if not self.has_pty:
+            self.skipTest("the daemon has no exec pty / resize routes")
+        with Sandbox(snapshot=SNAP) as sb:
+            out = []
+            h = sb.pty.create(forkd.PtySize(rows=24, cols=80), on_data=out.append, timeout=60)
+            sb.pty.resize(h.pid, {"rows": 40, "cols": 100})
+            sb.pty.send_stdin(h.pid, b"stty size; echo marker-$((6*7))\nexit\n")
+            self.assertEqual(h.wait().exit_code, 0)
+            text = b"".join(out).decode("utf-8", "replace")
+            self.assertIn("40 100", text)
+            self.assertIn("marker-42", text)
+
+    def test_watch_dir(self):
+        if not self.has_watch:
+            self.skipTest("the daemon has no files/watch route")
+        with Sandbox(snapshot=SNAP) as sb:
+            sb.files.make_dir("/root/w")
+            w = sb.files.watch_dir("/root/w", recursive=True)
+            sb.files.write("/root/w/a.txt", "x")
+            sb.commands.run("mkdir /root/w/sub && echo y > /root/w/sub/b.txt")
+            deadline = time.monotonic() + 20
+            seen = []
+            while time.monotonic() < deadline and not any(e.name == "sub/b.txt" for e in seen):
+                seen += w.get_new_events()
+                time.sleep(0.2)
+            w.stop()
+            names = {(e.name, e.type) for e in seen}
+            self.assertIn(("sub/b.txt", forkd.FilesystemEventType.CREATE), names, seen)
+            self.assertTrue(any(n == "a.txt" for n, _ in names), seen)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
