@@ -40,6 +40,7 @@ class Fake:
         self.sandboxes = {"sb-aaaaaaaaaaaaaaaa": view("sb-aaaaaaaaaaaaaaaa")}
         self.exec_reply = None  # a function of the exec body -> list of events
         self.fork_failures = []
+        self.release = threading.Event()
 
     def execs(self):
         return [b for (m, p, q, b) in self.requests if p.endswith("/exec/stream")]
@@ -88,6 +89,10 @@ class Fake:
                 return 201, {"path": query["path"][0], "size": len(body)}
             if rest == "files/stat":
                 return 200, {"path": query["path"][0], "type": "file", "size": 4, "mode": 0o644, "mtime_ms": 0}
+            if rest == "files/watch":
+                root = query["path"][0]
+                return "hold", [{"type": "ready"}, {"type": "create", "path": root + "/a.txt", "is_dir": False},
+                                {"type": "write", "path": root + "/sub/b", "is_dir": False}]
             if rest.endswith("/resize"):
                 return 200, {"pid": 7, "cmd": "sh", "started": "2026-12-01T00:00:00.000Z", "stdin_open": True}
             if rest == "exec/stream":
@@ -129,6 +134,14 @@ def serve(fake):
                     self.rfile.readline()
             body = json.loads(raw) if self.headers.get("content-type") == "application/json" else raw
             status, reply = fake.handle(self.command, u.path, parse_qs(u.query), body)
+            if status == "hold":  # a stream that stays open, as a watch's does
+                self.send_response(200)
+                self.send_header("content-type", "application/x-ndjson")
+                self.end_headers()
+                self.wfile.write(b"".join(json.dumps(e).encode() + b"\n" for e in reply))
+                self.wfile.flush()
+                fake.release.wait(10)
+                return
             if isinstance(reply, list):
                 data = b"".join(json.dumps(e).encode() + b"\n" for e in reply)
             else:
@@ -153,6 +166,7 @@ class E2BSurfaceTest(unittest.TestCase):
         self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
 
     def tearDown(self):
+        self.fake.release.set()
         self.srv.shutdown()
         self.srv.server_close()
 
@@ -287,6 +301,22 @@ class E2BSurfaceTest(unittest.TestCase):
         sb.pty.resize(7, {"rows": 50, "cols": 132})
         r = [b for (m, p, q, b) in self.fake.requests if p.endswith("/commands/7/resize")]
         self.assertEqual(r, [{"rows": 50, "cols": 132}])
+
+    def test_watch_dir_names_events_under_the_directory_and_stop_returns_at_once(self):
+        import time
+        sb = self.sandbox()
+        w = sb.files.watch_dir("w", recursive=True)
+        q = [q for (m, p, q, b) in self.fake.requests if p.endswith("/files/watch")][0]
+        self.assertEqual((q["path"], q["recursive"]), (["/home/user/w"], ["1"]))
+        deadline = time.monotonic() + 5
+        seen = []
+        while len(seen) < 2 and time.monotonic() < deadline:
+            seen += w.get_new_events()
+            time.sleep(0.05)
+        self.assertEqual([(e.name, e.type) for e in seen], [("a.txt", "create"), ("sub/b", "write")])
+        t0 = time.monotonic()
+        w.stop()  # while the daemon holds the stream open
+        self.assertLess(time.monotonic() - t0, 5)
 
 
 if __name__ == "__main__":

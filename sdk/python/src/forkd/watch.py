@@ -4,6 +4,7 @@ The stream is NDJSON: one line per event {"type": create|write|remove|rename|chm
 "path": absolute, "is_dir"?}, an optional {"type": "ready"} first, {"type": "error", "error"} last.
 """
 
+import socket
 import threading
 
 from .errors import ForkdError, error_from_envelope
@@ -106,7 +107,18 @@ class WatchHandle:
         return out
 
     def stop(self):
+        """Ends the watch (the daemon then cancels it in the guest). The socket is shut down, not
+        closed: closing the reply's buffered reader would wait for the reading thread's lock."""
         self._stopped = True
+        # the connection hands its socket to the reply when the reply reads until close
+        sock = getattr(self._conn, "sock", None) or getattr(
+            getattr(getattr(self._res, "fp", None), "raw", None), "_sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._thread.join(10)
         try:
             self._conn.close()
         except OSError:
