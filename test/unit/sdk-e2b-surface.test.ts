@@ -152,6 +152,7 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
+  server.closeAllConnections();
   await new Promise((r) => server.close(r));
 });
 
@@ -272,4 +273,24 @@ test("pty.create runs a shell on a terminal of the size, its output as bytes; re
     rows: 50,
     cols: 132,
   });
+});
+
+test("files.watchDir names events under the directory (a relative one under the home); stop ends it", async () => {
+  const sb = await create();
+  const seen: Array<[string, string]> = [];
+  let exited = false;
+  const w = await sb.files.watchDir("w", (e) => void seen.push([e.name, e.type]), {
+    recursive: true,
+    onExit: () => (exited = true),
+  });
+  const q = fake.reqs.find((r) => r.path.endsWith("/files/watch"))?.query;
+  assert.deepEqual([q?.get("path"), q?.get("recursive")], ["/home/user/w", "1"]);
+  for (let i = 0; i < 100 && seen.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(seen, [
+    ["a.txt", "create"],
+    ["sub/b", "write"],
+  ]);
+  await w.stop();
+  for (let i = 0; i < 100 && !exited; i++) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(exited, true);
 });
