@@ -135,6 +135,23 @@ beforeEach(async () => {
       const raw = Buffer.concat(chunks);
       const body: unknown =
         req.headers["content-type"] === "application/json" ? JSON.parse(raw.toString()) : raw;
+      if (u.pathname.endsWith("/files/watch")) {
+        // a stream the daemon holds open, as a watch's
+        fake.reqs.push({ method: "GET", path: u.pathname, query: u.searchParams, body });
+        const root = u.searchParams.get("path") ?? "";
+        res.writeHead(200, { "content-type": "application/x-ndjson" });
+        res.write(
+          [
+            { type: "ready" },
+            { type: "create", path: `${root}/a.txt`, is_dir: false },
+            { type: "write", path: `${root}/sub/b`, is_dir: false },
+          ]
+            .map((e) => JSON.stringify(e) + "\n")
+            .join(""),
+        );
+        req.socket.once("close", () => res.end());
+        return;
+      }
       const [status, reply] = fake.handle({
         method: req.method ?? "GET",
         path: u.pathname,
