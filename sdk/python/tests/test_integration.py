@@ -329,5 +329,28 @@ class TerminalAndWatchTest(unittest.TestCase):
             self.assertTrue(any(n == "a.txt" for n, _ in names), seen)
 
 
+class CodeContextsTest(unittest.TestCase):
+    """run_code contexts, per-cell envs and streamed output: need the daemon's contexts and
+    eval/stream routes (the interp helper's); skipped, saying so, on a daemon without them."""
+
+    def test_contexts_envs_and_streamed_output(self):
+        if not any(p.endswith("/contexts") for p in _routes()):
+            self.skipTest("the daemon has no code contexts routes")
+        with Sandbox(snapshot=SNAP, envs={"SB_ENV": "sandbox"}) as sb:
+            ctx = sb.create_code_context()
+            self.assertIn(ctx.id, [c.id for c in sb.list_code_contexts()])
+            sb.run_code("x = 1", context=ctx)
+            self.assertIsNone(sb.run_code("'x' in globals() or None").text)  # the default context has no x
+            ex = sb.run_code("x + 1", context=ctx)
+            self.assertEqual((ex.text, ex.execution_count), ("2", 2))
+            seen = []
+            ex = sb.run_code("import os; print(os.environ.get('SB_ENV'), os.environ.get('CELL'))",
+                             envs={"CELL": "only-here"}, on_stdout=seen.append)
+            self.assertEqual("".join(seen), "sandbox only-here\n")
+            self.assertEqual(sb.run_code("import os; os.environ.get('CELL')").text, None)
+            sb.remove_code_context(ctx)
+            self.assertNotIn(ctx.id, [c.id for c in sb.list_code_contexts()])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
