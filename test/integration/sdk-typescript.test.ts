@@ -9,10 +9,12 @@ import { createHash, randomBytes } from "node:crypto";
 import {
   ApiClient,
   CommandExitError,
+  CommandTimeoutError,
   Controller,
   InvalidArgumentError,
   NotFoundError,
   Sandbox,
+  TimeoutError,
   UnavailableError,
   fork,
 } from "@forkd/sdk";
@@ -78,8 +80,9 @@ step(
     });
     const argv = await sb.commands.run(["printf", "%s|", "a b", "c"]);
     assert.equal(argv.stdout, "a b|c|");
+    // E2B's shape: a command past its timeout is a TimeoutError (with the output so far)
     await assert.rejects(sb.commands.run("sleep 10", { timeoutMs: 500 }), (e: unknown) => {
-      assert.ok(e instanceof CommandExitError);
+      assert.ok(e instanceof CommandTimeoutError && e instanceof TimeoutError);
       assert.equal(e.result.timedOut, true);
       return true;
     });
@@ -314,12 +317,77 @@ step("setTimeout: an idle sandbox is killed and says why; use keeps it alive", a
   assert.equal(await s.kill(), true, "an exited sandbox can still be deleted");
 });
 
+step(
+  "E2B's surface: create envs seen by commands and forks, home layout, EntryInfo, iteration, connect, paginator, pause/connect, metrics, fork(count), snapshots",
+  async () => {
+    const e = await Sandbox.create({ envs: { SB_ENV: "from-create" }, metadata: { suite: "ts-e2b" } });
+    try {
+      assert.equal((await e.commands.run("echo $SB_ENV")).stdout, "from-create\n");
+      assert.equal((await e.commands.run("echo $SB_ENV", { envs: { SB_ENV: "mine" } })).stdout, "mine\n");
+      // relative paths and the default cwd: the user's home (root's: the template has no `user`)
+      assert.equal((await e.files.write("rel.txt", "hey")).path, "/root/rel.txt");
+      assert.equal((await e.commands.run("pwd; cat rel.txt")).stdout, "/root\nhey");
+      const info = await e.files.getInfo("rel.txt");
+      assert.deepEqual(
+        [info.name, info.type, info.size, info.permissions, info.owner, info.group],
+        ["rel.txt", "file", 3, "-rw-r--r--", "root", "root"],
+      );
+      const many = await e.files.writeFiles([
+        { path: "a/1", data: "1" },
+        { path: "/tmp/2", data: "22" },
+      ]);
+      assert.deepEqual(
+        many.map((w) => w.path),
+        ["/root/a/1", "/tmp/2"],
+      );
+      // a background command: iterated, and followed by commands.connect
+      const h = await e.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", { background: true });
+      const follower = await e.commands.connect(h.pid);
+      let seen = "";
+      for await (const c of h) seen += c.stdout ?? "";
+      assert.equal(seen, "1\n2\n3\n");
+      assert.equal((await follower.wait()).exitCode, 0);
+      await assert.rejects(e.commands.connect(h.pid), NotFoundError);
+      // the paginator: one per page
+      const pages: string[][] = [];
+      const p = Sandbox.list({ query: { metadata: { suite: "ts-e2b" }, state: ["running"] }, limit: 1 });
+      while (p.hasNext) pages.push((await p.nextItems()).map((s) => s.sandboxId));
+      assert.deepEqual(pages.flat(), [e.sandboxId]);
+      const m = await e.getMetrics();
+      assert.equal(m.length, 1);
+      assert.ok(m[0] && m[0].cpuCount >= 1 && m[0].memTotal > 0 && m[0].memUsed > 0, JSON.stringify(m));
+      // fork(count): every fork has the files and the env; the source keeps running
+      const forks = await e.fork({ count: 2 });
+      assert.equal(forks.length, 2);
+      for (const f of forks) {
+        assert.ok(f instanceof Sandbox, f instanceof Error ? f.message : "not a sandbox");
+        assert.equal((await f.commands.run("cat rel.txt; echo $SB_ENV")).stdout, "heyfrom-create\n");
+        await f.kill();
+      }
+      assert.equal((await e.getInfo()).state, "running");
+      const snap = await e.createSnapshot();
+      assert.ok((await e.listSnapshots()).some((x) => x.snapshotId === snap.snapshotId));
+      // pause, listed as paused; connect() resumes it
+      assert.equal(await e.pause(), true);
+      assert.equal(await Sandbox.pause(e.sandboxId), false);
+      const paused = await Sandbox.list({ query: { state: ["paused"] } });
+      assert.ok(paused.some((s) => s.sandboxId === e.sandboxId));
+      const back = await Sandbox.connect(e.sandboxId);
+      assert.equal((await back.getInfo()).state, "running");
+      assert.equal((await back.commands.run("cat rel.txt")).stdout, "hey");
+    } finally {
+      await e.kill();
+    }
+  },
+);
+
 step("errors are typed: unknown ids and snapshots, bad arguments", async () => {
   await assert.rejects(Sandbox.connect("sb-aaaaaaaaaaaaaaaa"), NotFoundError);
   await assert.rejects(Sandbox.connect("../../etc"), InvalidArgumentError);
   await assert.rejects(Sandbox.create({ snapshot: "no-such-snapshot" }), NotFoundError);
   await assert.rejects(Sandbox.create({ snapshot: "bad/tag" }), InvalidArgumentError);
-  await assert.rejects(sb.files.read("relative/path"), InvalidArgumentError);
+  // E2B's layout: a relative path is under the user's home (root's in this template)
+  await assert.rejects(sb.files.read("relative/path"), NotFoundError);
   assert.equal(await Sandbox.kill("sb-aaaaaaaaaaaaaaaa"), false);
   assert.equal(await sb.kill(), true);
   assert.equal(await sb.kill(), false);

@@ -22,7 +22,7 @@ function tsSurface(cls: { prototype: object }): string[] {
   return [...out, ...statics.map((n) => `static ${snake(n)}`)].sort();
 }
 
-const CLASSES = ["Sandbox", "Commands", "CommandHandle", "Files", "Controller", "Execution"] as const;
+const CLASSES = ["Sandbox", "Commands", "CommandHandle", "Files", "Controller", "Execution", "Pty"] as const;
 
 /** What is deliberately one language's own (idiom, not surface). */
 const ONLY_TS = new Set(["Execution:to_j_s_o_n"]);
@@ -41,7 +41,8 @@ for name in ${JSON.stringify(CLASSES)}:
             continue
         if isinstance(v, (classmethod, staticmethod)):
             members.append("static " + n)
-        elif n in ("kill", "set_timeout", "get_info") and name == "Sandbox":
+        elif n in ("kill", "set_timeout", "get_info", "connect", "pause", "get_metrics", "list_snapshots",
+                   "delete_snapshot") and name == "Sandbox":
             members += [n, "static " + n]  # callable on the class and on an instance
         else:
             members.append(n)

@@ -11,7 +11,8 @@ import time
 import unittest
 
 import forkd
-from forkd import (CommandExitError, Controller, InvalidArgumentError, NotFoundError, Sandbox,
+from forkd import (CommandExitError, Controller, InvalidArgumentError, NotFoundError, NotFoundException, Sandbox,
+                   SandboxQuery,
                    TimeoutError, fork)
 
 SNAP = os.environ["FORKD_TEST_SNAPSHOT"]
@@ -138,11 +139,11 @@ class SandboxTest(unittest.TestCase):
             Sandbox.connect("../../etc")
         with self.assertRaises(NotFoundError):
             Sandbox(snapshot="no-such-snapshot")
-        with self.assertRaises(InvalidArgumentError):
+        with self.assertRaises(NotFoundError):  # E2B's layout: under the user's home (root's here)
             self.sb.files.read("relative/path")
         self.assertFalse(Sandbox.kill("sb-aaaaaaaaaaaaaaaa"))
         with self.assertRaises(forkd.ConnectionError):
-            Sandbox.list(socket_path="/nonexistent/forkd.sock")
+            list(Sandbox.list(socket_path="/nonexistent/forkd.sock"))  # a paginator: read when iterated
         with self.assertRaises(TimeoutError):  # also the built-in TimeoutError
             self.sb.run_code("import time; time.sleep(5)", request_timeout=1)
 
@@ -208,6 +209,147 @@ class ForkAndLifecycleTest(unittest.TestCase):
         self.assertGreater(snap["timings"]["boot_ms"], 0)
         with self.assertRaises(InvalidArgumentError):
             c.create_snapshot("bad/tag")
+
+
+class E2BSurfaceTest(unittest.TestCase):
+    """E2B's behaviours, as its own suites check them, with forkd's template (no `user` account)."""
+
+    def test_envs_user_layout_and_errors(self):
+        with Sandbox(snapshot=SNAP, envs={"SB_ENV": "from-create"}, metadata={"suite": "py-e2b"}) as sb:
+            self.assertEqual(sb.commands.run("echo $SB_ENV").stdout, "from-create\n")
+            self.assertEqual(sb.commands.run("echo $SB_ENV", envs={"SB_ENV": "mine"}).stdout, "mine\n")
+            self.assertEqual(sb.commands.run("id -un", user="nobody").stdout, "nobody\n")
+            self.assertEqual(sb.commands.run("pwd").stdout, "/root\n")
+            with self.assertRaises(forkd.TimeoutException):
+                sb.commands.run("sleep 10", timeout=1)
+            handle = sb.commands.run("sleep 10", timeout=1, background=True)
+            with self.assertRaises(forkd.TimeoutException):
+                for _ in handle:
+                    pass
+            with self.assertRaises(forkd.CommandExitException) as cm:
+                sb.commands.run("echo o; echo e >&2; exit 4")
+            self.assertEqual((cm.exception.exit_code, cm.exception.stdout, cm.exception.stderr), (4, "o\n", "e\n"))
+            # files: relative to the home, E2B's EntryInfo
+            self.assertEqual(sb.files.write("rel.txt", "test").path, "/root/rel.txt")
+            info = sb.files.get_info("rel.txt")
+            self.assertEqual((info.name, info.type, info.size, info.mode, info.permissions, info.owner, info.group),
+                             ("rel.txt", forkd.FileType.FILE, 4, 0o644, "-rw-r--r--", "root", "root"))
+            self.assertTrue(sb.files.make_dir("d1/d2"))
+            self.assertFalse(sb.files.make_dir("d1/d2"))
+            d = sb.files.get_info("d1")
+            self.assertEqual((d.type, d.size, d.permissions[0]), ("dir", 0, "d"))
+            self.assertEqual([i.path for i in sb.files.write_files([{"path": "d1/a", "data": "a"},
+                                                                    forkd.WriteEntry("/tmp/b", b"b")])],
+                             ["/root/d1/a", "/tmp/b"])
+            self.assertEqual(sorted(e.name for e in sb.files.list("d1", depth=2)), ["a", "d2"])
+            with self.assertRaises(NotFoundException):
+                sb.files.get_info("no-such-file")
+            # iterating a background command, and following it with commands.connect
+            h = sb.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", background=True)
+            follower = sb.commands.connect(h.pid)
+            self.assertEqual("".join(out for out, _, _ in h if out), "1\n2\n3\n")
+            tail = follower.wait()  # what came after the connect
+            self.assertEqual(tail.exit_code, 0)
+            self.assertTrue("1\n2\n3\n".endswith(tail.stdout), tail.stdout)
+
+    def test_lifecycle_list_metrics_fork_snapshots(self):
+        sb = Sandbox(snapshot=SNAP, envs={"SB_ENV": "e"}, metadata={"suite": "py-e2b-life"})
+        try:
+            p = Sandbox.list(query=SandboxQuery(metadata={"suite": "py-e2b-life"}, state=["running"]), limit=1)
+            ids = []
+            while p.has_next:
+                ids += [s.sandbox_id for s in p.next_items()]
+            self.assertEqual(ids, [sb.sandbox_id])
+            m = sb.get_metrics()
+            self.assertEqual(len(m), 1)
+            self.assertGreaterEqual(m[0].cpu_count, 1)
+            self.assertGreater(m[0].mem_used, 0)
+            sb.files.write("/root/state.txt", "kept")
+            forks = sb.fork(count=2)
+            self.assertEqual([type(f).__name__ for f in forks], ["Sandbox", "Sandbox"])
+            for f in forks:
+                self.assertEqual(f.commands.run("cat /root/state.txt; echo $SB_ENV").stdout, "kepte\n")
+                f.kill()
+            snap = sb.create_snapshot()
+            self.assertIn(snap.snapshot_id, [s.snapshot_id for s in sb.list_snapshots()])
+            self.assertTrue(sb.pause())
+            self.assertFalse(Sandbox.pause(sb.sandbox_id))
+            self.assertIn(sb.sandbox_id, [s.sandbox_id for s in Sandbox.list(query={"state": ["paused"]})])
+            back = Sandbox.connect(sb.sandbox_id)
+            self.assertEqual(back.get_info().state, "running")
+            self.assertEqual(back.files.read("/root/state.txt"), "kept")
+        finally:
+            self.assertTrue(Sandbox.kill(sb.sandbox_id))
+        self.assertFalse(Sandbox.kill(sb.sandbox_id))
+
+
+def _routes():
+    return Controller()._t.json("GET", "/v1/openapi.json")["paths"]
+
+
+class TerminalAndWatchTest(unittest.TestCase):
+    """pty and watch_dir: need the daemon's exec pty/resize and files/watch routes (the agent
+    helper's); skipped, saying so, on a daemon without them."""
+
+    @classmethod
+    def setUpClass(cls):
+        paths = _routes()
+        cls.has_pty = any(p.endswith("/resize") for p in paths)
+        cls.has_watch = any(p.endswith("/files/watch") for p in paths)
+
+    def test_pty(self):
+        if not self.has_pty:
+            self.skipTest("the daemon has no exec pty / resize routes")
+        with Sandbox(snapshot=SNAP) as sb:
+            out = []
+            h = sb.pty.create(forkd.PtySize(rows=24, cols=80), on_data=out.append, timeout=60)
+            sb.pty.resize(h.pid, {"rows": 40, "cols": 100})
+            sb.pty.send_stdin(h.pid, b"stty size; echo marker-$((6*7))\nexit\n")
+            self.assertEqual(h.wait().exit_code, 0)
+            text = b"".join(out).decode("utf-8", "replace")
+            self.assertIn("40 100", text)
+            self.assertIn("marker-42", text)
+
+    def test_watch_dir(self):
+        if not self.has_watch:
+            self.skipTest("the daemon has no files/watch route")
+        with Sandbox(snapshot=SNAP) as sb:
+            sb.files.make_dir("/root/w")
+            w = sb.files.watch_dir("/root/w", recursive=True)
+            sb.files.write("/root/w/a.txt", "x")
+            sb.commands.run("mkdir /root/w/sub && echo y > /root/w/sub/b.txt")
+            deadline = time.monotonic() + 20
+            seen = []
+            while time.monotonic() < deadline and not any(e.name == "sub/b.txt" for e in seen):
+                seen += w.get_new_events()
+                time.sleep(0.2)
+            w.stop()
+            names = {(e.name, e.type) for e in seen}
+            self.assertIn(("sub/b.txt", forkd.FilesystemEventType.CREATE), names, seen)
+            self.assertTrue(any(n == "a.txt" for n, _ in names), seen)
+
+
+class CodeContextsTest(unittest.TestCase):
+    """run_code contexts, per-cell envs and streamed output: need the daemon's contexts and
+    eval/stream routes (the interp helper's); skipped, saying so, on a daemon without them."""
+
+    def test_contexts_envs_and_streamed_output(self):
+        if not any(p.endswith("/contexts") for p in _routes()):
+            self.skipTest("the daemon has no code contexts routes")
+        with Sandbox(snapshot=SNAP, envs={"SB_ENV": "sandbox"}) as sb:
+            ctx = sb.create_code_context()
+            self.assertIn(ctx.id, [c.id for c in sb.list_code_contexts()])
+            sb.run_code("x = 1", context=ctx)
+            self.assertIsNone(sb.run_code("'x' in globals() or None").text)  # the default context has no x
+            ex = sb.run_code("x + 1", context=ctx)
+            self.assertEqual((ex.text, ex.execution_count), ("2", 2))
+            seen = []
+            ex = sb.run_code("import os; print(os.environ.get('SB_ENV'), os.environ.get('CELL'))",
+                             envs={"CELL": "only-here"}, on_stdout=seen.append)
+            self.assertEqual("".join(seen), "sandbox only-here\n")
+            self.assertEqual(sb.run_code("import os; os.environ.get('CELL')").text, None)
+            sb.remove_code_context(ctx)
+            self.assertNotIn(ctx.id, [c.id for c in sb.list_code_contexts()])
 
 
 if __name__ == "__main__":

@@ -269,7 +269,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List sandboxes */
+        /** List sandboxes (filtered by state and metadata, paged by limit and next_token) */
         get: operations["listSandboxes"];
         put?: never;
         /** Fork n children of a snapshot; returns when every child answers (or failed) */
@@ -293,6 +293,23 @@ export interface paths {
         post?: never;
         /** Kill a sandbox and delete its files */
         delete: operations["deleteSandbox"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Host-side usage of the sandbox's VM (CPU, memory, disk), in E2B's metrics shape */
+        get: operations["sandboxMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1250,6 +1267,24 @@ export interface components {
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
+            /** @description Where the next page starts (pass it as ?next_token=); null on the last page. */
+            next_token: string | null;
+        };
+        SandboxMetrics: {
+            metrics: {
+                timestamp: string;
+                /** @description CPU the VM used since the previous sample (or its start), % of its vCPUs */
+                cpu_used_pct: number;
+                cpu_count: number;
+                /** @description Bytes of host memory the VM holds on its own (private) */
+                mem_used: number;
+                /** @description The guest's memory in bytes */
+                mem_total: number;
+                /** @description Bytes its disk layers took since its fork */
+                disk_used: number;
+                /** @description Its disk limit in bytes (0: none) */
+                disk_total: number;
+            }[];
         };
         ForkResult: {
             sandboxes: components["schemas"]["Sandbox"][];
@@ -2616,14 +2651,19 @@ export interface operations {
     };
     listSandboxes: {
         parameters: {
-            query?: never;
+            query?: {
+                state?: string;
+                metadata?: string;
+                limit?: number;
+                next_token?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description List sandboxes */
+            /** @description List sandboxes (filtered by state and metadata, paged by limit and next_token) */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2796,6 +2836,61 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Deleted"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sandboxMetrics: {
+        parameters: {
+            query?: {
+                start?: string;
+                end?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Host-side usage of the sandbox's VM (CPU, memory, disk), in E2B's metrics shape */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SandboxMetrics"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */

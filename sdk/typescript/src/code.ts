@@ -23,6 +23,11 @@ export class Result {
   /** base64 */
   jpeg?: string;
   json?: unknown;
+  latex?: string;
+  javascript?: string;
+  pdf?: string;
+  /** E2B's chart data, when the kernel sends it. */
+  chart?: unknown;
   isMainResult: boolean;
   /** Every MIME type the guest sent, by type. */
   raw: Record<string, unknown>;
@@ -38,10 +43,30 @@ export class Result {
     this.png = str("image/png");
     this.jpeg = str("image/jpeg");
     this.json = raw["application/json"];
+    this.latex = str("text/latex");
+    this.javascript = str("application/javascript");
+    this.pdf = str("application/pdf");
+    this.chart = raw["application/vnd.e2b.chart+json"];
   }
 
   formats(): string[] {
     return Object.keys(this.raw);
+  }
+}
+
+/** E2B's code Context: an interpreter state of its own (globals, cwd) in one language. */
+export class Context {
+  constructor(
+    readonly id: string,
+    readonly language: "python" | "javascript" = "python",
+    readonly cwd?: string,
+  ) {}
+
+  /** @internal */
+  static of(w: Record<string, unknown>): Context {
+    const id = typeof w.id === "string" ? w.id : typeof w.context_id === "string" ? w.context_id : "";
+    const lang = w.language === "javascript" ? "javascript" : "python";
+    return new Context(id, lang, typeof w.cwd === "string" ? w.cwd : undefined);
   }
 }
 
@@ -50,6 +75,8 @@ export class Execution {
     readonly results: Result[] = [],
     readonly logs: Logs = { stdout: [], stderr: [] },
     readonly error?: ExecutionError,
+    /** The cell's number in its kernel (when the daemon reports it). */
+    readonly executionCount?: number,
   ) {}
 
   /** The text of the main result (the cell's final expression), if there is one. */
@@ -58,7 +85,12 @@ export class Execution {
   }
 
   toJSON(): Record<string, unknown> {
-    return { results: this.results.map((r) => r.raw), logs: this.logs, error: this.error };
+    return {
+      results: this.results.map((r) => r.raw),
+      logs: this.logs,
+      error: this.error,
+      executionCount: this.executionCount,
+    };
   }
 }
 
@@ -71,5 +103,6 @@ export function executionOf(w: EvalResultWire): Execution {
     results,
     { stdout: w.stdout ? [w.stdout] : [], stderr: w.stderr ? [w.stderr] : [] },
     w.error ?? undefined,
+    (w as { execution_count?: number }).execution_count,
   );
 }

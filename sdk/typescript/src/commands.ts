@@ -1,17 +1,25 @@
 /** `sandbox.commands`: run commands (waiting or in the background), list, signal, feed stdin. */
-import { CommandExitError, ForkdError, errorFromEnvelope } from "./errors.js";
+import {
+  CommandExitError,
+  CommandTimeoutError,
+  ForkdError,
+  NotFoundError,
+  errorFromEnvelope,
+} from "./errors.js";
 import type { CommandResult } from "./errors.js";
+import type { Layout } from "./layout.js";
 import type { Transport } from "./transport.js";
 import type { CommandWire, ExecEventWire } from "./types.js";
 
 export interface CommandStartOpts {
   /** Environment variables added to the guest's. */
   envs?: Record<string, string>;
-  /** Working directory (absolute). */
+  /** Working directory (default: the user's home; a relative one is under it). */
   cwd?: string;
   /**
    * The image's user to run as: name, uid, name:group or uid:gid ("root" always works).
-   * Default: the image's default user (root in forkd's templates).
+   * Default: `user` when the image has that account (E2B's templates), else the image's default
+   * user (root in forkd's templates).
    */
   user?: string;
   /** Kill the command's whole process group after this long (default 60 000 ms; 0 = never). */
@@ -23,6 +31,10 @@ export interface CommandStartOpts {
   stdin?: string | boolean;
   /** Return a CommandHandle as soon as the command started instead of waiting for it. */
   background?: boolean;
+  /** @internal Run on a terminal of this size (sandbox.pty): output goes to onPty as bytes. */
+  pty?: { rows: number; cols: number };
+  /** @internal */
+  onPty?: (data: Uint8Array) => void;
 }
 
 export interface ProcessInfo {
@@ -31,6 +43,17 @@ export interface ProcessInfo {
   args: string[];
   startedAt: Date;
   stdinOpen: boolean;
+  /** E2B's fields: forkd's commands have no tag, and it does not report their env or cwd. */
+  tag?: string;
+  envs: Record<string, string>;
+  cwd?: string;
+}
+
+/** One piece of output while iterating a handle (E2B's stdout/stderr/pty: one is set). */
+export interface CommandOutput {
+  stdout?: string;
+  stderr?: string;
+  pty?: Uint8Array;
 }
 
 const SIGNAL_NAMES: Record<number, string> = { 1: "SIGHUP", 2: "SIGINT", 9: "SIGKILL", 15: "SIGTERM" };
@@ -42,6 +65,10 @@ export class CommandHandle {
   private readonly outDec = new TextDecoder();
   private readonly errDec = new TextDecoder();
   private done: CommandResult | null = null;
+  private detached = false;
+  /** @internal Queues of the handles commands.connect(pid) gave. */
+  readonly followers: EventQueue<ExecEventWire>[] = [];
+  private readonly chunks = new EventQueue<CommandOutput>();
   /** Settles when the command exits (never rejects; see wait()). */
   private readonly finished: Promise<CommandResult | ForkdError>;
 
@@ -52,7 +79,11 @@ export class CommandHandle {
     events: AsyncIterable<ExecEventWire>,
     private readonly opts: CommandStartOpts,
   ) {
-    this.finished = this.#consume(events);
+    this.finished = this.#consume(events).then((r) => {
+      this.chunks.end();
+      for (const f of this.followers.splice(0)) f.end();
+      return r;
+    });
   }
 
   get stdout(): string {
@@ -66,24 +97,37 @@ export class CommandHandle {
     return this.done?.exitCode;
   }
 
+  /** The error of the command, when it did not exit normally (signal or timeout). */
+  get error(): string | undefined {
+    return this.done?.error;
+  }
+
+  #emit(which: "stdout" | "stderr", s: string): void {
+    if (!s) return;
+    if (which === "stdout") this.out += s;
+    else this.err += s;
+    if (!this.detached) (which === "stdout" ? this.opts.onStdout : this.opts.onStderr)?.(s);
+    this.chunks.push(which === "stdout" ? { stdout: s } : { stderr: s });
+  }
+
   async #consume(events: AsyncIterable<ExecEventWire>): Promise<CommandResult | ForkdError> {
     try {
       for await (const ev of events) {
-        if (ev.type === "stdout") {
-          const s = this.outDec.decode(Buffer.from(ev.data, "base64"), { stream: true });
-          this.out += s;
-          if (s) this.opts.onStdout?.(s);
+        for (const f of this.followers) f.push(ev);
+        if (ev.type === "stdout" && this.opts.pty) {
+          // a terminal's output: bytes, not stdout text
+          const data = new Uint8Array(Buffer.from(ev.data, "base64"));
+          if (data.length > 0) {
+            if (!this.detached) this.opts.onPty?.(data);
+            this.chunks.push({ pty: data });
+          }
+        } else if (ev.type === "stdout") {
+          this.#emit("stdout", this.outDec.decode(Buffer.from(ev.data, "base64"), { stream: true }));
         } else if (ev.type === "stderr") {
-          const s = this.errDec.decode(Buffer.from(ev.data, "base64"), { stream: true });
-          this.err += s;
-          if (s) this.opts.onStderr?.(s);
+          this.#emit("stderr", this.errDec.decode(Buffer.from(ev.data, "base64"), { stream: true }));
         } else if (ev.type === "exit") {
-          const tailOut = this.outDec.decode();
-          const tailErr = this.errDec.decode();
-          this.out += tailOut;
-          this.err += tailErr;
-          if (tailOut) this.opts.onStdout?.(tailOut);
-          if (tailErr) this.opts.onStderr?.(tailErr);
+          this.#emit("stdout", this.outDec.decode());
+          this.#emit("stderr", this.errDec.decode());
           this.done = {
             exitCode: ev.exit_code ?? -1,
             signal: ev.signal,
@@ -107,12 +151,33 @@ export class CommandHandle {
     }
   }
 
-  /** Waits for the exit. Throws CommandExitError when the exit code is not 0. */
+  /**
+   * Waits for the exit. Throws CommandExitError when the exit code is not 0, CommandTimeoutError
+   * (a TimeoutError, as E2B's) when it ran past its timeout.
+   */
   async wait(): Promise<CommandResult> {
     const r = await this.finished;
     if (r instanceof Error) throw r;
+    if (r.timedOut) throw new CommandTimeoutError(r);
     if (r.exitCode !== 0) throw new CommandExitError(r);
     return r;
+  }
+
+  /** Output as it arrives; throws CommandTimeoutError at the end if it ran past its timeout. */
+  async *[Symbol.asyncIterator](): AsyncIterator<CommandOutput> {
+    for await (const c of this.chunks) yield c;
+    const r = await this.finished;
+    if (r instanceof Error) throw r;
+    if (r.timedOut) throw new CommandTimeoutError(r);
+  }
+
+  /**
+   * Stops calling this handle's callbacks; the command keeps running (its output is still read:
+   * the daemon takes a hang-up for a request to kill it).
+   */
+  disconnect(): Promise<void> {
+    this.detached = true;
+    return Promise.resolve();
   }
 
   /** Kills the command's process group (SIGKILL). False if it had already exited. */
@@ -131,10 +196,15 @@ export class CommandHandle {
 }
 
 export class Commands {
+  private readonly handles = new Map<number, CommandHandle>();
+
   /** @internal */
   constructor(
     private readonly t: Transport,
     private readonly id: string,
+    private readonly layout: Layout | null = null,
+    /** @internal The sandbox's own env (Sandbox.create({ envs })), under each command's. */
+    readonly envs: Record<string, string> = {},
   ) {}
 
   #path(rest = ""): string {
@@ -147,19 +217,31 @@ export class Commands {
   run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
   async run(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
     const handle = await this.#start(cmd, opts);
-    return opts.background ? handle : handle.wait();
+    if (!opts.background) return handle.wait();
+    for (const [pid, h] of this.handles) if (h.exitCode !== undefined) this.handles.delete(pid);
+    this.handles.set(handle.pid, handle);
+    return handle;
   }
 
   async #start(cmd: string | string[], opts: CommandStartOpts): Promise<CommandHandle> {
     const timeoutMs = opts.timeoutMs ?? 60_000;
+    const env = { ...this.envs, ...opts.envs };
+    const user = opts.user ?? (await this.layout?.user());
+    const cwd =
+      opts.cwd !== undefined
+        ? this.layout
+          ? await this.layout.resolve(opts.cwd, user)
+          : opts.cwd
+        : await this.layout?.home(user);
     const body = {
       cmd,
-      ...(opts.envs ? { env: opts.envs } : {}),
-      ...(opts.cwd ? { cwd: opts.cwd } : {}),
-      ...(opts.user !== undefined ? { user: opts.user } : {}),
+      ...(Object.keys(env).length > 0 ? { env } : {}),
+      ...(cwd ? { cwd } : {}),
+      ...(user !== undefined ? { user } : {}),
       ...(timeoutMs > 0 ? { timeout_ms: timeoutMs } : {}),
       ...(typeof opts.stdin === "string" ? { stdin: opts.stdin } : {}),
-      ...(opts.stdin === true ? { keep_stdin_open: true } : {}),
+      ...(opts.stdin === true && !opts.pty ? { keep_stdin_open: true } : {}),
+      ...(opts.pty ? { pty: opts.pty } : {}),
     };
     const queue = new EventQueue<ExecEventWire>();
     const stream = this.t
@@ -181,6 +263,26 @@ export class Commands {
     return new CommandHandle(pid, this, queue, opts);
   }
 
+  /**
+   * A handle on a running background command this Sandbox object started: its output from now on
+   * and its exit. forkd streams a command's output to the request that started it, so one started
+   * elsewhere can be listed and signalled but not followed: a NotFoundError.
+   */
+  connect(pid: number, opts: Pick<CommandStartOpts, "onStdout" | "onStderr"> = {}): Promise<CommandHandle> {
+    const src = this.handles.get(pid);
+    if (!src || src.exitCode !== undefined) {
+      return Promise.reject(
+        new NotFoundError(`no running command ${pid} started by this client`, {
+          code: "not_found",
+          status: 404,
+        }),
+      );
+    }
+    const q = new EventQueue<ExecEventWire>();
+    src.followers.push(q);
+    return Promise.resolve(new CommandHandle(pid, this, q, opts));
+  }
+
   /** Commands started through the API that are still running. */
   async list(): Promise<ProcessInfo[]> {
     const r = await this.t.json<{ commands: CommandWire[] }>("GET", this.#path("/commands"));
@@ -190,6 +292,7 @@ export class Commands {
       args: typeof c.cmd === "string" ? [] : c.cmd.slice(1),
       startedAt: new Date(c.started),
       stdinOpen: c.stdin_open,
+      envs: {},
     }));
   }
 
@@ -218,8 +321,8 @@ export class Commands {
   }
 }
 
-/** A push/pull queue bridging the NDJSON callback to an async iterator. */
-class EventQueue<T> implements AsyncIterable<T> {
+/** @internal A push/pull queue bridging the NDJSON callback to an async iterator. */
+export class EventQueue<T> implements AsyncIterable<T> {
   private items: T[] = [];
   private waiters: Array<{ resolve: (v: T | null) => void; reject: (e: Error) => void }> = [];
   private closed = false;

@@ -104,3 +104,27 @@ export interface CommandResult {
   /** Why it did not exit normally (signal or timeout), if it did not. */
   error?: string;
 }
+
+/**
+ * A command ran past its `timeoutMs` and was killed: E2B's SDKs throw their TimeoutError for it.
+ * A TimeoutError here too, with the result (the output so far) as CommandExitError has it.
+ */
+export class CommandTimeoutError extends TimeoutError {
+  constructor(readonly result: CommandResult) {
+    super(
+      `command timed out (killed after its timeout)${result.stderr ? `: ${result.stderr.slice(0, 500)}` : ""}`,
+      {
+        code: "timeout",
+      },
+    );
+  }
+  get exitCode(): number {
+    return this.result.exitCode;
+  }
+  get stdout(): string {
+    return this.result.stdout;
+  }
+  get stderr(): string {
+    return this.result.stderr;
+  }
+}

@@ -12,7 +12,15 @@ export type {
   BranchInfo,
   NetworkOpts,
   NetworkInfo,
+  SandboxMetrics,
+  SnapshotInfo as SandboxSnapshotInfo,
 } from "./sandbox.js";
+export { SandboxPaginator } from "./paginator.js";
+export { Pty } from "./pty.js";
+export type { PtyCreateOpts } from "./pty.js";
+export type { SandboxQuery } from "./paginator.js";
+export { WatchHandle, FilesystemEventType } from "./watch.js";
+export type { FilesystemEvent } from "./watch.js";
 export { Controller, fork } from "./controller.js";
 export { ApiClient } from "./api-client.js";
 export type {
@@ -26,10 +34,10 @@ export type {
 } from "./api-client.js";
 export type { CreateSnapshotOpts, SnapshotInfo } from "./controller.js";
 export { Commands, CommandHandle } from "./commands.js";
-export type { CommandStartOpts, ProcessInfo } from "./commands.js";
-export { Files } from "./files.js";
-export type { EntryInfo, FileType, WriteInfo, WriteEntry, FileData } from "./files.js";
-export { Execution, Result } from "./code.js";
+export type { CommandStartOpts, CommandOutput, ProcessInfo } from "./commands.js";
+export { Files, FileType } from "./files.js";
+export type { EntryInfo, FileOpts, WriteInfo, WriteEntry, FileData } from "./files.js";
+export { Context, Execution, Result } from "./code.js";
 export type { ExecutionError, Logs } from "./code.js";
 export {
   ForkdError,
@@ -44,6 +52,7 @@ export {
   GuestError,
   ConnectionError,
   CommandExitError,
+  CommandTimeoutError,
 } from "./errors.js";
 export type { CommandResult } from "./errors.js";
 export type { ConnectionOpts } from "./transport.js";

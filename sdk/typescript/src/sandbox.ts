@@ -1,9 +1,20 @@
 /** `Sandbox`: one forked microVM, shaped like E2B's Sandbox. */
+import { randomBytes } from "node:crypto";
 import { Commands } from "./commands.js";
-import { executionOf } from "./code.js";
-import type { Execution } from "./code.js";
-import { ConflictError, ForkdError, InvalidArgumentError, NotFoundError } from "./errors.js";
+import { Context, executionOf } from "./code.js";
+import type { Execution, ExecutionError, Result } from "./code.js";
+import {
+  ConflictError,
+  ForkdError,
+  InvalidArgumentError,
+  NotFoundError,
+  errorFromEnvelope,
+} from "./errors.js";
 import { Files } from "./files.js";
+import { Layout } from "./layout.js";
+import { Pty } from "./pty.js";
+import { SandboxPaginator } from "./paginator.js";
+import type { SandboxQuery } from "./paginator.js";
 import { Transport } from "./transport.js";
 import type { ConnectionOpts } from "./transport.js";
 import type {
@@ -25,6 +36,14 @@ export interface SandboxOpts extends ConnectionOpts {
   metadata?: Record<string, string>;
   /** What the idle timeout does: "kill" (default) or "pause" (Sandbox.resume(id) brings it back). */
   onIdle?: "kill" | "pause";
+  /** The sandbox's environment: every command and cell sees it, under their own envs. */
+  envs?: Record<string, string>;
+  /**
+   * E2B's lifecycle: `onTimeout` is what the timeout does (forkd's onIdle). forkd's timeout is an
+   * idle one (every API call resets it), E2B's absolute; a paused sandbox comes back by connect()
+   * (the daemon does not auto-resume it on traffic).
+   */
+  lifecycle?: { onTimeout: "kill" | "pause" | { action: "kill" | "pause" }; autoResume?: boolean };
   /**
    * Host-side limits: memory of its VMM in MiB (default guest RAM + 384; past it the sandbox is
    * killed and its exit reason says so), a CPU quota in cores, and the number of processes of its
@@ -78,6 +97,8 @@ export interface SandboxInfo {
     lifetimeMs: number | null;
   };
   network: NetworkInfo;
+  /** E2B's lifecycle: onTimeout is the idle policy (forkd's timeouts are idle ones). */
+  lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
 }
 
 export interface BranchOpts {
@@ -111,7 +132,46 @@ export interface RunCodeOpts {
   timeoutMs?: number;
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
+  /** Each result (the main one and displayed objects) and the error, once the cell ran. */
+  onResult?: (r: Result) => void;
+  onError?: (e: ExecutionError) => void;
+  /** An interpreter context of its own (createCodeContext). */
+  context?: Context | string;
+  /** Environment of this cell only (over the sandbox's). */
+  envs?: Record<string, string>;
 }
+
+/** E2B's SnapshotInfo: `snapshotId` is a forkd snapshot tag (Sandbox.create(snapshotId) forks it). */
+export interface SnapshotInfo {
+  snapshotId: string;
+  names: string[];
+}
+
+/** E2B's SandboxMetrics, from the daemon's host-side view of the sandbox's VM. */
+export interface SandboxMetrics {
+  timestamp: Date;
+  cpuUsedPct: number;
+  cpuCount: number;
+  memUsed: number;
+  memTotal: number;
+  memCache: number;
+  diskUsed: number;
+  diskTotal: number;
+}
+
+interface MetricsWire {
+  metrics: Array<{
+    timestamp: string;
+    cpu_used_pct: number;
+    cpu_count: number;
+    mem_used: number;
+    mem_total: number;
+    disk_used: number;
+    disk_total: number;
+  }>;
+}
+
+const q = encodeURIComponent;
 
 /** @internal */
 /** The earlier of two optional ISO times. */
@@ -151,6 +211,7 @@ export function infoOf(w: SandboxWire): SandboxInfo {
       egress: w.network.egress,
       ports: w.network.ports,
     },
+    lifecycle: { onTimeout: (w as { on_idle?: "kill" | "pause" }).on_idle ?? "kill", autoResume: false },
   };
 }
 
@@ -158,15 +219,24 @@ export class Sandbox {
   readonly sandboxId: string;
   readonly commands: Commands;
   readonly files: Files;
+  /** Pseudo-terminals (E2B's sandbox.pty). */
+  readonly pty: Pty;
+
+  readonly #envs: Record<string, string>;
+  #cellEnv = true;
 
   /** @internal Use Sandbox.create(), Sandbox.connect() or fork(). */
   constructor(
     id: string,
     private readonly t: Transport,
+    envs: Record<string, string> = {},
   ) {
     this.sandboxId = id;
-    this.commands = new Commands(t, id);
-    this.files = new Files(t, id);
+    this.#envs = { ...envs };
+    const layout = new Layout(t, id);
+    this.commands = new Commands(t, id, layout, this.#envs);
+    this.files = new Files(t, id, layout);
+    this.pty = new Pty(this.commands, t, id);
   }
 
   /** Forks one child of a snapshot (E2B: `Sandbox.create(template?, opts?)`). */
@@ -191,32 +261,33 @@ export class Sandbox {
     }
   }
 
-  /** A running sandbox by id. */
-  static async connect(sandboxId: string, opts: ConnectionOpts = {}): Promise<Sandbox> {
+  /**
+   * A sandbox by id (E2B's connect): a paused one is resumed first; `timeoutMs` sets its timeout.
+   * An exited one is a ConflictError.
+   */
+  static async connect(
+    sandboxId: string,
+    opts: ConnectionOpts & { timeoutMs?: number } = {},
+  ): Promise<Sandbox> {
     const t = new Transport(opts);
-    const w = await t.json<SandboxWire>("GET", `/v1/sandboxes/${encodeURIComponent(sandboxId)}`);
-    if (w.state !== "running") {
-      throw new ConflictError(`sandbox ${sandboxId} is not running (${w.exit_reason ?? w.state})`, {
-        code: "conflict",
-        status: 409,
-      });
-    }
-    return new Sandbox(w.id, t);
+    return new Sandbox(await connectTo(t, sandboxId, opts.timeoutMs), t);
   }
 
-  /** Sandboxes the daemon knows, optionally only those whose metadata has every given pair. */
-  static async list(
-    opts: ConnectionOpts & {
-      query?: { metadata?: Record<string, string>; state?: "running" | "exited" };
-    } = {},
-  ): Promise<SandboxInfo[]> {
-    const t = new Transport(opts);
-    const r = await t.json<{ sandboxes: SandboxWire[] }>("GET", "/v1/sandboxes");
-    const want = opts.query?.metadata ?? {};
-    return r.sandboxes
-      .filter((s) => Object.entries(want).every(([k, v]) => s.metadata[k] === v))
-      .filter((s) => !opts.query?.state || s.state === opts.query.state)
-      .map(infoOf);
+  /** Resumes this sandbox if it is paused (E2B's sandbox.connect()). */
+  async connect(opts: { timeoutMs?: number } = {}): Promise<this> {
+    await connectTo(this.t, this.sandboxId, opts.timeoutMs);
+    return this;
+  }
+
+  /**
+   * E2B's paginator over the sandboxes: `query` ({ metadata, state: ["running", "paused"] }),
+   * `limit` per page, `nextToken` to start from; `hasNext` / `nextItems()`. Awaiting it reads
+   * every page (what this method returned before: an array).
+   */
+  static list(
+    opts: ConnectionOpts & { query?: SandboxQuery; limit?: number; nextToken?: string } = {},
+  ): SandboxPaginator<SandboxInfo> {
+    return new SandboxPaginator(new Transport(opts), opts.query ?? {}, opts.limit, opts.nextToken, infoOf);
   }
 
   /** A sandbox's state by id (also one that exited: its exitReason says why). */
@@ -254,6 +325,29 @@ export class Sandbox {
     await new Sandbox(sandboxId, new Transport(opts)).setTimeout(timeoutMs);
   }
 
+  /** Pauses a sandbox by id (see pause()). */
+  static pause(sandboxId: string, opts: ConnectionOpts = {}): Promise<boolean> {
+    return pauseIt(new Transport(opts), sandboxId);
+  }
+
+  /** E2B's metrics samples of a sandbox by id (see getMetrics()). */
+  static getMetrics(
+    sandboxId: string,
+    opts: ConnectionOpts & { start?: Date; end?: Date } = {},
+  ): Promise<SandboxMetrics[]> {
+    return metricsOf(new Transport(opts), sandboxId, opts);
+  }
+
+  /** Snapshots made by createSnapshot (of `sandboxId` when given). */
+  static listSnapshots(opts: ConnectionOpts & { sandboxId?: string } = {}): Promise<SnapshotInfo[]> {
+    return snapshotsOf(new Transport(opts), opts.sandboxId);
+  }
+
+  /** Deletes a snapshot. False if there was none (409 while sandboxes run from it). */
+  static deleteSnapshot(snapshotId: string, opts: ConnectionOpts = {}): Promise<boolean> {
+    return deleteSnap(new Transport(opts), snapshotId);
+  }
+
   /** Kills this sandbox. False if it was already gone. */
   async kill(): Promise<boolean> {
     try {
@@ -267,10 +361,68 @@ export class Sandbox {
 
   /**
    * Saves the sandbox's whole state (memory, disk, processes) and stops its VM, freeing its
-   * memory; Sandbox.resume(id) brings it back, also after a daemon restart.
+   * memory; connect() or Sandbox.resume(id) brings it back, also after a daemon restart. True once
+   * paused, false if it already was (forkd always keeps the memory: keepMemory false too).
    */
-  async pause(): Promise<void> {
-    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/pause`, { timeoutMs: 0 });
+  pause(_opts: { keepMemory?: boolean } = {}): Promise<boolean> {
+    return pauseIt(this.t, this.sandboxId);
+  }
+
+  /** E2B's SandboxMetrics (host-side: the VMM's CPU, private memory, disk layers); one sample, now. */
+  getMetrics(opts: { start?: Date; end?: Date } = {}): Promise<SandboxMetrics[]> {
+    return metricsOf(this.t, this.sandboxId, opts);
+  }
+
+  /** A snapshot of this running sandbox (a forkd branch); it keeps running. */
+  async createSnapshot(opts: { name?: string } = {}): Promise<SnapshotInfo> {
+    const tag = opts.name ?? `${this.sandboxId}-snap-${randomBytes(3).toString("hex")}`;
+    const r = await this.t.json<BranchResultWire>("POST", `/v1/sandboxes/${this.sandboxId}/branch`, {
+      json: { tag, wait: true },
+      timeoutMs: 0,
+    });
+    return { snapshotId: r.tag, names: [r.tag] };
+  }
+
+  /** The snapshots createSnapshot made of this sandbox. */
+  listSnapshots(): Promise<SnapshotInfo[]> {
+    return snapshotsOf(this.t, this.sandboxId);
+  }
+
+  deleteSnapshot(snapshotId: string): Promise<boolean> {
+    return deleteSnap(this.t, snapshotId);
+  }
+
+  /**
+   * E2B's fork of this running sandbox: one branch (a short pause; this sandbox keeps its id and
+   * runs on) from which `count` sandboxes start. One entry per fork: a Sandbox, or the error that
+   * fork failed with (each succeeds or fails on its own).
+   */
+  async fork(opts: { count?: number; timeoutMs?: number } = {}): Promise<Array<Sandbox | ForkdError>> {
+    const count = opts.count ?? 1;
+    const tag = `${this.sandboxId}-fork-${randomBytes(3).toString("hex")}`;
+    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/branch`, {
+      json: { tag, wait: true },
+      timeoutMs: 0,
+    });
+    let r: ForkResultWire;
+    try {
+      r = await this.t.json<ForkResultWire>("POST", "/v1/sandboxes", {
+        json: {
+          snapshot_tag: tag,
+          n: count,
+          ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
+          ...(Object.keys(this.#envs).length > 0 ? { env: this.#envs } : {}),
+        },
+        timeoutMs: 0,
+      });
+    } catch (e) {
+      if (!(e instanceof ForkdError)) throw e;
+      return Array.from({ length: count }, () => e); // every fork failed
+    }
+    const out: Array<Sandbox | ForkdError | undefined> = Array.from({ length: count }, () => undefined);
+    for (const f of r.failures) out[f.index] = errorFromEnvelope(0, f.code, f.message);
+    const ok = r.sandboxes[Symbol.iterator]();
+    return out.map((x) => x ?? new Sandbox((ok.next().value as SandboxWire).id, this.t, this.#envs));
   }
 
   /** Sets the idle timeout, counted from now (null: never). */
@@ -345,20 +497,205 @@ export class Sandbox {
    * UnavailableError (code `unavailable`).
    */
   async runCode(code: string, opts: RunCodeOpts = {}): Promise<Execution> {
-    const language: string = opts.language ?? "python";
+    const ctx = opts.context;
+    const language: string = opts.language ?? (ctx instanceof Context ? ctx.language : undefined) ?? "python";
     if (!(LANGUAGES as readonly string[]).includes(language)) {
       throw new InvalidArgumentError(`no ${language} kernel (known: ${LANGUAGES.join(", ")})`, {
         code: "invalid_argument",
       });
     }
     const timeoutMs = opts.timeoutMs ?? 60_000;
-    const w = await this.t.json<EvalResultWire>("POST", `/v1/sandboxes/${this.sandboxId}/eval`, {
-      json: { code, timeout_ms: timeoutMs, ...(language !== "python" ? { language } : {}) },
-      timeoutMs: timeoutMs + 30_000,
+    const env = { ...this.#envs, ...opts.envs };
+    const body: Record<string, unknown> = {
+      code,
+      timeout_ms: timeoutMs,
+      ...(language !== "python" ? { language } : {}),
+      ...(ctx !== undefined ? { context_id: ctx instanceof Context ? ctx.id : ctx } : {}),
+      ...(Object.keys(env).length > 0 ? { env } : {}),
+    };
+    const streamed =
+      (opts.onStdout || opts.onStderr) && this.#evalStream
+        ? await this.#evalStreamed(body, opts, timeoutMs + 30_000)
+        : null;
+    const ex = executionOf(streamed ?? (await this.#eval(body, timeoutMs + 30_000)));
+    if (!streamed) {
+      for (const s of ex.logs.stdout) opts.onStdout?.(s);
+      for (const s of ex.logs.stderr) opts.onStderr?.(s);
+    }
+    for (const r of ex.results) opts.onResult?.(r);
+    if (ex.error) opts.onError?.(ex.error);
+    return ex;
+  }
+
+  #evalStream = true;
+
+  /** POST .../eval/stream: output to the callbacks as the cell runs; null from a daemon without it. */
+  async #evalStreamed(
+    body: Record<string, unknown>,
+    opts: RunCodeOpts,
+    timeoutMs: number,
+  ): Promise<EvalResultWire | null> {
+    let result: EvalResultWire | null = null;
+    let failed: ForkdError | null = null;
+    type Ev =
+      | { type: "stdout"; text: string }
+      | { type: "stderr"; text: string }
+      | { type: "result"; result: EvalResultWire }
+      | { type: "error"; error: { code: string; message: string; details?: Record<string, unknown> } };
+    try {
+      await this.t.ndjson<Ev>(
+        "POST",
+        `/v1/sandboxes/${this.sandboxId}/eval/stream`,
+        (ev) => {
+          if (ev.type === "stdout") opts.onStdout?.(ev.text);
+          else if (ev.type === "stderr") opts.onStderr?.(ev.text);
+          else if (ev.type === "result") result = ev.result;
+          else if (ev.type === "error")
+            failed = errorFromEnvelope(200, ev.error.code, ev.error.message, ev.error.details ?? {});
+        },
+        { json: body, timeoutMs },
+      );
+    } catch (e) {
+      if (!(e instanceof NotFoundError) || !/route|Not Found/.test(e.message)) throw e;
+      this.#evalStream = false; // a daemon without the route: the plain eval
+      return null;
+    }
+    if (failed) throw failed as ForkdError;
+    if (!result) throw new ForkdError("the eval stream ended without a result", { code: "connection" });
+    return result;
+  }
+
+  async #eval(body: Record<string, unknown>, timeoutMs: number): Promise<EvalResultWire> {
+    const path = `/v1/sandboxes/${this.sandboxId}/eval`;
+    if (body.env === undefined || this.#cellEnv) {
+      try {
+        return await this.t.json<EvalResultWire>("POST", path, { json: body, timeoutMs });
+      } catch (e) {
+        if (
+          body.env === undefined ||
+          !(e instanceof InvalidArgumentError) ||
+          !/env/.test(e.message + JSON.stringify(e.details))
+        )
+          throw e;
+        this.#cellEnv = false; // a daemon whose eval takes no env yet
+      }
+    }
+    // Such a daemon: the environment is set in the kernel (it then stays for later cells).
+    const { env, ...rest } = body;
+    const setup =
+      rest.language === "javascript"
+        ? `Object.assign(process.env, ${JSON.stringify(env)})`
+        : `__import__('os').environ.update(${JSON.stringify(env)})`;
+    await this.t.json("POST", path, {
+      json: {
+        code: setup,
+        timeout_ms: 30_000,
+        ...(rest.language !== undefined ? { language: rest.language } : {}),
+        ...(rest.context_id !== undefined ? { context_id: rest.context_id } : {}),
+      },
+      timeoutMs: 60_000,
     });
-    if (w.stdout) opts.onStdout?.(w.stdout);
-    if (w.stderr) opts.onStderr?.(w.stderr);
-    return executionOf(w);
+    return this.t.json<EvalResultWire>("POST", path, { json: rest, timeoutMs });
+  }
+
+  /** A new interpreter context: its own globals (and cwd) in one language. */
+  async createCodeContext(opts: { cwd?: string; language?: Language } = {}): Promise<Context> {
+    return Context.of(
+      await this.t.json<Record<string, unknown>>("POST", `/v1/sandboxes/${this.sandboxId}/contexts`, {
+        json: { language: opts.language ?? "python", ...(opts.cwd ? { cwd: opts.cwd } : {}) },
+      }),
+    );
+  }
+
+  /** The contexts of a kernel (python by default), its default one included. */
+  async listCodeContexts(opts: { language?: Language } = {}): Promise<Context[]> {
+    const r = await this.t.json<{ contexts?: Array<Record<string, unknown>> }>(
+      "GET",
+      `/v1/sandboxes/${this.sandboxId}/contexts`,
+      { query: { language: opts.language } },
+    );
+    return (r.contexts ?? []).map((c) => Context.of(c));
+  }
+
+  async removeCodeContext(context: Context | string): Promise<void> {
+    const [id, query] = contextRef(context);
+    await this.t.json("DELETE", `/v1/sandboxes/${this.sandboxId}/contexts/${q(id)}`, { query });
+  }
+
+  /** Forgets a context's globals and count (its id and cwd stay). */
+  async restartCodeContext(context: Context | string): Promise<void> {
+    const [id, query] = contextRef(context);
+    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/contexts/${q(id)}/restart`, { query });
+  }
+}
+
+function contextRef(c: Context | string): [string, { language?: string }] {
+  if (!(c instanceof Context)) return [c, {}];
+  return [c.id, c.language !== "python" ? { language: c.language } : {}];
+}
+
+async function connectTo(t: Transport, id: string, timeoutMs?: number): Promise<string> {
+  let w = await t.json<SandboxWire>("GET", `/v1/sandboxes/${q(id)}`);
+  if (w.state === "paused")
+    w = await t.json<SandboxWire>("POST", `/v1/sandboxes/${q(id)}/resume`, { timeoutMs: 0 });
+  else if (w.state !== "running")
+    throw new ConflictError(`sandbox ${id} is not running (${w.exit_reason ?? w.state})`, {
+      code: "conflict",
+      status: 409,
+    });
+  if (timeoutMs !== undefined)
+    await t.json("POST", `/v1/sandboxes/${q(id)}/timeout`, { json: { timeout_ms: timeoutMs } });
+  return w.id;
+}
+
+async function pauseIt(t: Transport, id: string): Promise<boolean> {
+  const state = async () => (await t.json<SandboxWire>("GET", `/v1/sandboxes/${q(id)}`)).state;
+  if ((await state()) === "paused") return false;
+  try {
+    await t.json("POST", `/v1/sandboxes/${q(id)}/pause`, { timeoutMs: 0 });
+  } catch (e) {
+    if (e instanceof ConflictError && (await state()) === "paused") return false;
+    throw e;
+  }
+  return true;
+}
+
+async function metricsOf(
+  t: Transport,
+  id: string,
+  o: { start?: Date; end?: Date },
+): Promise<SandboxMetrics[]> {
+  const r = await t.json<MetricsWire>("GET", `/v1/sandboxes/${q(id)}/metrics`, {
+    query: { start: o.start?.toISOString(), end: o.end?.toISOString() },
+  });
+  return r.metrics.map((m) => ({
+    timestamp: new Date(m.timestamp),
+    cpuUsedPct: m.cpu_used_pct,
+    cpuCount: m.cpu_count,
+    memUsed: m.mem_used,
+    memTotal: m.mem_total,
+    memCache: 0,
+    diskUsed: m.disk_used,
+    diskTotal: m.disk_total,
+  }));
+}
+
+async function snapshotsOf(t: Transport, sandboxId?: string): Promise<SnapshotInfo[]> {
+  const r = await t.json<{ snapshots: Array<{ tag: string }> }>("GET", "/v1/snapshots");
+  return r.snapshots
+    .filter(
+      (s) => !sandboxId || s.tag.startsWith(`${sandboxId}-snap-`) || s.tag.startsWith(`${sandboxId}-fork-`),
+    )
+    .map((s) => ({ snapshotId: s.tag, names: [s.tag] }));
+}
+
+async function deleteSnap(t: Transport, id: string): Promise<boolean> {
+  try {
+    await t.json("DELETE", `/v1/snapshots/${q(id)}`);
+    return true;
+  } catch (e) {
+    if (e instanceof NotFoundError) return false;
+    throw e;
   }
 }
 
@@ -375,7 +712,8 @@ export async function forkWith(
       n,
       ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
       ...(opts.metadata ? { metadata: opts.metadata } : {}),
-      ...(opts.onIdle ? { on_idle: opts.onIdle } : {}),
+      ...(opts.onIdle || opts.lifecycle ? { on_idle: opts.onIdle ?? onTimeoutOf(opts.lifecycle) } : {}),
+      ...(opts.envs && Object.keys(opts.envs).length > 0 ? { env: opts.envs } : {}),
       ...(opts.limits
         ? {
             limits: {
@@ -391,9 +729,18 @@ export async function forkWith(
     },
     timeoutMs: 0,
   });
-  const sandboxes = r.sandboxes.map((s) => new Sandbox(s.id, t));
+  const sandboxes = r.sandboxes.map((s) => new Sandbox(s.id, t, opts.envs));
   if (r.failures.length > 0) throw new ForkError(sandboxes, r.failures);
   return sandboxes;
+}
+
+function onTimeoutOf(l: SandboxOpts["lifecycle"]): "kill" | "pause" {
+  const a = typeof l?.onTimeout === "object" ? l.onTimeout.action : (l?.onTimeout ?? "kill");
+  if (a !== "kill" && a !== "pause")
+    throw new InvalidArgumentError("lifecycle.onTimeout must be 'kill' or 'pause'", {
+      code: "invalid_argument",
+    });
+  return a;
 }
 
 /** Some children of a fork failed; the ones that started are in `sandboxes` (still running). */

@@ -59,6 +59,12 @@ export class Transport {
     this.ca = opts.ca;
   }
 
+  /** The daemon's base URL (http+unix://<socket> on the unix socket). */
+  get baseUrl(): string {
+    if (!this.url) return `http+unix://${encodeURIComponent(this.socket)}`;
+    return this.url.origin + this.url.pathname.replace(/\/$/, "");
+  }
+
   /** Where requests go, for messages. */
   get where(): string {
     return this.url ? this.url.origin : `unix:${this.socket}`;

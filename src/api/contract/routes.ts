@@ -242,8 +242,9 @@ export const ROUTES: RouteSpec[] = [
     operationId: "listSandboxes",
     method: "get",
     path: "/v1/sandboxes",
-    summary: "List sandboxes",
+    summary: "List sandboxes (filtered by state and metadata, paged by limit and next_token)",
     tag: "sandboxes",
+    query: S.ListSandboxesQuery,
     responses: { 200: json(S.SandboxList) },
   },
   {
@@ -263,6 +264,15 @@ export const ROUTES: RouteSpec[] = [
     summary: "One sandbox",
     tag: "sandboxes",
     responses: { 200: json(S.Sandbox) },
+  },
+  {
+    operationId: "sandboxMetrics",
+    method: "get",
+    path: `${SB}/metrics`,
+    summary: "Host-side usage of the sandbox's VM (CPU, memory, disk), in E2B's metrics shape",
+    tag: "sandboxes",
+    query: S.MetricsQuery,
+    responses: { 200: json(S.SandboxMetrics) },
   },
   {
     operationId: "deleteSandbox",

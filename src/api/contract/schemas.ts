@@ -744,7 +744,59 @@ export const Sandbox = named(
   "Sandbox",
 );
 
-export const SandboxList = named(z.object({ sandboxes: z.array(Sandbox) }), "SandboxList");
+export const SandboxList = named(
+  z.object({
+    sandboxes: z.array(Sandbox),
+    next_token: z
+      .string()
+      .nullable()
+      .describe("Where the next page starts (pass it as ?next_token=); null on the last page."),
+  }),
+  "SandboxList",
+);
+
+export const ListSandboxesQuery = z.object({
+  state: z
+    .string()
+    .regex(
+      /^(running|paused|exited)(,(running|paused|exited))*$/,
+      "state: running, paused, exited, comma-separated",
+    )
+    .optional()
+    .describe("Only sandboxes in one of these states (comma-separated)."),
+  metadata: z
+    .string()
+    .max(8192)
+    .optional()
+    .describe("Only sandboxes whose metadata has every pair: URL-encoded k=v&k2=v2, as E2B's SDKs send it."),
+  limit: z.coerce.number().int().min(1).max(1000).optional().describe("Page size (default: every sandbox)."),
+  next_token: z.string().max(256).optional().describe("The next_token of the previous page."),
+});
+
+export const MetricsQuery = z.object({
+  start: z.string().max(64).optional().describe("ISO time; samples before it are left out."),
+  end: z.string().max(64).optional().describe("ISO time; samples after it are left out."),
+});
+
+export const SandboxMetrics = named(
+  z.object({
+    metrics: z.array(
+      z.object({
+        timestamp: z.string(),
+        cpu_used_pct: z
+          .number()
+          .describe("CPU the VM used since the previous sample (or its start), % of its vCPUs"),
+        cpu_count: z.number().int(),
+        mem_used: z.number().int().describe("Bytes of host memory the VM holds on its own (private)"),
+        mem_total: z.number().int().describe("The guest's memory in bytes"),
+        disk_used: z.number().int().describe("Bytes its disk layers took since its fork"),
+        disk_total: z.number().int().describe("Its disk limit in bytes (0: none)"),
+      }),
+    ),
+  }),
+  "SandboxMetrics",
+  "Host-side usage of a sandbox's VM, E2B's metrics shape (one sample: now).",
+);
 
 export const ForkResult = named(
   z.object({

@@ -2,12 +2,22 @@
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
-import { Branch, CreateSandboxes, EgressRequest, ExposePort, SetTimeout } from "../contract/schemas.js";
+import {
+  Branch,
+  CreateSandboxes,
+  EgressRequest,
+  ExposePort,
+  ListSandboxesQuery,
+  MetricsQuery,
+  SetTimeout,
+} from "../contract/schemas.js";
 import type { BranchResult, ForkResult } from "../contract/schemas.js";
 import type { z } from "zod";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
-import { parseBody } from "../parse.js";
+import { parseBody, parseQuery } from "../parse.js";
+import { sampleUsage } from "../../metrics/sandbox-usage.js";
+import { listPage } from "../views/sandbox-page.js";
 import { forkable } from "../scope.js";
 import { isAdmin } from "../../access/caller.js";
 import { sandboxView } from "../views/sandbox.js";
@@ -18,10 +28,12 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
 
   app.get("/", (c) => {
+    const q = parseQuery(c, ListSandboxesQuery);
     const caller = c.get("caller");
     const all = s.sandboxes.list();
     const mine = isAdmin(caller) ? all : all.filter((sb) => (sb.record.owner ?? null) === caller.tenant);
-    return c.json({ sandboxes: mine.map(sandboxView) });
+    const page = listPage(mine, q);
+    return c.json({ sandboxes: page.items.map(sandboxView), next_token: page.nextToken });
   });
 
   app.post("/", async (c) => {
@@ -73,6 +85,23 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   });
 
   app.get("/:id", (c) => c.json(sandboxView(s.sandboxes.get(c.req.param("id")))));
+
+  app.get("/:id/metrics", async (c) => {
+    const q = parseQuery(c, MetricsQuery);
+    const sb = s.sandboxes.get(c.req.param("id"));
+    const machine = sb.record.paused?.machine ?? (await s.store.get(sb.record.tag)).meta.machine;
+    const sample = await sampleUsage({
+      pid: sb.state === "running" ? sb.record.pid : null,
+      dir: sb.dir,
+      vcpus: machine.vcpus,
+      memoryMiB: machine.memoryMiB,
+      diskMiB: sb.record.limits?.diskMiB ?? null,
+    });
+    const t = Date.parse(sample.timestamp);
+    const inside =
+      (q.start === undefined || Date.parse(q.start) <= t) && (q.end === undefined || t <= Date.parse(q.end));
+    return c.json({ metrics: inside ? [sample] : [] });
+  });
 
   app.post("/:id/branch", async (c) => {
     const body = await parseBody(c, Branch);

@@ -2,7 +2,7 @@
 moving over is a change of import. Standard library only; talks to the forkd daemon's REST API."""
 
 from ._transport import DEFAULT_SOCKET
-from .code import Execution, ExecutionError, Logs, Result
+from .code import Context, Execution, ExecutionError, Logs, Result
 from .commands import CommandHandle, Commands, ProcessInfo
 from .controller import Controller
 from .errors import (
@@ -11,6 +11,7 @@ from .errors import (
     CommandExitError,
     CommandExitException,
     CommandResult,
+    CommandTimeoutError,
     ConflictError,
     ConnectionError,
     ForkdError,
@@ -27,8 +28,12 @@ from .errors import (
     TimeoutException,
     UnavailableError,
 )
-from .files import EntryInfo, Files, WriteInfo
-from .sandbox import DEFAULT_SNAPSHOT, BranchInfo, ForkError, Sandbox, SandboxInfo, fork
+from .files import EntryInfo, Files, FileType, WriteEntry, WriteInfo
+from .paginator import SandboxPaginator, SandboxQuery
+from .pty import Pty, PtySize
+from .sandbox import (DEFAULT_SNAPSHOT, BranchInfo, ForkError, Sandbox, SandboxInfo, SandboxMetrics,
+                      SandboxState, SnapshotInfo, fork)
+from .watch import EventType, FilesystemEvent, FilesystemEventType, WatchHandle
 
 __version__ = "0.1.0"
 
@@ -39,5 +44,6 @@ __all__ = [
     "ForkdError", "GuestError", "InvalidArgumentError", "InvalidArgumentException", "Logs", "NotFoundError",
     "NotFoundException", "ProcessInfo", "RateLimitError", "RateLimitException", "Result", "Sandbox",
     "SandboxError", "SandboxException", "SandboxInfo", "TimeoutError", "TimeoutException", "UnavailableError", "WriteInfo",
-    "fork",
+    "fork", "CommandTimeoutError", "Context", "EventType", "FilesystemEventType", "FileType", "FilesystemEvent", "SandboxMetrics",
+    "Pty", "PtySize", "SandboxPaginator", "SandboxQuery", "SandboxState", "SnapshotInfo", "WatchHandle", "WriteEntry",
 ]

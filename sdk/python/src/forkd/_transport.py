@@ -46,6 +46,13 @@ class Transport:
     def where(self):
         return "%s://%s" % (self.url.scheme, self.url.netloc) if self.url else "unix:" + self.socket_path
 
+    @property
+    def base_url(self):
+        """The daemon's base URL (http+unix://<socket> on the unix socket)."""
+        if self.url is None:
+            return "http+unix://" + urllib.parse.quote(self.socket_path, safe="")
+        return "%s://%s%s" % (self.url.scheme, self.url.netloc, self.url.path.rstrip("/"))
+
     def _connection(self, timeout):
         if self.url is None:
             return _UnixConnection(self.socket_path, timeout=timeout)

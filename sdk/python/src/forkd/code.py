@@ -34,6 +34,10 @@ class Result:
         self.jpeg = raw.get("image/jpeg")  # base64
         self.latex = raw.get("text/latex")
         self.json = raw.get("application/json")
+        self.javascript = raw.get("application/javascript")
+        self.pdf = raw.get("application/pdf")
+        self.data = raw.get("application/vnd.forkd.data+json")
+        self.chart = raw.get("application/vnd.e2b.chart+json")
 
     def formats(self):
         return list(self.raw)
@@ -42,11 +46,28 @@ class Result:
         return "Result(%s)" % ", ".join(self.formats())
 
 
+class Context:
+    """E2B's code Context: an interpreter state of its own (globals, cwd) in one language."""
+
+    def __init__(self, id, language="python", cwd=None):
+        self.id = id
+        self.language = language
+        self.cwd = cwd
+
+    @classmethod
+    def of(cls, w):
+        return cls(w.get("id") or w.get("context_id"), w.get("language", "python"), w.get("cwd"))
+
+    def __repr__(self):
+        return "Context(id=%r, language=%r, cwd=%r)" % (self.id, self.language, self.cwd)
+
+
 class Execution:
-    def __init__(self, results=None, logs=None, error=None):
+    def __init__(self, results=None, logs=None, error=None, execution_count=None):
         self.results = results or []
         self.logs = logs or Logs()
         self.error = error
+        self.execution_count = execution_count
 
     @property
     def text(self):
@@ -59,7 +80,8 @@ class Execution:
     def to_json(self):
         return {"results": [r.raw for r in self.results],
                 "logs": {"stdout": self.logs.stdout, "stderr": self.logs.stderr},
-                "error": vars(self.error) if self.error else None}
+                "error": vars(self.error) if self.error else None,
+                "execution_count": self.execution_count}
 
     def __repr__(self):
         return "Execution(results=%r, logs=%r, error=%r)" % (self.results, self.logs, self.error)
@@ -76,4 +98,5 @@ def execution_of(w):
         results,
         Logs([w["stdout"]] if w.get("stdout") else [], [w["stderr"]] if w.get("stderr") else []),
         ExecutionError(err["name"], err["value"], err["traceback"]) if err else None,
+        w.get("execution_count"),
     )

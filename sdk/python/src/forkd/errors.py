@@ -127,3 +127,14 @@ class CommandExitError(ForkdError):
 
 
 CommandExitException = CommandExitError
+
+
+class CommandTimeoutError(TimeoutError, CommandExitError):
+    """A command ran past its `timeout` and was killed (E2B raises its TimeoutException for it).
+
+    Both a TimeoutError (E2B's TimeoutException) and a CommandExitError (with the output so far)."""
+
+    def __init__(self, result):
+        ForkdError.__init__(self, "command timed out (killed after its timeout)%s" % (
+            ": " + result.stderr[:500] if result.stderr else ""), code="timeout")
+        self.result = result
