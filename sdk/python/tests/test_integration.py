@@ -283,23 +283,10 @@ class E2BSurfaceTest(unittest.TestCase):
         self.assertFalse(Sandbox.kill(sb.sandbox_id))
 
 
-def _routes():
-    return Controller()._t.json("GET", "/v1/openapi.json")["paths"]
-
-
 class TerminalAndWatchTest(unittest.TestCase):
-    """pty and watch_dir: need the daemon's exec pty/resize and files/watch routes (the agent
-    helper's); skipped, saying so, on a daemon without them."""
-
-    @classmethod
-    def setUpClass(cls):
-        paths = _routes()
-        cls.has_pty = any(p.endswith("/resize") for p in paths)
-        cls.has_watch = any(p.endswith("/files/watch") for p in paths)
+    """pty and watch_dir over the daemon's exec pty/resize and files/watch routes."""
 
     def test_pty(self):
-        if not self.has_pty:
-            self.skipTest("the daemon has no exec pty / resize routes")
         with Sandbox(snapshot=SNAP) as sb:
             out = []
             h = sb.pty.create(forkd.PtySize(rows=24, cols=80), on_data=out.append, timeout=60)
@@ -311,8 +298,6 @@ class TerminalAndWatchTest(unittest.TestCase):
             self.assertIn("marker-42", text)
 
     def test_watch_dir(self):
-        if not self.has_watch:
-            self.skipTest("the daemon has no files/watch route")
         with Sandbox(snapshot=SNAP) as sb:
             sb.files.make_dir("/root/w")
             w = sb.files.watch_dir("/root/w", recursive=True)
@@ -330,12 +315,10 @@ class TerminalAndWatchTest(unittest.TestCase):
 
 
 class CodeContextsTest(unittest.TestCase):
-    """run_code contexts, per-cell envs and streamed output: need the daemon's contexts and
-    eval/stream routes (the interp helper's); skipped, saying so, on a daemon without them."""
+    """run_code contexts, per-cell envs and streamed output (the daemon's contexts and
+    eval/stream routes)."""
 
     def test_contexts_envs_and_streamed_output(self):
-        if not any(p.endswith("/contexts") for p in _routes()):
-            self.skipTest("the daemon has no code contexts routes")
         with Sandbox(snapshot=SNAP, envs={"SB_ENV": "sandbox"}) as sb:
             ctx = sb.create_code_context()
             self.assertIn(ctx.id, [c.id for c in sb.list_code_contexts()])
