@@ -984,7 +984,8 @@ const ContextId = z
   .string()
   .regex(CONTEXT_ID_RE, "a context id is 'default' or 16 hex digits")
   .describe("A code context of a kernel: 'default' or the id its creation returned.");
-const CellEnv = z
+/** A cell's own env vars (forkd's eval, E2B's /execute `env_vars`). */
+export const CellEnv = z
   .record(
     z
       .string()

@@ -12,6 +12,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { z } from "zod";
+import { CellEnv } from "../../api/contract/schemas.js";
 import type { Services } from "../../api/services.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
 import type { Lease } from "../../sandbox/lease.js";
@@ -27,25 +28,11 @@ const BODY_MAX = 20 << 20;
 /** E2B's server sets no timeout of its own; forkd's longest eval timeout bounds a cell. */
 export const CELL_TIMEOUT_MS = 3600 * 1000;
 
-const EnvVars = z
-  .record(
-    z
-      .string()
-      .min(1)
-      .max(1024)
-      .regex(/^[^=\0]+$/, "an env var name has no '=' or NUL"),
-    z
-      .string()
-      .max(128 * 1024)
-      .regex(/^[^\0]*$/, "an env var value has no NUL"),
-  )
-  .refine((o) => Object.keys(o).length <= 1000, "at most 1000 env vars");
-
 export const ExecuteBody = z.object({
   code: z.string(),
   context_id: z.string().max(200).nullish(),
   language: z.string().max(40).nullish(),
-  env_vars: EnvVars.nullish(),
+  env_vars: CellEnv.nullish(),
 });
 
 export async function execute(
