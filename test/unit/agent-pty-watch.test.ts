@@ -257,3 +257,51 @@ test("watch: bounded: a consumer that holds its events gets them, then one overf
   // The agent is fine after all of it.
   assert.equal((await h.agent.ping()).version, 1);
 });
+
+test("watch: the window's credit is the raw bytes the guest counted, also for names that are not UTF-8", async () => {
+  const dir = join(h.dir, "w-raw");
+  await mkdir(dir);
+  let release = (): void => undefined;
+  let held = Promise.resolve();
+  const hold = () => (held = new Promise<void>((r) => (release = r)));
+  let count = 0;
+  const w = h.agent.watch(dir, {}, () => {
+    count++;
+    return held;
+  });
+  await w.ready;
+  // 255 bytes of 0xff: each decodes to 255 U+FFFD (765 bytes) but costs the guest 255.
+  const name = (i: number) =>
+    Buffer.concat([Buffer.from(`${dir}/${String(i).padStart(6, "0")}`), Buffer.alloc(249, 0xff)]);
+  const make = async (from: number, n: number) => {
+    for (let i = from; i < from + n; i += 500) {
+      await Promise.all(
+        Array.from({ length: Math.min(500, from + n - i) }, (_, j) => writeFile(name(i + j), "")),
+      );
+    }
+  };
+  const settle = async () => {
+    let last = -1;
+    while (count !== last) {
+      last = count;
+      await new Promise((r) => setTimeout(r, 400));
+    }
+    return count;
+  };
+  hold();
+  await make(0, 12_500);
+  const first = await settle();
+  assert.ok(first < 12_500, `the guest stopped at the window (${first} events held)`);
+  release();
+  await new Promise((r) => setTimeout(r, 300));
+  count = 0;
+  hold();
+  await make(12_500, 25_000);
+  const second = await settle();
+  // Credit given back for what was consumed is what the guest spent: the window is as before
+  // (the events still queued from the first round arrive too), never about 2.4 times it.
+  assert.ok(second < first * 1.4, `second window ${second} events, first ${first}`);
+  release();
+  w.stop();
+  await w.done;
+});
