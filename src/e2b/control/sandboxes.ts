@@ -231,6 +231,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
         src.record.id,
         `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`,
         true,
+        true,
       );
       noteE2bTarget(c, "snapshot", br.tag);
       s.metrics.branchPause(br.pauseMs / 1000);
