@@ -4,7 +4,7 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { chmod, mkdir, rename, rm, unlink, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, readdir, rename, rm, unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ExecHandle, ExecRequest, ExecResult, WatchEvent, WatchHandle } from "../../src/agent/client.js";
 import { ForkdError } from "../../src/util/errors.js";
@@ -110,6 +110,37 @@ test("a PTY command's timeout kills its group like any exec's", async () => {
   const r = await p.handle.result;
   assert.equal(r.timedOut, true);
   assert.equal(r.signal, 9);
+});
+
+/** Host processes whose command line holds `mark` (the host agent's commands run on the host). */
+async function running(mark: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const pid of await readdir("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    const cmd = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    if (cmd.includes(mark)) found.push(Number(pid));
+  }
+  return found;
+}
+
+test("a timeout kills a job-control shell's jobs too: background and foreground, each in its own group", async () => {
+  const mark = `1000.${process.pid}${Date.now() % 100000}`;
+  const p = pty({ argv: ["bash", "--norc", "-i"], timeoutMs: 4_000 });
+  p.handle.writeStdin(Buffer.from(`sleep ${mark}1 &\nsleep ${mark}2\n`));
+  await p.until(/\[1\] \d+/);
+  const deadline = Date.now() + 3_000;
+  while ((await running(mark)).length < 2 && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 50));
+  assert.equal((await running(mark)).length, 2, "both jobs run");
+  const r = await p.handle.result;
+  assert.equal(r.timedOut, true);
+  let left = await running(mark);
+  for (let i = 0; i < 40 && left.length > 0; i++) {
+    await new Promise((res) => setTimeout(res, 50));
+    left = await running(mark);
+  }
+  for (const pid of left) process.kill(pid, "SIGKILL");
+  assert.deepEqual(left, [], "nothing of the session survives");
 });
 
 /** A watch whose events are collected; `until` waits for an event matching `pred`. */
