@@ -294,7 +294,9 @@ test("watch: the window's credit is the raw bytes the guest counted, also for na
   await mkdir(dir);
   let release = (): void => undefined;
   let held = Promise.resolve();
-  const hold = () => (held = new Promise<void>((r) => (release = r)));
+  const hold = (): void => {
+    held = new Promise<void>((r) => (release = r));
+  };
   let count = 0;
   const w = h.agent.watch(dir, {}, () => {
     count++;

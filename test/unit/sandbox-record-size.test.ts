@@ -64,7 +64,7 @@ test("the largest metadata, env and network either API accepts make a record rec
     const env = largest(CreateSandboxes, 1 << 16, (n) => ({
       snapshot_tag: "base",
       env: Object.fromEntries(envKeys.map((k) => [k, esc(n)])),
-    })).env!;
+    })).env;
     const lists = largest(NetworkConfig, 256, (n) => ({
       allowOut: Array.from({ length: 256 }, () => esc(n)),
       denyOut: Array.from({ length: 256 }, () => esc(n)),
