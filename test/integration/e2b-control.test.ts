@@ -286,7 +286,7 @@ step(
       assert.match(String(err), /metadata/);
       return true;
     });
-    const metadata = Object.fromEntries(Array.from({ length: 7 }, (_, i) => [`k${i}`, "m".repeat(4500)]));
+    const metadata = Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, "m".repeat(4000)]));
     const envs = Object.fromEntries(Array.from({ length: 15 }, (_, i) => [`V${i}`, "e".repeat(4300)]));
     const d = await create({ timeoutMs: 45_000, metadata, envs });
     const end = (await d.getInfo()).endAt.getTime();
