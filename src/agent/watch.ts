@@ -48,8 +48,12 @@ const MAX_EVENT_PATH = 4096;
 
 const isType = (t: string): t is WatchEventType => (WATCH_EVENT_TYPES as readonly string[]).includes(t);
 
-/** One WATCH_EVENT's fields as an event; throws agent_protocol on what a guest must not send. */
-function decodeEvent(f: Frame): WatchEvent {
+/**
+ * One WATCH_EVENT's fields as an event and what it costs of the window (its raw path bytes, as the
+ * guest counts them: a name that is not UTF-8 decodes longer); throws agent_protocol on what a
+ * guest must not send.
+ */
+function decodeEvent(f: Frame): { ev: WatchEvent; cost: number } {
   const type = strField(f.fields, Tag.EVENT) ?? "";
   const path = field(f.fields, Tag.PATH);
   if (!isType(type)) throw new ForkdError("agent_protocol", "unknown watch event type from guest");
@@ -58,7 +62,7 @@ function decodeEvent(f: Frame): WatchEvent {
   const ev: WatchEvent = { type, path: path.toString("utf8") };
   const ft = intField(f.fields, Tag.FILE_TYPE);
   if (ft !== undefined) ev.isDir = ft === 2;
-  return ev;
+  return { ev, cost: path.length + WATCH_EVENT_COST };
 }
 
 /** An ERROR of an agent older than WATCH (unknown request type) in the caller's terms. */
@@ -117,14 +121,13 @@ export function watchDir(
       conn.abandon(stream);
       finish(new ForkdError("timeout", `guest did not start watching ${path} within ${readyMs} ms`));
     }, readyMs);
-    const deliver = (ev: WatchEvent) => {
+    const deliver = ({ ev, cost }: { ev: WatchEvent; cost: number }) => {
       let r: Consumed;
       try {
         r = onEvent(ev);
       } catch {
         r = undefined; // a consumer's exception is its own
       }
-      const cost = Buffer.byteLength(ev.path) + WATCH_EVENT_COST;
       flow.deliver(cost, isThenable(r) ? Promise.resolve(r).catch(() => undefined) : undefined);
     };
     try {

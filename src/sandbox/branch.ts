@@ -28,6 +28,18 @@ import { armDiskLimit } from "./disk-limit.js";
 import { notInTransition, transit } from "./transition.js";
 import type { Sandbox } from "./sandbox.js";
 
+/**
+ * The owner of a private branch of an admin's sandbox: no tenant can hold it (tenants match
+ * TENANT_RE, which never starts with "@"), so only admins see, fork or delete it. An admin's
+ * snapshots are otherwise shared (owner null), as templates are; a branch carries the source's
+ * memory and disk, which E2B's API keeps to its team.
+ */
+export const ADMIN_ONLY_OWNER = "@admin";
+
+/** Who owns a branch of `s`: its tenant; for an admin's sandbox, the admins alone when `private`. */
+export const branchOwner = (s: Sandbox, priv: boolean): string | null =>
+  s.record.owner ?? (priv ? ADMIN_ONLY_OWNER : null);
+
 export interface BranchDeps {
   store: SnapshotStore;
   /** Captures and applies private memory pages (forkd-memsnap). */
@@ -65,6 +77,7 @@ export async function branch(
   id: string,
   tag: string | undefined,
   wait: boolean,
+  priv = false,
 ): Promise<BranchResult> {
   const s = ctx.live.running(id);
   const memsnap = ctx.memsnap;
@@ -86,6 +99,7 @@ export async function branch(
         },
         s,
         name,
+        priv,
       );
       // Counted before the transition ends: a kill() waiting on it keeps the files this reads.
       const finishing = st.done.then(
@@ -109,7 +123,12 @@ export async function branch(
 export const memoryFileOf = (s: Sandbox, source: Snapshot): string =>
   s.record.memoryFile ?? source.files.memory;
 
-export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): Promise<BranchStarted> {
+export async function branchSandbox(
+  deps: BranchDeps,
+  s: Sandbox,
+  tag: string,
+  priv = false,
+): Promise<BranchStarted> {
   const { store } = deps;
   const vm = s.vm;
   if (!vm || s.state !== "running") throw new ForkdError("conflict", `sandbox ${s.record.id} is not running`);
@@ -120,8 +139,8 @@ export async function branchSandbox(deps: BranchDeps, s: Sandbox, tag: string): 
   let paused = false;
   try {
     await mkdir(staging, { mode: 0o700 });
-    // A branch belongs to its sandbox's tenant.
-    const owner = s.record.owner ?? null;
+    // A branch belongs to its sandbox's tenant (an admin's private one: to the admins).
+    const owner = branchOwner(s, priv);
     await store.markWriting(staging, { tag, started, source: s.record.id, owner });
     // Unique without a counter: layers made within one millisecond (a resume, a branch) differ.
     const newTop = join(s.dir, `disk-${Date.now().toString(36)}-${randomBytes(4).toString("hex")}.qcow2`);

@@ -6,14 +6,13 @@
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeJsonAtomic } from "../util/atomic.js";
+import { writeFileAtomic } from "../util/atomic.js";
 import { z } from "zod";
 import { SnapshotMetaSchema } from "../snapshot/meta.js";
-import { errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/errors.js";
 import { SANDBOX_ID_RE, TAG_RE } from "../util/ids.js";
+import { MAX_RECORD } from "./record-budget.js";
 import type { SandboxRecord } from "./sandbox.js";
-
-const MAX_RECORD = 256 * 1024;
 
 const ms = z.number().finite().nonnegative();
 const limit = z.number().finite().nonnegative().nullable().optional();
@@ -114,9 +113,22 @@ function pathsOf(r: SandboxRecord): string[] {
 /** Where a sandbox's record lives in its directory. */
 const recordFile = (dir: string): string => join(dir, "sandbox.json");
 
-/** Writes `<dir>/sandbox.json` atomically (write, fsync, rename), readable by the daemon only. */
-export const saveRecord = (dir: string, record: SandboxRecord): Promise<void> =>
-  writeJsonAtomic(recordFile(dir), record, 0o600);
+/**
+ * Writes `<dir>/sandbox.json` atomically (write, fsync, rename), readable by the daemon only,
+ * compact. Never one recovery would refuse: a record over MAX_RECORD is not written (a
+ * `payload_too_large` error; the inputs' bounds, RECORD_BUDGET, keep every real one under it).
+ */
+export async function saveRecord(dir: string, record: SandboxRecord): Promise<void> {
+  const text = JSON.stringify(record) + "\n";
+  if (text.length > MAX_RECORD)
+    throw new ForkdError(
+      "payload_too_large",
+      `sandbox ${record.id}'s record would be ${text.length} bytes, over the ${MAX_RECORD} a restarted daemon reads: ` +
+        "less metadata, env or network rules",
+      { limit: MAX_RECORD },
+    );
+  await writeFileAtomic(recordFile(dir), text, 0o600);
+}
 
 /** Reads and checks `<dir>/sandbox.json` for sandbox `id`. */
 export async function loadRecord(dir: string, id: string): Promise<LoadedRecord> {

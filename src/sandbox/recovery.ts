@@ -58,7 +58,13 @@ export async function finishPause(memsnap: MemoryDiffs | null, r: SandboxRecord)
 export function pausedRecord(r: SandboxRecord, p: PausedImage): SandboxRecord {
   const { pending: _p, ...image } = p;
   const { memoryFile: _m, ...rest } = r;
-  return { ...rest, paused: image, network: r.network ? { ...r.network, slot: null } : undefined };
+  return {
+    ...rest,
+    paused: image,
+    network: r.network ? { ...r.network, slot: null } : undefined,
+    // Paused, it has no deadline (E2B's semantics), in the same write: a resume sets a new one.
+    ...(r.deadline !== undefined ? { deadline: null } : {}),
+  };
 }
 
 /** The record of a sandbox whose pause is undone (its VMM still runs): as before the pause. */

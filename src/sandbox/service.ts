@@ -142,9 +142,12 @@ export class SandboxService {
     return use(this.ctx.live, id, fn);
   }
 
-  /** BRANCH: snapshots the running sandbox `id` as `tag` (branch.ts). */
-  branch(id: string, tag: string | undefined, wait: boolean): Promise<BranchResult> {
-    return branch(this.ctx, id, tag, wait);
+  /**
+   * BRANCH: snapshots the running sandbox `id` as `tag` (branch.ts). `priv`: a branch of an
+   * admin's sandbox is the admins' alone (ADMIN_ONLY_OWNER), not shared with every tenant.
+   */
+  branch(id: string, tag: string | undefined, wait: boolean, priv = false): Promise<BranchResult> {
+    return branch(this.ctx, id, tag, wait, priv);
   }
 
   /** Exposes guest TCP port `port` of a running sandbox on the host (network-change.ts). */

@@ -86,8 +86,8 @@ export class Sweeper {
 }
 
 /**
- * The deadline's pause: the sandbox keeps its state, and its deadline is cleared (a resume sets a
- * new one, or none); a pause that fails kills it.
+ * The deadline's pause: the sandbox keeps its state, and its deadline is cleared by the pause's
+ * own record write (pausedRecord: a resume sets a new one, or none); a pause that fails kills it.
  */
 async function pauseAtDeadline(ctx: SandboxContext, s: Sandbox): Promise<void> {
   const id = s.record.id;
@@ -98,9 +98,6 @@ async function pauseAtDeadline(ctx: SandboxContext, s: Sandbox): Promise<void> {
     await retire(s, "timeout: its deadline came (pause failed)", true);
     return;
   }
-  if (s.state !== "paused") return;
-  s.record = { ...s.record, deadline: null };
-  await saveRecord(s.dir, s.record);
 }
 
 /**

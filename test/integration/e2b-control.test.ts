@@ -191,6 +191,49 @@ step("snapshots: create from a running sandbox, list, create a sandbox from it, 
   assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false);
 });
 
+step(
+  "an admin's forks and snapshots are the admins' alone: no tenant sees or creates from them",
+  async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [CLI, "token", "create", "--tenant", "ops", "--admin", "--e2b"],
+      { env: e.daemon.env, timeout: 60_000 },
+    );
+    const admin = stdout.trim();
+    const src = await create({ apiKey: admin });
+    const snap = await src.createSnapshot();
+    const forks = await src.fork({ count: 1, timeoutMs: 600_000 });
+    const fork = forks[0];
+    assert.ok(fork instanceof Sandbox, fork instanceof Error ? fork.message : "not a sandbox");
+    created.push(fork.sandboxId);
+    const branches = (
+      await rest<{ snapshots: { tag: string; owner?: string | null; branch?: { sandbox: string } }[] }>(
+        "GET",
+        "/v1/snapshots",
+      )
+    ).snapshots.filter((m) => m.branch?.sandbox === src.sandboxId);
+    assert.ok(branches.some((m) => m.tag === snap.snapshotId));
+    assert.ok(
+      branches.some((m) => m.tag.startsWith("e2b-fork-")),
+      JSON.stringify(branches),
+    );
+    for (const m of branches) {
+      assert.notEqual(m.owner ?? null, null, `${m.tag} is not shared`);
+      await assert.rejects(Sandbox.create(m.tag, { requestTimeoutMs: 300_000 }), (err: unknown) => {
+        assert.match(String(err), /not found/i);
+        return true;
+      });
+    }
+    const tenantSees = await Sandbox.listSnapshots().nextItems();
+    assert.ok(!tenantSees.some((x) => x.snapshotId === snap.snapshotId));
+    const adminSees = await Sandbox.listSnapshots({ apiKey: admin }).nextItems();
+    assert.ok(adminSees.some((x) => x.snapshotId === snap.snapshotId));
+    assert.equal(await Sandbox.kill(fork.sandboxId, { apiKey: admin }), true);
+    assert.equal(await Sandbox.kill(src.sandboxId, { apiKey: admin }), true);
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, { apiKey: admin }), true);
+  },
+);
+
 step("metrics: one sample of the guest's CPU, memory and disk", async () => {
   const m = await a.getMetrics();
   assert.equal(m.length, 1);
@@ -232,26 +275,41 @@ step("an absolute timeout kills a sandbox while a command runs in it", async () 
   await assert.rejects(d.getInfo(), NotFoundError);
 });
 
-step("the deadline is kept across a kill -9 of the daemon, and honoured after it", async () => {
-  const d = await create({ timeoutMs: 45_000 });
-  const end = (await d.getInfo()).endAt.getTime();
-  await e.daemon.kill9();
-  await e.daemon.start();
-  const info = await d.getInfo();
-  assert.equal(info.state, "running", "re-adopted");
-  assert.equal(info.endAt.getTime(), end, "the same absolute end");
-  const stop = Date.now() + 120_000;
-  for (;;) {
-    const gone = await d.getInfo().then(
-      () => false,
-      (err: unknown) => err instanceof NotFoundError,
+step(
+  "the deadline (and the most metadata and env E2B takes) kept across a kill -9, honoured after it",
+  async () => {
+    // Over the bound a sandbox's record keeps (recovery would refuse the record): a 400 naming it.
+    const over = Object.fromEntries(
+      Array.from({ length: 64 }, (_, i) => [`k${i}`.padEnd(256, "k"), "v".repeat(4096)]),
     );
-    if (gone) break;
-    assert.ok(Date.now() < stop, "killed at its deadline");
-    await new Promise((r) => setTimeout(r, 1_000));
-  }
-  assert.ok(Date.now() >= end - 1_000, "not before its end");
-});
+    await assert.rejects(create({ metadata: over }), (err: unknown) => {
+      assert.match(String(err), /metadata/);
+      return true;
+    });
+    const metadata = Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, "m".repeat(4000)]));
+    const envs = Object.fromEntries(Array.from({ length: 15 }, (_, i) => [`V${i}`, "e".repeat(4300)]));
+    const d = await create({ timeoutMs: 45_000, metadata, envs });
+    const end = (await d.getInfo()).endAt.getTime();
+    await e.daemon.kill9();
+    await e.daemon.start();
+    const info = await d.getInfo();
+    assert.equal(info.state, "running", "re-adopted");
+    assert.deepEqual(info.metadata, metadata);
+    assert.equal((await sh(d.sandboxId, "echo ${#V14}")).trim(), "4300");
+    assert.equal(info.endAt.getTime(), end, "the same absolute end");
+    const stop = Date.now() + 120_000;
+    for (;;) {
+      const gone = await d.getInfo().then(
+        () => false,
+        (err: unknown) => err instanceof NotFoundError,
+      );
+      if (gone) break;
+      assert.ok(Date.now() < stop, "killed at its deadline");
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
+    assert.ok(Date.now() >= end - 1_000, "not before its end");
+  },
+);
 
 step("forkd e2b env prints the exports E2B's SDKs read", async () => {
   const { stdout } = await promisify(execFile)(

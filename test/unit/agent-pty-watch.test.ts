@@ -4,7 +4,7 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { chmod, mkdir, rename, rm, unlink, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, readdir, rename, rm, unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ExecHandle, ExecRequest, ExecResult, WatchEvent, WatchHandle } from "../../src/agent/client.js";
 import { ForkdError } from "../../src/util/errors.js";
@@ -110,6 +110,37 @@ test("a PTY command's timeout kills its group like any exec's", async () => {
   const r = await p.handle.result;
   assert.equal(r.timedOut, true);
   assert.equal(r.signal, 9);
+});
+
+/** Host processes whose command line holds `mark` (the host agent's commands run on the host). */
+async function running(mark: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const pid of await readdir("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    const cmd = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    if (cmd.includes(mark)) found.push(Number(pid));
+  }
+  return found;
+}
+
+test("a timeout kills a job-control shell's jobs too: background and foreground, each in its own group", async () => {
+  const mark = `1000.${process.pid}${Date.now() % 100000}`;
+  const p = pty({ argv: ["bash", "--norc", "-i"], timeoutMs: 4_000 });
+  p.handle.writeStdin(Buffer.from(`sleep ${mark}1 &\nsleep ${mark}2\n`));
+  await p.until(/\[1\] \d+/);
+  const deadline = Date.now() + 3_000;
+  while ((await running(mark)).length < 2 && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 50));
+  assert.equal((await running(mark)).length, 2, "both jobs run");
+  const r = await p.handle.result;
+  assert.equal(r.timedOut, true);
+  let left = await running(mark);
+  for (let i = 0; i < 40 && left.length > 0; i++) {
+    await new Promise((res) => setTimeout(res, 50));
+    left = await running(mark);
+  }
+  for (const pid of left) process.kill(pid, "SIGKILL");
+  assert.deepEqual(left, [], "nothing of the session survives");
 });
 
 /** A watch whose events are collected; `until` waits for an event matching `pred`. */
@@ -256,4 +287,54 @@ test("watch: bounded: a consumer that holds its events gets them, then one overf
   for (const x of many) x.stop();
   // The agent is fine after all of it.
   assert.equal((await h.agent.ping()).version, 1);
+});
+
+test("watch: the window's credit is the raw bytes the guest counted, also for names that are not UTF-8", async () => {
+  const dir = join(h.dir, "w-raw");
+  await mkdir(dir);
+  let release = (): void => undefined;
+  let held = Promise.resolve();
+  const hold = (): void => {
+    held = new Promise<void>((r) => (release = r));
+  };
+  let count = 0;
+  const w = h.agent.watch(dir, {}, () => {
+    count++;
+    return held;
+  });
+  await w.ready;
+  // 255 bytes of 0xff: each decodes to 255 U+FFFD (765 bytes) but costs the guest 255.
+  const name = (i: number) =>
+    Buffer.concat([Buffer.from(`${dir}/${String(i).padStart(6, "0")}`), Buffer.alloc(249, 0xff)]);
+  const make = async (from: number, n: number) => {
+    for (let i = from; i < from + n; i += 500) {
+      await Promise.all(
+        Array.from({ length: Math.min(500, from + n - i) }, (_, j) => writeFile(name(i + j), "")),
+      );
+    }
+  };
+  const settle = async () => {
+    let last = -1;
+    while (count !== last) {
+      last = count;
+      await new Promise((r) => setTimeout(r, 400));
+    }
+    return count;
+  };
+  hold();
+  await make(0, 12_500);
+  const first = await settle();
+  assert.ok(first < 12_500, `the guest stopped at the window (${first} events held)`);
+  release();
+  await new Promise((r) => setTimeout(r, 300));
+  count = 0;
+  hold();
+  await make(12_500, 25_000);
+  const second = await settle();
+  // Credit given back for what was consumed is what the guest spent: the window is as before
+  // (the events still queued from the first round arrive too), never about 2.4 times it.
+  assert.ok(second < first * 1.4, `second window ${second} events, first ${first}`);
+  release();
+  w.stop();
+  await w.done;
 });

@@ -1,7 +1,9 @@
 /* EXEC, STDIN, SIGNAL: child processes with streamed output. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -385,6 +388,54 @@ void exec_stdin(const struct msg *m)
 	stdin_flush(e);
 }
 
+/* Sends SIG to every process whose session is SID (what /proc names; 0 when it cannot be read). */
+static void kill_session(pid_t sid, int sig)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		char *end, path[64], buf[512];
+		long pid = strtol(de->d_name, &end, 10);
+		if (*end || pid <= 1 || pid == getpid())
+			continue;
+		snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = 0;
+		/* pid (comm) state ppid pgrp session ...: comm may hold anything, so after the last ')' */
+		char *rp = strrchr(buf, ')');
+		int ppid, pgrp, session;
+		char state;
+		if (rp && sscanf(rp + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) == 4 &&
+		    session == sid)
+			kill((pid_t)pid, sig);
+	}
+	if (d)
+		closedir(d);
+}
+
+/*
+ * Signals an exec's processes: its own process group (the exec is a session leader, setsid) and,
+ * on a terminal, its foreground group (a job-control shell runs each job in a group of its own);
+ * `all` (timeout, cancel, SIGKILL): every process of its session too, background jobs included.
+ */
+static void signal_exec(struct exec *e, int sig, int all)
+{
+	killpg(e->pid, sig);
+	if (e->pty && e->out_fd >= 0) {
+		pid_t fg = tcgetpgrp(e->out_fd);
+		if (fg > 0 && fg != e->pid)
+			killpg(fg, sig);
+	}
+	if (all)
+		kill_session(e->pid, sig);
+}
+
 void exec_signal(const struct msg *m)
 {
 	struct exec *e = (struct exec *)stream_find(m->stream, K_EXEC);
@@ -395,7 +446,7 @@ void exec_signal(const struct msg *m)
 		return;
 	}
 	if (e && !e->exited)
-		killpg(e->pid, (int)sig);
+		signal_exec(e, (int)sig, sig == SIGKILL);
 }
 
 void exec_resize(const struct msg *m)
@@ -515,7 +566,7 @@ void exec_cancel(struct stream *s)
 {
 	struct exec *e = (struct exec *)s;
 	if (!e->exited)
-		killpg(e->pid, SIGKILL);
+		signal_exec(e, SIGKILL, 1);
 	closefd(&e->out_fd);
 	closefd(&e->err_fd);
 	stdin_drop(e);
@@ -539,7 +590,7 @@ void exec_poll(int64_t now)
 		}
 		if (e->deadline && !e->timed_out) {
 			if (now >= e->deadline) {
-				killpg(e->pid, SIGKILL);
+				signal_exec(e, SIGKILL, 1);
 				e->timed_out = 1;
 				/* Answer now: SIGKILL cannot be refused, but under a fork bomb the main
 				 * process may wait seconds for a CPU to die on. Its zombie is reaped

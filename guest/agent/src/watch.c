@@ -51,6 +51,8 @@ struct watch {
 	int root_wd;
 	int ended;         /* the root went away: END once the queue is sent */
 	int lost;          /* the queue overflowed: events are dropped until its marker is sent */
+	char *root;        /* the watched path: what an overflow marker names (never copied, so a
+			    * marker needs no memory: one is always queued when events are lost) */
 	struct wdir *dirs; /* sorted by wd */
 	size_t ndirs, capdirs;
 	struct event q[QUEUE_MAX];
@@ -167,19 +169,16 @@ static void queue_push(struct watch *w, int type, int isdir, const char *path)
 			return;
 	}
 	size_t len = strlen(path);
-	int full = w->qlen >= QUEUE_MAX - 1 || w->qbytes + len > QUEUE_BYTES_MAX;
-	if (full) {
+	char *p = NULL;
+	/* the last slot is the marker's: a queue that holds events always has room for it */
+	if (type != EV_OVERFLOW && w->qlen < QUEUE_MAX - 1 && w->qbytes + len <= QUEUE_BYTES_MAX)
+		p = strdup(path);
+	if (!p) { /* full, out of memory (events lost as well), or the marker itself */
 		type = EV_OVERFLOW;
 		isdir = 1;
-		struct wdir *d = dir_find(w, w->root_wd);
-		path = d ? d->path : "/";
-		len = strlen(path);
+		p = w->root;
+		len = strlen(p);
 		w->lost = 1;
-	}
-	char *p = strdup(path);
-	if (!p) {
-		w->lost = 1; /* reported as lost when memory is back: say overflow then */
-		return;
 	}
 	w->q[(w->qhead + w->qlen) % QUEUE_MAX] = (struct event){ .type = (uint8_t)type,
 								 .isdir = (uint8_t)!!isdir, .path = p };
@@ -193,7 +192,8 @@ static void queue_pop(struct watch *w)
 	if (e->type == EV_OVERFLOW)
 		w->lost = 0;
 	w->qbytes -= strlen(e->path);
-	free(e->path);
+	if (e->path != w->root)
+		free(e->path);
 	w->qhead = (w->qhead + 1) % QUEUE_MAX;
 	w->qlen--;
 }
@@ -389,6 +389,7 @@ static void watch_free(struct watch *w)
 	if (w->fd >= 0)
 		close(w->fd);
 	stream_del(&w->s);
+	free(w->root);
 	free(w);
 }
 
@@ -416,7 +417,9 @@ void watch_start(const struct msg *m)
 		send_error(m->stream, ENOSPC, "too many watches (max %d)", WATCHES_MAX);
 		goto out;
 	}
-	if (!(w = calloc(1, sizeof *w))) {
+	if (!(w = calloc(1, sizeof *w)) || !(w->root = strdup(path))) {
+		free(w);
+		w = NULL;
 		send_error(m->stream, ENOMEM, "out of memory");
 		goto out;
 	}
@@ -424,11 +427,13 @@ void watch_start(const struct msg *m)
 	w->fd = -1;
 	w->recursive = recursive == 1;
 	if (!flow_init(&w->s, m)) {
+		free(w->root);
 		free(w);
 		w = NULL;
 		goto out;
 	}
 	if (stream_add(&w->s) < 0) {
+		free(w->root);
 		free(w);
 		w = NULL;
 		goto out;

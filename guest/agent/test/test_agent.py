@@ -577,6 +577,53 @@ def t_watch(a, tmp):
     a.send(CANCEL, s)
 
 
+def t_watch_nomem(binary, tmp):
+    """Events lost for want of memory are reported as one overflow, and the watch goes on."""
+    a = Agent(binary)  # its own: a fresh heap, with little free in it
+    try:
+        watch_nomem(a, tmp)
+    finally:
+        a.close()
+
+
+def watch_nomem(a, tmp):
+    import resource
+    root = os.path.join(tmp, "nomem")
+    os.makedirs(root)
+    s = a.stream()
+    a.send(WATCH, s, [(PATH, root), (WINDOW_F, 64 + len(root) + 2)])
+    check(a.recv(s).type == OK, "watch started")
+    open(os.path.join(root, "a"), "w").close()
+    check(watch_events(a, s, 1) == [("create", root + "/a", 1)], "the window's one event")
+    pid = a.proc.pid
+    with open("/proc/%d/status" % pid) as st:
+        data_kb = next(int(l.split()[1]) for l in st if l.startswith("VmData:"))
+    old = resource.prlimit(pid, resource.RLIMIT_DATA)
+    # Events queue (no credit) while the agent's heap may grow by little: copies of paths fail.
+    resource.prlimit(pid, resource.RLIMIT_DATA, (data_kb * 1024, old[1]))
+    try:
+        for i in range(3500):
+            open(os.path.join(root, "%04d" % i + "n" * 200), "w").close()
+        time.sleep(0.5)
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_DATA, old)
+    a.send(WINDOW, s, [(WINDOW_F, 1 << 30)])
+    types = []
+    while True:
+        try:
+            f = a.q(s).get(timeout=1)
+        except queue.Empty:
+            break
+        check(f.type == WATCH_EVENT, f)
+        types.append(f.get(EVENT).decode())
+    check(types.count("overflow") == 1 and types[-1] == "overflow" and len(types) < 3500,
+          "events past memory are lost, reported once: %d events, %r" % (len(types), types[-3:]))
+    open(os.path.join(root, "after"), "w").close()
+    check(watch_events(a, s, 1) == [("create", root + "/after", 1)], "the watch goes on")
+    a.send(CANCEL, s)
+    check(a.call(PING).type == OK, "alive")
+
+
 def _send(a, ftype, fields):
     s = a.stream()
     a.send(ftype, s, fields)
@@ -1027,6 +1074,7 @@ def main():
                  ("protocol errors", lambda: t_protocol_errors(a)),
                  ("pty", lambda: t_pty(a)),
                  ("watch", lambda: t_watch(a, tmp)),
+                 ("watch out of memory", lambda: t_watch_nomem(binary, tmp)),
                  ("limits", lambda: t_limits(a)),
                  ("eval", lambda: t_eval(a, have_numpy)),
                  ("identity", lambda: t_identity(binary)),

@@ -1193,7 +1193,7 @@ export interface components {
             n: number;
             /** @description Idle timeout: the daemon kills a child no API call has used for this long. */
             timeout_ms?: number | null;
-            /** @description Free-form string labels kept with the sandbox (at most 32 keys). */
+            /** @description Free-form string labels kept with the sandbox (at most 32 keys, 32 KiB as JSON). */
             metadata?: {
                 [key: string]: string;
             };
@@ -1205,7 +1205,7 @@ export interface components {
             on_idle: "kill" | "pause";
             limits?: components["schemas"]["SandboxLimits"];
             network?: components["schemas"]["NetworkRequest"];
-            /** @description Sandbox-wide environment: every command and cell sees it, under its own request's env. */
+            /** @description Sandbox-wide environment (at most 256 variables, 64 KiB as JSON): every command and cell sees it, under its own request's env. */
             env?: {
                 [key: string]: string;
             };

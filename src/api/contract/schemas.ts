@@ -16,6 +16,7 @@ import { SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
 import { MAX_FORK } from "../../sandbox/limits.js";
 import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
 import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/policy.js";
+import { RECORD_BUDGET, jsonChars } from "../../sandbox/record-budget.js";
 import { ERROR_CODES } from "../../util/errors.js";
 import { EVAL_LANGUAGES } from "../../agent/eval.js";
 import { PTY_MAX } from "../../agent/exec.js";
@@ -47,13 +48,24 @@ const MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000;
 const Metadata = z
   .record(z.string().min(1).max(64), z.string().max(512))
   .refine((m) => Object.keys(m).length <= 32, "at most 32 metadata keys")
-  .describe("Free-form string labels kept with the sandbox (at most 32 keys).");
+  .refine(
+    (m) => jsonChars(m) <= RECORD_BUDGET.metadata,
+    `at most ${RECORD_BUDGET.metadata >> 10} KiB of metadata in all (as JSON)`,
+  )
+  .describe("Free-form string labels kept with the sandbox (at most 32 keys, 32 KiB as JSON).");
 
 const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name");
 const SandboxEnv = z
   .record(EnvName.max(256), z.string().max(1 << 16))
   .refine((m) => Object.keys(m).length <= 256, "at most 256 variables")
-  .describe("Sandbox-wide environment: every command and cell sees it, under its own request's env.");
+  .refine(
+    (m) => jsonChars(m) <= RECORD_BUDGET.env,
+    `at most ${RECORD_BUDGET.env >> 10} KiB of variables in all (as JSON)`,
+  )
+  .describe(
+    "Sandbox-wide environment (at most 256 variables, 64 KiB as JSON): every command and cell " +
+      "sees it, under its own request's env.",
+  );
 
 /** The daemon's error codes (src/util/errors.ts): one list for the TypeScript type and the wire. */
 export const ErrorCodeSchema = named(

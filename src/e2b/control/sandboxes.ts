@@ -180,9 +180,9 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     await readJson(c, PauseBody, json);
     const sb = visibleSandbox(s, caller(c), idOf(c));
     if (sb.state === "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already paused`);
+    // Paused, it has no timeout (E2B's semantics; the pause's own record write clears it):
+    // connect or resume sets a new one.
     await s.sandboxes.pause(sb.record.id);
-    // Paused, it has no timeout (E2B's semantics): connect or resume sets a new one.
-    await s.sandboxes.setDeadline(sb.record.id, null);
     return c.body(null, 204);
   });
 
@@ -230,6 +230,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
       const br = await s.sandboxes.branch(
         src.record.id,
         `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`,
+        true,
         true,
       );
       noteE2bTarget(c, "snapshot", br.tag);

@@ -4,6 +4,7 @@
  * E2B's server does; what forkd cannot do is refused where it is read (sandboxes.ts).
  */
 import { z } from "zod";
+import { RECORD_BUDGET, jsonChars } from "../../sandbox/record-budget.js";
 
 /** int32 seconds, as E2B's `timeout` fields. */
 const Seconds = z
@@ -16,18 +17,35 @@ const EnvName = z
   .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "invalid environment variable name")
   .max(256);
 
+// The totals keep a sandbox's record within what a restarted daemon reads (RECORD_BUDGET).
 export const Metadata = z
   .record(z.string().min(1).max(256), z.string().max(4096))
-  .refine((m) => Object.keys(m).length <= 64, "at most 64 metadata keys");
+  .refine((m) => Object.keys(m).length <= 64, "at most 64 metadata keys")
+  .refine(
+    (m) => jsonChars(m) <= RECORD_BUDGET.metadata,
+    `at most ${RECORD_BUDGET.metadata >> 10} KiB of metadata in all (as JSON)`,
+  );
 
 export const EnvVars = z
   .record(EnvName, z.string().max(1 << 16))
   .refine((m) => Object.keys(m).length <= 256, "at most 256 variables")
-  .refine((m) => JSON.stringify(m).length <= 64 << 10, "at most 64 KiB of variables in all");
+  .refine(
+    (m) => jsonChars(m) <= RECORD_BUDGET.env,
+    `at most ${RECORD_BUDGET.env >> 10} KiB of variables in all (as JSON)`,
+  );
+
+/** allowOut or denyOut. */
+const OutList = z
+  .array(z.string().max(256))
+  .max(256)
+  .refine(
+    (a) => jsonChars(a) <= RECORD_BUDGET.networkList,
+    `at most ${RECORD_BUDGET.networkList >> 10} KiB of entries (as JSON)`,
+  );
 
 export const NetworkConfig = z.object({
-  allowOut: z.array(z.string().max(256)).max(256).optional(),
-  denyOut: z.array(z.string().max(256)).max(256).optional(),
+  allowOut: OutList.optional(),
+  denyOut: OutList.optional(),
   allowPublicTraffic: z.boolean().optional(),
   maskRequestHost: z.string().max(256).optional(),
   rules: z.record(z.string(), z.unknown()).optional(),
@@ -60,8 +78,8 @@ export type NewSandbox = z.infer<typeof NewSandbox>;
 /** PUT /sandboxes/{id}/network (SandboxNetworkUpdateConfig). */
 export const NetworkUpdate = z.object({
   allow_internet_access: z.boolean().optional(),
-  allowOut: z.array(z.string().max(256)).max(256).optional(),
-  denyOut: z.array(z.string().max(256)).max(256).optional(),
+  allowOut: OutList.optional(),
+  denyOut: OutList.optional(),
   rules: z.record(z.string(), z.unknown()).optional(),
   egressProxy: z.unknown().optional(),
 });

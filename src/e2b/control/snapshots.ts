@@ -7,8 +7,11 @@
  */
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
+import { isAdmin } from "../../access/caller.js";
+import type { Caller } from "../../access/caller.js";
 import { canChange, canSee } from "../../api/scope.js";
 import type { Services } from "../../api/services.js";
+import { ADMIN_ONLY_OWNER } from "../../sandbox/branch.js";
 import { ForkdError } from "../../util/errors.js";
 import { TAG_RE } from "../../util/ids.js";
 import type { E2bEnv } from "./env.js";
@@ -17,6 +20,10 @@ import { readJson, readQuery } from "./parse.js";
 import { FORK_TAG_PREFIX } from "./fork-snapshots.js";
 import { visibleSandbox } from "./sandboxes.js";
 import { SnapshotBody, SnapshotListQuery } from "./schemas.js";
+
+/** E2B lists the caller's own: a tenant's, or for an admin those of admins (shared or private). */
+const ownedBy = (owner: string | null | undefined, caller: Caller): boolean =>
+  isAdmin(caller) ? (owner ?? null) === null || owner === ADMIN_ONLY_OWNER : owner === caller.tenant;
 
 const noSnapshot = (id: string): ForkdError =>
   new ForkdError("not_found", `snapshot ${id} not found`, { id });
@@ -40,7 +47,8 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
         `sandbox ${sb.record.id} is paused: only a running sandbox is snapshotted`,
       );
     noteE2bTarget(c, "snapshot", tag);
-    const r = await s.sandboxes.branch(sb.record.id, tag, true);
+    // An admin's is the admins' alone: a snapshot of E2B's is its team's, never shared.
+    const r = await s.sandboxes.branch(sb.record.id, tag, true, true);
     s.metrics.branchPause(r.pauseMs / 1000);
     return c.json({ snapshotID: r.tag, names: [r.tag] }, 201);
   });
@@ -51,7 +59,7 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
     const name = q.name?.replace(/:default$/, "");
     const all = (await s.store.list())
       .filter((m) => m.branch !== undefined && !m.tag.startsWith(FORK_TAG_PREFIX))
-      .filter((m) => canSee(caller, m.owner) && (m.owner ?? null) === caller.tenant)
+      .filter((m) => canSee(caller, m.owner) && ownedBy(m.owner, caller))
       .filter((m) => q.sandboxID === undefined || m.branch?.sandbox === q.sandboxID)
       .filter((m) => name === undefined || m.tag === name)
       .map((m) => m.tag)
