@@ -105,9 +105,8 @@ async function resumeOnce(s: Services, id: string): Promise<void> {
     return;
   }
   if (sb.state !== "paused") return;
-  await s.sandboxes.resume(id);
   const ms = sb.record.e2b?.timeoutMs;
-  if (ms !== undefined) await s.sandboxes.setDeadline(id, ms);
+  await s.sandboxes.resume(id, ms === undefined ? {} : { deadlineMs: ms });
 }
 
 /** The listener (HTTPS with a certificate): bounded connections, headers within 30 s. */

@@ -21,18 +21,31 @@ import type { PausedImage, Sandbox, SandboxRecord } from "./sandbox.js";
 import { notInTransition, transit } from "./transition.js";
 import { jailFor, limitsFor } from "./vmm-limits.js";
 
+export interface ResumeOptions {
+  /**
+   * A new absolute deadline, this long from the resume, written in the same record as the resume
+   * itself (E2B's connect/resume: a crash between two writes would leave it running with none).
+   */
+  deadlineMs?: number;
+}
+
 /** Resumes the paused sandbox `id` (one transition at a time). */
-export async function resume(ctx: SandboxContext, id: string): Promise<Sandbox> {
+export async function resume(ctx: SandboxContext, id: string, opts: ResumeOptions = {}): Promise<Sandbox> {
   const s = ctx.live.get(id);
   notInTransition(s);
   const p = s.record.paused;
   if (s.state !== "paused" || !p) {
     throw new ForkdError("conflict", `sandbox ${id} is not paused (${s.state})`, { id, state: s.state });
   }
-  return transit(s, "resume", () => resumeNow(ctx, s, p));
+  return transit(s, "resume", () => resumeNow(ctx, s, p, opts));
 }
 
-async function resumeNow(ctx: SandboxContext, s: Sandbox, p: PausedImage): Promise<Sandbox> {
+async function resumeNow(
+  ctx: SandboxContext,
+  s: Sandbox,
+  p: PausedImage,
+  opts: ResumeOptions,
+): Promise<Sandbox> {
   const id = s.record.id;
   const before = s.record;
   let vm: Vm | null = null;
@@ -68,8 +81,11 @@ async function resumeNow(ctx: SandboxContext, s: Sandbox, p: PausedImage): Promi
     ctx.crash("resume:launched");
     if (s.doomed !== null) throw new ForkdError("conflict", `sandbox ${id} was killed while being resumed`);
     const { paused: _p, ...rest } = s.record;
+    const deadline =
+      opts.deadlineMs === undefined ? {} : { deadline: new Date(Date.now() + opts.deadlineMs).toISOString() };
     const record = (): SandboxRecord => ({
       ...rest,
+      ...deadline,
       pid: (vm as Vm).pid,
       pidStartTime: (vm as Vm).id.startTime,
       memoryFile: p.memory,

@@ -44,6 +44,7 @@ import { WarmPool } from "./pool.js";
 import { prepare } from "./prepare.js";
 import { SandboxRegistry } from "./registry.js";
 import { resume } from "./resume.js";
+import type { ResumeOptions } from "./resume.js";
 import { kill } from "./retire.js";
 import type { E2bRecord, ReadonlySandbox, Sandbox } from "./sandbox.js";
 import { detachAll, killAll } from "./shutdown.js";
@@ -208,9 +209,9 @@ export class SandboxService {
     return pause(this.ctx, id);
   }
 
-  /** Resumes a paused sandbox (resume.ts). */
-  resume(id: string): Promise<ReadonlySandbox> {
-    return resume(this.ctx, id);
+  /** Resumes a paused sandbox (resume.ts), optionally with a new absolute deadline. */
+  resume(id: string, opts?: ResumeOptions): Promise<ReadonlySandbox> {
+    return resume(this.ctx, id, opts);
   }
 
   /** Kills a sandbox and forgets it (retire.ts). */

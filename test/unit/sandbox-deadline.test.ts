@@ -80,6 +80,26 @@ test("deadline (pause): the sandbox is paused and its deadline cleared", async (
   });
 });
 
+test("resume with a deadline: written with the resume itself, then honoured", async () => {
+  await withSandboxes(async (fx) => {
+    const id = await forkOne(fx);
+    await fx.svc.pause(id);
+    await fx.svc.resume(id, { deadlineMs: 1_500 });
+    const rec = await readRecord(fx, id);
+    assert.equal(rec.paused, undefined, "the record on disk is the resumed one");
+    assert.ok(rec.deadline && Math.abs(Date.parse(rec.deadline) - (Date.now() + 1_500)) < 1_000);
+    await until(
+      "the resumed sandbox to be killed at its deadline",
+      () => fx.svc.get(id).state === "exited",
+      10_000,
+    );
+    const plain = await forkOne(fx);
+    await fx.svc.pause(plain);
+    await fx.svc.resume(plain);
+    assert.equal((await readRecord(fx, plain)).deadline ?? null, null, "a plain resume sets none");
+  });
+});
+
 test("setDeadline: persisted, and honoured by the daemon after a restart", async () => {
   await withSandboxes(async (fx) => {
     const id = await forkOne(fx);

@@ -192,8 +192,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const sb = visibleSandbox(s, caller(c), idOf(c));
     if (sb.state !== "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already running`);
     const id = sb.record.id;
-    await s.sandboxes.resume(id);
-    await s.sandboxes.setDeadline(id, (b.timeout ?? V1_TIMEOUT_S) * 1000);
+    await s.sandboxes.resume(id, { deadlineMs: (b.timeout ?? V1_TIMEOUT_S) * 1000 });
     return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
   });
 
@@ -206,8 +205,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const id = sb.record.id;
     const ms = (b.timeout ?? V2_TIMEOUT_S) * 1000;
     if (sb.state === "paused") {
-      await s.sandboxes.resume(id);
-      await s.sandboxes.setDeadline(id, ms);
+      await s.sandboxes.resume(id, { deadlineMs: ms });
       return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
     }
     await extend(s, sb, ms);
