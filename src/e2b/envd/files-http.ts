@@ -12,7 +12,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
-import { Readable, pipeline } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
 import { createGunzip, createGzip } from "node:zlib";
 import type { AgentClient } from "../../agent/client.js";
 import type { Lease } from "../../sandbox/lease.js";
@@ -46,7 +46,8 @@ export function sendError(res: ServerResponse, e: unknown): void {
 /**
  * The request body, decoded: failing with payload_too_large past `max` bytes (after decoding),
  * and ending the request when its client waits more than `idleMs` between chunks. A client
- * that hangs up fails it (the gunzip's pipeline passes the abort on).
+ * that hangs up fails it at once. Left early (a part refused), the rest of the body is read
+ * and dropped so the reply reaches the client; past `max`, the request is cut instead.
  */
 async function* bodyOf(
   req: IncomingMessage,
@@ -54,13 +55,17 @@ async function* bodyOf(
   max: number,
   idleMs: number,
 ): AsyncGenerator<Uint8Array> {
-  let source: Readable = req;
-  if (gzip) {
-    const gunzip = createGunzip();
-    source = pipeline(req, gunzip, () => undefined);
-  }
-  const it = (source as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
+  const target = gzip ? createGunzip() : new PassThrough();
+  const onError = (e: Error) => target.destroy(e);
+  const onClose = () => {
+    if (!req.complete) target.destroy(new ForkdError("unavailable", "the client went away mid-upload"));
+  };
+  req.once("error", onError);
+  req.once("close", onClose);
+  req.pipe(target);
+  const it = (target as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
   let size = 0;
+  let cut = false;
   try {
     for (;;) {
       const timer = setTimeout(
@@ -71,6 +76,7 @@ async function* bodyOf(
       try {
         r = await it.next();
       } catch (e) {
+        cut = true;
         if (e instanceof ForkdError) throw e;
         if (/^Z_/.test(String((e as { code?: unknown }).code)))
           throw new ForkdError("invalid_argument", "the gzip body is corrupt");
@@ -80,13 +86,34 @@ async function* bodyOf(
       }
       if (r.done) return;
       size += r.value.length;
-      if (size > max) throw new ForkdError("payload_too_large", `upload is larger than ${max} bytes`);
+      if (size > max) {
+        cut = true;
+        throw new ForkdError("payload_too_large", `upload is larger than ${max} bytes`);
+      }
       yield r.value;
     }
   } finally {
-    if (!req.complete) req.destroy();
-    source.destroy();
+    req.off("error", onError);
+    req.off("close", onClose);
+    req.unpipe(target);
+    target.destroy();
+    if (!req.complete && !req.destroyed) {
+      if (cut) req.destroy();
+      else drain(req, max, idleMs);
+    }
   }
+}
+
+/** Reads and drops the rest of a request (at most `max` bytes, never idle past `idleMs`). */
+function drain(req: IncomingMessage, max: number, idleMs: number): void {
+  let n = 0;
+  req.on("error", () => undefined);
+  req.on("data", (d: Buffer) => {
+    n += d.length;
+    if (n > max) req.destroy();
+  });
+  req.setTimeout(idleMs, () => req.destroy());
+  req.resume();
 }
 
 /** Runs a small shell script in the guest (as `user`); fails with its stderr. */
@@ -200,8 +227,8 @@ export async function upload(
   url: URL,
   lease: Lease,
   sandboxId: string,
-  idleMs = BODY_IDLE_MS,
 ): Promise<void> {
+  const idleMs = st.bodyIdleMs ?? BODY_IDLE_MS;
   const account = await st.accounts.resolve(sandboxId, lease.agent, userOf(req, url));
   const max = st.s.limits.body.upload;
   const type = String(req.headers["content-type"] ?? "");
@@ -222,7 +249,7 @@ export async function upload(
       const target = pinned ?? (part.filename || queryPath);
       if (!target) throw new ForkdError("invalid_argument", "a file without a path");
       const path = resolvePath(target, account);
-      await writeAs(lease.agent, account, path, part.stream);
+      await writeAs(lease.agent, account, path, part.data);
       written.push(entry(path));
     }
     if (count === 0) throw new ForkdError("invalid_argument", "no file in the multipart body");
