@@ -111,7 +111,7 @@ export class AgentClient extends EventEmitter {
   /** Runs a command; its output is paced by `handlers` (exec.ts). */
   exec(request: ExecRequest, handlers?: ExecHandlers): ExecHandle {
     const req =
-      Object.keys(this.defaultEnv).length === 0
+      request.internal === true || Object.keys(this.defaultEnv).length === 0
         ? request
         : { ...request, env: { ...this.defaultEnv, ...request.env } };
     if (req.user === undefined) return execCommand(this.conn, req, handlers);

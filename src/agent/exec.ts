@@ -29,6 +29,11 @@ export interface ExecRequest {
    * arrives on onStdout, stdin is always open (writeStdin), TERM defaults to xterm-256color.
    */
   pty?: PtySize;
+  /**
+   * The daemon's own helper command (a stat, a chown): run with exactly `env` over the guest's
+   * base environment, never the sandbox-wide env (AgentClient.defaultEnv) its users set.
+   */
+  internal?: boolean;
 }
 
 export interface PtySize {

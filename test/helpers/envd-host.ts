@@ -17,6 +17,7 @@ import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/clie
 import { CommandTable } from "../../src/sandbox/commands.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { envdHandler } from "../../src/e2b/envd/handler.js";
+import { envdState } from "../../src/e2b/envd/context.js";
 import type { SandboxAccess } from "../../src/e2b/auth.js";
 
 export const SANDBOX_ID = "sb-abcdefghijklmnop";
@@ -32,7 +33,8 @@ function fsError(e: unknown, path: string): ForkdError {
 
 /** The guest agent's methods envd uses, on this host. */
 function hostAgent(home: string) {
-  const passwd = `root:x:0:0:root:/root:/bin/bash\nuser:x:${process.getuid?.() ?? 0}:${process.getgid?.() ?? 0}::${home}:/bin/bash\n`;
+  const ids = `${process.getuid?.() ?? 0}:${process.getgid?.() ?? 0}`;
+  const passwd = `root:x:0:0:root:/root:/bin/bash\nuser:x:${ids}::${home}:/bin/bash\nother:x:${ids}::${home}/other:/bin/bash\n`;
   return {
     exec(req: ExecRequest, h: ExecHandlers = {}): ExecHandle {
       const [cmd = "/bin/false", ...args] = req.argv ?? ["/bin/sh", "-c", req.shell ?? ""];
@@ -149,7 +151,8 @@ export interface EnvdHost {
   close(): Promise<void>;
 }
 
-export async function envdHost(): Promise<EnvdHost> {
+/** `bodyIdleMs`: how long an upload may stall (envd's default otherwise). */
+export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHost> {
   const home = await mkdtemp(join(tmpdir(), "forkd-envd-"));
   const agent = hostAgent(home);
   const commands = new CommandTable();
@@ -175,7 +178,9 @@ export async function envdHost(): Promise<EnvdHost> {
     },
     limits: { body: { upload: 64 << 20 } },
   } as unknown as Services;
-  const envd = envdHandler(services);
+  const st = envdState(services);
+  if (o.bodyIdleMs !== undefined) st.bodyIdleMs = o.bodyIdleMs;
+  const envd = envdHandler(services, st);
   const access = { sandbox: { record }, caller: {} } as unknown as SandboxAccess;
   const server: Server = createServer((req, res) =>
     envd.handle(req, res, { sandboxId: SANDBOX_ID, port: 49983 }, access),

@@ -208,6 +208,50 @@ step("signed upload and download URLs, routed by a <port>-<id>.<domain> Host", a
   assert.notEqual(forged.status, 200, "a wrong signature is refused");
 });
 
+step("a signed upload URL writes only as its user, every part to its signed path", async () => {
+  const up = new URL(await sbx.uploadUrl("pinned.txt", { useSignatureExpiration: 120 }));
+  const b = "----forkdpinned";
+  const part = (name: string, data: string) =>
+    `--${b}\r\ncontent-disposition: form-data; name="file"; filename="${name}"\r\n\r\n${data}\r\n`;
+  const body = Buffer.from(
+    part("/etc/cron.d/forkd-x", "one") + part("/root/forkd-y", "two") + `--${b}--\r\n`,
+  );
+  const put = await raw(
+    "POST",
+    up.pathname + up.search,
+    {
+      host: `49983-${sbx.sandboxId}.e2b.test`,
+      "content-type": `multipart/form-data; boundary=${b}`,
+      authorization: "Basic cm9vdDo=",
+    },
+    body,
+  );
+  assert.equal(put.status, 200, put.body.toString());
+  assert.equal(await sbx.files.exists("/etc/cron.d/forkd-x", { user: "root" }), false);
+  assert.equal(await sbx.files.exists("/root/forkd-y", { user: "root" }), false);
+  assert.equal(await sbx.files.read("pinned.txt"), "two");
+  assert.equal((await sbx.files.getInfo("pinned.txt")).owner, "user", "written as the signed user");
+});
+
+step("the sandbox-wide env (envs: PATH, LD_PRELOAD) does not break envd's files", async () => {
+  const other = await Sandbox.create(e.template, {
+    timeoutMs: 300_000,
+    requestTimeoutMs: 300_000,
+    envs: { PATH: "/nonexistent", LD_PRELOAD: "/nonexistent/evil.so" },
+  });
+  try {
+    await other.files.write("env/x.txt", "y");
+    const info = await other.files.getInfo("env/x.txt");
+    assert.equal(info.owner, "user");
+    assert.deepEqual(
+      (await other.files.list("env")).map((x) => x.name),
+      ["x.txt"],
+    );
+  } finally {
+    await other.kill().catch(() => undefined);
+  }
+});
+
 step("pty: create, input, resize, kill", async () => {
   let out = "";
   const dec = new TextDecoder();

@@ -3,7 +3,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import { EventQueue } from "../../src/e2b/envd/event-queue.js";
-import { MAX_BUFFERED, MAX_PER_SANDBOX, Watchers } from "../../src/e2b/envd/watchers.js";
+import {
+  MAX_BUFFERED,
+  MAX_BUFFERED_BYTES,
+  MAX_PER_SANDBOX,
+  MAX_TOTAL_BYTES,
+  Watchers,
+  eventBytes,
+} from "../../src/e2b/envd/watchers.js";
 import { FilesystemEventSchema } from "../../src/e2b/envd/gen/filesystem/filesystem_pb.js";
 import { endEvent } from "../../src/e2b/envd/process-table.js";
 
@@ -44,6 +51,7 @@ test("watchers: at most MAX_PER_SANDBOX per sandbox, events bounded, idle ones r
     const other = w.reserve("sb-b", () => released++);
     const first = ids[0]!;
     for (let i = 0; i < MAX_BUFFERED + 5; i++) first.push(create(FilesystemEventSchema, { name: `f${i}` }));
+    assert.throws(() => w.take("sb-a", first.id), /5 events .* were lost/, "the loss is said first");
     const got = w.take("sb-a", first.id);
     assert.equal(got.length, MAX_BUFFERED);
     assert.equal(got[0]?.name, "f5", "the oldest were dropped");
@@ -53,6 +61,43 @@ test("watchers: at most MAX_PER_SANDBOX per sandbox, events bounded, idle ones r
     w.expire(Date.now() + 2000);
     assert.equal(released, 1 + MAX_PER_SANDBOX, "idle watchers are removed and their leases released");
     assert.throws(() => w.take("sb-a", first.id), /not found/);
+  } finally {
+    w.close();
+  }
+});
+
+test("watchers: events bounded in bytes per watcher and over all watchers; losses are said", () => {
+  const w = new Watchers(60_000);
+  try {
+    const big = (i: number) => create(FilesystemEventSchema, { name: `${i}-`.padEnd(8000, "x") });
+    const one = w.reserve("sb-a", () => undefined);
+    for (let i = 0; i < 1000; i++) one.push(big(i));
+    assert.throws(() => w.take("sb-a", one.id), /events .* were lost/);
+    const kept = w.take("sb-a", one.id);
+    const bytes = kept.reduce((n, e) => n + eventBytes(e), 0);
+    assert.ok(bytes <= MAX_BUFFERED_BYTES, `${bytes} bytes kept`);
+    assert.ok(bytes > MAX_BUFFERED_BYTES - 2 * eventBytes(big(0)), "filled up to the bound");
+    assert.equal(kept.at(-1)?.name.split("-")[0], "999", "the newest are kept");
+    assert.deepEqual(w.take("sb-a", one.id), [], "nothing more was lost");
+
+    // Many full watchers: the total stays bounded.
+    const all = [];
+    for (let i = 0; i < 48; i++) {
+      const x = w.reserve(`sb-${i % 2 ? "b" : "c"}`, () => undefined);
+      all.push({ sb: `sb-${i % 2 ? "b" : "c"}`, x });
+      for (let j = 0; j < 300; j++) x.push(big(j));
+    }
+    let total = 0;
+    for (const { sb, x } of all) {
+      try {
+        w.take(sb, x.id);
+      } catch {
+        // the loss, said; the rest follows
+      }
+      total += w.take(sb, x.id).reduce((n, e) => n + eventBytes(e), 0);
+    }
+    assert.ok(total <= MAX_TOTAL_BYTES, `${total} bytes over all watchers`);
+    assert.ok(total > MAX_TOTAL_BYTES / 2, "most of the total was kept");
   } finally {
     w.close();
   }

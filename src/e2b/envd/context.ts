@@ -19,6 +19,8 @@ export interface EnvdState {
   processes: ProcessTable;
   watchers: Watchers;
   accounts: Accounts;
+  /** How long an upload may send nothing before it is ended (files-http.ts; tests shorten it). */
+  bodyIdleMs?: number;
 }
 
 export function envdState(s: Services): EnvdState {

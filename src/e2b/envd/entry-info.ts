@@ -10,14 +10,19 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { AgentClient } from "../../agent/client.js";
 import { ForkdError } from "../../util/errors.js";
+import { helperExec } from "./helper-env.js";
 import { EntryInfoSchema, FileType } from "./gen/filesystem/filesystem_pb.js";
 import type { EntryInfo } from "./gen/filesystem/filesystem_pb.js";
 
 /** Fields per entry: type, size, mode bits, owner, group, mtime, link target, path, depth. */
 const FORMAT = "%y\\0%s\\0%m\\0%u\\0%g\\0%T@\\0%l\\0%p\\0%d\\0";
 const FIELDS = 9;
-/** A listing's output is refused past this (a runaway depth on a huge tree). */
-const MAX_OUTPUT = 64 << 20;
+/**
+ * find's output is refused past these (a runaway depth on a huge tree, or a hostile guest's
+ * find): one entry is at most two 4096-byte paths and a few numbers, a listing is bounded.
+ */
+export const MAX_STAT_OUTPUT = 16 << 10;
+export const MAX_LIST_OUTPUT = 16 << 20;
 const TIMEOUT_MS = 60_000;
 
 const TYPE_CHAR: Record<string, string> = { d: "d", l: "L", f: "-", p: "p", s: "S", b: "D", c: "c" };
@@ -97,17 +102,18 @@ export async function findEntries(
   depth: number,
   prefix: string[] = [],
 ): Promise<Found[]> {
+  const max = depth === 0 ? MAX_STAT_OUTPUT : MAX_LIST_OUTPUT;
   const out: Buffer[] = [];
   let size = 0;
   const err: Buffer[] = [];
   let errSize = 0;
   const script = `${prefix.join(" ")}${prefix.length ? " && " : ""}exec find "$1" -maxdepth "$2" -printf '${FORMAT}'`;
   const h = agent.exec(
-    { argv: ["/bin/sh", "-c", script, "sh", path, String(depth)], user, timeoutMs: TIMEOUT_MS },
+    helperExec({ argv: ["/bin/sh", "-c", script, "sh", path, String(depth)], user, timeoutMs: TIMEOUT_MS }),
     {
       onStdout: (d) => {
         size += d.length;
-        if (size > MAX_OUTPUT) return h.signal(9);
+        if (size > max) return size - d.length <= max ? h.signal(9) : undefined;
         out.push(Buffer.from(d));
       },
       onStderr: (d) => {
@@ -117,10 +123,12 @@ export async function findEntries(
     },
   );
   await h.result;
-  if (size > MAX_OUTPUT)
+  if (size > max)
     throw new ForkdError(
       "resource_exhausted",
-      `listing ${path} is larger than ${MAX_OUTPUT} bytes: ask less depth`,
+      depth === 0
+        ? `the guest's answer about ${path} is larger than ${max} bytes`
+        : `listing ${path} is larger than ${max} bytes: ask less depth`,
     );
   const fields = Buffer.concat(out).toString("utf8").split("\0");
   const entries: Found[] = [];

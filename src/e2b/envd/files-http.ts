@@ -1,13 +1,18 @@
 /**
  * envd's HTTP file routes: GET /files downloads a file (streamed, paced by the client, gzip
  * when asked), POST /files uploads one as application/octet-stream (also gzip-encoded) or
- * several as multipart/form-data, replacing each atomically and creating its parents. Paths
- * resolve against the user's home (`username`, else the Basic user, else `user`) and a file
- * written as a user is that user's (the parents it needed too).
+ * several as multipart/form-data (streamed part by part), replacing each atomically and
+ * creating its parents. Paths resolve against the user's home (`username`, else the Basic user,
+ * else `user`) and a file written as a user is that user's (the parents it needed too).
+ *
+ * A signed URL (a `signature` parameter: the SDK's downloadUrl/uploadUrl, checked by auth.ts)
+ * does exactly what was signed: it acts as the signed `username` (a Basic header is ignored)
+ * and, when a `path` was signed, every part of an upload goes to that path (as E2B's envd).
+ * A client that hangs up or stalls mid-body ends the upload (and its lease) at once.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { posix } from "node:path";
-import { Readable } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
 import { createGunzip, createGzip } from "node:zlib";
 import type { AgentClient } from "../../agent/client.js";
 import type { Lease } from "../../sandbox/lease.js";
@@ -16,10 +21,12 @@ import type { Account } from "./accounts.js";
 import { requestedUser, resolvePath } from "./accounts.js";
 import type { EnvdState } from "./context.js";
 import { httpError } from "./errors.js";
+import { helperExec } from "./helper-env.js";
+import { fileParts } from "./multipart.js";
 
-/** A multipart upload is read whole before it is written: it is bounded tighter. */
-const MAX_MULTIPART = 256 << 20;
 const MAX_FILES = 1000;
+/** An upload whose client sends nothing for this long is ended. */
+export const BODY_IDLE_MS = 60_000;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   if (res.headersSent) {
@@ -36,21 +43,84 @@ export function sendError(res: ServerResponse, e: unknown): void {
   sendJson(res, status, body);
 }
 
-/** The request body, failing with payload_too_large past `max` bytes (after decoding). */
-async function* bounded(body: AsyncIterable<Uint8Array>, max: number): AsyncGenerator<Uint8Array> {
+/**
+ * The request body, decoded: failing with payload_too_large past `max` bytes (after decoding),
+ * and ending the request when its client waits more than `idleMs` between chunks. A client
+ * that hangs up fails it at once. Left early (a part refused), the rest of the body is read
+ * and dropped so the reply reaches the client; past `max`, the request is cut instead.
+ */
+async function* bodyOf(
+  req: IncomingMessage,
+  gzip: boolean,
+  max: number,
+  idleMs: number,
+): AsyncGenerator<Uint8Array> {
+  const target = gzip ? createGunzip() : new PassThrough();
+  const onError = (e: Error) => target.destroy(e);
+  const onClose = () => {
+    if (!req.complete) target.destroy(new ForkdError("unavailable", "the client went away mid-upload"));
+  };
+  req.once("error", onError);
+  req.once("close", onClose);
+  req.pipe(target);
+  const it = (target as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
   let size = 0;
-  for await (const chunk of body) {
-    size += chunk.length;
-    if (size > max) throw new ForkdError("payload_too_large", `upload is larger than ${max} bytes`);
-    yield chunk;
+  let cut = false;
+  try {
+    for (;;) {
+      const timer = setTimeout(
+        () => req.destroy(new ForkdError("timeout", `the upload sent nothing for ${idleMs / 1000} s`)),
+        idleMs,
+      );
+      let r: IteratorResult<Uint8Array>;
+      try {
+        r = await it.next();
+      } catch (e) {
+        cut = true;
+        if (e instanceof ForkdError) throw e;
+        if (/^Z_/.test(String((e as { code?: unknown }).code)))
+          throw new ForkdError("invalid_argument", "the gzip body is corrupt");
+        throw new ForkdError("unavailable", "the client went away mid-upload");
+      } finally {
+        clearTimeout(timer);
+      }
+      if (r.done) return;
+      size += r.value.length;
+      if (size > max) {
+        cut = true;
+        throw new ForkdError("payload_too_large", `upload is larger than ${max} bytes`);
+      }
+      yield r.value;
+    }
+  } finally {
+    req.off("error", onError);
+    req.off("close", onClose);
+    req.unpipe(target);
+    target.destroy();
+    if (!req.complete && !req.destroyed) {
+      if (cut) req.destroy();
+      else drain(req, max, idleMs);
+    }
   }
+}
+
+/** Reads and drops the rest of a request (at most `max` bytes, never idle past `idleMs`). */
+function drain(req: IncomingMessage, max: number, idleMs: number): void {
+  let n = 0;
+  req.on("error", () => undefined);
+  req.on("data", (d: Buffer) => {
+    n += d.length;
+    if (n > max) req.destroy();
+  });
+  req.setTimeout(idleMs, () => req.destroy());
+  req.resume();
 }
 
 /** Runs a small shell script in the guest (as `user`); fails with its stderr. */
 async function sh(agent: AgentClient, user: string, script: string, args: string[]): Promise<void> {
   let err = "";
   const h = agent.exec(
-    { argv: ["/bin/sh", "-c", script, "sh", ...args], user, timeoutMs: 30_000 },
+    helperExec({ argv: ["/bin/sh", "-c", script, "sh", ...args], user, timeoutMs: 30_000 }),
     { onStderr: (d) => void (err.length < 4096 && (err += d.toString("utf8"))) },
   );
   const r = await h.result;
@@ -158,6 +228,7 @@ export async function upload(
   lease: Lease,
   sandboxId: string,
 ): Promise<void> {
+  const idleMs = st.bodyIdleMs ?? BODY_IDLE_MS;
   const account = await st.accounts.resolve(sandboxId, lease.agent, userOf(req, url));
   const max = st.s.limits.body.upload;
   const type = String(req.headers["content-type"] ?? "");
@@ -166,40 +237,35 @@ export async function upload(
     throw new ForkdError("invalid_argument", `content-encoding ${encoding} is not supported (gzip is)`);
   const declared = Number(req.headers["content-length"] ?? "0");
   if (declared > max) throw new ForkdError("payload_too_large", `upload is larger than ${max} bytes`);
-  const raw: AsyncIterable<Uint8Array> = encoding === "gzip" ? req.pipe(createGunzip()) : req;
   const queryPath = url.searchParams.get("path");
+  const body = () => bodyOf(req, encoding === "gzip", max, idleMs);
   if (/^multipart\/form-data/i.test(type)) {
-    const body = Readable.from(bounded(raw, Math.min(max, MAX_MULTIPART)));
-    const form = await new Request("http://envd/files", {
-      method: "POST",
-      headers: { "content-type": type },
-      body: Readable.toWeb(body) as ReadableStream<Uint8Array>,
-      duplex: "half",
-    })
-      .formData()
-      .catch((e: unknown) => {
-        if (e instanceof ForkdError) throw e;
-        throw new ForkdError("invalid_argument", "unreadable multipart body");
-      });
-    const files = [...form.entries()].flatMap(([, v]) => (typeof v === "string" ? [] : [v]));
-    if (files.length === 0) throw new ForkdError("invalid_argument", "no file in the multipart body");
-    if (files.length > MAX_FILES) throw new ForkdError("invalid_argument", `more than ${MAX_FILES} files`);
+    // A signed URL's path is the only one it may write; unsigned, a lone part goes to `path`.
+    const pinned = signed(url) && queryPath ? queryPath : null;
     const written = [];
-    for (const file of files) {
-      const target = files.length === 1 && queryPath ? queryPath : file.name || queryPath;
+    let count = 0;
+    for await (const part of fileParts(Readable.from(body()), type, { files: MAX_FILES })) {
+      count++;
+      const target = pinned ?? (part.filename || queryPath);
       if (!target) throw new ForkdError("invalid_argument", "a file without a path");
       const path = resolvePath(target, account);
-      await writeAs(lease.agent, account, path, new Uint8Array(await file.arrayBuffer()));
+      await writeAs(lease.agent, account, path, part.data);
       written.push(entry(path));
     }
+    if (count === 0) throw new ForkdError("invalid_argument", "no file in the multipart body");
     return sendJson(res, 200, written);
   }
   if (!queryPath) throw new ForkdError("invalid_argument", "path is required for an octet-stream upload");
   const path = resolvePath(queryPath, account);
-  await writeAs(lease.agent, account, path, bounded(raw, max));
+  await writeAs(lease.agent, account, path, body());
   sendJson(res, 200, [entry(path)]);
 }
 
+/** Whether the request is a signed URL's (auth.ts let it in on its signature, or it has one). */
+const signed = (url: URL): boolean => url.searchParams.has("signature");
+
+/** Who the request acts as: a signed URL's `username` only; else Basic, else `username`. */
 function userOf(req: IncomingMessage, url: URL): string | null {
-  return requestedUser(req.headers.authorization, url.searchParams.get("username"));
+  const username = url.searchParams.get("username");
+  return requestedUser(signed(url) ? undefined : req.headers.authorization, username);
 }

@@ -10,6 +10,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ExecRequest } from "../../agent/client.js";
 import { withStartExplained } from "../../agent/exec-start.js";
 import { ForkdError } from "../../util/errors.js";
+import type { Lease } from "../../sandbox/lease.js";
 import { resolvePath } from "./accounts.js";
 import type { EnvdState } from "./context.js";
 import { keepaliveMs, leaseAs, sandboxOf } from "./context.js";
@@ -102,11 +103,14 @@ export function processService(st: EnvdState): ProcessImpl {
       const id = sandboxOf(ctx);
       let p: EnvdProcess;
       let started: Promise<{ pid: number }>;
+      // Released here on any failure until the command's end is wired to release it.
+      let unwired: Lease | null = null;
       try {
         const cfg = checkStart(req);
         if (st.processes.count(id) >= MAX_PROCESSES)
           throw new ForkdError("resource_exhausted", `sandbox ${id} runs ${MAX_PROCESSES} envd processes`);
         const { lease, account } = await leaseAs(st, ctx);
+        unwired = lease;
         const cwd = resolvePath(cfg.cwd ?? account.home, account);
         const timeoutMs = ctx.timeoutMs();
         const size = req.pty?.size;
@@ -152,7 +156,9 @@ export function processService(st: EnvdState): ProcessImpl {
             lease.release();
           })
           .catch(() => undefined);
+        unwired = null;
       } catch (e) {
+        unwired?.release();
         throw toConnectError(e);
       }
       // Attached before the start: no output is missed. Detached however this generator ends
