@@ -3,6 +3,7 @@
  * (CPU use over half a second from /proc/stat, memory from /proc/meminfo, the root file system
  * from df); forkd keeps no history, so `start` and `end` are ignored. A paused sandbox has none.
  */
+import { helperExec } from "../envd/helper-env.js";
 import type { Services } from "../../api/services.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 
@@ -27,17 +28,14 @@ export async function sandboxMetrics(s: Services, sb: ReadonlySandbox): Promise<
   const out = await s.sandboxes.use(sb.record.id, async (agent) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    const h = agent.exec(
-      { argv: ["/bin/sh", "-c", SCRIPT], timeoutMs: 10_000 },
-      {
-        onStdout: (b: Buffer) => {
-          // The guest says how much; a few KiB are expected, more is not kept.
-          size += b.length;
-          if (size <= 64 << 10) chunks.push(b);
-          return undefined;
-        },
+    const h = agent.exec(helperExec({ argv: ["/bin/sh", "-c", SCRIPT], timeoutMs: 10_000 }), {
+      onStdout: (b: Buffer) => {
+        // The guest says how much; a few KiB are expected, more is not kept.
+        size += b.length;
+        if (size <= 64 << 10) chunks.push(b);
+        return undefined;
       },
-    );
+    });
     await h.result;
     return Buffer.concat(chunks).toString("utf8");
   });
