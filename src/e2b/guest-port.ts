@@ -167,13 +167,20 @@ function rawHead(req: IncomingMessage): string {
 /** The guest's first bytes of an upgrade's reply within this, or the handshake is cut (504). */
 const HANDSHAKE_TIMEOUT_MS = 10_000;
 
+export interface UpgradeOptions {
+  /** Told once when the client's socket closes: the status the client got (0: none). */
+  done?: (status: number) => void;
+  /** The guest's reply must start within this (default HANDSHAKE_TIMEOUT_MS). */
+  handshakeTimeoutMs?: number;
+}
+
 /**
  * Relays an HTTP upgrade (a WebSocket) of guest port `t.port`, already authorized, to the
  * guest: the request as it came, then both directions as bytes until either side closes. A
  * port that cannot be reached answers 502 on the raw socket, a guest that does not start its
- * reply within HANDSHAKE_TIMEOUT_MS 504. `done` is told once, when the client's socket closes,
- * the status the client got (the guest's, from its status line; 0 when nothing was answered).
- * Never throws, every error path closes the socket.
+ * reply in time 504. `o.done` is told once, when the client's socket closes, the status the
+ * client got (the guest's, from its status line; 0 when nothing was answered). Never throws:
+ * every error path closes the socket.
  */
 export function guestPortUpgrade(
   s: Services,
@@ -181,16 +188,22 @@ export function guestPortUpgrade(
   socket: Duplex,
   head: Buffer,
   t: { sandboxId: string; port: number },
-  done: (status: number) => void = () => undefined,
+  o: UpgradeOptions = {},
 ): void {
+  const done = o.done ?? (() => undefined);
   let status = 0;
+  let answered = false;
+  let refused = false;
   let up: Socket | null = null;
   socket.on("error", () => socket.destroy());
   socket.on("close", () => {
     up?.destroy();
     done(status);
   });
-  let refused = false;
+  // The listener keeps a socket half-open: a client gone before the guest answered is closed.
+  socket.on("end", () => {
+    if (!answered && !refused) socket.destroy();
+  });
   const refuse = (code: 502 | 504, why: string) => {
     if (refused) return;
     refused = true;
@@ -213,12 +226,11 @@ export function guestPortUpgrade(
         const i = addr.lastIndexOf(":");
         const conn = connect({ host: addr.slice(0, i), port: Number(addr.slice(i + 1)) });
         up = conn;
-        let answered = false;
         // One timer: the connection, then the guest's first byte of its reply.
         const timer = setTimeout(() => {
           if (answered) return;
           refuse(504, "the guest did not answer the upgrade in time");
-        }, HANDSHAKE_TIMEOUT_MS);
+        }, o.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS);
         conn.once("connect", () => {
           conn.setTimeout(IDLE_TIMEOUT_MS, () => conn.destroy());
           conn.write(rawHead(req));

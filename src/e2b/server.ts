@@ -130,6 +130,7 @@ async function sandboxRequest(
  */
 export function createE2bUpgradeHandler(
   s: Services,
+  o: { handshakeTimeoutMs?: number } = {},
 ): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
   return (req, socket, head) => {
     socket.on("error", () => socket.destroy());
@@ -144,13 +145,19 @@ export function createE2bUpgradeHandler(
       socket.on("close", () => {
         if (!relayed) call.end(0, "client_closed");
       });
+      // A half-open socket (the client gone while it waits) is closed.
+      socket.once("end", () => {
+        if (!relayed) socket.destroy();
+      });
       admitted(s, req, t, call).then(
         () => {
           if (socket.destroyed) return;
           relayed = true;
-          guestPortUpgrade(s, req, socket, head, t, (status) =>
-            call.end(status, status === 101 ? "ok" : status === 0 ? "client_closed" : String(status)),
-          );
+          guestPortUpgrade(s, req, socket, head, t, {
+            ...o,
+            done: (status) =>
+              call.end(status, status === 101 ? "ok" : status === 0 ? "client_closed" : String(status)),
+          });
         },
         (e: unknown) => {
           const r = planeErrorReply(t, e, s);
