@@ -1,12 +1,15 @@
 /**
  * The E2B listener's request handler (FORKD_E2B_LISTEN): a request routed to a sandbox
  * (routing.ts: E2B's `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers or a `<port>-<id>.<domain>`
- * Host) is authorized (auth.ts), a paused sandbox created with auto-resume resumed, and handed to
- * the sandbox plane (sandbox-plane.ts: envd, the code interpreter, the guest's own ports); every
- * other request goes to the control plane (control/app.ts). On the sandbox plane a sandbox that
- * is not running, does not exist or is another tenant's answers 502, as E2B's proxy answers for
- * a sandbox that is gone (its SDKs read that as "not running"); every error is E2B's
- * `{code, message}`. listenE2b() bounds connections and the time to send headers.
+ * Host) is authorized (auth.ts), takes its caller's slots and is audited (plane-edge.ts), a paused
+ * sandbox created with auto-resume is resumed, and it is handed to the sandbox plane
+ * (sandbox-plane.ts: envd, the code interpreter, the guest's own ports); every other request goes
+ * to the control plane (control/app.ts). An upgrade (a WebSocket, the listener's `upgrade` event:
+ * createE2bUpgradeHandler) goes the same way to a guest's own port (guest-port.ts). On the sandbox
+ * plane a sandbox that is not running, does not exist, is another tenant's or is asked with a
+ * credential that does not open it answers 502, as E2B's proxy answers for a sandbox that is gone
+ * (its SDKs read that as "not running"); every error is E2B's `{code, message}`. listenE2b()
+ * bounds connections and the time to send headers.
  */
 import type { IncomingMessage, RequestListener, Server, ServerResponse } from "node:http";
 import { STATUS_CODES, createServer as createHttpServer } from "node:http";
