@@ -50,7 +50,7 @@ import { Quarantine } from "../util/quarantine.js";
 import { Strays } from "../vmm/strays.js";
 import { installFailurePolicy } from "./failure-policy.js";
 import { AccessTokens } from "../e2b/access-token.js";
-import { createE2bHandler, listenE2b } from "../e2b/server.js";
+import { createE2bHandler, createE2bUpgradeHandler, listenE2b } from "../e2b/server.js";
 import { interpreterHandler } from "../e2b/interpreter/handler.js";
 
 export interface DaemonOptions {
@@ -301,6 +301,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     const server = await listenE2b(
       cfg.e2b,
       createE2bHandler(services, { interpreter: interpreterHandler(services) }),
+      createE2bUpgradeHandler(services),
     );
     servers.push(server);
     const a = server.address();

@@ -9,8 +9,10 @@
  * its envd access token (X-Access-Token, access-token.ts). Another sandbox answers to its token
  * too, or to an API key of its tenant (or an admin's); one created with `secure: false` also to a
  * request with no credential (E2B's unsecured sandboxes). A sandbox that does not exist, has
- * exited, or is another tenant's is not found, the same answer in every case; failed credentials
- * count against the caller's address like failed tokens on forkd's TCP listener.
+ * exited, or is another tenant's is not found, and so is one asked with a credential that does
+ * not open it (a wrong or missing access token or key): the same answer in every case, so that
+ * the plane tells nothing of which ids exist. Failed credentials count against the caller's
+ * address like failed tokens on forkd's TCP listener.
  */
 import type { IncomingMessage } from "node:http";
 import { isAdmin } from "../access/caller.js";
@@ -60,7 +62,11 @@ export const e2bOf = (s: Services): E2bContext => {
   return s.e2b;
 };
 
-/** Who may use sandbox `t.sandboxId` on the sandbox plane (throws not_found / unauthenticated). */
+/**
+ * Who may use sandbox `t.sandboxId` on the sandbox plane. Throws not_found for every refusal (a
+ * wrong or missing credential answers as a sandbox that does not exist), rate_limited for an
+ * address past its failed authentications.
+ */
 export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTarget): SandboxAccess {
   const e = e2bOf(s);
   const remote = req.socket.remoteAddress ?? "unknown";
@@ -73,39 +79,37 @@ export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTa
         retry_after_s: wait,
       },
     );
-  const fail = (message: string): ForkdError => {
-    s.limits.authFailures.fail(remote);
-    return new ForkdError("unauthenticated", message);
+  // Every refusal is the answer for a sandbox that does not exist, so that a guess learns
+  // nothing of which ids exist; a credential that failed counts against the caller's address.
+  const refuse = (failed: boolean): ForkdError => {
+    if (failed) s.limits.authFailures.fail(remote);
+    return new ForkdError("not_found", `sandbox ${t.sandboxId} not found`, { id: t.sandboxId });
   };
-  const notFound = new ForkdError("not_found", `sandbox ${t.sandboxId} not found`, { id: t.sandboxId });
-  const sb = SANDBOX_ID_RE.test(t.sandboxId)
+  const found = SANDBOX_ID_RE.test(t.sandboxId)
     ? s.sandboxes.list().find((x) => x.record.id === t.sandboxId)
     : undefined;
+  const sb = found && found.state !== "exited" ? found : undefined;
   // E2B's code interpreter SDKs send the sandbox's token as E2B-Traffic-Access-Token (the
   // create reply's trafficAccessToken) and, on their /contexts calls, only so
   const token = header(req, "x-access-token") ?? header(req, "e2b-traffic-access-token");
   const key = apiKeyOf(req);
-  if (!sb || sb.state === "exited") {
-    // Credentials are still judged, so a guess is limited whether or not the id exists.
-    if (token !== undefined || (key !== null && callerOfKey(e.auth, key) === null))
-      s.limits.authFailures.fail(remote);
-    throw notFound;
-  }
   if (token !== undefined) {
-    if (!e.accessTokens.matches(sb.record.id, token)) throw fail("invalid X-Access-Token for this sandbox");
+    // Judged whether or not the sandbox exists (the same work either way).
+    if (!e.accessTokens.matches(t.sandboxId, token) || !sb) throw refuse(true);
     return { sandbox: sb, caller: ownerCaller(sb) };
   }
   if (key !== null) {
     const caller = callerOfKey(e.auth, key);
-    if (!caller) throw fail("invalid API key");
-    if (!isAdmin(caller) && caller.tenant !== (sb.record.owner ?? null)) throw notFound;
-    if (sb.record.e2b?.secure)
-      throw fail("this sandbox is secure: send its X-Access-Token (envdAccessToken)");
+    if (!caller) throw refuse(true);
+    // A valid key names its caller: another tenant's sandbox is simply not there for it.
+    if (!sb || (!isAdmin(caller) && caller.tenant !== (sb.record.owner ?? null))) throw refuse(false);
+    // A secure sandbox answers only to its X-Access-Token (envdAccessToken).
+    if (sb.record.e2b?.secure) throw refuse(true);
     return { sandbox: sb, caller };
   }
-  if (sb.record.e2b?.secure === false) return { sandbox: sb, caller: ownerCaller(sb) };
+  if (sb?.record.e2b?.secure === false) return { sandbox: sb, caller: ownerCaller(sb) };
   // A signed /files URL of envd (the SDK's downloadUrl/uploadUrl) stands for the token.
-  if (signedFileRequest(req, t, e.accessTokens.of(sb.record.id)))
+  if (sb && signedFileRequest(req, t, e.accessTokens.of(sb.record.id)))
     return { sandbox: sb, caller: ownerCaller(sb) };
-  throw fail("missing X-Access-Token");
+  throw refuse(true);
 }

@@ -7,8 +7,9 @@
  * byte by guestPortUpgrade() once the listener hands it over (its `upgrade` event).
  */
 import { request } from "node:http";
-import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { ClientRequest, IncomingHttpHeaders, IncomingMessage } from "node:http";
 import { connect } from "node:net";
+import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { Services } from "../api/services.js";
 import { errorMessage } from "../util/errors.js";
@@ -46,7 +47,7 @@ function portClosed(
   port: number,
   why: string,
 ): void {
-  if (res.headersSent) return void res.destroy();
+  if (res.headersSent || res.destroyed || res.writableEnded) return void res.destroy();
   const body = JSON.stringify({
     code: 502,
     message: `The sandbox is running but port ${port} is not open (${why})`,
@@ -68,40 +69,86 @@ async function hostAddress(s: Services, id: string, port: number): Promise<strin
   return addr;
 }
 
+/** Upstream statuses a reply can carry (node's client takes 000-099 too; writeHead throws on them). */
+const validStatus = (n: number | undefined): n is number => n !== undefined && n >= 100 && n <= 999;
+
 export function guestPortHandler(s: Services): SandboxPortHandler {
   return (req, res, t) => {
+    // Nothing here may throw: it runs in the listener's events (an uncaught throw ends the daemon).
+    let up: ClientRequest | null = null;
+    res.on("error", () => up?.destroy());
+    res.on("close", () => {
+      if (!res.writableFinished) up?.destroy();
+    });
+    req.on("error", () => up?.destroy());
+    const closed = (why: string) => {
+      req.resume();
+      portClosed(res, t.sandboxId, t.port, why);
+    };
     hostAddress(s, t.sandboxId, t.port).then(
       (addr) => {
-        const i = addr.lastIndexOf(":");
-        const up = request({
-          host: addr.slice(0, i),
-          port: Number(addr.slice(i + 1)),
-          method: req.method,
-          path: req.url ?? "/",
-          headers: forwarded(req.headers),
-          timeout: CONNECT_TIMEOUT_MS,
-        });
-        up.on("socket", (sock) => sock.once("connect", () => up.setTimeout(IDLE_TIMEOUT_MS)));
-        up.on("timeout", () => up.destroy(new Error("the guest did not answer in time")));
-        up.on("response", (ur) => {
-          const headers = forwarded(ur.headers);
-          res.writeHead(ur.statusCode ?? 502, headers);
-          ur.pipe(res);
-          ur.on("error", () => res.destroy());
-        });
-        up.on("error", (e) => portClosed(res, t.sandboxId, t.port, errorMessage(e)));
-        res.on("close", () => {
-          if (!res.writableFinished) up.destroy();
-        });
-        req.pipe(up);
-        req.on("error", () => up.destroy());
+        if (res.destroyed) return;
+        try {
+          up = relay(req, res, t, addr);
+        } catch (e) {
+          closed(errorMessage(e));
+        }
       },
-      (e: unknown) => {
-        req.resume();
-        portClosed(res, t.sandboxId, t.port, errorMessage(e));
-      },
+      (e: unknown) => closed(errorMessage(e)),
     );
   };
+}
+
+/** The upstream request of `req` to `addr`, its reply piped into `res`. */
+function relay(
+  req: IncomingMessage,
+  res: Parameters<SandboxPortHandler>[1],
+  t: { sandboxId: string; port: number },
+  addr: string,
+): ClientRequest {
+  const i = addr.lastIndexOf(":");
+  const up = request({
+    host: addr.slice(0, i),
+    port: Number(addr.slice(i + 1)),
+    method: req.method,
+    path: req.url ?? "/",
+    headers: forwarded(req.headers),
+    timeout: CONNECT_TIMEOUT_MS,
+  });
+  up.on("socket", (sock) => sock.once("connect", () => up.setTimeout(IDLE_TIMEOUT_MS)));
+  up.on("timeout", () => up.destroy(new Error("the guest did not answer in time")));
+  let refused = false;
+  up.on("response", (ur) => {
+    if (!validStatus(ur.statusCode)) {
+      // E2B's 502, and the upstream dropped (its errors from now on are its cut, not news).
+      refused = true;
+      ur.on("error", () => undefined);
+      up.destroy();
+      portClosed(res, t.sandboxId, t.port, `the guest answered status ${String(ur.statusCode)}`);
+      return;
+    }
+    try {
+      res.writeHead(ur.statusCode, forwarded(ur.headers));
+    } catch {
+      // A header node will not send (invalid characters): the reply cannot be relayed.
+      refused = true;
+      ur.on("error", () => undefined);
+      up.destroy();
+      res.destroy();
+      return;
+    }
+    ur.on("error", () => res.destroy());
+    // A reply cut before its end is cut here too (not ended as if complete).
+    ur.on("close", () => {
+      if (!ur.complete) res.destroy();
+    });
+    ur.pipe(res);
+  });
+  up.on("error", (e) => {
+    if (!refused) portClosed(res, t.sandboxId, t.port, errorMessage(e));
+  });
+  req.pipe(up);
+  return up;
 }
 
 /** Headers of an upgrade kept as sent (names, order, repeats), less E2B's and credentials. */
@@ -117,10 +164,23 @@ function rawHead(req: IncomingMessage): string {
   return head + "\r\n";
 }
 
+/** The guest's first bytes of an upgrade's reply within this, or the handshake is cut (504). */
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+
+export interface UpgradeOptions {
+  /** Told once when the client's socket closes: the status the client got (0: none). */
+  done?: (status: number) => void;
+  /** The guest's reply must start within this (default HANDSHAKE_TIMEOUT_MS). */
+  handshakeTimeoutMs?: number;
+}
+
 /**
  * Relays an HTTP upgrade (a WebSocket) of guest port `t.port`, already authorized, to the
  * guest: the request as it came, then both directions as bytes until either side closes. A
- * port that cannot be reached answers 502 on the raw socket.
+ * port that cannot be reached answers 502 on the raw socket, a guest that does not start its
+ * reply in time 504. `o.done` is told once, when the client's socket closes, the status the
+ * client got (the guest's, from its status line; 0 when nothing was answered). Never throws:
+ * every error path closes the socket.
  */
 export function guestPortUpgrade(
   s: Services,
@@ -128,41 +188,77 @@ export function guestPortUpgrade(
   socket: Duplex,
   head: Buffer,
   t: { sandboxId: string; port: number },
+  o: UpgradeOptions = {},
 ): void {
+  const done = o.done ?? (() => undefined);
+  let status = 0;
+  let answered = false;
+  let refused = false;
+  let up: Socket | null = null;
   socket.on("error", () => socket.destroy());
-  const refuse = (why: string) => {
+  socket.on("close", () => {
+    up?.destroy();
+    done(status);
+  });
+  // The listener keeps a socket half-open: a client gone before the guest answered is closed.
+  socket.on("end", () => {
+    if (!answered && !refused) socket.destroy();
+  });
+  const refuse = (code: 502 | 504, why: string) => {
+    if (refused) return;
+    refused = true;
+    up?.destroy();
+    if (!socket.writable) return void socket.destroy();
+    status = code;
     const body = JSON.stringify({
-      code: 502,
+      code,
       message: `The sandbox is running but port ${t.port} is not open (${why})`,
     });
-    if (socket.writable)
-      socket.end(
-        `HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-      );
+    const reason = code === 502 ? "Bad Gateway" : "Gateway Timeout";
+    socket.end(
+      `HTTP/1.1 ${code} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
   };
   hostAddress(s, t.sandboxId, t.port).then(
     (addr) => {
-      const i = addr.lastIndexOf(":");
-      const up = connect({ host: addr.slice(0, i), port: Number(addr.slice(i + 1)) });
-      const timer = setTimeout(() => up.destroy(new Error("connect timeout")), CONNECT_TIMEOUT_MS);
-      let connected = false;
-      up.once("connect", () => {
-        connected = true;
-        clearTimeout(timer);
-        up.setTimeout(IDLE_TIMEOUT_MS, () => up.destroy());
-        up.write(rawHead(req));
-        if (head.length > 0) up.write(head);
-        socket.pipe(up);
-        up.pipe(socket);
-      });
-      up.on("error", (e) => {
-        clearTimeout(timer);
-        if (!connected) refuse(errorMessage(e));
-        else socket.destroy();
-      });
-      up.on("close", () => connected && socket.destroy());
-      socket.on("close", () => up.destroy());
+      if (socket.destroyed) return;
+      try {
+        const i = addr.lastIndexOf(":");
+        const conn = connect({ host: addr.slice(0, i), port: Number(addr.slice(i + 1)) });
+        up = conn;
+        // One timer: the connection, then the guest's first byte of its reply.
+        const timer = setTimeout(() => {
+          if (answered) return;
+          refuse(504, "the guest did not answer the upgrade in time");
+        }, o.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS);
+        conn.once("connect", () => {
+          conn.setTimeout(IDLE_TIMEOUT_MS, () => conn.destroy());
+          conn.write(rawHead(req));
+          if (head.length > 0) conn.write(head);
+          socket.pipe(conn);
+        });
+        conn.once("data", (first: Buffer) => {
+          answered = true;
+          clearTimeout(timer);
+          status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(first.toString("latin1", 0, 16))?.[1] ?? 0);
+          if (!socket.writable) return void conn.destroy();
+          socket.write(first);
+          conn.pipe(socket);
+        });
+        conn.on("error", (e) => {
+          clearTimeout(timer);
+          if (!answered) refuse(502, errorMessage(e));
+          else socket.destroy();
+        });
+        conn.on("close", () => {
+          clearTimeout(timer);
+          if (!answered) refuse(502, "the guest closed the connection");
+          else socket.destroy();
+        });
+      } catch (e) {
+        refuse(502, errorMessage(e));
+      }
     },
-    (e: unknown) => refuse(errorMessage(e)),
+    (e: unknown) => refuse(502, errorMessage(e)),
   );
 }

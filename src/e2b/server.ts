@@ -1,15 +1,18 @@
 /**
  * The E2B listener's request handler (FORKD_E2B_LISTEN): a request routed to a sandbox
  * (routing.ts: E2B's `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers or a `<port>-<id>.<domain>`
- * Host) is authorized (auth.ts), a paused sandbox created with auto-resume resumed, and handed to
- * the sandbox plane (sandbox-plane.ts: envd, the code interpreter, the guest's own ports); every
- * other request goes to the control plane (control/app.ts). On the sandbox plane a sandbox that
- * is not running, does not exist or is another tenant's answers 502, as E2B's proxy answers for
- * a sandbox that is gone (its SDKs read that as "not running"); every error is E2B's
- * `{code, message}`. listenE2b() bounds connections and the time to send headers.
+ * Host) is authorized (auth.ts), takes its caller's slots and is audited (plane-edge.ts), a paused
+ * sandbox created with auto-resume is resumed, and it is handed to the sandbox plane
+ * (sandbox-plane.ts: envd, the code interpreter, the guest's own ports); every other request goes
+ * to the control plane (control/app.ts). An upgrade (a WebSocket, the listener's `upgrade` event:
+ * createE2bUpgradeHandler) goes the same way to a guest's own port (guest-port.ts). On the sandbox
+ * plane a sandbox that is not running, does not exist, is another tenant's or is asked with a
+ * credential that does not open it answers 502, as E2B's proxy answers for a sandbox that is gone
+ * (its SDKs read that as "not running"); every error is E2B's `{code, message}`. listenE2b()
+ * bounds connections and the time to send headers.
  */
 import type { IncomingMessage, RequestListener, Server, ServerResponse } from "node:http";
-import { createServer as createHttpServer } from "node:http";
+import { STATUS_CODES, createServer as createHttpServer } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { Duplex } from "node:stream";
 import { getRequestListener } from "@hono/node-server";
@@ -19,9 +22,11 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import { authorizeSandbox } from "./auth.js";
 import type { SandboxAccess } from "./auth.js";
 import { createControlApp } from "./control/app.js";
-import { sendE2bError, sendJson } from "./errors.js";
+import { e2bError, sendE2bError, sendJson } from "./errors.js";
+import { guestPortUpgrade } from "./guest-port.js";
+import { PlaneCall } from "./plane-edge.js";
 import { sandboxTarget } from "./routing.js";
-import { createSandboxPlane } from "./sandbox-plane.js";
+import { ENVD_PORT, INTERPRETER_PORT, createSandboxPlane } from "./sandbox-plane.js";
 import type { SandboxPortHandler, SandboxTarget } from "./sandbox-plane.js";
 
 export interface E2bHandlerOptions {
@@ -50,23 +55,48 @@ export function createE2bHandler(s: Services, o: E2bHandlerOptions = {}): Reques
   };
 }
 
-/** A sandbox-plane error as E2B's proxy would answer it. */
-function planeError(
-  res: ServerResponse,
+/** A sandbox-plane error as E2B's proxy would answer it: its status and body, and headers. */
+function planeErrorReply(
   t: SandboxTarget,
   e: unknown,
-  a?: SandboxAccess,
   s?: Services,
-): void {
-  if (e instanceof ForkdError && (e.code === "not_found" || e.code === "conflict")) {
-    sendJson(res, 502, {
-      code: 502,
-      message: `The sandbox ${t.sandboxId} was not found (or is not running)`,
-      sandboxId: t.sandboxId,
-    });
-    return;
+): { status: number; body: unknown; headers: Record<string, string> } {
+  if (e instanceof ForkdError && (e.code === "not_found" || e.code === "conflict"))
+    return {
+      status: 502,
+      body: {
+        code: 502,
+        message: `The sandbox ${t.sandboxId} was not found (or is not running)`,
+        sandboxId: t.sandboxId,
+      },
+      headers: {},
+    };
+  const { status, body } = e2bError(e, undefined, s?.info.hostDirs);
+  const wait = e instanceof ForkdError ? e.details.retry_after_s : undefined;
+  return { status, body, headers: typeof wait === "number" ? { "retry-after": String(wait) } : {} };
+}
+
+/**
+ * Authorizes `req` (auth.ts), takes its caller's slots (plane-edge.ts; a resume is heavy) and
+ * resumes a paused sandbox created with auto-resume: the access to hand to the plane.
+ */
+async function admitted(
+  s: Services,
+  req: IncomingMessage,
+  t: SandboxTarget,
+  call: PlaneCall,
+): Promise<SandboxAccess> {
+  let access = authorizeSandbox(s, req, t);
+  const paused = access.sandbox.state === "paused";
+  if (paused && !access.sandbox.record.e2b?.autoResume)
+    throw new ForkdError("conflict", `sandbox ${t.sandboxId} is paused`);
+  call.admit(access, paused);
+  if (paused) {
+    // Auto-resume: traffic to a paused sandbox brings it back (one resume, others wait on it).
+    await resumeOnce(s, t.sandboxId);
+    access = { ...access, sandbox: s.sandboxes.get(t.sandboxId) };
   }
-  sendE2bError(res, e, a?.caller, s?.info.hostDirs);
+  return access;
 }
 
 async function sandboxRequest(
@@ -76,22 +106,86 @@ async function sandboxRequest(
   res: ServerResponse,
   t: SandboxTarget,
 ): Promise<void> {
+  const call = new PlaneCall(s, req, t);
+  // The slots are held, and the audit line written, until the reply ends or the client goes.
+  res.on("close", () =>
+    call.end(
+      res.statusCode,
+      !res.writableFinished ? "client_closed" : res.statusCode >= 400 ? String(res.statusCode) : "ok",
+    ),
+  );
   let access: SandboxAccess;
   try {
-    access = authorizeSandbox(s, req, t);
-    if (access.sandbox.state === "paused") {
-      if (!access.sandbox.record.e2b?.autoResume)
-        throw new ForkdError("conflict", `sandbox ${t.sandboxId} is paused`);
-      // Auto-resume: traffic to a paused sandbox brings it back (one resume, others wait on it).
-      await resumeOnce(s, t.sandboxId);
-      access = { ...access, sandbox: s.sandboxes.get(t.sandboxId) };
-    }
+    access = await admitted(s, req, t, call);
   } catch (e) {
     req.resume();
-    planeError(res, t, e, undefined, s);
+    const r = planeErrorReply(t, e, s);
+    sendJson(res, r.status, r.body, r.headers);
     return;
   }
   plane(req, res, t, access);
+}
+
+/**
+ * The E2B listener's `upgrade` handler (a WebSocket): to a guest's own port, routed, authorized
+ * and limited as any sandbox-plane request and relayed by guestPortUpgrade(); anything else is
+ * refused on the raw socket. Never throws: every error closes the socket.
+ */
+export function createE2bUpgradeHandler(
+  s: Services,
+  o: { handshakeTimeoutMs?: number } = {},
+): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
+  return (req, socket, head) => {
+    socket.on("error", () => socket.destroy());
+    try {
+      const t = sandboxTarget(req);
+      if (!t || t.port === ENVD_PORT || t.port === INTERPRETER_PORT) {
+        const what = t ? `port ${t.port} takes no upgrade` : "only a sandbox's own ports take an upgrade";
+        return rawReply(socket, 404, { code: 404, message: what }, {});
+      }
+      const call = new PlaneCall(s, req, t, true);
+      let relayed = false;
+      socket.on("close", () => {
+        if (!relayed) call.end(0, "client_closed");
+      });
+      // A half-open socket (the client gone while it waits) is closed.
+      socket.once("end", () => {
+        if (!relayed) socket.destroy();
+      });
+      admitted(s, req, t, call).then(
+        () => {
+          if (socket.destroyed) return;
+          relayed = true;
+          guestPortUpgrade(s, req, socket, head, t, {
+            ...o,
+            done: (status) =>
+              call.end(status, status === 101 ? "ok" : status === 0 ? "client_closed" : String(status)),
+          });
+        },
+        (e: unknown) => {
+          const r = planeErrorReply(t, e, s);
+          call.end(r.status, String(r.status));
+          rawReply(socket, r.status, r.body, r.headers);
+        },
+      );
+    } catch (e) {
+      s.log.warn("e2b: upgrade failed", { error: errorMessage(e) });
+      socket.destroy();
+    }
+  };
+}
+
+/** A whole JSON reply on a raw socket, then its end. */
+function rawReply(socket: Duplex, status: number, body: unknown, headers: Record<string, string>): void {
+  if (!socket.writable) return void socket.destroy();
+  const text = JSON.stringify(body);
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("");
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\ncontent-type: application/json\r\n` +
+      `content-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`,
+  );
 }
 
 /**
@@ -110,10 +204,15 @@ async function resumeOnce(s: Services, id: string): Promise<void> {
 }
 
 /** The listener (HTTPS with a certificate): bounded connections, headers within 30 s. */
-export async function listenE2b(t: TcpConfig, handler: RequestListener): Promise<Server> {
+export async function listenE2b(
+  t: TcpConfig,
+  handler: RequestListener,
+  upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void,
+): Promise<Server> {
   const server = t.tls
     ? createHttpsServer({ cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" }, handler)
     : createHttpServer(handler);
+  if (upgrade) server.on("upgrade", upgrade);
   // Long uploads and streams are bounded by the body limits and their own timeouts, not here.
   server.requestTimeout = 0;
   server.headersTimeout = 30_000;

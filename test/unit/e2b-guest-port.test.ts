@@ -5,6 +5,7 @@ import { createServer, request } from "node:http";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Socket } from "node:net";
+import { connect, createServer as createNetServer } from "node:net";
 import type { Services } from "../../src/api/services.js";
 import type { SandboxAccess } from "../../src/e2b/auth.js";
 import { guestPortHandler, guestPortUpgrade } from "../../src/e2b/guest-port.js";
@@ -99,5 +100,136 @@ test("guest ports: HTTP and an upgrade relayed; E2B's headers and credentials st
     guest.closeAllConnections();
     await new Promise<void>((r) => front.close(() => r()));
     await new Promise<void>((r) => guest.close(() => r()));
+  }
+});
+
+/** A front for `handler` relaying to a raw TCP guest whose every connection `onConn` answers. */
+async function rawGuest(onConn: (sock: Socket) => void) {
+  const open = new Set<Socket>();
+  const guest = createNetServer((sock) => {
+    open.add(sock);
+    sock.on("close", () => open.delete(sock));
+    onConn(sock);
+  });
+  await new Promise<void>((r) => guest.listen(0, "127.0.0.1", r));
+  const gport = (guest.address() as AddressInfo).port;
+  const services = {
+    sandboxes: { get: () => ({ record: { network: { ports: { "9000": `127.0.0.1:${gport}` } } } }) },
+  } as unknown as Services;
+  const handler = guestPortHandler(services);
+  const front = createServer((req, res) =>
+    handler(req, res, { sandboxId: ID, port: 9000 }, {} as SandboxAccess),
+  );
+  const fport = await listen(front);
+  const get = () =>
+    new Promise<{ status: number; body: string } | { error: string }>((resolve) => {
+      const r = request({ host: "127.0.0.1", port: fport, path: "/" }, (res) => {
+        let body = "";
+        res.on("data", (d: Buffer) => (body += d.toString()));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+        res.on("error", (e) => resolve({ error: e.message }));
+      });
+      r.on("error", (e) => resolve({ error: e.message }));
+      r.end();
+    });
+  return {
+    services,
+    fport,
+    get,
+    close: async () => {
+      front.closeAllConnections();
+      await new Promise<void>((r) => front.close(() => r()));
+      for (const sock of open) sock.destroy();
+      await new Promise<void>((r) => guest.close(() => r()));
+    },
+  };
+}
+
+test("guest ports: a guest's status 000-099 is E2B's 502, not a throw in the proxy's events", async () => {
+  for (const status of ["099", "000", "042"]) {
+    const g = await rawGuest((sock) => {
+      sock.on("error", () => undefined);
+      sock.once("data", () => sock.end(`HTTP/1.1 ${status} X\r\ncontent-length: 2\r\n\r\nhi`));
+    });
+    try {
+      const r = await g.get();
+      assert.ok("status" in r, JSON.stringify(r));
+      assert.equal(r.status, 502, status);
+      assert.match(r.body, /port 9000 is not open \(the guest answered status/);
+    } finally {
+      await g.close();
+    }
+  }
+});
+
+test("guest ports: a header node will not send, a guest cut mid-body and a client gone are cut, never thrown", async () => {
+  // obs-text in a header value: node's parser takes it, and writeHead is where a bad one throws.
+  const g = await rawGuest((sock) => {
+    sock.on("error", () => undefined);
+    sock.once("data", () => {
+      sock.write("HTTP/1.1 200 OK\r\ncontent-length: 100\r\nx-a: 1\r\n\r\nhalf");
+      setTimeout(() => sock.destroy(), 50);
+    });
+  });
+  try {
+    const cut = await g.get();
+    assert.ok("error" in cut || cut.body.length < 100, JSON.stringify(cut));
+    // A client that hangs up while the guest is still answering.
+    await new Promise<void>((resolve) => {
+      const r = request({ host: "127.0.0.1", port: g.fport, path: "/" }, (res) => {
+        res.once("data", () => {
+          r.destroy();
+          resolve();
+        });
+      });
+      r.on("error", () => undefined);
+      r.end();
+    });
+    // Still serving after both.
+    const again = await g.get();
+    assert.ok("error" in again || again.status === 200);
+  } finally {
+    await g.close();
+  }
+});
+
+test("guest ports: an upgrade the guest never answers is a 504 in time; a refused one 502; hang-ups close quietly", async () => {
+  const g = await rawGuest((sock) => sock.on("error", () => undefined));
+  const front = createServer();
+  const statuses: number[] = [];
+  front.on("upgrade", (req, sock: Socket, head: Buffer) =>
+    guestPortUpgrade(
+      g.services,
+      req,
+      sock,
+      head,
+      { sandboxId: ID, port: 9000 },
+      {
+        handshakeTimeoutMs: 200,
+        done: (s) => statuses.push(s),
+      },
+    ),
+  );
+  const fport = await listen(front);
+  const upgrade = (destroyEarly = false) =>
+    new Promise<string>((resolve) => {
+      const sock = connect(fport, "127.0.0.1", () => {
+        sock.write("GET /ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n");
+        if (destroyEarly) setTimeout(() => sock.destroy(), 20);
+      });
+      let got = "";
+      sock.on("data", (d: Buffer) => (got += d.toString()));
+      sock.on("error", () => undefined);
+      sock.on("close", () => resolve(got));
+    });
+  try {
+    assert.match(await upgrade(), /^HTTP\/1\.1 504 /);
+    assert.equal(await upgrade(true), "");
+    await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(statuses, [504, 0]);
+  } finally {
+    front.closeAllConnections();
+    await new Promise<void>((r) => front.close(() => r()));
+    await g.close();
   }
 });

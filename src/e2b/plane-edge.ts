@@ -1,0 +1,110 @@
+/**
+ * The edge of E2B's sandbox plane, as forkd's own (src/api/edge.ts) for its API: a request,
+ * once authorized (auth.ts), takes its caller's rate and in-flight slots (the caller: the key's,
+ * or for an access token or an unsecured sandbox the sandbox's owner), held until its reply ends
+ * or the client goes (a stream holds its slot as long as it runs; a resume is a heavy slot), and
+ * when it is over one audit line is written for what changes a sandbox: envd's mutating calls
+ * (process Start and SendSignal, file uploads, Remove, Move, MakeDir), the code interpreter's
+ * mutating methods, and every request and upgrade to a guest's own port (refused ones included).
+ */
+import { randomUUID } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import { ANONYMOUS } from "../access/caller.js";
+import type { Caller } from "../access/caller.js";
+import type { Services } from "../api/services.js";
+import { ForkdError } from "../util/errors.js";
+import type { SandboxAccess } from "./auth.js";
+import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
+import type { SandboxTarget } from "./sandbox-plane.js";
+
+const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
+/** envd's Connect calls that change the sandbox (the rest read it or stream from it). */
+const ENVD_MUTATING = new Set([
+  "/process.Process/Start",
+  "/process.Process/SendSignal",
+  "/filesystem.Filesystem/Remove",
+  "/filesystem.Filesystem/Move",
+  "/filesystem.Filesystem/MakeDir",
+]);
+/** A guest's path in an audit line at most (its query is never kept: it may hold secrets). */
+const MAX_PATH = 200;
+
+/** The path of `req` as an audit line names it: no query, bounded, printable ASCII only. */
+function pathOf(req: IncomingMessage): string {
+  const path = (req.url ?? "/").split("?")[0]!.replace(/[^\x21-\x7e]/g, "?");
+  return path.length > MAX_PATH ? `${path.slice(0, MAX_PATH)}...` : path;
+}
+
+/** What request `req` to `t` is recorded as in the audit log, or null when it is not. */
+export function planeAction(req: IncomingMessage, t: SandboxTarget, upgrade = false): string | null {
+  const method = (req.method ?? "GET").slice(0, 16);
+  const path = pathOf(req);
+  if (t.port === ENVD_PORT) {
+    const audited = method === "POST" && (ENVD_MUTATING.has(path) || path === "/files");
+    return audited ? `e2b:envd ${method} ${path}` : null;
+  }
+  if (t.port === INTERPRETER_PORT) return MUTATING.has(method) ? `e2b:interpreter ${method} ${path}` : null;
+  return `e2b:port ${upgrade ? "UPGRADE" : method} ${path}`;
+}
+
+/** The refusal of a caller past its limits (429 with Retry-After). */
+function rateLimited(reason: "rate" | "inflight" | "heavy", retryAfterS: number): ForkdError {
+  const why = {
+    rate: "too many requests",
+    inflight: "too many requests in flight",
+    heavy: "too many heavy operations in flight",
+  }[reason];
+  return new ForkdError("rate_limited", `${why} for this caller; retry after ${retryAfterS} s`, {
+    reason,
+    retry_after_s: retryAfterS,
+  });
+}
+
+/** One sandbox-plane request at the edge: its caller's slots and its audit line. */
+export class PlaneCall {
+  private caller: Caller = ANONYMOUS;
+  private release: (() => void) | null = null;
+  private ended = false;
+  private readonly started = new Date();
+  private readonly t0 = performance.now();
+  private readonly action: string | null;
+
+  constructor(
+    private readonly s: Services,
+    private readonly req: IncomingMessage,
+    private readonly t: SandboxTarget,
+    upgrade = false,
+  ) {
+    this.action = planeAction(req, t, upgrade);
+  }
+
+  /** Takes the slots of the request's caller (throws rate_limited when it has none free). */
+  admit(a: SandboxAccess, heavy: boolean): void {
+    this.caller = a.caller;
+    if (!a.caller.limited || this.release || this.ended) return;
+    const r = this.s.limits.rate.admit(a.caller.tokenId ?? a.caller.name, heavy);
+    if (!r.ok) throw rateLimited(r.reason, r.retryAfterS);
+    this.release = r.release;
+  }
+
+  /** Frees the slots and writes the audit line (once: later calls do nothing). */
+  end(status: number, result: string): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.release?.();
+    this.release = null;
+    if (this.action === null) return;
+    this.s.audit.append({
+      ts: this.started.toISOString(),
+      request_id: randomUUID(),
+      caller: this.caller.name,
+      token: this.caller.tokenId,
+      remote: this.req.socket.remoteAddress ?? null,
+      action: this.action,
+      target: { id: this.t.sandboxId, port: String(this.t.port) },
+      status,
+      result,
+      duration_ms: Math.round(performance.now() - this.t0),
+    });
+  }
+}
