@@ -378,6 +378,15 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.CommandList) },
   },
   {
+    operationId: "attachCommand",
+    method: "get",
+    path: `${SB}/commands/{pid}/stream`,
+    summary:
+      "Attach to a running command's output (from now on) and its exit, as exec/stream's NDJSON events; hanging up detaches only this reader",
+    tag: "commands",
+    responses: { 200: ndjson(S.ExecEvent) },
+  },
+  {
     operationId: "signalCommand",
     method: "post",
     path: `${SB}/commands/{pid}/signal`,
