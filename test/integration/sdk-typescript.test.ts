@@ -348,6 +348,40 @@ step(
       assert.equal(seen, "1\n2\n3\n");
       assert.equal((await follower.wait()).exitCode, 0);
       await assert.rejects(e.commands.connect(h.pid), NotFoundError);
+      // a command started by this object, attached to from another one (Sandbox.connect): the
+      // output from the attach on and the exit reach both; kill() from the attached side kills it
+      const other = await Sandbox.connect(e.sandboxId);
+      const bg = await e.commands.run("read x; echo got $x; echo err >&2; exit 3", {
+        background: true,
+        stdin: true,
+      });
+      let live = "";
+      const far = await other.commands.connect(bg.pid, { onStdout: (s) => void (live += s) });
+      await other.commands.sendStdin(bg.pid, "hi\n");
+      await assert.rejects(
+        far.wait(),
+        (err: unknown) =>
+          err instanceof CommandExitError &&
+          err.exitCode === 3 &&
+          err.stdout === "got hi\n" &&
+          err.stderr === "err\n",
+      );
+      assert.equal(live, "got hi\n");
+      await assert.rejects(
+        bg.wait(),
+        (err: unknown) => err instanceof CommandExitError && err.exitCode === 3,
+      );
+      const sleeper = await e.commands.run("sleep 600", { background: true });
+      const first = await other.commands.connect(sleeper.pid);
+      const second = await other.commands.connect(sleeper.pid);
+      assert.equal(await second.kill(), true);
+      for (const w of [sleeper, first, second]) {
+        await assert.rejects(
+          w.wait(),
+          (err: unknown) => err instanceof CommandExitError && err.result.signal === 9,
+        );
+      }
+      await assert.rejects(other.commands.connect(sleeper.pid), NotFoundError);
       // the paginator: one per page
       const pages: string[][] = [];
       const p = Sandbox.list({ query: { metadata: { suite: "ts-e2b" }, state: ["running"] }, limit: 1 });

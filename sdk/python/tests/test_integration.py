@@ -251,6 +251,29 @@ class E2BSurfaceTest(unittest.TestCase):
             tail = follower.wait()  # what came after the connect
             self.assertEqual(tail.exit_code, 0)
             self.assertTrue("1\n2\n3\n".endswith(tail.stdout), tail.stdout)
+            # a command started by this object, attached to from another one (Sandbox.connect): the
+            # output from the attach on and the exit reach both; kill() from the attached side kills it
+            other = Sandbox.connect(sb.sandbox_id)
+            bg = sb.commands.run("read x; echo got $x; echo err >&2; exit 3", background=True, stdin=True)
+            live = []
+            far = other.commands.connect(bg.pid, on_stdout=live.append)
+            other.commands.send_stdin(bg.pid, "hi\n")
+            with self.assertRaises(CommandExitError) as cm:
+                far.wait()
+            self.assertEqual((cm.exception.exit_code, cm.exception.stdout, cm.exception.stderr), (3, "got hi\n", "err\n"))
+            self.assertEqual("".join(live), "got hi\n")
+            with self.assertRaises(CommandExitError):
+                bg.wait()
+            sleeper = sb.commands.run("sleep 600", background=True)
+            first = other.commands.connect(sleeper.pid)
+            second = other.commands.connect(sleeper.pid)
+            self.assertTrue(second.kill())
+            for w in (sleeper, first, second):
+                with self.assertRaises(CommandExitError) as cm:
+                    w.wait()
+                self.assertEqual(cm.exception.result.signal, 9)
+            with self.assertRaises(NotFoundException):
+                other.commands.connect(sleeper.pid)
 
     def test_lifecycle_list_metrics_fork_snapshots(self):
         sb = Sandbox(snapshot=SNAP, envs={"SB_ENV": "e"}, metadata={"suite": "py-e2b-life"})
