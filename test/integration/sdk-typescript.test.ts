@@ -6,6 +6,7 @@
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
+import { Readable } from "node:stream";
 import {
   ApiClient,
   CommandExitError,
@@ -339,6 +340,19 @@ step(
       assert.deepEqual(
         many.map((w) => w.path),
         ["/root/a/1", "/tmp/2"],
+      );
+      // gzip uploads (E2B's option): bytes and a stream, stored decompressed
+      const text = "gzipped ".repeat(50_000);
+      assert.equal((await e.files.write("gz.txt", text, { gzip: true })).size, text.length);
+      assert.equal(await e.files.read("gz.txt"), text);
+      const parts = [Buffer.alloc(1 << 20, 97), Buffer.from("end")];
+      assert.equal(
+        (await e.files.write("/tmp/gz.bin", Readable.from(parts), { gzip: true })).size,
+        (1 << 20) + 3,
+      );
+      assert.equal(
+        Buffer.from(await e.files.read("/tmp/gz.bin", { format: "bytes" })).equals(Buffer.concat(parts)),
+        true,
       );
       // a background command: iterated, and followed by commands.connect
       const h = await e.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", { background: true });

@@ -244,6 +244,13 @@ class E2BSurfaceTest(unittest.TestCase):
             self.assertEqual(sorted(e.name for e in sb.files.list("d1", depth=2)), ["a", "d2"])
             with self.assertRaises(NotFoundException):
                 sb.files.get_info("no-such-file")
+            # gzip uploads (E2B's use_gzip): bytes and a stream, stored decompressed
+            text = "gzipped " * 50000
+            self.assertEqual(sb.files.write("gz.txt", text, use_gzip=True).path, "/root/gz.txt")
+            self.assertEqual(sb.files.read("gz.txt"), text)
+            parts = [b"a" * (1 << 20), b"end"]
+            sb.files.write("/tmp/gz.bin", iter(parts), use_gzip=True)
+            self.assertEqual(sb.files.read("/tmp/gz.bin", format="bytes"), b"".join(parts))
             # iterating a background command, and following it with commands.connect
             h = sb.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", background=True)
             follower = sb.commands.connect(h.pid)

@@ -485,6 +485,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/commands/{pid}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Attach to a running command's output (from now on) and its exit, as exec/stream's NDJSON events; hanging up detaches only this reader */
+        get: operations["attachCommand"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/commands/{pid}/signal": {
         parameters: {
             query?: never;
@@ -631,7 +648,7 @@ export interface paths {
         };
         /** Download a file (streamed bytes) */
         get: operations["readFile"];
-        /** Upload a file (streamed bytes, replaced atomically) */
+        /** Upload a file (streamed bytes, replaced atomically; Content-Encoding: gzip is decompressed, the upload bound applying to the decompressed bytes) */
         put: operations["writeFile"];
         post?: never;
         /** Remove a file or directory */
@@ -3534,6 +3551,61 @@ export interface operations {
             };
         };
     };
+    attachCommand: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+                /** @description Guest pid of a command started through the API */
+                pid: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Attach to a running command's output (from now on) and its exit, as exec/stream's NDJSON events; hanging up detaches only this reader */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @description One JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["ExecEvent"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     signalCommand: {
         parameters: {
             query?: never;
@@ -4184,7 +4256,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Upload a file (streamed bytes, replaced atomically) */
+            /** @description Upload a file (streamed bytes, replaced atomically; Content-Encoding: gzip is decompressed, the upload bound applying to the decompressed bytes) */
             201: {
                 headers: {
                     [name: string]: unknown;

@@ -484,7 +484,8 @@ export const ROUTES: RouteSpec[] = [
     operationId: "writeFile",
     method: "put",
     path: `${SB}/files`,
-    summary: "Upload a file (streamed bytes, replaced atomically)",
+    summary:
+      "Upload a file (streamed bytes, replaced atomically; Content-Encoding: gzip is decompressed, the upload bound applying to the decompressed bytes)",
     tag: "files",
     query: S.WriteQuery,
     body: bytes,
