@@ -294,12 +294,13 @@ step("branch(): a running sandbox's state (files, globals) forks into new childr
   await Promise.all([...kids, ...late, s].map((k) => k.kill()));
 });
 
-step("setTimeout: an idle sandbox is killed and says why; use keeps it alive", async () => {
-  const s = await Sandbox.create({ snapshot: WARM, timeoutMs: 60_000 });
-  assert.equal((await s.getInfo()).timeoutMs, 60_000);
-  await s.setTimeout(3_000);
+step("setIdleTimeout (forkd's): an idle sandbox is killed and says why; use keeps it alive", async () => {
+  const s = await Sandbox.create({ snapshot: WARM, idleTimeoutMs: 60_000 });
+
+  assert.equal((await s.getInfo()).idleTimeoutMs, 60_000);
+  await s.setIdleTimeout(3_000);
   const info = await s.getInfo();
-  assert.equal(info.timeoutMs, 3_000);
+  assert.equal(info.idleTimeoutMs, 3_000);
   assert.ok(info.endAt && info.endAt.getTime() > Date.now());
   // Used every second for 5 s: never idle for 3 s, so it lives.
   for (let i = 0; i < 5; i++) {
@@ -316,6 +317,34 @@ step("setTimeout: an idle sandbox is killed and says why; use keeps it alive", a
   assert.equal(gone.exitReason, "idle timeout");
   await assert.rejects(Sandbox.connect(s.sandboxId), /idle timeout/);
   assert.equal(await s.kill(), true, "an exited sandbox can still be deleted");
+});
+
+step("setTimeout (E2B's, absolute): a busy sandbox is killed at its deadline", async () => {
+  const s = await Sandbox.create({
+    snapshot: WARM,
+    timeoutMs: 600_000,
+    idleTimeoutMs: 600_000,
+    lifecycle: { onTimeout: "kill" },
+  });
+  const info = await s.getInfo();
+  assert.ok(info.deadline && info.deadline.getTime() > Date.now() + 60_000, String(info.deadline));
+  assert.equal(info.idleTimeoutMs, 600_000);
+  assert.equal(info.lifecycle.onTimeout, "kill");
+  const busy = await s.commands.run("sleep 600", { background: true, timeoutMs: 0 });
+  await s.setTimeout(3_000);
+  const set = await s.getInfo();
+  assert.ok(set.deadline && set.endAt && set.endAt.getTime() === set.deadline.getTime());
+  // Busy all the while (a command runs): only the absolute deadline ends it.
+  let state = set.state;
+  for (let i = 0; i < 120 && state === "running"; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    state = (await s.getInfo()).state;
+  }
+  const gone = await s.getInfo();
+  assert.equal(gone.state, "exited");
+  assert.match(gone.exitReason ?? "", /deadline/);
+  await assert.rejects(busy.wait());
+  assert.equal(await s.kill(), true);
 });
 
 step(

@@ -366,6 +366,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/deadline": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Set (or clear) the absolute deadline (E2B's timeout), counted from now */
+        post: operations["setSandboxDeadline"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/ports": {
         parameters: {
             query?: never;
@@ -1226,6 +1243,14 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description Absolute timeout (E2B's): the daemon does on_deadline this long after creation, in use or not. */
+            deadline_ms?: number | null;
+            /**
+             * @description What the deadline does: kill the sandbox, or pause it.
+             * @default kill
+             * @enum {string}
+             */
+            on_deadline: "kill" | "pause";
         };
         SandboxNetwork: {
             /** @enum {string} */
@@ -1265,6 +1290,13 @@ export interface components {
             timeout_ms: number | null;
             /** @description When the idle timeout kills it, unless it is used before. */
             expires_at: string | null;
+            /** @description When its absolute timeout (deadline_ms) does on_deadline, in use or not; null: none. */
+            deadline: string | null;
+            /**
+             * @description What the deadline does.
+             * @enum {string}
+             */
+            on_deadline: "kill" | "pause";
             /** @description When its lifetime (limits.lifetime_ms) ends and the host kills it. */
             ends_at: string | null;
             metadata: {
@@ -1336,6 +1368,9 @@ export interface components {
         };
         SetTimeout: {
             timeout_ms: number | null;
+        };
+        SetDeadline: {
+            deadline_ms: number | null;
         };
         PtySize: {
             rows: number;
@@ -3062,6 +3097,71 @@ export interface operations {
         };
         responses: {
             /** @description Set (or clear) the idle timeout, counted from now */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    setSandboxDeadline: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetDeadline"];
+            };
+        };
+        responses: {
+            /** @description Set (or clear) the absolute deadline (E2B's timeout), counted from now */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -311,6 +311,15 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.Sandbox) },
   },
   {
+    operationId: "setSandboxDeadline",
+    method: "post",
+    path: `${SB}/deadline`,
+    summary: "Set (or clear) the absolute deadline (E2B's timeout), counted from now",
+    tag: "sandboxes",
+    body: json(S.SetDeadline),
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
     operationId: "exposePort",
     method: "post",
     path: `${SB}/ports`,
