@@ -185,10 +185,10 @@ class ForkAndLifecycleTest(unittest.TestCase):
         self.assertFalse(any(s.sandbox_id == sid for s in Sandbox.list()))
 
     def test_idle_timeout(self):
-        sb = Sandbox(snapshot=SNAP, timeout=60)
+        sb = Sandbox(snapshot=SNAP, idle_timeout=60)
         try:
-            self.assertEqual(sb.get_info().timeout, 60)
-            sb.set_timeout(3)
+            self.assertEqual(sb.get_info().idle_timeout, 60)
+            sb.set_idle_timeout(3)
             for _ in range(4):
                 sb.commands.run("true")
                 time.sleep(1)
@@ -196,6 +196,31 @@ class ForkAndLifecycleTest(unittest.TestCase):
             time.sleep(6)
             info = sb.get_info()
             self.assertEqual((info.state, info.exit_reason), ("exited", "idle timeout"))
+        finally:
+            sb.kill()
+
+    def test_deadline_kills_a_busy_sandbox(self):
+        # E2B's timeout is absolute: a sandbox busy all the while ends at its deadline
+        sb = Sandbox(snapshot=SNAP, timeout=600, idle_timeout=600, lifecycle={"on_timeout": "kill"})
+        try:
+            info = sb.get_info()
+            self.assertIsNotNone(info.deadline)
+            self.assertEqual((info.idle_timeout, info.lifecycle["on_timeout"]), (600, "kill"))
+            busy = sb.commands.run("sleep 600", background=True, timeout=0)
+            sb.set_timeout(3)
+            info = sb.get_info()
+            self.assertEqual(info.end_at, info.deadline)
+            state = info.state
+            for _ in range(120):
+                if state != "running":
+                    break
+                time.sleep(0.5)
+                state = sb.get_info().state
+            info = sb.get_info()
+            self.assertEqual(info.state, "exited")
+            self.assertIn("deadline", info.exit_reason)
+            with self.assertRaises(forkd.ForkdError):
+                busy.wait()
         finally:
             sb.kill()
 
