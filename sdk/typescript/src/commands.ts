@@ -3,7 +3,6 @@ import {
   CommandExitError,
   CommandTimeoutError,
   ForkdError,
-  NotFoundError,
   errorFromEnvelope,
 } from "./errors.js";
 import type { CommandResult } from "./errors.js";

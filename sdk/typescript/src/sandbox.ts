@@ -183,7 +183,7 @@ const q = encodeURIComponent;
 /** @internal */
 /** The earlier of two optional ISO times. */
 function earliest(...at: (string | null)[]): Date | null {
-  const t = at.filter((x): x is string => x !== null).map((x) => Date.parse(x));
+  const t = at.filter((x): x is string => typeof x === "string").map((x) => Date.parse(x));
   return t.length > 0 ? new Date(Math.min(...t)) : null;
 }
 
@@ -197,7 +197,7 @@ export function infoOf(w: SandboxWire): SandboxInfo {
     startedAt: new Date(w.created),
     exitReason: w.exit_reason,
     idleTimeoutMs: w.timeout_ms,
-    deadline: w.deadline === null ? null : new Date(w.deadline),
+    deadline: typeof w.deadline === "string" ? new Date(w.deadline) : null,
     endAt: earliest(w.deadline, w.expires_at, w.ends_at),
     limits: {
       memoryMiB: w.limits.memory_mib,
@@ -219,7 +219,7 @@ export function infoOf(w: SandboxWire): SandboxInfo {
       egress: w.network.egress,
       ports: w.network.ports,
     },
-    lifecycle: { onTimeout: w.on_deadline, autoResume: false },
+    lifecycle: { onTimeout: w.on_deadline ?? "kill", autoResume: false },
   };
 }
 
