@@ -184,7 +184,11 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
       },
     },
     guard(async (a) => {
-      const kids = await fork(a.snapshot, a.n, { ...conn, idleTimeoutMs: a.idle_timeout_ms, network: a.network });
+      const kids = await fork(a.snapshot, a.n, {
+        ...conn,
+        idleTimeoutMs: a.idle_timeout_ms,
+        network: a.network,
+      });
       return json({ sandbox_ids: kids.map((k) => k.sandboxId) });
     }),
   );

@@ -1,10 +1,5 @@
 /** `sandbox.commands`: run commands (waiting or in the background), list, signal, feed stdin. */
-import {
-  CommandExitError,
-  CommandTimeoutError,
-  ForkdError,
-  errorFromEnvelope,
-} from "./errors.js";
+import { CommandExitError, CommandTimeoutError, ForkdError, errorFromEnvelope } from "./errors.js";
 import type { CommandResult } from "./errors.js";
 import type { Layout } from "./layout.js";
 import type { Transport } from "./transport.js";
