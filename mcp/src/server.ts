@@ -41,7 +41,7 @@ const sandboxView = (s: SandboxInfo) => ({
   state: s.state,
   started_at: s.startedAt,
   exit_reason: s.exitReason,
-  timeout_ms: s.timeoutMs,
+  timeout_ms: s.idleTimeoutMs,
   end_at: s.endAt,
   metadata: s.metadata,
   timings: {
@@ -184,7 +184,11 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
       },
     },
     guard(async (a) => {
-      const kids = await fork(a.snapshot, a.n, { ...conn, timeoutMs: a.idle_timeout_ms, network: a.network });
+      const kids = await fork(a.snapshot, a.n, {
+        ...conn,
+        idleTimeoutMs: a.idle_timeout_ms,
+        network: a.network,
+      });
       return json({ sandbox_ids: kids.map((k) => k.sandboxId) });
     }),
   );

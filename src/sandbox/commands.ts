@@ -4,6 +4,8 @@
  */
 import type { ExecHandle } from "../agent/client.js";
 import { ForkdError } from "../util/errors.js";
+import { CommandTap } from "./command-tap.js";
+import type { CommandReader } from "./command-tap.js";
 
 export interface RunningCommand {
   pid: number;
@@ -13,6 +15,8 @@ export interface RunningCommand {
   /** Runs on a pseudo-terminal (its size can change). */
   pty: boolean;
   handle: ExecHandle;
+  /** The readers attached to its output after its start. */
+  tap: CommandTap;
 }
 
 /** At most this many tracked commands per sandbox; more still run, untracked ones cannot be signalled. */
@@ -21,12 +25,33 @@ export const MAX_TRACKED = 4096;
 export class CommandTable {
   private readonly byPid = new Map<number, RunningCommand>();
 
-  /** Tracks `handle` from its start until it exits. */
-  track(cmd: string[] | string, stdinOpen: boolean, handle: ExecHandle, pty = false): void {
+  /**
+   * Tracks `handle` from its start until it exits; `tap` (whose handlers() fed the exec) carries
+   * its output to the readers attached later (attach()).
+   */
+  track(
+    cmd: string[] | string,
+    stdinOpen: boolean,
+    handle: ExecHandle,
+    pty = false,
+    tap: CommandTap = new CommandTap(),
+  ): void {
+    handle.result.then(
+      (result) => tap.end({ result }),
+      (error: unknown) => tap.end({ error }),
+    );
     handle.started.then(
       ({ pid }) => {
         if (this.byPid.size >= MAX_TRACKED) return;
-        const c: RunningCommand = { pid, cmd, started: new Date().toISOString(), stdinOpen, pty, handle };
+        const c: RunningCommand = {
+          pid,
+          cmd,
+          started: new Date().toISOString(),
+          stdinOpen,
+          pty,
+          handle,
+          tap,
+        };
         this.byPid.set(pid, c);
         const forget = () => {
           if (this.byPid.get(pid) === c) this.byPid.delete(pid);
@@ -35,6 +60,11 @@ export class CommandTable {
       },
       () => undefined,
     );
+  }
+
+  /** Attaches `reader` to a running command's output from now on and its exit; returns the detach. */
+  attach(pid: number, reader: CommandReader): () => void {
+    return this.get(pid).tap.attach(reader);
   }
 
   get(pid: number): RunningCommand {

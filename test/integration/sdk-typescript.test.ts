@@ -6,6 +6,7 @@
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
+import { Readable } from "node:stream";
 import {
   ApiClient,
   CommandExitError,
@@ -293,12 +294,13 @@ step("branch(): a running sandbox's state (files, globals) forks into new childr
   await Promise.all([...kids, ...late, s].map((k) => k.kill()));
 });
 
-step("setTimeout: an idle sandbox is killed and says why; use keeps it alive", async () => {
-  const s = await Sandbox.create({ snapshot: WARM, timeoutMs: 60_000 });
-  assert.equal((await s.getInfo()).timeoutMs, 60_000);
-  await s.setTimeout(3_000);
+step("setIdleTimeout (forkd's): an idle sandbox is killed and says why; use keeps it alive", async () => {
+  const s = await Sandbox.create({ snapshot: WARM, idleTimeoutMs: 60_000 });
+
+  assert.equal((await s.getInfo()).idleTimeoutMs, 60_000);
+  await s.setIdleTimeout(3_000);
   const info = await s.getInfo();
-  assert.equal(info.timeoutMs, 3_000);
+  assert.equal(info.idleTimeoutMs, 3_000);
   assert.ok(info.endAt && info.endAt.getTime() > Date.now());
   // Used every second for 5 s: never idle for 3 s, so it lives.
   for (let i = 0; i < 5; i++) {
@@ -315,6 +317,34 @@ step("setTimeout: an idle sandbox is killed and says why; use keeps it alive", a
   assert.equal(gone.exitReason, "idle timeout");
   await assert.rejects(Sandbox.connect(s.sandboxId), /idle timeout/);
   assert.equal(await s.kill(), true, "an exited sandbox can still be deleted");
+});
+
+step("setTimeout (E2B's, absolute): a busy sandbox is killed at its deadline", async () => {
+  const s = await Sandbox.create({
+    snapshot: WARM,
+    timeoutMs: 600_000,
+    idleTimeoutMs: 600_000,
+    lifecycle: { onTimeout: "kill" },
+  });
+  const info = await s.getInfo();
+  assert.ok(info.deadline && info.deadline.getTime() > Date.now() + 60_000, String(info.deadline));
+  assert.equal(info.idleTimeoutMs, 600_000);
+  assert.equal(info.lifecycle.onTimeout, "kill");
+  const busy = await s.commands.run("sleep 600", { background: true, timeoutMs: 0 });
+  await s.setTimeout(3_000);
+  const set = await s.getInfo();
+  assert.ok(set.deadline && set.endAt && set.endAt.getTime() === set.deadline.getTime());
+  // Busy all the while (a command runs): only the absolute deadline ends it.
+  let state = set.state;
+  for (let i = 0; i < 120 && state === "running"; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    state = (await s.getInfo()).state;
+  }
+  const gone = await s.getInfo();
+  assert.equal(gone.state, "exited");
+  assert.match(gone.exitReason ?? "", /deadline/);
+  await assert.rejects(busy.wait());
+  assert.equal(await s.kill(), true);
 });
 
 step(
@@ -340,6 +370,19 @@ step(
         many.map((w) => w.path),
         ["/root/a/1", "/tmp/2"],
       );
+      // gzip uploads (E2B's option): bytes and a stream, stored decompressed
+      const text = "gzipped ".repeat(50_000);
+      assert.equal((await e.files.write("gz.txt", text, { gzip: true })).size, text.length);
+      assert.equal(await e.files.read("gz.txt"), text);
+      const parts = [Buffer.alloc(1 << 20, 97), Buffer.from("end")];
+      assert.equal(
+        (await e.files.write("/tmp/gz.bin", Readable.from(parts), { gzip: true })).size,
+        (1 << 20) + 3,
+      );
+      assert.equal(
+        Buffer.from(await e.files.read("/tmp/gz.bin", { format: "bytes" })).equals(Buffer.concat(parts)),
+        true,
+      );
       // a background command: iterated, and followed by commands.connect
       const h = await e.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", { background: true });
       const follower = await e.commands.connect(h.pid);
@@ -348,6 +391,40 @@ step(
       assert.equal(seen, "1\n2\n3\n");
       assert.equal((await follower.wait()).exitCode, 0);
       await assert.rejects(e.commands.connect(h.pid), NotFoundError);
+      // a command started by this object, attached to from another one (Sandbox.connect): the
+      // output from the attach on and the exit reach both; kill() from the attached side kills it
+      const other = await Sandbox.connect(e.sandboxId);
+      const bg = await e.commands.run("read x; echo got $x; echo err >&2; exit 3", {
+        background: true,
+        stdin: true,
+      });
+      let live = "";
+      const far = await other.commands.connect(bg.pid, { onStdout: (s) => void (live += s) });
+      await other.commands.sendStdin(bg.pid, "hi\n");
+      await assert.rejects(
+        far.wait(),
+        (err: unknown) =>
+          err instanceof CommandExitError &&
+          err.exitCode === 3 &&
+          err.stdout === "got hi\n" &&
+          err.stderr === "err\n",
+      );
+      assert.equal(live, "got hi\n");
+      await assert.rejects(
+        bg.wait(),
+        (err: unknown) => err instanceof CommandExitError && err.exitCode === 3,
+      );
+      const sleeper = await e.commands.run("sleep 600", { background: true });
+      const first = await other.commands.connect(sleeper.pid);
+      const second = await other.commands.connect(sleeper.pid);
+      assert.equal(await second.kill(), true);
+      for (const w of [sleeper, first, second]) {
+        await assert.rejects(
+          w.wait(),
+          (err: unknown) => err instanceof CommandExitError && err.result.signal === 9,
+        );
+      }
+      await assert.rejects(other.commands.connect(sleeper.pid), NotFoundError);
       // the paginator: one per page
       const pages: string[][] = [];
       const p = Sandbox.list({ query: { metadata: { suite: "ts-e2b" }, state: ["running"] }, limit: 1 });

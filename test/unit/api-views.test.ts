@@ -8,6 +8,7 @@ import { networkView } from "../../src/api/views/network.js";
 import { sandboxView } from "../../src/api/views/sandbox.js";
 import type { ExecHandle } from "../../src/agent/client.js";
 import type { NetworkRecord } from "../../src/net/service.js";
+import { CommandTap } from "../../src/sandbox/command-tap.js";
 import { newSandbox } from "../../src/sandbox/sandbox.js";
 import type { Sandbox, SandboxRecord } from "../../src/sandbox/sandbox.js";
 
@@ -128,6 +129,7 @@ test("a running command's view", () => {
     stdinOpen: true,
     pty: false,
     handle,
+    tap: new CommandTap(),
   });
   assertExactly(schemas.Command, v);
   assert.deepEqual(v, {

@@ -259,16 +259,22 @@ test("fork({count}) branches once and returns a sandbox or an error per fork", a
   assert.deepEqual(made, { snapshot_tag: branch.tag, n: 3, env: { E: "1" } });
 });
 
-test("pause says whether it paused; connect resumes a paused sandbox; lifecycle is the idle policy", async () => {
+test("pause says whether it paused; connect resumes a paused sandbox; timeoutMs and lifecycle are the deadline's", async () => {
   const id = "sb-aaaaaaaaaaaaaaaa";
   assert.equal(await Sandbox.pause(id, conn()), true);
   assert.equal(await Sandbox.pause(id, conn()), false);
   const sb = await Sandbox.connect(id, conn());
   assert.equal(sb.sandboxId, id);
   assert.equal(fake.sandboxes.get(id)?.state, "running");
-  await create({ lifecycle: { onTimeout: "pause" }, timeoutMs: 60_000 });
+  await create({ lifecycle: { onTimeout: "pause" }, timeoutMs: 60_000, idleTimeoutMs: 30_000 });
   const made = fake.reqs.filter((r) => r.method === "POST" && r.path === "/v1/sandboxes").at(-1)?.body;
-  assert.deepEqual(made, { snapshot_tag: "snap", n: 1, timeout_ms: 60_000, on_idle: "pause" });
+  assert.deepEqual(made, {
+    snapshot_tag: "snap",
+    n: 1,
+    deadline_ms: 60_000,
+    timeout_ms: 30_000,
+    on_deadline: "pause",
+  });
 });
 
 test("pty.create runs a shell on a terminal of the size, its output as bytes; resize posts the size", async () => {

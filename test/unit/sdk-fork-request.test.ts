@@ -27,7 +27,8 @@ test("Sandbox.create sends every limit, the idle policy and the metadata in thei
       Sandbox.create("py", {
         url,
         token: "t".repeat(40),
-        timeoutMs: 60_000,
+        timeoutMs: 120_000,
+        idleTimeoutMs: 60_000,
         onIdle: "pause",
         metadata: { run: "7" },
         limits: { memoryMiB: 768, cpus: 0.5, pids: 64, diskMiB: 256, lifetimeMs: 600_000 },
@@ -38,6 +39,7 @@ test("Sandbox.create sends every limit, the idle policy and the metadata in thei
       {
         snapshot_tag: "py",
         n: 1,
+        deadline_ms: 120_000,
         timeout_ms: 60_000,
         metadata: { run: "7" },
         on_idle: "pause",

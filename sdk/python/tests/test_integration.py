@@ -185,10 +185,10 @@ class ForkAndLifecycleTest(unittest.TestCase):
         self.assertFalse(any(s.sandbox_id == sid for s in Sandbox.list()))
 
     def test_idle_timeout(self):
-        sb = Sandbox(snapshot=SNAP, timeout=60)
+        sb = Sandbox(snapshot=SNAP, idle_timeout=60)
         try:
-            self.assertEqual(sb.get_info().timeout, 60)
-            sb.set_timeout(3)
+            self.assertEqual(sb.get_info().idle_timeout, 60)
+            sb.set_idle_timeout(3)
             for _ in range(4):
                 sb.commands.run("true")
                 time.sleep(1)
@@ -196,6 +196,31 @@ class ForkAndLifecycleTest(unittest.TestCase):
             time.sleep(6)
             info = sb.get_info()
             self.assertEqual((info.state, info.exit_reason), ("exited", "idle timeout"))
+        finally:
+            sb.kill()
+
+    def test_deadline_kills_a_busy_sandbox(self):
+        # E2B's timeout is absolute: a sandbox busy all the while ends at its deadline
+        sb = Sandbox(snapshot=SNAP, timeout=600, idle_timeout=600, lifecycle={"on_timeout": "kill"})
+        try:
+            info = sb.get_info()
+            self.assertIsNotNone(info.deadline)
+            self.assertEqual((info.idle_timeout, info.lifecycle["on_timeout"]), (600, "kill"))
+            busy = sb.commands.run("sleep 600", background=True, timeout=0)
+            sb.set_timeout(3)
+            info = sb.get_info()
+            self.assertEqual(info.end_at, info.deadline)
+            state = info.state
+            for _ in range(120):
+                if state != "running":
+                    break
+                time.sleep(0.5)
+                state = sb.get_info().state
+            info = sb.get_info()
+            self.assertEqual(info.state, "exited")
+            self.assertIn("deadline", info.exit_reason)
+            with self.assertRaises(forkd.ForkdError):
+                busy.wait()
         finally:
             sb.kill()
 
@@ -244,6 +269,13 @@ class E2BSurfaceTest(unittest.TestCase):
             self.assertEqual(sorted(e.name for e in sb.files.list("d1", depth=2)), ["a", "d2"])
             with self.assertRaises(NotFoundException):
                 sb.files.get_info("no-such-file")
+            # gzip uploads (E2B's use_gzip): bytes and a stream, stored decompressed
+            text = "gzipped " * 50000
+            self.assertEqual(sb.files.write("gz.txt", text, use_gzip=True).path, "/root/gz.txt")
+            self.assertEqual(sb.files.read("gz.txt"), text)
+            parts = [b"a" * (1 << 20), b"end"]
+            sb.files.write("/tmp/gz.bin", iter(parts), use_gzip=True)
+            self.assertEqual(sb.files.read("/tmp/gz.bin", format="bytes"), b"".join(parts))
             # iterating a background command, and following it with commands.connect
             h = sb.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", background=True)
             follower = sb.commands.connect(h.pid)
@@ -251,6 +283,29 @@ class E2BSurfaceTest(unittest.TestCase):
             tail = follower.wait()  # what came after the connect
             self.assertEqual(tail.exit_code, 0)
             self.assertTrue("1\n2\n3\n".endswith(tail.stdout), tail.stdout)
+            # a command started by this object, attached to from another one (Sandbox.connect): the
+            # output from the attach on and the exit reach both; kill() from the attached side kills it
+            other = Sandbox.connect(sb.sandbox_id)
+            bg = sb.commands.run("read x; echo got $x; echo err >&2; exit 3", background=True, stdin=True)
+            live = []
+            far = other.commands.connect(bg.pid, on_stdout=live.append)
+            other.commands.send_stdin(bg.pid, "hi\n")
+            with self.assertRaises(CommandExitError) as cm:
+                far.wait()
+            self.assertEqual((cm.exception.exit_code, cm.exception.stdout, cm.exception.stderr), (3, "got hi\n", "err\n"))
+            self.assertEqual("".join(live), "got hi\n")
+            with self.assertRaises(CommandExitError):
+                bg.wait()
+            sleeper = sb.commands.run("sleep 600", background=True)
+            first = other.commands.connect(sleeper.pid)
+            second = other.commands.connect(sleeper.pid)
+            self.assertTrue(second.kill())
+            for w in (sleeper, first, second):
+                with self.assertRaises(CommandExitError) as cm:
+                    w.wait()
+                self.assertEqual(cm.exception.result.signal, 9)
+            with self.assertRaises(NotFoundException):
+                other.commands.connect(sleeper.pid)
 
     def test_lifecycle_list_metrics_fork_snapshots(self):
         sb = Sandbox(snapshot=SNAP, envs={"SB_ENV": "e"}, metadata={"suite": "py-e2b-life"})

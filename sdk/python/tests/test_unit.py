@@ -269,10 +269,11 @@ class E2BSurfaceTest(unittest.TestCase):
         self.assertEqual(self.fake.sandboxes[sid]["state"], "running")
         self.assertEqual(sb.sandbox_id, sid)
 
-    def test_lifecycle_on_timeout_is_the_idle_policy(self):
-        self.sandbox(lifecycle={"on_timeout": "pause", "auto_resume": False}, timeout=60)
+    def test_timeout_and_lifecycle_on_timeout_are_the_deadlines(self):
+        self.sandbox(lifecycle={"on_timeout": "pause", "auto_resume": False}, timeout=60, idle_timeout=30)
         create = [b for (m, p, q, b) in self.fake.requests if m == "POST" and p == "/v1/sandboxes"][0]
-        self.assertEqual((create["on_idle"], create["timeout_ms"]), ("pause", 60000))
+        self.assertEqual((create["on_deadline"], create["deadline_ms"], create["timeout_ms"], create.get("on_idle")),
+                         ("pause", 60000, 30000, None))
 
     def test_entry_info_has_e2b_fields(self):
         self.fake.exec_reply = lambda body: [

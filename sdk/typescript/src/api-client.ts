@@ -29,7 +29,7 @@ export interface Requests {
   >;
   Push: Opt<S["Push"], "insecure">;
   Pull: Opt<S["Pull"], "insecure">;
-  CreateSandboxes: Opt<S["CreateSandboxes"], "n" | "on_idle">;
+  CreateSandboxes: Opt<S["CreateSandboxes"], "n" | "on_idle" | "on_deadline">;
   Branch: Opt<S["Branch"], "wait">;
   Exec: Opt<S["Exec"], "keep_stdin_open">;
   SendSignal: Opt<S["SendSignal"], "signal">;

@@ -366,6 +366,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/deadline": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Set (or clear) the absolute deadline (E2B's timeout), counted from now */
+        post: operations["setSandboxDeadline"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/ports": {
         parameters: {
             query?: never;
@@ -477,6 +494,23 @@ export interface paths {
         };
         /** Commands started through the API that are still running */
         get: operations["listCommands"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/commands/{pid}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Attach to a running command's output (from now on) and its exit, as exec/stream's NDJSON events; hanging up detaches only this reader */
+        get: operations["attachCommand"];
         put?: never;
         post?: never;
         delete?: never;
@@ -631,7 +665,7 @@ export interface paths {
         };
         /** Download a file (streamed bytes) */
         get: operations["readFile"];
-        /** Upload a file (streamed bytes, replaced atomically) */
+        /** Upload a file (streamed bytes, replaced atomically; Content-Encoding: gzip is decompressed, the upload bound applying to the decompressed bytes) */
         put: operations["writeFile"];
         post?: never;
         /** Remove a file or directory */
@@ -1209,6 +1243,14 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description Absolute timeout (E2B's): the daemon does on_deadline this long after creation, in use or not. */
+            deadline_ms?: number | null;
+            /**
+             * @description What the deadline does: kill the sandbox, or pause it.
+             * @default kill
+             * @enum {string}
+             */
+            on_deadline: "kill" | "pause";
         };
         SandboxNetwork: {
             /** @enum {string} */
@@ -1248,6 +1290,13 @@ export interface components {
             timeout_ms: number | null;
             /** @description When the idle timeout kills it, unless it is used before. */
             expires_at: string | null;
+            /** @description When its absolute timeout (deadline_ms) does on_deadline, in use or not; null: none. */
+            deadline: string | null;
+            /**
+             * @description What the deadline does.
+             * @enum {string}
+             */
+            on_deadline: "kill" | "pause";
             /** @description When its lifetime (limits.lifetime_ms) ends and the host kills it. */
             ends_at: string | null;
             metadata: {
@@ -1319,6 +1368,9 @@ export interface components {
         };
         SetTimeout: {
             timeout_ms: number | null;
+        };
+        SetDeadline: {
+            deadline_ms: number | null;
         };
         PtySize: {
             rows: number;
@@ -3093,6 +3145,71 @@ export interface operations {
             };
         };
     };
+    setSandboxDeadline: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetDeadline"];
+            };
+        };
+        responses: {
+            /** @description Set (or clear) the absolute deadline (E2B's timeout), counted from now */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     exposePort: {
         parameters: {
             query?: never;
@@ -3501,6 +3618,61 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CommandList"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    attachCommand: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+                /** @description Guest pid of a command started through the API */
+                pid: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Attach to a running command's output (from now on) and its exit, as exec/stream's NDJSON events; hanging up detaches only this reader */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @description One JSON object (this schema) per line */
+                    "application/x-ndjson": components["schemas"]["ExecEvent"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -4184,7 +4356,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Upload a file (streamed bytes, replaced atomically) */
+            /** @description Upload a file (streamed bytes, replaced atomically; Content-Encoding: gzip is decompressed, the upload bound applying to the decompressed bytes) */
             201: {
                 headers: {
                     [name: string]: unknown;

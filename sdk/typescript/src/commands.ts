@@ -1,11 +1,5 @@
 /** `sandbox.commands`: run commands (waiting or in the background), list, signal, feed stdin. */
-import {
-  CommandExitError,
-  CommandTimeoutError,
-  ForkdError,
-  NotFoundError,
-  errorFromEnvelope,
-} from "./errors.js";
+import { CommandExitError, CommandTimeoutError, ForkdError, errorFromEnvelope } from "./errors.js";
 import type { CommandResult } from "./errors.js";
 import type { Layout } from "./layout.js";
 import type { Transport } from "./transport.js";
@@ -66,8 +60,6 @@ export class CommandHandle {
   private readonly errDec = new TextDecoder();
   private done: CommandResult | null = null;
   private detached = false;
-  /** @internal Queues of the handles commands.connect(pid) gave. */
-  readonly followers: EventQueue<ExecEventWire>[] = [];
   private readonly chunks = new EventQueue<CommandOutput>();
   /** Settles when the command exits (never rejects; see wait()). */
   private readonly finished: Promise<CommandResult | ForkdError>;
@@ -81,7 +73,6 @@ export class CommandHandle {
   ) {
     this.finished = this.#consume(events).then((r) => {
       this.chunks.end();
-      for (const f of this.followers.splice(0)) f.end();
       return r;
     });
   }
@@ -113,7 +104,6 @@ export class CommandHandle {
   async #consume(events: AsyncIterable<ExecEventWire>): Promise<CommandResult | ForkdError> {
     try {
       for await (const ev of events) {
-        for (const f of this.followers) f.push(ev);
         if (ev.type === "stdout" && this.opts.pty) {
           // a terminal's output: bytes, not stdout text
           const data = new Uint8Array(Buffer.from(ev.data, "base64"));
@@ -243,15 +233,24 @@ export class Commands {
       ...(opts.stdin === true && !opts.pty ? { keep_stdin_open: true } : {}),
       ...(opts.pty ? { pty: opts.pty } : {}),
     };
+    return this.#open("POST", "/exec/stream", body, opts);
+  }
+
+  /** A handle on the NDJSON exec events of `path` (the first is "started", with the pid, or an error). */
+  async #open(
+    method: string,
+    path: string,
+    body: object | undefined,
+    opts: CommandStartOpts,
+  ): Promise<CommandHandle> {
     const queue = new EventQueue<ExecEventWire>();
     const stream = this.t
-      .ndjson<ExecEventWire>("POST", this.#path("/exec/stream"), (ev) => queue.push(ev), { json: body })
+      .ndjson<ExecEventWire>(method, this.#path(path), (ev) => queue.push(ev), body ? { json: body } : {})
       .then(
         () => queue.end(),
         (e: unknown) => queue.fail(e),
       );
     void stream;
-    // The first event is "started" (with the pid), or an error.
     const first = await queue.next();
     if (first === null) throw new ForkdError("the daemon closed the stream before the command started");
     if (first.type === "error") {
@@ -264,23 +263,13 @@ export class Commands {
   }
 
   /**
-   * A handle on a running background command this Sandbox object started: its output from now on
-   * and its exit. forkd streams a command's output to the request that started it, so one started
-   * elsewhere can be listed and signalled but not followed: a NotFoundError.
+   * A handle on a running command started through the API (by this or any other client): its
+   * output from now on and its exit (GET /v1/sandboxes/:id/commands/:pid/stream). Its
+   * disconnect() or this process ending detaches only this handle; kill() kills the command.
+   * A NotFoundError when no such command runs.
    */
   connect(pid: number, opts: Pick<CommandStartOpts, "onStdout" | "onStderr"> = {}): Promise<CommandHandle> {
-    const src = this.handles.get(pid);
-    if (!src || src.exitCode !== undefined) {
-      return Promise.reject(
-        new NotFoundError(`no running command ${pid} started by this client`, {
-          code: "not_found",
-          status: 404,
-        }),
-      );
-    }
-    const q = new EventQueue<ExecEventWire>();
-    src.followers.push(q);
-    return Promise.resolve(new CommandHandle(pid, this, q, opts));
+    return this.#open("GET", `/commands/${pid}/stream`, undefined, opts);
   }
 
   /** Commands started through the API that are still running. */

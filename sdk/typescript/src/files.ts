@@ -3,6 +3,7 @@
  * mkdir, rename, watch, download and upload URLs. Relative paths resolve against the user's home.
  */
 import { Readable } from "node:stream";
+import { createGzip, gzipSync } from "node:zlib";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { ForkdError, NotFoundError } from "./errors.js";
 import { execOutput } from "./layout.js";
@@ -133,11 +134,15 @@ export class Files {
     return opts.format === "bytes" ? new Uint8Array(buf) : buf.toString("utf8");
   }
 
-  async #put(path: string, data: FileData | undefined, mode?: number): Promise<WriteInfo> {
+  async #put(path: string, data: FileData | undefined, mode?: number, gzip = false): Promise<WriteInfo> {
     if (data === undefined) throw new ForkdError("files.write: no data", { code: "invalid_argument" });
+    const raw = await toBody(data);
+    // gzip: sent compressed (Content-Encoding: gzip), the daemon decompresses it
+    const body = !gzip ? raw : raw instanceof Uint8Array ? gzipSync(raw) : raw.pipe(createGzip());
     const r = await this.t.json<{ path: string; size: number }>("PUT", this.#path(""), {
       query: { path, parents: 1, ...(mode !== undefined ? { mode } : {}) },
-      body: await toBody(data),
+      body,
+      ...(gzip ? { headers: { "content-encoding": "gzip" } } : {}),
       timeoutMs: 0,
     });
     return { name: baseName(r.path), path: r.path, type: "file", size: r.size };
@@ -146,33 +151,37 @@ export class Files {
   /**
    * Writes a file (parent directories are created), replacing it atomically, owned by the user
    * (default: the sandbox's). Large data and streams are sent as they are read (always an
-   * octet-stream body: E2B's useOctetStream is what forkd always does).
+   * octet-stream body: E2B's useOctetStream is what forkd always does). `gzip`: the body is sent
+   * gzip-compressed (Content-Encoding: gzip), as E2B's option.
    */
   write(
     path: string,
     data: FileData,
-    opts?: FileOpts & { mode?: number; useOctetStream?: boolean },
+    opts?: FileOpts & { mode?: number; useOctetStream?: boolean; gzip?: boolean },
   ): Promise<WriteInfo>;
-  write(files: WriteEntry[], opts?: FileOpts): Promise<WriteInfo[]>;
+  write(files: WriteEntry[], opts?: FileOpts & { gzip?: boolean }): Promise<WriteInfo[]>;
   async write(
     pathOrFiles: string | WriteEntry[],
-    data?: FileData | FileOpts,
-    opts: FileOpts & { mode?: number } = {},
+    data?: FileData | (FileOpts & { gzip?: boolean }),
+    opts: FileOpts & { mode?: number; gzip?: boolean } = {},
   ): Promise<WriteInfo | WriteInfo[]> {
     if (Array.isArray(pathOrFiles)) return this.writeFiles(pathOrFiles, (data as FileOpts | undefined) ?? {});
     const info = await this.#put(
       await this.#abs(pathOrFiles, opts.user),
       data as FileData | undefined,
       opts.mode,
+      opts.gzip,
     );
     await this.#chown([info.path], opts.user);
     return info;
   }
 
   /** Writes several files; their WriteInfo in order. */
-  async writeFiles(files: WriteEntry[], opts: FileOpts = {}): Promise<WriteInfo[]> {
+  async writeFiles(files: WriteEntry[], opts: FileOpts & { gzip?: boolean } = {}): Promise<WriteInfo[]> {
     const out: WriteInfo[] = [];
-    for (const f of files) out.push(await this.#put(await this.#abs(f.path, opts.user), f.data));
+    for (const f of files) {
+      out.push(await this.#put(await this.#abs(f.path, opts.user), f.data, undefined, opts.gzip));
+    }
     await this.#chown(
       out.map((i) => i.path),
       opts.user,

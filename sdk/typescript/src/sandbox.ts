@@ -31,17 +31,21 @@ export const DEFAULT_SNAPSHOT = "default";
 export interface SandboxOpts extends ConnectionOpts {
   /** Snapshot tag to fork (default: $FORKD_SNAPSHOT, else "default", created on first use). */
   snapshot?: string;
-  /** Idle timeout: the daemon kills the sandbox when no API call used it for this long. */
+  /**
+   * E2B's timeout, absolute: `timeoutMs` after its creation the daemon kills the sandbox (or
+   * pauses it: lifecycle.onTimeout), busy or idle; setTimeout() moves it. Default: none.
+   */
   timeoutMs?: number;
+  /** forkd's idle timeout: the daemon kills (onIdle) the sandbox when no API call used it for this long. */
+  idleTimeoutMs?: number;
   metadata?: Record<string, string>;
   /** What the idle timeout does: "kill" (default) or "pause" (Sandbox.resume(id) brings it back). */
   onIdle?: "kill" | "pause";
   /** The sandbox's environment: every command and cell sees it, under their own envs. */
   envs?: Record<string, string>;
   /**
-   * E2B's lifecycle: `onTimeout` is what the timeout does (forkd's onIdle). forkd's timeout is an
-   * idle one (every API call resets it), E2B's absolute; a paused sandbox comes back by connect()
-   * (the daemon does not auto-resume it on traffic).
+   * E2B's lifecycle: `onTimeout` is what the (absolute) timeout does; a paused sandbox comes back
+   * by connect() (the daemon does not auto-resume it on traffic).
    */
   lifecycle?: { onTimeout: "kill" | "pause" | { action: "kill" | "pause" }; autoResume?: boolean };
   /**
@@ -82,8 +86,11 @@ export interface SandboxInfo {
   state: "running" | "paused" | "exited";
   startedAt: Date;
   exitReason: string | null;
-  timeoutMs: number | null;
-  /** When it will be killed: its idle timeout unless it is used first, or its lifetime's end. */
+  /** forkd's idle timeout (ms; null: none). */
+  idleTimeoutMs: number | null;
+  /** E2B's absolute timeout: when it is killed (or paused: lifecycle.onTimeout); null: none. */
+  deadline: Date | null;
+  /** When it will end: its deadline, its idle timeout unless it is used first, or its lifetime's end. */
   endAt: Date | null;
   metadata: Record<string, string>;
   /** Fork timings measured by the daemon (ms). */
@@ -97,7 +104,7 @@ export interface SandboxInfo {
     lifetimeMs: number | null;
   };
   network: NetworkInfo;
-  /** E2B's lifecycle: onTimeout is the idle policy (forkd's timeouts are idle ones). */
+  /** E2B's lifecycle: onTimeout is what the deadline (E2B's timeout) does. */
   lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
 }
 
@@ -175,8 +182,8 @@ const q = encodeURIComponent;
 
 /** @internal */
 /** The earlier of two optional ISO times. */
-function earliest(a: string | null, b: string | null): Date | null {
-  const t = [a, b].filter((x): x is string => x !== null).map((x) => Date.parse(x));
+function earliest(...at: (string | null)[]): Date | null {
+  const t = at.filter((x): x is string => typeof x === "string").map((x) => Date.parse(x));
   return t.length > 0 ? new Date(Math.min(...t)) : null;
 }
 
@@ -189,8 +196,9 @@ export function infoOf(w: SandboxWire): SandboxInfo {
     state: w.state,
     startedAt: new Date(w.created),
     exitReason: w.exit_reason,
-    timeoutMs: w.timeout_ms,
-    endAt: earliest(w.expires_at, w.ends_at),
+    idleTimeoutMs: w.timeout_ms,
+    deadline: typeof w.deadline === "string" ? new Date(w.deadline) : null,
+    endAt: earliest(w.deadline, w.expires_at, w.ends_at),
     limits: {
       memoryMiB: w.limits.memory_mib,
       cpus: w.limits.cpus,
@@ -211,7 +219,7 @@ export function infoOf(w: SandboxWire): SandboxInfo {
       egress: w.network.egress,
       ports: w.network.ports,
     },
-    lifecycle: { onTimeout: (w as { on_idle?: "kill" | "pause" }).on_idle ?? "kill", autoResume: false },
+    lifecycle: { onTimeout: w.on_deadline ?? "kill", autoResume: false },
   };
 }
 
@@ -262,7 +270,8 @@ export class Sandbox {
   }
 
   /**
-   * A sandbox by id (E2B's connect): a paused one is resumed first; `timeoutMs` sets its timeout.
+   * A sandbox by id (E2B's connect): a paused one is resumed first; `timeoutMs` sets its (absolute)
+   * timeout from now.
    * An exited one is a ConflictError.
    */
   static async connect(
@@ -410,7 +419,7 @@ export class Sandbox {
         json: {
           snapshot_tag: tag,
           n: count,
-          ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
+          ...(opts.timeoutMs !== undefined ? { deadline_ms: opts.timeoutMs } : {}),
           ...(Object.keys(this.#envs).length > 0 ? { env: this.#envs } : {}),
         },
         timeoutMs: 0,
@@ -425,8 +434,18 @@ export class Sandbox {
     return out.map((x) => x ?? new Sandbox((ok.next().value as SandboxWire).id, this.t, this.#envs));
   }
 
-  /** Sets the idle timeout, counted from now (null: never). */
+  /**
+   * E2B's setTimeout: the sandbox ends (lifecycle.onTimeout) `timeoutMs` from now, busy or idle
+   * (null: never).
+   */
   async setTimeout(timeoutMs: number | null): Promise<void> {
+    await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/deadline`, {
+      json: { deadline_ms: timeoutMs },
+    });
+  }
+
+  /** forkd's idle timeout, counted from now (null: never): every API call resets it. */
+  async setIdleTimeout(timeoutMs: number | null): Promise<void> {
     await this.t.json("POST", `/v1/sandboxes/${this.sandboxId}/timeout`, { json: { timeout_ms: timeoutMs } });
   }
 
@@ -644,7 +663,7 @@ async function connectTo(t: Transport, id: string, timeoutMs?: number): Promise<
       status: 409,
     });
   if (timeoutMs !== undefined)
-    await t.json("POST", `/v1/sandboxes/${q(id)}/timeout`, { json: { timeout_ms: timeoutMs } });
+    await t.json("POST", `/v1/sandboxes/${q(id)}/deadline`, { json: { deadline_ms: timeoutMs } });
   return w.id;
 }
 
@@ -710,9 +729,11 @@ export async function forkWith(
     json: {
       snapshot_tag: tag,
       n,
-      ...(opts.timeoutMs !== undefined ? { timeout_ms: opts.timeoutMs } : {}),
+      ...(opts.timeoutMs !== undefined ? { deadline_ms: opts.timeoutMs } : {}),
+      ...(opts.idleTimeoutMs !== undefined ? { timeout_ms: opts.idleTimeoutMs } : {}),
       ...(opts.metadata ? { metadata: opts.metadata } : {}),
-      ...(opts.onIdle || opts.lifecycle ? { on_idle: opts.onIdle ?? onTimeoutOf(opts.lifecycle) } : {}),
+      ...(opts.onIdle ? { on_idle: opts.onIdle } : {}),
+      ...(opts.lifecycle ? { on_deadline: onTimeoutOf(opts.lifecycle) } : {}),
       ...(opts.envs && Object.keys(opts.envs).length > 0 ? { env: opts.envs } : {}),
       ...(opts.limits
         ? {

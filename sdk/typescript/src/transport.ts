@@ -40,6 +40,8 @@ export interface RequestOpts {
   timeoutMs?: number;
   /** Aborting it cuts the request and its reply (both fail with an AbortError). */
   signal?: AbortSignal;
+  /** Extra request headers (e.g. content-encoding). */
+  headers?: Record<string, string>;
 }
 
 export class Transport {
@@ -79,7 +81,7 @@ export class Transport {
       const s = q.toString();
       if (s) full += `?${s}`;
     }
-    const headers: Record<string, string> = {};
+    const headers: Record<string, string> = { ...o.headers };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     let payload: Uint8Array | NodeJS.ReadableStream | undefined = o.body;
     if (o.json !== undefined) {

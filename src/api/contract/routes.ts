@@ -311,6 +311,15 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.Sandbox) },
   },
   {
+    operationId: "setSandboxDeadline",
+    method: "post",
+    path: `${SB}/deadline`,
+    summary: "Set (or clear) the absolute deadline (E2B's timeout), counted from now",
+    tag: "sandboxes",
+    body: json(S.SetDeadline),
+    responses: { 200: json(S.Sandbox) },
+  },
+  {
     operationId: "exposePort",
     method: "post",
     path: `${SB}/ports`,
@@ -376,6 +385,15 @@ export const ROUTES: RouteSpec[] = [
     summary: "Commands started through the API that are still running",
     tag: "commands",
     responses: { 200: json(S.CommandList) },
+  },
+  {
+    operationId: "attachCommand",
+    method: "get",
+    path: `${SB}/commands/{pid}/stream`,
+    summary:
+      "Attach to a running command's output (from now on) and its exit, as exec/stream's NDJSON events; hanging up detaches only this reader",
+    tag: "commands",
+    responses: { 200: ndjson(S.ExecEvent) },
   },
   {
     operationId: "signalCommand",
@@ -475,7 +493,8 @@ export const ROUTES: RouteSpec[] = [
     operationId: "writeFile",
     method: "put",
     path: `${SB}/files`,
-    summary: "Upload a file (streamed bytes, replaced atomically)",
+    summary:
+      "Upload a file (streamed bytes, replaced atomically; Content-Encoding: gzip is decompressed, the upload bound applying to the decompressed bytes)",
     tag: "files",
     query: S.WriteQuery,
     body: bytes,

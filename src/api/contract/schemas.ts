@@ -695,6 +695,19 @@ export const CreateSandboxes = named(
     limits: SandboxLimits.optional(),
     network: NetworkRequest.optional(),
     env: SandboxEnv.optional(),
+    deadline_ms: z
+      .number()
+      .int()
+      .min(1000)
+      .max(MAX_TIMEOUT_MS)
+      .nullish()
+      .describe(
+        "Absolute timeout (E2B's): the daemon does on_deadline this long after creation, in use or not.",
+      ),
+    on_deadline: z
+      .enum(["kill", "pause"])
+      .default("kill")
+      .describe("What the deadline does: kill the sandbox, or pause it."),
   }),
   "CreateSandboxes",
 );
@@ -736,6 +749,11 @@ export const Sandbox = named(
     from_pool: z.boolean(),
     timeout_ms: z.number().int().nullable(),
     expires_at: z.string().nullable().describe("When the idle timeout kills it, unless it is used before."),
+    deadline: z
+      .string()
+      .nullable()
+      .describe("When its absolute timeout (deadline_ms) does on_deadline, in use or not; null: none."),
+    on_deadline: z.enum(["kill", "pause"]).describe("What the deadline does."),
     ends_at: z
       .string()
       .nullable()
@@ -858,6 +876,14 @@ export const SetTimeout = named(
   }),
   "SetTimeout",
   "A new idle timeout counted from now; null removes it.",
+);
+
+export const SetDeadline = named(
+  z.strictObject({
+    deadline_ms: z.number().int().min(0).max(MAX_TIMEOUT_MS).nullable(),
+  }),
+  "SetDeadline",
+  "A new absolute deadline, this long from now (0: at once); null removes it.",
 );
 
 // ---------------------------------------------------------------- commands

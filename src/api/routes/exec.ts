@@ -8,6 +8,7 @@ import type { z } from "zod";
 import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
 import { withStartExplained } from "../../agent/exec-start.js";
 import type { CommandTable } from "../../sandbox/commands.js";
+import { CommandTap } from "../../sandbox/command-tap.js";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
 import {
@@ -58,10 +59,11 @@ function start(
   explain: (e: unknown) => Promise<unknown> = async (e) => e,
 ): ExecHandle {
   const req = toRequest(body);
-  const h = withStartExplained(agent, req, agent.exec(req, handlers), explain);
+  const tap = new CommandTap();
+  const h = withStartExplained(agent, req, agent.exec(req, tap.handlers(handlers)), explain);
   // A terminal's input stays open unless the request's stdin was all of it.
   const keepOpen = body.keep_stdin_open || (body.pty !== undefined && body.stdin === undefined);
-  commands.track(body.cmd, keepOpen, h, body.pty !== undefined);
+  commands.track(body.cmd, keepOpen, h, body.pty !== undefined, tap);
   if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
   if (body.stdin !== undefined && !keepOpen) h.closeStdin();
   return h;
@@ -183,6 +185,49 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.get("/:id/commands", (c) =>
     c.json({ commands: s.sandboxes.get(c.req.param("id")).commands.list().map(commandView) }),
   );
+
+  // Another client's view of a running command: its output from now on, then its exit.
+  app.get("/:id/commands/:pid/stream", (c) => {
+    const { id, pid } = parseParams(c, PidParam);
+    const table = s.sandboxes.get(id).commands;
+    const started = Date.parse(table.get(pid).started); // a 404 before the reply starts
+    const stream = replyStream(
+      (sink) => {
+        if (sink.gone) return;
+        const send = (ev: ExecEventView): boolean => sink.line(ev);
+        send({ type: "started", pid });
+        let detach: () => void = () => undefined;
+        try {
+          detach = table.attach(pid, {
+            output: (stream, d) => send({ type: stream, data: d.toString("base64") }),
+            drained: () => sink.drained(),
+            exit: (r) => {
+              send({
+                type: "exit",
+                exit_code: r.exitCode,
+                signal: r.signal,
+                timed_out: r.timedOut,
+                duration_ms: Date.now() - started,
+              });
+              sink.end();
+            },
+            error: (e) => {
+              send({ type: "error", ...toEnvelope(e).body });
+              sink.end();
+            },
+            cut: () => sink.fail(new Error("the reader fell too far behind the command's output")),
+          });
+        } catch (e) {
+          // it exited between the check and the reply's start
+          send({ type: "error", ...toEnvelope(e).body });
+          return sink.end();
+        }
+        sink.onHangup(detach);
+      },
+      { outgoing: c.env?.outgoing },
+    );
+    return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson" } });
+  });
 
   app.post("/:id/commands/:pid/signal", async (c) => {
     const { id, pid } = parseParams(c, PidParam);

@@ -1,12 +1,54 @@
-/** Files in a sandbox: binary-safe download and upload (streamed), list, stat, mkdir, remove, rename. */
+/**
+ * Files in a sandbox: binary-safe download and upload (streamed; an upload may be gzipped), list,
+ * stat, mkdir, remove, rename.
+ */
+import { Readable, pipeline } from "node:stream";
+import { createGunzip } from "node:zlib";
 import { Hono } from "hono";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
 import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
-import { bodyStream, parseBody, parseQuery } from "../parse.js";
+import { bodyStream, parseBody, parseQuery, tooLarge } from "../parse.js";
+import type { ApiContext } from "../env.js";
+import { DEFAULT_BODY_LIMITS } from "../services.js";
 import { ForkdError } from "../../util/errors.js";
 import { clientGone, replyStream } from "../reply-stream.js";
 import { dirListView, fileStatView } from "../views/file.js";
+
+/**
+ * An upload's bytes: the body as sent, or (Content-Encoding: gzip) decompressed, the route's bound
+ * then applying to the decompressed bytes too (a small body cannot expand without bound). Ending
+ * the iteration early (the write failed) or a client that hangs up mid-body tears the pipeline down.
+ */
+function uploadBody(c: ApiContext): AsyncIterable<Uint8Array> | null {
+  const enc = (c.req.header("content-encoding") ?? "identity").trim().toLowerCase();
+  if (enc !== "gzip" && enc !== "identity") {
+    throw new ForkdError("invalid_argument", `unsupported Content-Encoding ${enc} (gzip or none)`, {
+      encoding: enc,
+    });
+  }
+  const raw = bodyStream(c);
+  if (enc === "identity" || raw === null) return raw;
+  return gunzipBounded(raw, c.get("bodyLimit") ?? DEFAULT_BODY_LIMITS.upload);
+}
+
+/** `raw` gunzipped, failing with a 413 past `max` decompressed bytes and a 400 on bad gzip. */
+export async function* gunzipBounded(raw: AsyncIterable<Uint8Array>, max: number): AsyncIterable<Uint8Array> {
+  const gz = pipeline(Readable.from(raw), createGunzip(), () => undefined);
+  let size = 0;
+  try {
+    for await (const chunk of gz as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > max) throw tooLarge(max);
+      yield new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length);
+    }
+  } catch (e) {
+    if (e instanceof ForkdError) throw e;
+    throw new ForkdError("invalid_argument", `the gzip body is not valid: ${String(e)}`);
+  } finally {
+    gz.destroy();
+  }
+}
 
 export function fileRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -54,7 +96,7 @@ export function fileRoutes(s: Services): Hono<ApiEnv> {
   app.put("/:id/files", async (c) => {
     const q = parseQuery(c, WriteQuery);
     // Streamed to the guest within the upload bound; past it the file is not replaced (413).
-    const body = bodyStream(c);
+    const body = uploadBody(c);
     const size = await s.sandboxes.use(c.req.param("id"), (agent) =>
       agent.writeFile(q.path, body ?? new Uint8Array(0), {
         mode: q.mode,

@@ -9,6 +9,7 @@ import {
   ExposePort,
   ListSandboxesQuery,
   MetricsQuery,
+  SetDeadline,
   SetTimeout,
 } from "../contract/schemas.js";
 import type { BranchResult, ForkResult } from "../contract/schemas.js";
@@ -58,6 +59,8 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
         },
         network: parseNetwork(body.network),
         env: body.env,
+        deadlineMs: body.deadline_ms ?? null,
+        onDeadline: body.on_deadline,
       });
     } finally {
       quota();
@@ -145,6 +148,11 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
   app.post("/:id/timeout", async (c) => {
     const body = await parseBody(c, SetTimeout);
     return c.json(sandboxView(await s.sandboxes.setIdleTimeout(c.req.param("id"), body.timeout_ms)));
+  });
+
+  app.post("/:id/deadline", async (c) => {
+    const body = await parseBody(c, SetDeadline);
+    return c.json(sandboxView(await s.sandboxes.setDeadline(c.req.param("id"), body.deadline_ms)));
   });
 
   app.delete("/:id", async (c) => {

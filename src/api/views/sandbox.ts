@@ -25,6 +25,8 @@ export const sandboxView = (s: ReadonlySandbox): SandboxView => ({
   from_pool: s.record.fromPool ?? false,
   timeout_ms: s.record.timeoutMs ?? null,
   expires_at: isoOrNull(expiresAt(s)),
+  deadline: s.record.deadline ?? null,
+  on_deadline: s.record.onDeadline ?? "kill",
   ends_at: isoOrNull(endsAt(s)),
   metadata: s.record.metadata ?? {},
   owner: s.record.owner ?? null,

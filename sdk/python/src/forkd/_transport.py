@@ -59,7 +59,7 @@ class Transport:
         cls = http.client.HTTPSConnection if self.url.scheme == "https" else http.client.HTTPConnection
         return cls(self.url.hostname, self.url.port, timeout=timeout)
 
-    def send(self, method, path, query=None, json_body=None, body=None, timeout=None):
+    def send(self, method, path, query=None, json_body=None, body=None, timeout=None, headers=None):
         """Sends a request; returns (connection, response) for a 2xx reply, else raises the typed error.
 
         The caller reads the response and closes the connection.
@@ -70,7 +70,7 @@ class Transport:
                 path += "?" + q
         if self.url is not None and self.url.path not in ("", "/"):
             path = self.url.path.rstrip("/") + path
-        headers = {}
+        headers = dict(headers or {})
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
         payload = None

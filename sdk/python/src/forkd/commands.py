@@ -52,7 +52,6 @@ class CommandHandle:
         self._thread = None
         self._lock = threading.Lock()
         self._chunks = queue.Queue()
-        self._watchers = []  # queues of handles from commands.connect(pid)
         self._detached = False
 
     def _start_thread(self):
@@ -70,8 +69,6 @@ class CommandHandle:
                 cb(s)
             item = (s, None, None) if which == "stdout" else (None, s, None)
             self._chunks.put(item)
-            for w in list(self._watchers):
-                w._feed(which, s)
 
     def _consume(self):
         try:
@@ -113,8 +110,6 @@ class CommandHandle:
         finally:
             self._done.set()
             self._chunks.put(_END)
-            for w in list(self._watchers):
-                w._feed(None, None)
             close = getattr(self._events, "close", None)
             if close:
                 close()  # the stream is released as soon as the command ended
@@ -198,32 +193,6 @@ class CommandHandle:
         self._commands.close_stdin(self.pid)
 
 
-class _Follower:
-    """The events of a command another handle reads, from now on (commands.connect)."""
-
-    def __init__(self, source):
-        self._source = source
-        self._q = queue.Queue()
-
-    def _feed(self, which, s):
-        self._q.put((which, s))
-
-    def __iter__(self):
-        while True:
-            which, s = self._q.get()
-            if which is None:
-                src = self._source
-                if src._error:
-                    yield {"type": "error", "error": {"code": src._error.code, "message": src._error.message,
-                                                      "details": src._error.details}}
-                else:
-                    r = src._result
-                    yield {"type": "exit", "exit_code": None if r.signal is not None else r.exit_code,
-                           "signal": r.signal, "timed_out": r.timed_out}
-                return
-            yield {"type": which, "data": base64.b64encode(s.encode("utf-8")).decode("ascii")}
-
-
 class Commands:
     def __init__(self, transport, sandbox_id, layout=None, envs=None):
         self._t = transport
@@ -290,18 +259,20 @@ class Commands:
         return handle.wait()
 
     def connect(self, pid, timeout=60, on_stdout=None, on_stderr=None, request_timeout=None):
-        """A handle on a running background command of this Sandbox object: its output from now on,
-        its exit. forkd's REST streams a command's output to the request that started it, so a
-        command started elsewhere (another process) can be listed and signalled, not followed:
-        connecting to it raises NotFoundException."""
-        with self._handles_lock:
-            src = self._handles.get(pid)
-        if src is None or src._done.is_set():
-            raise NotFoundError("no running command %d started by this client" % pid, code="not_found",
-                                status=404)
-        follower = _Follower(src)
-        src._watchers.append(follower)
-        handle = CommandHandle(pid, self, iter(follower), on_stdout, on_stderr)
+        """A handle on a running command started through the API (by this or any other client): its
+        output from now on and its exit (GET /v1/sandboxes/:id/commands/:pid/stream). Its
+        disconnect() or this process ending detaches only this handle; kill() kills the command.
+        NotFoundException when no such command runs."""
+        events = self._t.ndjson("GET", self._path("/commands/%d/stream" % pid))
+        first = next(events, None)
+        if first is None:
+            raise ForkdError("the daemon closed the stream before the command started", code="connection")
+        if first.get("type") == "error":
+            e = first.get("error") or {}
+            raise error_from_envelope(200, e.get("code", "internal"), e.get("message", "connect failed"),
+                                      e.get("details"))
+        rest = events if first.get("type") == "started" else _prepend(first, events)
+        handle = CommandHandle(pid, self, rest, on_stdout, on_stderr)
         handle._start_thread()
         return handle
 

@@ -1,7 +1,9 @@
 """sandbox.files: read and write (text, bytes, streams, batches), list, stat, exists, remove, make_dir,
 rename, watch_dir, upload and download URLs. Relative paths resolve against the user's home (E2B)."""
 
+import gzip as _gzip
 import shlex
+import zlib
 import stat as _stat
 from datetime import datetime, timezone
 
@@ -133,30 +135,36 @@ class Files:
         finally:
             conn.close()
 
-    def _put(self, path, data, mode, request_timeout):
+    def _put(self, path, data, mode, request_timeout, use_gzip=False):
         if data is None:
             raise ForkdError("files.write: no data", code="invalid_argument")
         body = data.encode("utf-8") if isinstance(data, str) else data
+        headers = None
+        if use_gzip:  # sent compressed (Content-Encoding: gzip), the daemon decompresses it
+            body = _gzip.compress(bytes(body)) if isinstance(body, (bytes, bytearray, memoryview)) else _gzipped(body)
+            headers = {"Content-Encoding": "gzip"}
         query = {"path": path, "parents": 1}
         if mode is not None:
             query["mode"] = mode
-        r = self._t.json("PUT", self._path(), query=query, body=body, timeout=request_timeout or 0)
+        r = self._t.json("PUT", self._path(), query=query, body=body, timeout=request_timeout or 0, headers=headers)
         return WriteInfo(_base(r["path"]), r["path"], r["size"])
 
-    def write(self, path, data=None, user=None, mode=None, request_timeout=None, use_octet_stream=None):
+    def write(self, path, data=None, user=None, mode=None, request_timeout=None, use_octet_stream=None,
+              use_gzip=False):
         """Writes a file (parents created, replaced atomically): data is str, bytes, a binary file
         object or an iterable of bytes (streamed), owned by `user` (default: the sandbox's user).
         Or write([{"path": ..., "data": ...}, ...]) (see write_files). Always sent as an
-        octet-stream body (E2B's use_octet_stream is accepted for its callers)."""
+        octet-stream body (E2B's use_octet_stream is accepted for its callers); use_gzip sends it
+        gzip-compressed (Content-Encoding: gzip), as E2B's option."""
         if isinstance(path, list):
-            return self.write_files(path, user=user, request_timeout=request_timeout)
-        info = self._put(self._abs(path, user), data, mode, request_timeout)
+            return self.write_files(path, user=user, request_timeout=request_timeout, use_gzip=use_gzip)
+        info = self._put(self._abs(path, user), data, mode, request_timeout, use_gzip)
         self._chown([info.path], user)
         return info
 
-    def write_files(self, files, user=None, request_timeout=None):
+    def write_files(self, files, user=None, request_timeout=None, use_gzip=False):
         """Writes several files ([WriteEntry(path, data)] or [{"path", "data"}]); returns their WriteInfo."""
-        out = [self._put(self._abs(p, user), d, None, request_timeout) for p, d in map(_entry_of, files)]
+        out = [self._put(self._abs(p, user), d, None, request_timeout, use_gzip) for p, d in map(_entry_of, files)]
         self._chown([i.path for i in out], user)
         return out
 
@@ -231,3 +239,15 @@ class Files:
         from urllib.parse import urlencode
         base = self._t.base_url
         return "%s%s?%s" % (base, self._path(), urlencode({"path": self._abs(path, user)}))
+
+
+def _gzipped(stream):
+    """A binary file object or an iterable of bytes, gzip-compressed as it is read."""
+    z = zlib.compressobj(wbits=31)
+    read = getattr(stream, "read", None)
+    for c in iter(lambda: read(1 << 20), b"") if read else iter(stream):
+        c = c.encode("utf-8") if isinstance(c, str) else c
+        out = z.compress(c)
+        if out:
+            yield out
+    yield z.flush()

@@ -32,9 +32,12 @@ class SandboxInfo:
         self.state = w["state"]
         self.started_at = _when(w["created"])
         self.exit_reason = w["exit_reason"]
-        self.timeout = w["timeout_ms"] / 1000 if w["timeout_ms"] is not None else None
-        # When it will be killed: its idle timeout unless it is used first, or its lifetime's end.
-        ends = [t for t in (_when(w["expires_at"]), _when(w.get("ends_at"))) if t is not None]
+        # forkd's idle timeout (s; None: none)
+        self.idle_timeout = w["timeout_ms"] / 1000 if w["timeout_ms"] is not None else None
+        # E2B's absolute timeout: when it is killed (or paused: lifecycle on_timeout); None: none
+        self.deadline = _when(w.get("deadline"))
+        # When it will end: its deadline, its idle timeout unless it is used first, or its lifetime's end.
+        ends = [t for t in (self.deadline, _when(w["expires_at"]), _when(w.get("ends_at"))) if t is not None]
         self.end_at = min(ends) if ends else None
         # {"memory_mib", "cpus", "pids", "disk_mib", "lifetime_ms"}: the host-side limits in force.
         self.limits = w.get("limits") or {}
@@ -44,8 +47,8 @@ class SandboxInfo:
         net = w.get("network") or {"mode": "none", "guest_ip": None, "egress": None, "ports": []}
         # {"mode", "guest_ip", "egress", "ports": [{"port", "host"}]}: exposed ports while it runs.
         self.network = net
-        # E2B's lifecycle: forkd's timeout is an idle one; on_idle is what it does
-        self.lifecycle = {"on_timeout": w.get("on_idle") or "kill", "auto_resume": False}
+        # E2B's lifecycle: on_timeout is what the deadline (E2B's timeout) does
+        self.lifecycle = {"on_timeout": w.get("on_deadline") or "kill", "auto_resume": False}
         self.name = w["tag"]
 
     def __repr__(self):
@@ -80,19 +83,21 @@ class Sandbox:
     def __init__(self, template=None, timeout=None, metadata=None, envs=None, api_key=None,
                  request_timeout=None, snapshot=None, url=None, token=None, socket_path=None,
                  sandbox_id=None, on_idle=None, limits=None, network=None, lifecycle=None, secure=None,
-                 allow_internet_access=None, _transport_obj=None):
-        """envs: the sandbox's environment, seen by every command and cell (under their own envs).
-        lifecycle: E2B's {"on_timeout": "kill"|"pause", "auto_resume": bool}; forkd's timeout is an
-        idle one (reset by every API call), on_timeout is what it does (forkd's on_idle), and a paused
-        sandbox comes back by connect() (auto_resume is not done by the daemon)."""
+                 allow_internet_access=None, idle_timeout=None, _transport_obj=None):
+        """timeout: E2B's, absolute (s): that long after its creation the daemon kills the sandbox
+        (or pauses it: lifecycle), busy or idle; set_timeout moves it (default: none).
+        idle_timeout: forkd's (s): the daemon kills (on_idle) it when no API call used it that long.
+        envs: the sandbox's environment, seen by every command and cell (under their own envs).
+        lifecycle: E2B's {"on_timeout": "kill"|"pause", "auto_resume": bool}: on_timeout is what the
+        timeout does; a paused sandbox comes back by connect() (auto_resume is not done by the daemon)."""
         self._t = _transport_obj or _transport(url, token, socket_path, api_key, request_timeout)
         self._envs = dict(envs or {})
-        if lifecycle and on_idle is None:
-            on_idle = _on_timeout(lifecycle)
+        on_deadline = _on_timeout(lifecycle) if lifecycle else None
         if sandbox_id is None:
             explicit = snapshot or template or os.environ.get("FORKD_SNAPSHOT")
             tag = explicit or DEFAULT_SNAPSHOT
-            kw = dict(limits=limits, network=network, envs=self._envs)
+            kw = dict(limits=limits, network=network, envs=self._envs, idle_timeout=idle_timeout,
+                      on_deadline=on_deadline)
             try:
                 sandbox_id = _fork(self._t, tag, 1, timeout, metadata, on_idle, **kw)[0]
             except NotFoundError:
@@ -172,15 +177,21 @@ class Sandbox:
     kill = _class_or_instance(_kill_class, _kill_instance)
     kill.__doc__ = "Kills the sandbox (Sandbox.kill(id) or sb.kill()). False if it was already gone."
 
-    def _set_timeout_instance(self, timeout):
-        self._t.json("POST", "/v1/sandboxes/%s/timeout" % self.sandbox_id,
-                     json_body={"timeout_ms": None if timeout is None else int(timeout * 1000)})
+    def _set_timeout_instance(self, timeout, request_timeout=None):
+        self._t.json("POST", "/v1/sandboxes/%s/deadline" % self.sandbox_id,
+                     json_body={"deadline_ms": None if timeout is None else int(timeout * 1000)})
 
     def _set_timeout_class(cls, sandbox_id, timeout, **kw):
         cls(sandbox_id=sandbox_id, _transport_obj=_transport(**kw))._set_timeout_instance(timeout)
 
     set_timeout = _class_or_instance(_set_timeout_class, _set_timeout_instance)
-    set_timeout.__doc__ = "Sets the idle timeout in seconds, counted from now (None: never)."
+    set_timeout.__doc__ = ("E2B's set_timeout: the sandbox ends (lifecycle on_timeout) `timeout` seconds from now, "
+                           "busy or idle (None: never).")
+
+    def set_idle_timeout(self, timeout):
+        """forkd's idle timeout in seconds, counted from now (None: never): every API call resets it."""
+        self._t.json("POST", "/v1/sandboxes/%s/timeout" % self.sandbox_id,
+                     json_body={"timeout_ms": None if timeout is None else int(timeout * 1000)})
 
     def _get_info_instance(self):
         return SandboxInfo(self._t.json("GET", "/v1/sandboxes/%s" % self.sandbox_id))
@@ -266,7 +277,7 @@ class Sandbox:
                      timeout=0)
         body = {"snapshot_tag": tag, "n": int(count)}
         if timeout is not None:
-            body["timeout_ms"] = int(timeout * 1000)
+            body["deadline_ms"] = int(timeout * 1000)
         if self._envs:
             body["env"] = dict(self._envs)
         try:
@@ -508,7 +519,8 @@ def _connect(t, sandbox_id, timeout):
         raise ConflictError("sandbox %s is not running (%s)" % (sandbox_id, w["exit_reason"] or w["state"]),
                             code="conflict", status=409)
     if timeout is not None:
-        t.json("POST", "/v1/sandboxes/%s/timeout" % _quote(sandbox_id), json_body={"timeout_ms": int(timeout * 1000)})
+        t.json("POST", "/v1/sandboxes/%s/deadline" % _quote(sandbox_id),
+               json_body={"deadline_ms": int(timeout * 1000)})
     return w["id"]
 
 
@@ -563,7 +575,9 @@ def _kill(t, sandbox_id):
         return False
 
 
-def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None, limits=None, network=None, envs=None):
+def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None, limits=None, network=None, envs=None,
+          idle_timeout=None, on_deadline=None):
+    """timeout: the absolute deadline (s, E2B's); idle_timeout: forkd's idle one (s)."""
     body = {"snapshot_tag": tag, "n": n}
     if envs:
         body["env"] = dict(envs)  # the sandbox's own environment (every command and cell sees it)
@@ -575,7 +589,11 @@ def _fork(t, tag, n, timeout=None, metadata=None, on_idle=None, limits=None, net
     if network:
         body["network"] = dict(network)
     if timeout is not None:
-        body["timeout_ms"] = int(timeout * 1000)
+        body["deadline_ms"] = int(timeout * 1000)
+    if idle_timeout is not None:
+        body["timeout_ms"] = int(idle_timeout * 1000)
+    if on_deadline:
+        body["on_deadline"] = on_deadline
     if metadata:
         body["metadata"] = dict(metadata)
     r = t.json("POST", "/v1/sandboxes", json_body=body, timeout=0)
@@ -600,13 +618,14 @@ def _ensure_default(t):
 
 
 def fork(snapshot, n, timeout=None, metadata=None, url=None, token=None, socket_path=None, api_key=None,
-         limits=None, network=None, envs=None):
+         limits=None, network=None, envs=None, idle_timeout=None):
     """Forks n children of snapshot in one request (they start in parallel); returns them when every
     one answers. If some fail, raises ForkError whose .sandboxes holds the ones running.
     network: e.g. {"mode": "netns", "egress": {"mode": "deny"}, "expose": [8000]} (default none)."""
     t = _transport(url, token, socket_path, api_key)
     out = []
-    for i in _fork(t, snapshot, n, timeout, metadata, limits=limits, network=network, envs=envs):
+    for i in _fork(t, snapshot, n, timeout, metadata, limits=limits, network=network, envs=envs,
+                   idle_timeout=idle_timeout):
         sb = Sandbox(sandbox_id=i, _transport_obj=t)
         sb._envs = dict(envs or {})
         sb.commands._envs = dict(envs or {})
