@@ -5,7 +5,7 @@
  */
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { CommandExitError, Controller, ForkdError, Sandbox, fork } from "@forkd/sdk";
+import { CommandExitError, CommandTimeoutError, Controller, ForkdError, Sandbox, fork } from "@forkd/sdk";
 import type { ConnectionOpts, SandboxInfo } from "@forkd/sdk";
 import { z } from "zod";
 import { waitForText } from "./wait.js";
@@ -279,8 +279,8 @@ export function createServer(conn: ConnectionOpts = {}): McpServer {
         const r = await sb.commands.run(a.command, opts);
         return json({ exit_code: r.exitCode, stdout: clip(r.stdout), stderr: clip(r.stderr) });
       } catch (e) {
-        // A command that fails is a result the model should see, not a tool failure.
-        if (e instanceof CommandExitError) {
+        // A command that fails or times out is a result the model should see, not a tool failure.
+        if (e instanceof CommandExitError || e instanceof CommandTimeoutError) {
           const r = e.result;
           return json({
             exit_code: r.exitCode,
