@@ -23,6 +23,7 @@ import { prepare } from "./prepare.js";
 import { saveRecord } from "./record.js";
 import { fanoutJournal } from "./recovery.js";
 import { register } from "./register.js";
+import { restoreChild } from "./restore.js";
 import { retire } from "./retire.js";
 import { GUEST_DEFAULT_PIDS } from "./sandbox.js";
 import type { E2bRecord, ReadonlySandbox, Sandbox, SandboxLimits, SandboxRecord } from "./sandbox.js";
@@ -161,7 +162,7 @@ async function forkOne(
     // Pre-started with the defaults: the request's own limits are set before the guest runs.
     if (opts.limits && cgroups) await cgroups.apply(p.id, limits);
     const t1 = nowMs();
-    await p.vm.restoreState(snap.files.vmstate);
+    await restoreChild(ctx, p.vm, snap);
     // The link as the snapshot saved it, unless this child wants the other state.
     if (nic && nic.linkUp !== net.linkUp) await p.vm.setLink(net.linkUp);
     await p.vm.resume();
