@@ -252,7 +252,8 @@ def gone(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
             return f.read().split(") ")[1][0] == "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone between the open and the read: a reaped process's stat reads as ESRCH.
         return True
 
 
