@@ -10,6 +10,8 @@ import { randomUUID } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
+import { rateLimited } from "../access/rate-refusal.js";
+import { auditLine } from "../audit/audit-line.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
@@ -133,18 +135,7 @@ function gate(
   const a = s.limits.rate.admit(caller.tokenId ?? caller.name, spec.heavy === true);
   if (a.ok) return a.release;
   c.header("retry-after", String(a.retryAfterS));
-  const why = {
-    rate: "too many requests",
-    inflight: "too many requests in flight",
-    heavy: "too many heavy operations in flight",
-  }[a.reason];
-  return errorResponse(
-    c,
-    new ForkdError("rate_limited", `${why} for this caller; retry after ${a.retryAfterS} s`, {
-      reason: a.reason,
-      retry_after_s: a.retryAfterS,
-    }),
-  );
+  return errorResponse(c, rateLimited(a.reason, a.retryAfterS));
 }
 
 /** A pass-through stream that calls `done` once when it ends, fails or is cancelled. */
@@ -170,16 +161,17 @@ function record(s: Services, c: ApiContext, res: Response, caller: Caller, start
   s.metrics.http(spec ? spec.path : "(no route)", c.req.method, status, seconds);
   if (code !== null && spec) s.metrics.failure(spec.operationId, code);
   if (!MUTATING.has(c.req.method)) return;
-  s.audit.append({
-    ts: started.toISOString(),
-    request_id: c.get("requestId"),
-    caller: caller.name,
-    token: caller.tokenId,
-    remote: c.env?.incoming?.socket?.remoteAddress ?? null,
-    action,
-    target: c.get("target"),
-    status,
-    result: code ?? "ok",
-    duration_ms: Math.round(seconds * 1000),
-  });
+  s.audit.append(
+    auditLine({
+      started,
+      requestId: c.get("requestId"),
+      caller,
+      remote: c.env?.incoming?.socket?.remoteAddress,
+      action,
+      target: c.get("target"),
+      status,
+      result: code ?? "ok",
+      durationMs: seconds * 1000,
+    }),
+  );
 }

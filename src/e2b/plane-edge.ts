@@ -11,8 +11,9 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { ANONYMOUS } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
+import { rateLimited } from "../access/rate-refusal.js";
+import { auditLine } from "../audit/audit-line.js";
 import type { Services } from "../api/services.js";
-import { ForkdError } from "../util/errors.js";
 import type { SandboxAccess } from "./auth.js";
 import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
 import type { SandboxTarget } from "./sandbox-plane.js";
@@ -45,19 +46,6 @@ export function planeAction(req: IncomingMessage, t: SandboxTarget, upgrade = fa
   }
   if (t.port === INTERPRETER_PORT) return MUTATING.has(method) ? `e2b:interpreter ${method} ${path}` : null;
   return `e2b:port ${upgrade ? "UPGRADE" : method} ${path}`;
-}
-
-/** The refusal of a caller past its limits (429 with Retry-After). */
-function rateLimited(reason: "rate" | "inflight" | "heavy", retryAfterS: number): ForkdError {
-  const why = {
-    rate: "too many requests",
-    inflight: "too many requests in flight",
-    heavy: "too many heavy operations in flight",
-  }[reason];
-  return new ForkdError("rate_limited", `${why} for this caller; retry after ${retryAfterS} s`, {
-    reason,
-    retry_after_s: retryAfterS,
-  });
 }
 
 /** One sandbox-plane request at the edge: its caller's slots and its audit line. */
@@ -94,17 +82,18 @@ export class PlaneCall {
     this.release?.();
     this.release = null;
     if (this.action === null) return;
-    this.s.audit.append({
-      ts: this.started.toISOString(),
-      request_id: randomUUID(),
-      caller: this.caller.name,
-      token: this.caller.tokenId,
-      remote: this.req.socket.remoteAddress ?? null,
-      action: this.action,
-      target: { id: this.t.sandboxId, port: String(this.t.port) },
-      status,
-      result,
-      duration_ms: Math.round(performance.now() - this.t0),
-    });
+    this.s.audit.append(
+      auditLine({
+        started: this.started,
+        requestId: randomUUID(),
+        caller: this.caller,
+        remote: this.req.socket.remoteAddress,
+        action: this.action,
+        target: { id: this.t.sandboxId, port: String(this.t.port) },
+        status,
+        result,
+        durationMs: performance.now() - this.t0,
+      }),
+    );
   }
 }

@@ -8,6 +8,8 @@ import { randomUUID } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
+import { rateLimited } from "../../access/rate-refusal.js";
+import { auditLine } from "../../audit/audit-line.js";
 import type { Services } from "../../api/services.js";
 import { ForkdError } from "../../util/errors.js";
 import { callerOfKey, e2bOf } from "../auth.js";
@@ -84,13 +86,9 @@ function admit(s: Services, c: E2bApiContext): Response | (() => void) | null {
   const heavy = c.req.method === "POST" && HEAVY.test(path);
   const a = s.limits.rate.admit(caller.tokenId ?? caller.name, heavy);
   if (a.ok) return a.release;
-  return reply(
-    c,
-    new ForkdError("rate_limited", `too many requests for this caller; retry after ${a.retryAfterS} s`),
-    {
-      "retry-after": String(a.retryAfterS),
-    },
-  );
+  return reply(c, rateLimited(a.reason, a.retryAfterS), {
+    "retry-after": String(a.retryAfterS),
+  });
 }
 
 function record(s: Services, c: E2bApiContext, res: Response, started: Date, t0: number): void {
@@ -108,16 +106,17 @@ function record(s: Services, c: E2bApiContext, res: Response, started: Date, t0:
   s.metrics.http(route, c.req.method, status, seconds);
   if (status >= 500) s.metrics.failure("e2b", String(status));
   if (!MUTATING.has(c.req.method)) return;
-  s.audit.append({
-    ts: started.toISOString(),
-    request_id: c.get("requestId"),
-    caller: caller.name,
-    token: caller.tokenId,
-    remote: c.env?.incoming?.socket?.remoteAddress ?? null,
-    action,
-    target: c.get("target"),
-    status,
-    result: status >= 400 ? String(status) : "ok",
-    duration_ms: Math.round(seconds * 1000),
-  });
+  s.audit.append(
+    auditLine({
+      started,
+      requestId: c.get("requestId"),
+      caller,
+      remote: c.env?.incoming?.socket?.remoteAddress,
+      action,
+      target: c.get("target"),
+      status,
+      result: status >= 400 ? String(status) : "ok",
+      durationMs: seconds * 1000,
+    }),
+  );
 }
