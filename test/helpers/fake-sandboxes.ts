@@ -4,9 +4,11 @@
  * restart() is a daemon restart: the service drops its connections (detachAll) and a new one,
  * with a new driver on the same host, recovers.
  */
-import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, readFile, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { SandboxRecord } from "../../src/sandbox/sandbox.js";
 import { SandboxService } from "../../src/sandbox/service.js";
 import type { SandboxServiceOptions } from "../../src/sandbox/service.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
@@ -87,3 +89,44 @@ export async function until(
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+/** Runs `fn` with a fresh set of fake sandboxes, cleaned up afterwards whatever happens. */
+export async function withSandboxes(fn: (fx: FakeSandboxes) => Promise<void>): Promise<void> {
+  const fx = await fakeSandboxes();
+  try {
+    await fn(fx);
+  } finally {
+    await fx.cleanup();
+  }
+}
+
+/** Forks one child of `base` (asserting it did not fail) and returns its id. */
+export async function forkOne(
+  fx: FakeSandboxes,
+  opts: Parameters<FakeSandboxes["svc"]["fork"]>[2] = {},
+): Promise<string> {
+  const r = await fx.svc.fork("base", 1, opts);
+  assert.deepEqual(r.failures, []);
+  const id = r.sandboxes[0]?.record.id;
+  assert.ok(id);
+  return id;
+}
+
+/** Runs `cmd` in sandbox `id` (exit 0 asserted) and returns its stdout. */
+export const sh = async (
+  fx: FakeSandboxes,
+  id: string,
+  cmd: string,
+  env?: Record<string, string>,
+): Promise<string> =>
+  fx.svc.use(id, async (agent) => {
+    const out: Buffer[] = [];
+    const r = await agent.exec({ shell: cmd, ...(env ? { env } : {}) }, { onStdout: (d) => out.push(d) })
+      .result;
+    assert.equal(r.exitCode, 0);
+    return Buffer.concat(out).toString();
+  });
+
+/** Sandbox `id`'s record as it is on disk. */
+export const readRecord = async (fx: FakeSandboxes, id: string): Promise<SandboxRecord> =>
+  JSON.parse(await readFile(join(fx.root, id, "sandbox.json"), "utf8")) as SandboxRecord;

@@ -4,49 +4,8 @@
  * daemon after a restart, and record.env is under every command's own env, also after a restart.
  */
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
-import { join } from "node:path";
 import { test } from "node:test";
-import type { SandboxRecord } from "../../src/sandbox/sandbox.js";
-import { fakeSandboxes, until } from "../helpers/fake-sandboxes.js";
-import type { FakeSandboxes } from "../helpers/fake-sandboxes.js";
-
-async function withSandboxes(fn: (fx: FakeSandboxes) => Promise<void>): Promise<void> {
-  const fx = await fakeSandboxes();
-  try {
-    await fn(fx);
-  } finally {
-    await fx.cleanup();
-  }
-}
-
-async function forkOne(
-  fx: FakeSandboxes,
-  opts: Parameters<FakeSandboxes["svc"]["fork"]>[2] = {},
-): Promise<string> {
-  const r = await fx.svc.fork("base", 1, opts);
-  assert.deepEqual(r.failures, []);
-  const id = r.sandboxes[0]?.record.id;
-  assert.ok(id);
-  return id;
-}
-
-const sh = async (
-  fx: FakeSandboxes,
-  id: string,
-  cmd: string,
-  env?: Record<string, string>,
-): Promise<string> =>
-  fx.svc.use(id, async (agent) => {
-    const out: Buffer[] = [];
-    const r = await agent.exec({ shell: cmd, ...(env ? { env } : {}) }, { onStdout: (d) => out.push(d) })
-      .result;
-    assert.equal(r.exitCode, 0);
-    return Buffer.concat(out).toString();
-  });
-
-const readRecord = async (fx: FakeSandboxes, id: string): Promise<SandboxRecord> =>
-  JSON.parse(await readFile(join(fx.root, id, "sandbox.json"), "utf8")) as SandboxRecord;
+import { forkOne, readRecord, sh, until, withSandboxes } from "../helpers/fake-sandboxes.js";
 
 test("deadline (kill): a sandbox in use is killed when its deadline comes", async () => {
   await withSandboxes(async (fx) => {

@@ -5,44 +5,12 @@
  */
 import assert from "node:assert/strict";
 import { sandboxView } from "../../src/api/views/sandbox.js";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { test } from "node:test";
-import type { SandboxRecord } from "../../src/sandbox/sandbox.js";
 import { ForkdError } from "../../src/util/errors.js";
-import { fakeSandboxes, until } from "../helpers/fake-sandboxes.js";
+import { fakeSandboxes, forkOne, readRecord, sh, until, withSandboxes } from "../helpers/fake-sandboxes.js";
 import type { FakeSandboxes } from "../helpers/fake-sandboxes.js";
-
-async function withSandboxes(fn: (fx: FakeSandboxes) => Promise<void>): Promise<void> {
-  const fx = await fakeSandboxes();
-  try {
-    await fn(fx);
-  } finally {
-    await fx.cleanup();
-  }
-}
-
-async function forkOne(
-  fx: FakeSandboxes,
-  opts: Parameters<FakeSandboxes["svc"]["fork"]>[2] = {},
-): Promise<string> {
-  const r = await fx.svc.fork("base", 1, opts);
-  assert.deepEqual(r.failures, []);
-  const id = r.sandboxes[0]?.record.id;
-  assert.ok(id);
-  return id;
-}
-
-const sh = async (fx: FakeSandboxes, id: string, cmd: string): Promise<string> =>
-  fx.svc.use(id, async (agent) => {
-    const out: Buffer[] = [];
-    const r = await agent.exec({ shell: cmd }, { onStdout: (d) => out.push(d) }).result;
-    assert.equal(r.exitCode, 0);
-    return Buffer.concat(out).toString();
-  });
-
-const readRecord = async (fx: FakeSandboxes, id: string): Promise<SandboxRecord> =>
-  JSON.parse(await readFile(join(fx.root, id, "sandbox.json"), "utf8")) as SandboxRecord;
 
 /** The guest scratch directory of a running sandbox's fake VM. */
 function guestDir(fx: FakeSandboxes, id: string): string {
