@@ -52,6 +52,8 @@ import { freePort } from "../helpers/port.js";
 
 const SEED = Number(process.env.FORKD_FUZZ_SEED ?? 1701);
 const COUNT = Number(process.env.FORKD_FUZZ_REQUESTS ?? 1500);
+/** Requests sent whatever the time budget says. */
+const MIN_REQUESTS = Math.min(COUNT, 200);
 const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 150);
 /** FORKD_FUZZ_VERBOSE=1: every request and its reply's status and message. */
 const VERBOSE = process.env.FORKD_FUZZ_VERBOSE === "1";
@@ -695,7 +697,9 @@ step(
     let n = 0;
 
     for (; n < COUNT; n++) {
-      if (performance.now() - t0 > SECONDS * 1000) break;
+      // The time budget bounds a fast run's length; it never cuts one short of the minimum, so
+      // a loaded machine makes the test slower, not failed.
+      if (n >= MIN_REQUESTS && performance.now() - t0 > SECONDS * 1000) break;
       // The victim (deletes, pauses, branches) is recreated while the budget lasts.
       if (victim === null && st.budget.victims > 0) {
         st.budget.victims--;
@@ -806,7 +810,7 @@ step(
       });
       assert.equal(r.stdout, "alive\n");
     }
-    assert.ok(n >= Math.min(COUNT, 200), `only ${n} requests in the time budget`);
+    assert.ok(n >= MIN_REQUESTS, `only ${n} requests`);
     const missing = ops.map((o) => `${o.method} ${o.template}`).filter((k) => !covered.has(k));
     assert.deepEqual(missing, [], "every operation of the contract was fuzzed");
     assert.deepEqual(
