@@ -154,6 +154,12 @@ export function qemuArgs(l: VmLaunch): string[] {
   if (l.incoming) {
     // The stream is loaded over QMP (restoreState): x-ignore-shared must be set first.
     args.push("-S", "-incoming", "defer");
+    // No self-announcement after the load. It exists for live migration (tell the switches where
+    // the MAC went); with the guest-announce feature the guest driver does it itself: a config
+    // interrupt right after resume, netdev_notify_peers and a control-queue ack in a guest worker,
+    // for nothing (every child's backend is new, and with the link down the frames are dropped).
+    // Under TCG that was most of the "+20 ms since every snapshot got a NIC" (docs/architecture.md).
+    args.push("-global", "migration.announce-rounds=0");
     if (l.devicesOnlyState) args.push("-global", "migration.send-configuration=off");
   }
   return args;

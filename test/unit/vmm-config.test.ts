@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { defaultCpu, guestMitigations, kernelCmdline } from "../../src/vmm/config.js";
+import { defaultCpu, guestMitigations, kernelCmdline, qemuArgs } from "../../src/vmm/config.js";
+import type { VmLaunch } from "../../src/vmm/config.js";
 
 test("TCG guests boot without mitigations by default; KVM guests keep them", () => {
   const tcg = kernelCmdline("tcg", 2_000_000, {}).split(" ");
@@ -23,4 +24,22 @@ test("the CPU model is Intel-identified under TCG, host under KVM, and overridab
   assert.match(defaultCpu("tcg", {}), /^Nehalem/);
   assert.equal(defaultCpu("kvm", {}), "host");
   assert.equal(defaultCpu("tcg", { FORKD_CPU: "qemu64" }), "qemu64");
+});
+
+const launch = (incoming: boolean, accel: "tcg" | "kvm" = "tcg"): VmLaunch => ({
+  dir: "/run/vm",
+  machine: { memoryMiB: 256, vcpus: 1, accel, cpu: defaultCpu(accel, {}) },
+  memory: { path: "/snap/memory", mode: incoming ? "child" : "parent" },
+  disk: "/run/vm/disk.qcow2",
+  incoming,
+});
+
+test("children restored from a snapshot do not announce themselves after the load, under TCG and KVM", () => {
+  for (const accel of ["tcg", "kvm"] as const) {
+    const child = qemuArgs(launch(true, accel));
+    const i = child.indexOf("migration.announce-rounds=0");
+    assert.ok(i > 0 && child[i - 1] === "-global", `${accel}: ${child.join(" ")}`);
+    // A parent boots and never loads a stream: nothing to announce.
+    assert.ok(!qemuArgs(launch(false, accel)).includes("migration.announce-rounds=0"));
+  }
 });
