@@ -14,7 +14,7 @@
  * NIC-less. `--smoke` shrinks every size and count for a quick check that it all runs.
  */
 import { execFile } from "node:child_process";
-import { copyFile, writeFile } from "node:fs/promises";
+import { copyFile, statfs, writeFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs, promisify } from "node:util";
@@ -95,20 +95,39 @@ const daemonEnv = Object.fromEntries(
 const log = (s: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${s}\n`);
 
 /** The parts in the order they run: the base snapshot's first, the ones with their own snapshots last. */
-const PARTS: Array<{ rows: number[]; ids: string[]; run: (ctx: PerfCtx) => Promise<PartResult> }> = [
-  { rows: [1], ids: ["1"], run: measureRequest },
-  { rows: [2], ids: ["2", "2b"], run: measureFirstExec },
-  { rows: [3, 4], ids: ["3", "4"], run: measureFanout },
-  { rows: [9], ids: ["9"], run: measureNic },
-  { rows: [5, 6], ids: ["5", "5b", "6"], run: measureChain },
-  { rows: [8], ids: ["8"], run: measureTree },
-  { rows: [7], ids: ["7"], run: measurePause },
+interface Part {
+  rows: number[];
+  ids: string[];
+  run: (ctx: PerfCtx) => Promise<PartResult>;
+  /** The most host disk (MiB) it may add at once on today's main (full memory images per snapshot). */
+  diskMiB: (o: PerfOptions) => number;
+}
+const PARTS: Part[] = [
+  { rows: [1], ids: ["1"], run: measureRequest, diskMiB: (o) => o.memoryMiB },
+  { rows: [2], ids: ["2", "2b"], run: measureFirstExec, diskMiB: (o) => o.memoryMiB },
+  { rows: [3, 4], ids: ["3", "4"], run: measureFanout, diskMiB: (o) => o.memoryMiB },
+  { rows: [9], ids: ["9"], run: measureNic, diskMiB: (o) => 2 * o.memoryMiB },
+  {
+    rows: [5, 6],
+    ids: ["5", "5b", "6"],
+    run: measureChain,
+    diskMiB: (o) => (o.branchSamples + 2) * o.memoryMiB,
+  },
+  { rows: [8], ids: ["8"], run: measureTree, diskMiB: (o) => (o.treeBranches + 1) * o.treeMemoryMiB },
+  { rows: [7], ids: ["7"], run: measurePause, diskMiB: (o) => 2 * o.pauseMemoryMiB },
 ];
+/** Free disk kept for everyone else on the machine: a part that would leave less is skipped. */
+const DISK_MARGIN_MIB = 1024;
+
+async function freeMiB(dir: string): Promise<number> {
+  const s = await statfs(dir);
+  return (s.bavail * s.bsize) / 2 ** 20;
+}
 const USES_BASE = new Set([1, 2, 3, 4, 5, 6, 9]);
 
-const failedRow = (id: string, reason: string): PerfRow => ({
+const failedRow = (id: string, reason: string, figure = "(failed)"): PerfRow => ({
   id,
-  figure: "(failed)",
+  figure,
   unit: "ms",
   value: null,
   baseline: null,
@@ -143,6 +162,14 @@ async function main(): Promise<void> {
     const selected = PARTS.filter((p) => p.rows.some((r) => only.has(r)));
     const lastBaseUser = selected.filter((p) => p.rows.some((r) => USES_BASE.has(r))).at(-1);
     for (const part of selected) {
+      const need = part.diskMiB(opts) + DISK_MARGIN_MIB;
+      const free = await freeMiB(dataDir);
+      if (free < need) {
+        const why = `skipped: it may need ${Math.round(need)} MiB of disk, ${Math.round(free)} MiB free`;
+        log(`rows ${part.ids.join(", ")} ${why}`);
+        rows.push(...part.ids.map((id) => failedRow(id, why, "(not run)")));
+        continue;
+      }
       try {
         const r = await part.run(ctx);
         rows.push(...r.rows.filter((row) => only.has(Number.parseInt(row.id, 10))));
