@@ -148,3 +148,41 @@ export function poolSettler(api: Api, settleMs: number) {
     },
   };
 }
+
+/**
+ * `n` samples of `one`, in order, riding out a few failed ones (a loaded machine can time out a
+ * fork): each failure's message is added to `failures`, and more than `maxFailures` of them
+ * throws the last. `one` cleans up after itself when it fails.
+ */
+export async function samples<T>(
+  n: number,
+  one: (i: number) => Promise<T>,
+  failures: string[],
+  maxFailures = Math.max(2, Math.ceil(n / 3)),
+): Promise<T[]> {
+  const out: T[] = [];
+  let failed = 0;
+  for (let i = 0; out.length < n; i++) {
+    try {
+      out.push(await one(i));
+    } catch (e) {
+      failures.push(e instanceof Error ? e.message : String(e));
+      if (++failed > maxFailures) throw e;
+    }
+  }
+  return out;
+}
+
+/** `use(child)` on a fresh child of `tag`, the child killed afterwards whatever happens. */
+export async function withChild<T>(api: Api, tag: string, use: (sb: Forked) => Promise<T>): Promise<T> {
+  const sb = await forkOne(api, tag);
+  try {
+    return await use(sb);
+  } finally {
+    await kill(api, sb.id).catch(() => undefined);
+  }
+}
+
+/** A note on the failed samples of a part (empty when none failed). */
+export const failureNote = (failures: readonly string[]): string =>
+  failures.length ? `${failures.length} failed sample(s) retried, first: ${failures[0]?.slice(0, 120)}` : "";

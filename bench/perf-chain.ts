@@ -7,7 +7,18 @@
  */
 import { join } from "node:path";
 import type { PartResult, PerfCtx } from "./perf-context.js";
-import { branch, evalCell, forkOne, kill, poolSettler, sleep, writeCell } from "./ops.js";
+import {
+  branch,
+  evalCell,
+  failureNote,
+  forkOne,
+  kill,
+  poolSettler,
+  samples as samplesOf,
+  sleep,
+  withChild,
+  writeCell,
+} from "./ops.js";
 import { diskUsageBytes } from "./host-measures.js";
 import { r1, summarize } from "./stats.js";
 
@@ -77,22 +88,28 @@ export async function measureChain(ctx: PerfCtx): Promise<PartResult> {
   await pool.learn(base);
   const deep: number[] = [];
   const flat: number[] = [];
-  for (let i = 0; i < samples; i++) {
-    for (const [tag, out] of (i % 2
-      ? [
-          [base, flat],
-          [deepest, deep],
-        ]
-      : [
-          [deepest, deep],
-          [base, flat],
-        ]) as [string, number[]][]) {
-      await pool.ready(tag);
-      const sb = await forkOne(api, tag);
-      out.push(sb.ms);
-      await kill(api, sb.id);
-    }
-  }
+  const failures: string[] = [];
+  await samplesOf(
+    samples,
+    async (i) => {
+      const order = (
+        i % 2
+          ? [
+              [base, flat],
+              [deepest, deep],
+            ]
+          : [
+              [deepest, deep],
+              [base, flat],
+            ]
+      ) as [string, number[]][];
+      for (const [tag, out] of order) {
+        await pool.ready(tag);
+        out.push((await withChild(api, tag, async (c) => c)).ms);
+      }
+    },
+    failures,
+  );
   if (chain[0]) await api("DELETE", `/v1/snapshots/${chain[0].tag}?cascade=1`);
 
   const s = (xs: Step[], k: keyof Omit<Step, "tag">) => summarize(xs.map((x) => x[k]));
@@ -125,7 +142,7 @@ export async function measureChain(ctx: PerfCtx): Promise<PartResult> {
         baselineWhat: "fork → ready of the base",
         goal: { kind: "same", tolerance: 5, tolerancePct: 10 },
         today: "flat in depth (pool off)",
-        note: `the deepest branch's first fork: ${r1(firstDeep.ms)} ms`,
+        note: `the deepest branch's first fork: ${r1(firstDeep.ms)} ms${failures.length ? "; " + failureNote(failures) : ""}`,
       },
       {
         id: "6",

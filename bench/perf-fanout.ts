@@ -4,7 +4,7 @@
  * (/proc/PID/smaps_rollup of their VMMs) against one idle child alone.
  */
 import type { PartResult, PerfCtx } from "./perf-context.js";
-import { forkOne, kill, poolSettler, sleep } from "./ops.js";
+import { forkOne, kill, poolSettler, samples, sleep, withChild } from "./ops.js";
 import type { SandboxView } from "./ops.js";
 import { memAvailableKiB, pssKiB } from "./host-measures.js";
 import { r1, summarize } from "./stats.js";
@@ -19,13 +19,15 @@ export async function measureFanout(ctx: PerfCtx): Promise<PartResult> {
   ctx.log(`rows 3-4: ${seqSamples} sequential forks, one idle child, then ${n} at once`);
   await kill(api, (await forkOne(api, tag)).id);
   await pool.learn(tag);
-  const seq: number[] = [];
-  for (let i = 0; i < seqSamples; i++) {
-    await pool.ready(tag);
-    const sb = await forkOne(api, tag);
-    seq.push(sb.ms);
-    await kill(api, sb.id);
-  }
+  const failures: string[] = [];
+  const seq = await samples(
+    seqSamples,
+    async () => {
+      await pool.ready(tag);
+      return (await withChild(api, tag, async (c) => c)).ms;
+    },
+    failures,
+  );
   await pool.ready(tag);
   const alone = await forkOne(api, tag);
   await sleep(idleMs);
@@ -89,6 +91,7 @@ export async function measureFanout(ctx: PerfCtx): Promise<PartResult> {
       failures: r.failures.length,
       wallMs: r1(wallMs),
       forkToReadySequential: seqSum,
+      sequentialFailures: failures,
       pssMiBPerChild: r1(pssPerChild),
       pssMiBAlone: r1(aloneMiB),
       memAvailableMiBPerChild: r1(memAvailPerChild),

@@ -6,7 +6,15 @@
  */
 import type { PartResult, PerfCtx } from "./perf-context.js";
 import { baseBody } from "./perf-context.js";
-import { createSnapshot, forkOne, kill, poolSettler } from "./ops.js";
+import {
+  createSnapshot,
+  failureNote,
+  forkOne,
+  kill,
+  poolSettler,
+  samples as samplesOf,
+  withChild,
+} from "./ops.js";
 import type { SnapshotMetaView } from "./ops.js";
 import { errorMessage } from "../src/util/errors.js";
 import { summarize } from "./stats.js";
@@ -39,15 +47,19 @@ export async function measureNic(ctx: PerfCtx): Promise<PartResult> {
   }
   const ms: Record<string, number[]> = Object.fromEntries(tags.map((t) => [t, []]));
   const readyMs: Record<string, number[]> = Object.fromEntries(tags.map((t) => [t, []]));
-  for (let i = 0; i < samples; i++) {
-    for (const t of i % 2 ? [...tags].reverse() : tags) {
-      await pool.ready(t);
-      const sb = await forkOne(api, t);
-      ms[t]?.push(sb.ms);
-      readyMs[t]?.push(sb.timings.ready_ms);
-      await kill(api, sb.id);
-    }
-  }
+  const failures: string[] = [];
+  await samplesOf(
+    samples,
+    async (i) => {
+      for (const t of i % 2 ? [...tags].reverse() : tags) {
+        await pool.ready(t);
+        const sb = await withChild(api, t, async (c) => c);
+        ms[t]?.push(sb.ms);
+        readyMs[t]?.push(sb.timings.ready_ms);
+      }
+    },
+    failures,
+  );
   if (twin) await api("DELETE", `/v1/snapshots/${TAG}`);
   const withNic = summarize(ms[base] ?? []);
   const without = twin ? summarize(ms[TAG] ?? []) : null;
@@ -66,6 +78,7 @@ export async function measureNic(ctx: PerfCtx): Promise<PartResult> {
         note: [
           baseMeta.nic ? "" : "the base snapshot has no NIC",
           why,
+          failureNote(failures),
           `the daemon's ready phase p50: ${daemonReady(base)} ms${twin ? ` / ${daemonReady(TAG)} ms NIC-less` : ""}`,
         ]
           .filter(Boolean)

@@ -4,7 +4,7 @@
  * interleaved; and fork → first exec reply, with the first exec alone against a warm child's.
  */
 import type { PartResult, PerfCtx } from "./perf-context.js";
-import { evalCell, execTrue, forkOne, kill, poolSettler } from "./ops.js";
+import { evalCell, execTrue, failureNote, forkOne, kill, poolSettler, samples } from "./ops.js";
 import { nativeProgram, runNative } from "./native-python.js";
 import { median, summarize } from "./stats.js";
 
@@ -12,40 +12,46 @@ import { median, summarize } from "./stats.js";
 export async function measureRequest(ctx: PerfCtx): Promise<PartResult> {
   const { api } = ctx.d;
   const tag = await ctx.base();
-  const { cell, samples, settleMs } = ctx.opts;
+  const { cell, samples: samples_, settleMs } = ctx.opts;
   const program = nativeProgram(cell, "import numpy as np");
   const pool = poolSettler(api, settleMs);
   const request = async () => {
     const t0 = performance.now();
     const sb = await forkOne(api, tag);
     const t1 = performance.now();
-    const value = await evalCell(api, sb.id, cell);
+    const value = await evalCell(api, sb.id, cell).catch(async (e: unknown) => {
+      await kill(api, sb.id).catch(() => undefined);
+      throw e;
+    });
     const t2 = performance.now();
     await kill(api, sb.id);
     const t3 = performance.now();
     return { total: t3 - t0, fork: t1 - t0, cell: t2 - t1, kill: t3 - t2, fromPool: sb.from_pool, value };
   };
-  ctx.log(`row 1: ${samples} requests (fork + numpy cell + kill) against native python3 in namespaces`);
+  ctx.log(`row 1: ${samples_} requests (fork + numpy cell + kill) against native python3 in namespaces`);
   const first = await request(); // unmeasured: the tag's first fork, its pool's first fill
   const native0 = await runNative(program);
   ctx.log(`  cell value: forkd ${JSON.stringify(first.value)}, native ${native0.stdout}`);
   await pool.learn(tag);
-  const forkd: Awaited<ReturnType<typeof request>>[] = [];
-  const native: number[] = [];
-  for (let i = 0; i < samples; i++) {
-    const runForkd = async () => {
-      await pool.ready(tag);
-      forkd.push(await request());
-    };
-    const runNat = async () => native.push((await runNative(program)).ms);
-    if (i % 2) {
-      await runNat();
-      await runForkd();
-    } else {
-      await runForkd();
-      await runNat();
-    }
-  }
+  const failures: string[] = [];
+  const pairs = await samples(
+    samples_,
+    async (i) => {
+      const runForkd = async () => {
+        await pool.ready(tag);
+        return request();
+      };
+      if (i % 2) {
+        const nat = (await runNative(program)).ms;
+        return { forkd: await runForkd(), nat };
+      }
+      const forkd = await runForkd();
+      return { forkd, nat: (await runNative(program)).ms };
+    },
+    failures,
+  );
+  const forkd = pairs.map((p) => p.forkd);
+  const native = pairs.map((p) => p.nat);
   const total = summarize(forkd.map((r) => r.total));
   const nat = summarize(native);
   ctx.log(`  forkd p50 ${total.p50} ms, native p50 ${nat.p50} ms`);
@@ -61,10 +67,11 @@ export async function measureRequest(ctx: PerfCtx): Promise<PartResult> {
         baselineWhat: "native python3 -c in its own namespaces",
         goal: { kind: "ratio", max: 0.5 },
         today: "434 ms (native 149 ms)",
-        note: `fork ${median(forkd.map((r) => r.fork)).toFixed(1)} + cell ${median(forkd.map((r) => r.cell)).toFixed(1)} + kill ${median(forkd.map((r) => r.kill)).toFixed(1)} ms (p50s); ${pooled}/${forkd.length} forks from the pool`,
+        note: `fork ${median(forkd.map((r) => r.fork)).toFixed(1)} + cell ${median(forkd.map((r) => r.cell)).toFixed(1)} + kill ${median(forkd.map((r) => r.kill)).toFixed(1)} ms (p50s); ${pooled}/${forkd.length} forks from the pool${failures.length ? "; " + failureNote(failures) : ""}`,
       },
     ],
     details: {
+      failures,
       cell,
       forkd: total,
       native: nat,
@@ -80,29 +87,36 @@ export async function measureRequest(ctx: PerfCtx): Promise<PartResult> {
 export async function measureFirstExec(ctx: PerfCtx): Promise<PartResult> {
   const { api } = ctx.d;
   const tag = await ctx.base();
-  const { samples, settleMs } = ctx.opts;
+  const { samples: n, settleMs } = ctx.opts;
   const pool = poolSettler(api, settleMs);
   const one = async () => {
     const sb = await forkOne(api, tag);
     const t1 = performance.now();
-    await execTrue(api, sb.id);
+    await execTrue(api, sb.id).catch(async (e: unknown) => {
+      await kill(api, sb.id).catch(() => undefined);
+      throw e;
+    });
     const firstExec = performance.now() - t1;
     await kill(api, sb.id);
     return { ready: sb.ms, firstExec, toExec: sb.ms + firstExec, fromPool: sb.from_pool };
   };
-  ctx.log(`row 2: ${samples} forks → first exec reply`);
+  ctx.log(`row 2: ${n} forks → first exec reply`);
   await one();
   await pool.learn(tag);
-  const runs: Awaited<ReturnType<typeof one>>[] = [];
-  for (let i = 0; i < samples; i++) {
-    await pool.ready(tag);
-    runs.push(await one());
-  }
+  const failures: string[] = [];
+  const runs = await samples(
+    n,
+    async () => {
+      await pool.ready(tag);
+      return one();
+    },
+    failures,
+  );
   // A warm child: the exec path already translated.
   const warm = await forkOne(api, tag);
   for (let i = 0; i < 3; i++) await execTrue(api, warm.id);
   const warmRtt: number[] = [];
-  for (let i = 0; i < samples; i++) {
+  for (let i = 0; i < n; i++) {
     const t = performance.now();
     await execTrue(api, warm.id);
     warmRtt.push(performance.now() - t);
@@ -127,7 +141,7 @@ export async function measureFirstExec(ctx: PerfCtx): Promise<PartResult> {
         baselineWhat: "fork → ready + a warm child's exec",
         goal: { kind: "max", value: 60 },
         today: "367 ms",
-        note: `fork → agent ready p50 ${ready.p50} ms; ${pooled}/${runs.length} forks from the pool`,
+        note: `fork → agent ready p50 ${ready.p50} ms; ${pooled}/${runs.length} forks from the pool${failures.length ? "; " + failureNote(failures) : ""}`,
       },
       {
         id: "2b",

@@ -168,16 +168,16 @@ async function main(): Promise<void> {
         const why = `skipped: it may need ${Math.round(need)} MiB of disk, ${Math.round(free)} MiB free`;
         log(`rows ${part.ids.join(", ")} ${why}`);
         rows.push(...part.ids.map((id) => failedRow(id, why, "(not run)")));
-        continue;
-      }
-      try {
-        const r = await part.run(ctx);
-        rows.push(...r.rows.filter((row) => only.has(Number.parseInt(row.id, 10))));
-        details[`rows ${part.ids.join(", ")}`] = r.details;
-      } catch (e) {
-        failed = true;
-        log(`rows ${part.ids.join(", ")} failed: ${e instanceof Error ? e.stack : String(e)}`);
-        rows.push(...part.ids.map((id) => failedRow(id, errorMessage(e).slice(0, 300))));
+      } else {
+        try {
+          const r = await part.run(ctx);
+          rows.push(...r.rows.filter((row) => only.has(Number.parseInt(row.id, 10))));
+          details[`rows ${part.ids.join(", ")}`] = r.details;
+        } catch (e) {
+          failed = true;
+          log(`rows ${part.ids.join(", ")} failed: ${e instanceof Error ? e.stack : String(e)}`);
+          rows.push(...part.ids.map((id) => failedRow(id, errorMessage(e).slice(0, 300))));
+        }
       }
       if (part === lastBaseUser) {
         // Free the disk before the parts that make their own snapshots.
