@@ -149,6 +149,7 @@ async function gitCommit(): Promise<string> {
 async function main(): Promise<void> {
   const t0 = performance.now();
   const loadStart = loadavg()[0] ?? NaN;
+  const commit = await gitCommit(); // the build being measured: read before the run, not after it
   const dataDir = await benchDataDir("forkd-bench-perf", args["data-parent"] ?? tmpdir());
   log(`data dir ${dataDir}; rows ${[...only].join(",")}${args.smoke ? " (smoke sizes)" : ""}`);
   const d = await startDaemon(dataDir, daemonEnv);
@@ -194,7 +195,7 @@ async function main(): Promise<void> {
   const v = version as { version?: string; accel?: { accel?: string }; qemu?: { version?: string } } | null;
   const result = {
     date: new Date().toISOString(),
-    commit: await gitCommit(),
+    commit,
     forkd: v?.version ?? null,
     accel: v?.accel?.accel ?? null,
     qemu: v?.qemu?.version ?? null,
