@@ -20,6 +20,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startDaemon } from "./daemon.js";
+import { forkOne, kill as killSandbox } from "./ops.js";
+import { pct, r1 } from "./stats.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -38,11 +40,6 @@ const DIRTY = args.dirty
 const MEMORY = Number(args["memory-mib"]);
 const DEPTH = Number(args.depth);
 
-const pct = (xs: number[], p: number): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN) : NaN;
-};
-const r1 = (x: number) => Math.round(x * 10) / 10;
 const log = (s: string) => process.stderr.write(s + "\n");
 
 interface BranchOut {
@@ -56,17 +53,8 @@ async function main(): Promise<void> {
   let daemon = await startDaemon(dataDir, { FORKD_POOL_SIZE: "0" });
   let restoreDir: string | null = null;
   const api = <T>(m: string, p: string, b?: unknown) => daemon.api<T>(m, p, b);
-  const fork = async (tag: string) => {
-    const t0 = performance.now();
-    const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", {
-      snapshot_tag: tag,
-      n: 1,
-    });
-    const id = r.sandboxes[0]?.id;
-    if (!id) throw new Error(`fork of ${tag} failed`);
-    return { id, ms: performance.now() - t0 };
-  };
-  const kill = (id: string) => api("DELETE", `/v1/sandboxes/${id}`);
+  const fork = (tag: string) => forkOne(api, tag);
+  const kill = (id: string) => killSandbox(api, id);
   const py = (id: string, code: string) =>
     api<{ ok: boolean; error: unknown }>("POST", `/v1/sandboxes/${id}/eval`, { code, timeout_ms: 1_200_000 });
   try {

@@ -4,16 +4,11 @@
  *
  *   node dist/bench/fork.js [--samples 20] [--fanout 10,50,100] [--cold 3] [--json-out FILE]
  */
-import { spawn } from "node:child_process";
-import type { ChildProcess } from "node:child_process";
-import { mkdtemp, open, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { writeFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { apiRequest } from "../test/helpers/http.js";
-import type { Endpoint } from "../test/helpers/http.js";
-import { REPO_DIR } from "../src/host/paths.js";
-import { pidsReferencing } from "../src/util/proc.js";
+import { benchDataDir, finishDaemon, startDaemon } from "./daemon.js";
+import { memAvailableKiB, pssKiB } from "./host-measures.js";
+import { pct, r1 } from "./stats.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -31,12 +26,7 @@ const FANOUT = args.fanout
   .filter((n) => n > 0);
 const COLD = Number(args.cold);
 
-const pct = (xs: number[], p: number): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]! : NaN;
-};
 const median = (xs: number[]) => pct(xs, 50);
-const r1 = (x: number) => Math.round(x * 10) / 10;
 const log = (s: string) => process.stderr.write(s + "\n");
 
 interface View {
@@ -44,38 +34,13 @@ interface View {
   pid: number;
 }
 
-async function memAvailableKiB(): Promise<number> {
-  const m = /MemAvailable:\s+(\d+)/.exec(await readFile("/proc/meminfo", "utf8"));
-  return Number(m?.[1] ?? 0);
-}
-
-async function pssKiB(pid: number): Promise<number> {
-  const m = /^Pss:\s+(\d+)/m.exec(await readFile(`/proc/${pid}/smaps_rollup`, "utf8"));
-  return Number(m?.[1] ?? 0);
-}
-
 async function main(): Promise<void> {
-  const dataDir = await mkdtemp(join(tmpdir(), "forkd-bench-"));
-  const ep: Endpoint = { socket: join(dataDir, "forkd.sock") };
-  const env = { ...process.env, FORKD_DATA_DIR: dataDir };
-  const logFile = await open(join(dataDir, "daemon.log"), "a");
+  const dataDir = await benchDataDir("forkd-bench");
   process.on("unhandledRejection", (e) => log(`unhandled rejection: ${String(e)}`));
-  const daemon: ChildProcess = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
-    env,
-    stdio: ["ignore", logFile.fd, logFile.fd],
-  });
-  await logFile.close();
-  const api = <T>(m: string, p: string, b?: unknown) => apiRequest<T>(ep, m, p, b, 900_000);
+  const daemon = await startDaemon(dataDir);
+  const api = daemon.api;
+  let ok = false;
   try {
-    for (let i = 0; ; i++) {
-      try {
-        await api("GET", "/v1/health");
-        break;
-      } catch (e) {
-        if (i > 300) throw e;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
     const health = await api<{ accel: string; accel_reason: string }>("GET", "/v1/health");
     log(`accelerator: ${health.accel} (${health.accel_reason})`);
     const memoryMiB = Number(args["memory-mib"]);
@@ -213,18 +178,11 @@ async function main(): Promise<void> {
     for (const [k, v] of rows) console.log(`${k.padEnd(w)}  ${v}`);
     console.log(JSON.stringify(result));
     if (args["json-out"]) await writeFile(args["json-out"], JSON.stringify(result, null, 2) + "\n");
+    ok = true;
   } finally {
-    try {
-      const { sandboxes } = await api<{ sandboxes: View[] }>("GET", "/v1/sandboxes");
-      await Promise.all(sandboxes.map((s) => api("DELETE", `/v1/sandboxes/${s.id}`).catch(() => undefined)));
-    } catch {
-      /* daemon gone */
-    }
-    daemon.kill("SIGKILL");
-    // VMs outlive their daemon by design; a benchmark leaves none behind.
-    for (const pid of await pidsReferencing(dataDir)) process.kill(pid, "SIGKILL");
-    if (process.exitCode) log(`benchmark failed; daemon log kept in ${dataDir}/daemon.log`);
-    else await rm(dataDir, { recursive: true, force: true });
+    // A failed run keeps the data dir for its daemon.log.
+    await finishDaemon(daemon, !ok);
+    if (!ok) log(`benchmark failed; daemon log kept in ${dataDir}/daemon.log`);
   }
 }
 

@@ -17,6 +17,7 @@ import { instanceId, instanceOf } from "../src/net/slots.js";
 import { teardownInstance } from "../src/net/pool.js";
 import { nowMs, since } from "../src/util/time.js";
 import { startDaemon } from "./daemon.js";
+import { pct, r1 } from "./stats.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -35,11 +36,6 @@ const NETWORKS: Record<string, unknown> = {
   "netns-expose": { mode: "netns", egress: { mode: "deny" }, expose: [8000] },
 };
 
-const pct = (xs: number[], p: number): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]! : NaN;
-};
-const r1 = (x: number) => Math.round(x * 10) / 10;
 const log = (s: string) => process.stderr.write(s + "\n");
 
 interface ForkReply {
