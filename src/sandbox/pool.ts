@@ -214,8 +214,13 @@ export class WarmPool {
     this.filling = true;
     void (async () => {
       try {
-        let tag: string | null;
-        while (this.enabled && (tag = this.next()) !== null) await this.makeOne(tag);
+        for (;;) {
+          // targets move with time too (a snapshot going idle frees room): trim before each member
+          this.trim();
+          const tag = this.enabled ? this.next() : null;
+          if (tag === null) break;
+          await this.makeOne(tag);
+        }
       } finally {
         this.filling = false;
       }
@@ -239,9 +244,11 @@ export class WarmPool {
     }
     if (p.memMiB !== undefined) this.memSeen.set(tag, p.memMiB);
     // still wanted? (the snapshot may have gone idle, been drained, or the pool closed meanwhile)
+    this.trim();
     const want = this.targets().get(tag) ?? 0;
     const list = this.ready.get(tag) ?? [];
-    if (!this.enabled || !this.usage.has(tag) || list.length >= want) {
+    const total = [...this.ready.values()].reduce((a, l) => a + l.length, 0);
+    if (!this.enabled || !this.usage.has(tag) || list.length >= want || total >= this.opts.max) {
       await discard(p);
       return;
     }

@@ -64,6 +64,8 @@ interface FakeMember extends Prepared {
 async function fakePool(
   opts: Partial<PoolOptions>,
   fail: (tag: string, hot: boolean) => boolean = () => false,
+  /** How long making a member of `tag` takes on the fake clock. */
+  takes: (tag: string) => number = () => 0,
 ) {
   const root = await mkdtemp(join(tmpdir(), "forkd-pool-unit-"));
   let clock = 1_000_000;
@@ -74,6 +76,7 @@ async function fakePool(
   let n = 0;
   const prepare = (tag: string, hot: boolean): Promise<Prepared> => {
     made.push({ tag, hot });
+    clock += takes(tag);
     if (fail(tag, hot)) return Promise.reject(new Error(`warm-up of ${tag} failed`));
     const id = `m${n++}`;
     const state = { exited: false, closed: false };
@@ -156,6 +159,27 @@ test("a tree search of twelve branches each forked once holds at most FORKD_POOL
     await f.settle();
     assert.equal(f.pool.state().total, 0);
     assert.equal(f.killed.length, f.made.length, "every member made was killed");
+  } finally {
+    await f.close();
+  }
+});
+
+test("a snapshot going idle while members are made frees its room before another takes it", async () => {
+  const f = await fakePool({ max: 3 }, undefined, (tag) => (tag === "b0" ? 2_000 : 0));
+  try {
+    f.pool.use("base");
+    f.pool.refill();
+    await f.settle();
+    assert.equal(f.pool.status().base, 2);
+    f.advance(LIMITS.idleMs - 1_000);
+    // the branch is forked; while its member is made the base passes its idle time
+    f.pool.use("b0");
+    f.pool.refill();
+    await f.settle();
+    const s = f.pool.state();
+    assert.ok(s.total <= 3, `at most 3 members (${JSON.stringify(s.tags)})`);
+    assert.equal(s.tags.base?.ready ?? 0, 0, "the idle base was drained");
+    assert.equal(s.tags.b0?.ready, 2);
   } finally {
     await f.close();
   }
