@@ -95,7 +95,8 @@ export async function forkChildren(
     );
   }
   const started = ctx.live.starting(tag, n);
-  ctx.pool.use(snap.meta.tag);
+  // Only forks the pool can serve (no network) make a snapshot's members wanted.
+  if ((opts.network ?? NO_NETWORK).mode === "none") ctx.pool.use(snap.meta.tag);
   // Until the reply goes out, only this journal says who the children are for: a daemon that
   // dies first adopts them as unclaimed (recovery.ts). Written while the first VMMs start.
   const fanout = randomBytes(6).toString("hex");
