@@ -20,6 +20,7 @@ import { fileRoutes } from "./routes/files.js";
 import { watchRoutes } from "./routes/watch.js";
 import { contextRoutes } from "./routes/contexts.js";
 import { buildOpenApi } from "./contract/openapi.js";
+import { poolStateView } from "./views/pool.js";
 
 /** The unix socket's listener: every caller is the local admin. */
 export const LOCAL_LISTENER: Listener = { auth: null };
@@ -48,6 +49,7 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
       accel_reason: s.info.accel.reason,
       sandboxes: sandboxes.length,
       pool: isAdmin(caller) ? s.sandboxes.poolStatus() : {},
+      pool_state: isAdmin(caller) ? poolStateView(s.sandboxes.poolState()) : undefined,
       network: isAdmin(caller) ? s.sandboxes.networkStatus() : undefined,
     });
   });

@@ -42,6 +42,7 @@ import { findJailer, findMemsnap } from "../host/native.js";
 import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
 import { acquireDaemonLock } from "./lock.js";
+import { poolConfig } from "./pool-config.js";
 import { crashPointFromEnv } from "../util/crash.js";
 import { LocalImages } from "../image/local-images.js";
 import { imageLimitsFromEnv } from "../oci/limits.js";
@@ -71,6 +72,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const log = jsonLogger("daemon");
   // Every access setting is checked before anything is touched.
   const cfg = await readAccessConfig(env, paths.dataDir);
+  const poolCfg = poolConfig(env);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
   const runDir = join(paths.dataDir, "run");
   for (const d of [snapshotsDir(paths), sandboxesDir(paths), runDir])
@@ -143,7 +145,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     cgroups,
     log,
     tbSizeMiB: Number(env.FORKD_TB_SIZE_MIB ?? 32),
-    poolSize: Number(env.FORKD_POOL_SIZE ?? 2),
+    pool: poolCfg,
+    poolSize: poolCfg.perTag,
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
     maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
     memsnap,
@@ -196,7 +199,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       for (const p of await store.listPending()) by[p.status] = (by[p.status] ?? 0) + 1;
       return by;
     },
-    poolSize: () => Object.values(sandboxes.poolStatus()).reduce((a, b) => a + b, 0),
+    poolSize: () => sandboxes.poolState().total,
+    pool: () => sandboxes.poolState(),
     sharing: new SharingProbe(() =>
       sandboxes
         .list()

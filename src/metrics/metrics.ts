@@ -6,6 +6,13 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { SharingProbe } from "./memory.js";
 
+/** The warm pool's figures beyond its size. */
+export interface PoolFigures {
+  hot: number;
+  max: number;
+  memMiB: number;
+}
+
 export interface MetricsSources {
   version: string;
   /** Sandboxes by state (running, paused, exited). */
@@ -14,6 +21,8 @@ export interface MetricsSources {
   snapshotStatuses(): Promise<Record<string, number>>;
   /** Pre-started VMMs waiting in the pool. */
   poolSize(): number;
+  /** The pool's hot members, its host-wide bound and its members' memory (absent: not reported). */
+  pool?(): PoolFigures;
   sharing: SharingProbe;
   audit(): { written: number; dropped: number; failed: number };
 }
@@ -72,6 +81,27 @@ export class Metrics {
         this.set(src.poolSize());
       },
     });
+    const pool = src.pool?.bind(src);
+    if (pool) {
+      const poolGauge = (name: string, help: string, pick: (p: PoolFigures) => number) =>
+        new Gauge({
+          name,
+          help,
+          registers,
+          collect() {
+            this.set(pick(pool()));
+          },
+        });
+      poolGauge(
+        "forkd_pool_hot_vmms",
+        "Pool members restored, warmed and stopped ahead of forks",
+        (p) => p.hot,
+      );
+      poolGauge("forkd_pool_max_vmms", "The host-wide bound on pool members (FORKD_POOL_MAX)", (p) => p.max);
+      poolGauge("forkd_pool_memory_bytes", "Memory (PSS) of the pool members when they joined", (p) =>
+        Math.round(p.memMiB * 2 ** 20),
+      );
+    }
     const sharing = (
       name: string,
       help: string,

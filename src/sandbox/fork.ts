@@ -1,7 +1,7 @@
 /**
  * FORK: `n` children of a snapshot in one fan-out. Each child gets a VMM (a pre-started one
  * from the warm pool when it has no network, else a new one: prepare.ts), its limits, its
- * network, the snapshot's device state and its identity; it is recorded and registered once its
+ * network, the snapshot's device state (a hot member has it already) and its identity; it is recorded and registered once its
  * agent answers. A failed child is cleaned up and reported without failing its siblings.
  */
 import { randomBytes } from "node:crypto";
@@ -95,6 +95,8 @@ export async function forkChildren(
     );
   }
   const started = ctx.live.starting(tag, n);
+  // Only forks the pool can serve (no network) make a snapshot's members wanted.
+  if ((opts.network ?? NO_NETWORK).mode === "none") ctx.pool.use(snap.meta.tag);
   // Until the reply goes out, only this journal says who the children are for: a daemon that
   // dies first adopts them as unclaimed (recovery.ts). Written while the first VMMs start.
   const fanout = randomBytes(6).toString("hex");
@@ -107,7 +109,7 @@ export async function forkChildren(
     forkOne(ctx, snap, opts, { id: fanout, journaled }),
   ).finally(() => {
     started();
-    ctx.pool.refill(snap.meta.tag);
+    ctx.pool.refill();
   });
   const out: ForkResult = { sandboxes: [], failures: [] };
   results.forEach((r, index) => {
@@ -162,9 +164,11 @@ async function forkOne(
     // Pre-started with the defaults: the request's own limits are set before the guest runs.
     if (opts.limits && cgroups) await cgroups.apply(p.id, limits);
     const t1 = nowMs();
-    await restoreChild(ctx, p.vm, snap);
-    // The link as the snapshot saved it, unless this child wants the other state.
-    if (nic && nic.linkUp !== net.linkUp) await p.vm.setLink(net.linkUp);
+    // A hot member was restored and warmed already (pool-warm.ts), link down: it only continues.
+    if (!p.hot) await restoreChild(ctx, p.vm, snap);
+    // The link as the snapshot saved it (a hot member's: down), unless this child wants the other state.
+    const linkUp = p.hot ? false : nic?.linkUp;
+    if (nic && linkUp !== net.linkUp) await p.vm.setLink(net.linkUp);
     await p.vm.resume();
     const restoreMs = since(t1);
     await p.agent.identity(
@@ -190,6 +194,7 @@ async function forkOne(
       created: created.toISOString(),
       timings: { launchMs, restoreMs, readyMs, totalMs: since(t0) },
       fromPool: pooled !== null,
+      ...(p.hot ? { hotPool: true } : {}),
       timeoutMs: opts.timeoutMs ?? null,
       metadata: opts.metadata ?? {},
       onIdle: opts.onIdle ?? "kill",

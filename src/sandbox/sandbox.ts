@@ -19,6 +19,11 @@ export interface SandboxRecord {
   timings: { launchMs: number; restoreMs: number; readyMs: number; totalMs: number };
   /** Its VMM was pre-started by the pool (launchMs is then only the hand-over). */
   fromPool: boolean;
+  /**
+   * Its VMM was a hot pool member (restored, warmed and stopped ahead: pool-warm.ts): restoreMs
+   * is then only its continue, readyMs that and its identity. Absent: not hot.
+   */
+  hotPool?: boolean;
   /** Idle timeout (absent in records written before it existed). */
   timeoutMs?: number | null;
   metadata?: Record<string, string>;

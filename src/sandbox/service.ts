@@ -4,7 +4,7 @@
  * its operation:
  *   registry.ts        the live registry (and children being forked)
  *   sweeper.ts         idle timeout, deadline and lifetime
- *   fork.ts            fan-out of children (prepare.ts starts a VMM; pool.ts keeps some warm)
+ *   fork.ts            fan-out of children (prepare.ts starts a VMM; pool.ts keeps some hot)
  *   branch.ts          BRANCH (a running sandbox becomes a snapshot)
  *   pause.ts resume.ts suspend and resume
  *   network-change.ts  exposed ports and egress of a running sandbox
@@ -40,8 +40,9 @@ import { lease, use } from "./lease.js";
 import type { Lease } from "./lease.js";
 import { exposePort, setEgress, unexposePort } from "./network-change.js";
 import { pause } from "./pause.js";
-import { WarmPool } from "./pool.js";
-import { prepare } from "./prepare.js";
+import { WarmPool, poolDefaults } from "./pool.js";
+import type { PoolOptions, PoolState } from "./pool.js";
+import { poolMember } from "./pool-warm.js";
 import { SandboxRegistry } from "./registry.js";
 import { resume } from "./resume.js";
 import type { ResumeOptions } from "./resume.js";
@@ -62,6 +63,8 @@ export interface SandboxServiceOptions {
   tbSizeMiB?: number;
   /** Pre-started VMMs kept per recently forked snapshot (0: none). */
   poolSize?: number;
+  /** The warm pool's host-wide bounds and policy (pool.ts; defaults: poolDefaults()). */
+  pool?: Partial<PoolOptions>;
   /** Children started at once during a fan-out (default: all). */
   forkParallelism?: number;
   /** Sandboxes (running, exited-but-listed and starting) the daemon will hold at once. */
@@ -105,7 +108,11 @@ export class SandboxService {
       quarantine: o.quarantine ?? new Quarantine(join(dirname(o.root), "quarantine"), o.log),
       crash: o.crash ?? NO_CRASH,
       live: new SandboxRegistry(),
-      pool: new WarmPool(o.poolSize ?? 0, async (tag) => prepare(ctx, await o.store.get(tag)), o.log),
+      pool: new WarmPool(
+        { ...poolDefaults(), perTag: o.poolSize ?? 0, ...o.pool },
+        (tag, hot) => poolMember(ctx, tag, hot),
+        o.log,
+      ),
     };
     this.ctx = ctx;
     this.sweeper = new Sweeper(ctx);
@@ -113,7 +120,8 @@ export class SandboxService {
 
   /** Pre-starts VMMs for `tag` now, so its first fork is as fast as later ones. */
   prewarm(tag: string): void {
-    this.ctx.pool.refill(tag);
+    this.ctx.pool.use(tag);
+    this.ctx.pool.refill();
   }
 
   /** Stops pre-starting VMMs for `tag` and kills those waiting (before its snapshot is deleted). */
@@ -187,6 +195,11 @@ export class SandboxService {
   /** Pre-started VMMs waiting, by snapshot tag. */
   poolStatus(): Record<string, number> {
     return this.ctx.pool.status();
+  }
+
+  /** The warm pool: totals, bounds, hot and cold members, per snapshot its target and demand. */
+  poolState(): PoolState {
+    return this.ctx.pool.state();
   }
 
   /** Which network modes this host gives, and its netns slots. */

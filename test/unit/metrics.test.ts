@@ -42,6 +42,7 @@ test("the exposition parses; gauges follow the sources, histograms and failures 
     sandboxStates: () => states,
     snapshotStatuses: async () => ({ ready: 2, failed: 1 }),
     poolSize: () => 3,
+    pool: () => ({ hot: 2, max: 8, memMiB: 1.5 }),
     sharing: new SharingProbe(() => [process.pid], 0),
     audit: () => ({ written: 7, dropped: 1, failed: 0 }),
   });
@@ -51,6 +52,9 @@ test("the exposition parses; gauges follow the sources, histograms and failures 
   assert.equal(value(p, "forkd_snapshots", { status: "ready" }), 2);
   assert.equal(value(p, "forkd_snapshots", { status: "writing" }), 0);
   assert.equal(value(p, "forkd_pool_vmms"), 3);
+  assert.equal(value(p, "forkd_pool_hot_vmms"), 2);
+  assert.equal(value(p, "forkd_pool_max_vmms"), 8);
+  assert.equal(value(p, "forkd_pool_memory_bytes"), 1.5 * 2 ** 20);
   assert.equal(value(p, "forkd_audit_lines", { outcome: "written" }), 7);
   assert.equal(value(p, "forkd_build_info", { version: "9.9.9" }), 1);
   assert.ok(value(p, "forkd_vmm_rss_bytes") > 0);

@@ -788,6 +788,29 @@ export interface components {
             pool: {
                 [key: string]: number;
             };
+            /** @description The warm pool: totals, bounds and per snapshot (admins only). */
+            pool_state?: {
+                total: number;
+                /** @description Members restored, warmed and stopped ahead of forks. */
+                hot: number;
+                cold: number;
+                /** @description The host-wide bound (FORKD_POOL_MAX). */
+                max: number;
+                /** @description The host-wide memory bound (FORKD_POOL_MAX_MIB). */
+                max_mib: number | null;
+                /** @description The members' memory (PSS) when they joined. */
+                memory_mib: number;
+                tags: {
+                    [key: string]: {
+                        ready: number;
+                        hot: number;
+                        /** @description Members the policy gives the snapshot now. */
+                        target: number;
+                        /** @description Its exponentially decayed fork count. */
+                        score: number;
+                    };
+                };
+            };
             /** @description Which network modes this host gives, and its netns slots (admins only). */
             network?: {
                 user: boolean;

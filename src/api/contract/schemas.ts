@@ -102,6 +102,26 @@ export const Health = named(
     accel_reason: z.string(),
     sandboxes: z.number().int(),
     pool: z.record(z.string(), z.number().int()).describe("Pre-started VMMs waiting, by snapshot tag."),
+    pool_state: z
+      .object({
+        total: z.number().int(),
+        hot: z.number().int().describe("Members restored, warmed and stopped ahead of forks."),
+        cold: z.number().int(),
+        max: z.number().int().describe("The host-wide bound (FORKD_POOL_MAX)."),
+        max_mib: z.number().int().nullable().describe("The host-wide memory bound (FORKD_POOL_MAX_MIB)."),
+        memory_mib: z.number().int().describe("The members' memory (PSS) when they joined."),
+        tags: z.record(
+          z.string(),
+          z.object({
+            ready: z.number().int(),
+            hot: z.number().int(),
+            target: z.number().int().describe("Members the policy gives the snapshot now."),
+            score: z.number().describe("Its exponentially decayed fork count."),
+          }),
+        ),
+      })
+      .optional()
+      .describe("The warm pool: totals, bounds and per snapshot (admins only)."),
     network: z
       .object({
         user: z.boolean(),
