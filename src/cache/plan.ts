@@ -46,6 +46,7 @@ export function planCollection(i: PlanInput): Plan {
   const add = (id: string, r: Reason) => {
     if (!byId.has(id)) return;
     const list = reasons.get(id) ?? [];
+    if (list.some((x) => JSON.stringify(x) === JSON.stringify(r))) return; // named twice (meta and disk)
     list.push(r);
     reasons.set(id, list);
   };
