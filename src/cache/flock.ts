@@ -5,6 +5,7 @@
  * the lock). Waiting is bounded.
  */
 import { spawn } from "node:child_process";
+import { childEnv } from "../util/proc.js";
 
 export interface HeldLock {
   release(): Promise<void>;
@@ -19,7 +20,7 @@ export function takeFlock(path: string, o: { shared: boolean; waitMs: number }):
   const child = spawn(
     "flock",
     [o.shared ? "-s" : "-x", ...wait, "-E", "75", path, "-c", "echo locked; exec cat >/dev/null"],
-    { stdio: ["pipe", "pipe", "ignore"] },
+    { stdio: ["pipe", "pipe", "ignore"], env: childEnv() },
   );
   return new Promise<HeldLock | null>((resolve, reject) => {
     let settled = false;
