@@ -54,7 +54,11 @@ export class CacheKeeper {
 
   /** Records this daemon's data directory as a user of the cache, then collects once (budget). */
   async start(): Promise<void> {
-    await registerUser(this.cacheDir, this.dataDir);
+    // Not recorded (a read-only cache): its snapshots are still found while it runs (its
+    // process names its data directory: live-daemons.ts), so this is a warning, not a failure.
+    await registerUser(this.cacheDir, this.dataDir).catch((e: unknown) =>
+      this.log.warn("data directory not recorded as a user of the cache", { error: errorMessage(e) }),
+    );
     this.collectSoon();
   }
 

@@ -190,7 +190,7 @@ export class SnapshotService {
             ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
             resolve: defaultResolver(
               this.o.create.images,
-              this.o.images ? this.fromImage(this.o.images) : undefined,
+              this.o.images ? this.fromImage(this.o.images, pins) : undefined,
             ),
             ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
             snapshot: (c, p) => this.build(c, p),
@@ -260,9 +260,14 @@ export class SnapshotService {
   }
 
   /** Dockerfile FROM of an image reference: pulled, then its guest image built (cached both). */
-  private fromImage(images: ImageResolver): FromResolver {
+  private fromImage(images: ImageResolver, pins?: PinScope): FromResolver {
     return async (ref, progress, signal) => {
-      const pulled = await images.ensure(ref, progress, signal);
+      let pulled = await images.ensure(ref, progress, signal);
+      // Its tree is read by the image build: pinned (pulled again if collected meanwhile).
+      if (pins && !(await pins.pin(pulled.rootfs))) {
+        pulled = await images.ensure(ref, progress, signal);
+        if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${ref}`);
+      }
       progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
       const image = await this.o.create.images.ensureFromRootfs(
         pulled,

@@ -37,6 +37,13 @@ const entryJson = (e: PlannedEntry) => ({
   kept_by: e.reasons.map(describe),
 });
 
+/** What keeps an entry, in a table cell: the first few reasons and how many more. */
+const keptBy = (e: PlannedEntry): string => {
+  const all = e.reasons.map(describe);
+  if (all.length === 0) return "-";
+  return all.length <= 3 ? all.join("; ") : `${all.slice(0, 3).join("; ")}; +${all.length - 3} more`;
+};
+
 function parseGib(v: string | undefined): number | null {
   if (v === undefined) return null;
   const n = Number(v);
@@ -77,7 +84,7 @@ export function cacheCommands(program: Command, ctx: CliContext): void {
       }
       printTable(
         ["ENTRY", "SIZE", "LAST USE", "KEPT BY"],
-        all.map((e) => [e.id, size(e.bytes), age(e.lastUse, now), e.reasons.map(describe).join("; ") || "-"]),
+        all.map((e) => [e.id, size(e.bytes), age(e.lastUse, now), keptBy(e)]),
       );
       ctx.say(
         `${all.length} entries, ${gib(plan.totalBytes)} (shared files counted once); ${gib(plan.totalBytes - plan.afterBytes)} collectable; users: ${users.live.map((u) => u.dataDir).join(", ") || "none"}`,
