@@ -450,6 +450,7 @@ run_stage() {
 	dest="$CACHE/stages/$name-$hash"
 	step_start "$name"
 	if [ -d "$dest" ]; then
+		touch -c "$dest" # its last use (the cache collector evicts the least recently used)
 		STAGE_DIR=$dest
 		step_done cached
 		return
@@ -610,6 +611,7 @@ IMAGE_DIR="$CACHE/images/$IMAGE_HASH"
 if [ -f "$IMAGE_DIR/manifest.json" ] && [ -f "$IMAGE_DIR/provenance" ] &&
 	grep -qx "image_hash=$IMAGE_HASH" "$IMAGE_DIR/provenance"; then
 	for s in "${STEPS[@]:1}"; do step_start "$s"; step_done cached; done
+	touch -c "$IMAGE_DIR" # its last use, under the lock (see src/cache/: a collection keeps it)
 	echo "$IMAGE_DIR" >&3
 	exit 0
 fi

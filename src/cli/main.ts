@@ -8,6 +8,7 @@
 import { Command, CommanderError } from "commander";
 import { VERSION } from "../version.js";
 import { branchCommand } from "./commands/branch.js";
+import { cacheCommands } from "./commands/cache.js";
 import { daemonCommands } from "./commands/daemon.js";
 import { execCommands } from "./commands/exec.js";
 import { fileCommands } from "./commands/files.js";
@@ -53,6 +54,7 @@ function buildProgram(ctx: CliContext): Command {
   transferCommands(program, ctx);
   tokenCommands(program, ctx);
   e2bCommands(program, ctx);
+  cacheCommands(program, ctx);
   return program;
 }
 

@@ -27,6 +27,7 @@ import { chooseAccel } from "../host/accel.js";
 import { defaultPaths, sandboxesDir, snapshotsDir } from "../host/paths.js";
 import type { Paths } from "../host/paths.js";
 import { findQemu, qemuVersion } from "../host/qemu-binary.js";
+import { CacheKeeper, cacheSettingsFromEnv } from "../cache/keeper.js";
 import { ImageBuilder } from "../image/builder.js";
 import { unpackMaxFromEnv } from "../snapshot/unpack-budget.js";
 import { SandboxService } from "../sandbox/service.js";
@@ -73,6 +74,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   // Every access setting is checked before anything is touched.
   const cfg = await readAccessConfig(env, paths.dataDir);
   const poolCfg = poolConfig(env);
+  const cacheSettings = cacheSettingsFromEnv(env);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
   const runDir = join(paths.dataDir, "run");
   for (const d of [snapshotsDir(paths), sandboxesDir(paths), runDir])
@@ -211,6 +213,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   });
   // Its builds run in process groups of their own: close() stops them (the group, not just bash).
   const imageBuilder = new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env });
+  // The shared cache: this data directory recorded as its user (so a collection anywhere keeps
+  // what its snapshots name), pins, and with FORKD_CACHE_MAX_GIB a bounded collection at start
+  // and after builds (src/cache/keeper.ts).
+  const cache = new CacheKeeper(paths.cacheDir, paths.dataDir, cacheSettings, log);
+  await cache.start();
   const snapshots = new SnapshotService({
     store,
     // Snapshots from images: pulled into <cache>/oci/ with the registry settings push and pull
@@ -243,6 +250,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     log,
     crash,
     buildNetwork: buildNetworkOf(network),
+    cache,
   });
   const services: Services = {
     store,
@@ -346,6 +354,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       await closing;
       clearTimeout(cut);
       await imageBuilder.close();
+      await cache.close();
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
       await audit.close();

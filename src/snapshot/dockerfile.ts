@@ -88,6 +88,8 @@ export interface DockerfileSnapshotDeps {
   cacheDir: string;
   resolve: FromResolver;
   network?: BuildNetwork;
+  /** Pins a cache entry the build uses until the snapshot is made (false: collected). */
+  pin?: (path: string) => Promise<boolean>;
   /** Creates the snapshot from the built image (SnapshotService.create: logs, prewarm). */
   snapshot: (req: NewSnapshotRequest, progress: Progress) => Promise<SnapshotMeta>;
 }
@@ -136,6 +138,7 @@ export async function createFromDockerfile(
         runDir: deps.create.runDir,
         resolve: deps.resolve,
         ...(deps.network ? { network: deps.network } : {}),
+        ...(deps.pin ? { pin: deps.pin } : {}),
       },
       {
         dockerfile: await readFile(file, "utf8"),

@@ -214,6 +214,8 @@ export interface UnpackDeps {
   owner?: string | null;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
+  /** Pins the image directory in the cache until the snapshots naming it are published. */
+  pin?: (path: string) => Promise<boolean>;
 }
 
 /** What registering a staged pack did. */
@@ -491,7 +493,8 @@ export async function registerStaged(
     const imageDir = have.has("image/rootfs.ext4")
       ? await installImage(deps, join(dir, "image"), address)
       : await findImage(deps.cacheDir, address);
-    if (!imageDir) throw new ForkdError("conflict", "the pack's guest image is no longer on this host");
+    if (!imageDir || (deps.pin && !(await deps.pin(imageDir))))
+      throw new ForkdError("conflict", "the pack's guest image is no longer on this host");
 
     // Root first: rebase each disk layer onto this host's paths, rewrite metadata, publish.
     let parentMeta: SnapshotMeta | null = null;

@@ -28,6 +28,13 @@ import type { Progress } from "./progress.js";
 import type { PushResult, TransferDeps } from "./push.js";
 import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./store.js";
 import { unpackSnapshot } from "./unpack.js";
+import type { PinScope } from "../cache/pins.js";
+
+/** The daemon's part in the shared cache (src/cache/keeper.ts): pins, and collecting after builds. */
+export interface CacheUse {
+  scope(): PinScope;
+  collectSoon(): void;
+}
 
 /** What the snapshot service needs of the sandbox service (SandboxService). */
 export interface SnapshotUsers {
@@ -68,7 +75,13 @@ export interface SnapshotServiceOptions {
   crash?: CrashPoint;
   /** The network of Dockerfile build VMs (absent: none). */
   buildNetwork?: BuildNetwork;
+  /** Pins what operations in progress use in the cache, and collects it (absent: neither). */
+  cache?: CacheUse;
 }
+
+/** Thrown when what an operation was about to use was collected from the cache meanwhile. */
+const collected = (what: string) =>
+  new ForkdError("unavailable", `${what} was collected from the cache while in use; try again`);
 
 export class SnapshotService {
   constructor(private readonly o: SnapshotServiceOptions) {}
@@ -117,7 +130,7 @@ export class SnapshotService {
   }
 
   /** The guest image, source and exec defaults of `from`: built (or found cached) now. */
-  private async prepare(from: SnapshotFrom, progress: Progress): Promise<PreparedImage> {
+  private async prepare(from: SnapshotFrom, progress: Progress, pins?: PinScope): Promise<PreparedImage> {
     if ("prepared" in from) return from.prepared;
     const onLine = (line: string) => progress(line, { phase: "image" });
     if ("template" in from) {
@@ -127,7 +140,13 @@ export class SnapshotService {
       return { image, source: { kind: "template", name: from.template } };
     }
     progress(`image: pulling ${from.image}`, { phase: "pull" });
-    const pulled = await this.resolver().ensure(from.image, progress);
+    let pulled = await this.resolver().ensure(from.image, progress);
+    // Its tree is read by the image build: pinned until the snapshot is made (once more if it
+    // was collected between the pull and the pin).
+    if (pins && !(await pins.pin(pulled.rootfs))) {
+      pulled = await this.resolver().ensure(from.image, progress);
+      if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${from.image}`);
+    }
     progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
     const image = await this.o.create.images.ensureFromRootfs(pulled, onLine);
     const cwd = pulled.config.workingDir;
@@ -162,22 +181,28 @@ export class SnapshotService {
     unwatched: () => boolean = () => false,
   ): Promise<SnapshotMeta> {
     return this.tracked(req.tag, req.owner, progress, unwatched, async (logged) => {
-      const r = await createFromDockerfile(
-        {
-          create: this.o.create,
-          cacheDir: this.o.cacheDir,
-          resolve: defaultResolver(
-            this.o.create.images,
-            this.o.images ? this.fromImage(this.o.images) : undefined,
-          ),
-          ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
-          snapshot: (c, p) => this.build(c, p),
-        },
-        req,
-        context,
-        logged,
-      );
-      return r.meta;
+      const pins = this.o.cache?.scope();
+      try {
+        const r = await createFromDockerfile(
+          {
+            create: this.o.create,
+            cacheDir: this.o.cacheDir,
+            ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
+            resolve: defaultResolver(
+              this.o.create.images,
+              this.o.images ? this.fromImage(this.o.images, pins) : undefined,
+            ),
+            ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
+            snapshot: (c, p) => this.build(c, p),
+          },
+          req,
+          context,
+          logged,
+        );
+        return r.meta;
+      } finally {
+        await pins?.release();
+      }
     });
   }
 
@@ -187,10 +212,21 @@ export class SnapshotService {
     if (await this.o.store.has(req.tag))
       throw new ForkdError("conflict", `snapshot ${req.tag} already exists`, { tag: req.tag });
     const { from, ...rest } = req;
-    const prepared = await this.prepare(from, progress);
-    const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, progress);
-    this.o.sandboxes.prewarm(meta.tag);
-    return meta;
+    // What the snapshot is made from stays pinned in the cache until its meta.json names it.
+    const pins = this.o.cache?.scope();
+    try {
+      let prepared = await this.prepare(from, progress, pins);
+      if (pins && !(await pins.pin(prepared.image.dir))) {
+        prepared = await this.prepare(from, progress, pins); // collected since: built again
+        if (!(await pins.pin(prepared.image.dir))) throw collected(`the guest image ${prepared.image.dir}`);
+      }
+      const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, progress);
+      this.o.sandboxes.prewarm(meta.tag);
+      return meta;
+    } finally {
+      await pins?.release();
+      this.o.cache?.collectSoon();
+    }
   }
 
   /**
@@ -224,9 +260,14 @@ export class SnapshotService {
   }
 
   /** Dockerfile FROM of an image reference: pulled, then its guest image built (cached both). */
-  private fromImage(images: ImageResolver): FromResolver {
+  private fromImage(images: ImageResolver, pins?: PinScope): FromResolver {
     return async (ref, progress, signal) => {
-      const pulled = await images.ensure(ref, progress, signal);
+      let pulled = await images.ensure(ref, progress, signal);
+      // Its tree is read by the image build: pinned (pulled again if collected meanwhile).
+      if (pins && !(await pins.pin(pulled.rootfs))) {
+        pulled = await images.ensure(ref, progress, signal);
+        if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${ref}`);
+      }
       progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
       const image = await this.o.create.images.ensureFromRootfs(
         pulled,
@@ -249,8 +290,13 @@ export class SnapshotService {
   }
 
   /** Registers the snapshots of the pack `input`, owned by `owner` (null: shared). */
-  unpack(input: Readable, owner: string | null): Promise<Registered> {
-    return unpackSnapshot(this.unpackDeps(owner), input);
+  async unpack(input: Readable, owner: string | null): Promise<Registered> {
+    const pins = this.o.cache?.scope();
+    try {
+      return await unpackSnapshot(this.unpackDeps(owner, pins), input);
+    } finally {
+      await pins?.release();
+    }
   }
 
   /** Pushes `tag` to the registry reference `ref`. */
@@ -267,13 +313,22 @@ export class SnapshotService {
   }
 
   /** Pulls a snapshot (and its chain) from a registry or a URL, owned by `owner`. */
-  pull(req: PullRequest, owner: string | null, progress: Progress = () => undefined): Promise<PullResult> {
+  async pull(
+    req: PullRequest,
+    owner: string | null,
+    progress: Progress = () => undefined,
+  ): Promise<PullResult> {
     // (No fault injection in a pull: its crash points are an unpack's.)
-    const { crash: _c, ...deps } = this.unpackDeps(owner);
-    return pullSnapshot({ ...this.o.transfer, ...deps }, req, (line, detail) => {
-      this.o.log.info(`pull: ${line}`);
-      progress(line, detail);
-    });
+    const pins = this.o.cache?.scope();
+    try {
+      const { crash: _c, ...deps } = this.unpackDeps(owner, pins);
+      return await pullSnapshot({ ...this.o.transfer, ...deps }, req, (line, detail) => {
+        this.o.log.info(`pull: ${line}`);
+        progress(line, detail);
+      });
+    } finally {
+      await pins?.release();
+    }
   }
 
   /** A new base snapshot `newTag` with `tag`'s state and no parent. */
@@ -295,8 +350,9 @@ export class SnapshotService {
     });
   }
 
-  private unpackDeps(owner: string | null): UnpackDeps {
+  private unpackDeps(owner: string | null, pins?: PinScope): UnpackDeps {
     return {
+      ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
       store: this.o.store,
       cacheDir: this.o.cacheDir,
       maxBytes: this.o.transfer.unpackMaxBytes ?? null,

@@ -16,7 +16,7 @@
 import { createHash } from "node:crypto";
 import type { BaseSource } from "../../snapshot/meta.js";
 import { mkdir, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { createOverlay, rebaseUnsafe } from "../../disk/overlay.js";
 import type { AccelChoice } from "../../host/accel.js";
@@ -62,6 +62,11 @@ export interface DockerfileDeps {
   resolve: FromResolver;
   /** Absent, or failing: the build VM has no network (said in the progress). */
   network?: BuildNetwork;
+  /**
+   * Pins a cache entry the build stands on (its base image, its last cached layer, a finished
+   * image) until the caller's snapshot is made; false: it was collected (src/cache/pins.ts).
+   */
+  pin?: (path: string) => Promise<boolean>;
 }
 
 export interface DockerfileBuildRequest {
@@ -110,6 +115,11 @@ export async function buildDockerfile(
   const from = fromRef(df, req.buildArgs);
   progress(`from: resolving ${from.ref}`, { phase: "image" });
   const base = await deps.resolve(from.ref, progress, req.signal);
+  const pin = async (path: string) => {
+    if (deps.pin && !(await deps.pin(path)))
+      throw new ForkdError("unavailable", `${path} was collected from the cache while in use; try again`);
+  };
+  await pin(base.image.dir);
   const p = plan(df, base.config, req.buildArgs);
   const context = await BuildContext.scan(req.contextDir);
   const cache = new StepCache(deps.cacheDir);
@@ -164,7 +174,10 @@ export async function buildDockerfile(
   for (const [i, k] of keyed.slice(0, first).entries()) {
     progress(`step ${i + 1}/${keyed.length}: ${k.what}: cached`, { phase: "step" });
   }
+  // The chain the build boots on: its last cached layer stands on every one before it.
+  if (first > 0) await pin(dirname(cache.layer(keyed[first - 1]?.key ?? "")));
   const done = first === keyed.length ? await cache.result(finalKey) : null;
+  if (done) await pin(join(cache.imagesDir(), done));
   const installed = async (address: string) => ({
     image: await installedImage(cache, address, base.image, finalKey),
     config: p.config,
