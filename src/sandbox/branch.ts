@@ -330,7 +330,9 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     warmEval: src.warmEval,
     ...(src.warmEvalLanguage !== undefined ? { warmEvalLanguage: src.warmEvalLanguage } : {}),
     diskSize: src.diskSize,
-    files: diffOnly ? { memory: src.files.memory, vmstate, disk, memoryDiff: memory } : { memory, vmstate, disk },
+    files: diffOnly
+      ? { memory: src.files.memory, vmstate, disk, memoryDiff: memory }
+      : { memory, vmstate, disk },
     timings: { bootMs: 0, warmMs: 0, freezeMs: a.pauseMs },
     stateFormat: "devices",
     nic: src.nic ? nicMeta(src.nic, a.linkUp) : undefined,

@@ -13,8 +13,14 @@ import { ForkdError } from "../util/errors.js";
 const MAGIC = "FKMDIFF1";
 const CHUNK = 8 << 20;
 
-async function readExactly(f: FileHandle, buf: Buffer, len: number, pos: number, what: string): Promise<void> {
-  for (let got = 0; got < len; ) {
+async function readExactly(
+  f: FileHandle,
+  buf: Buffer,
+  len: number,
+  pos: number,
+  what: string,
+): Promise<void> {
+  for (let got = 0; got < len;) {
     const { bytesRead } = await f.read(buf, got, len - got, pos + got);
     if (bytesRead === 0) throw new ForkdError("snapshot_corrupt", `memory diff ${what} is truncated`);
     got += bytesRead;
@@ -48,10 +54,10 @@ export async function applyMemoryDiff(base: string, diff: string, out: string): 
         if (len === 0) break;
         if (!Number.isSafeInteger(off) || !Number.isSafeInteger(len) || off + len > size)
           throw new ForkdError("snapshot_corrupt", `memory diff ${diff} has a run outside the image`);
-        for (let done = 0; done < len; ) {
+        for (let done = 0; done < len;) {
           const n = Math.min(CHUNK, len - done);
           await readExactly(d, buf, n, pos, diff);
-          for (let w = 0; w < n; ) {
+          for (let w = 0; w < n;) {
             const { bytesWritten } = await o.write(buf, w, n - w, off + done + w);
             w += bytesWritten;
           }

@@ -133,9 +133,7 @@ export const SnapshotMetaSchema = z.object({
    * snapshot: a child maps that image and gets the diff written in, so a branch of it captures
    * a diff relative to the same image again (cumulative, never a chain of diffs).
    */
-  memoryBase: z
-    .object({ tag: z.string(), checksum: z.string().regex(/^[0-9a-f]{64}$/) })
-    .optional(),
+  memoryBase: z.object({ tag: z.string(), checksum: z.string().regex(/^[0-9a-f]{64}$/) }).optional(),
   /** A branch: the sandbox it was taken from and what the pause cost. */
   branch: z
     .object({
@@ -213,7 +211,8 @@ export const diffFieldsAgree = (m: Pick<SnapshotMeta, "memoryBase" | "files">): 
 
 /** Writes `meta` in the current format (a rewrite of a format-1 snapshot records its source). */
 export async function writeMeta(path: string, meta: Omit<SnapshotMeta, "checksum">): Promise<SnapshotMeta> {
-  if (!diffFieldsAgree(meta)) throw new ForkdError("internal", "memoryBase without files.memoryDiff, or the reverse");
+  if (!diffFieldsAgree(meta))
+    throw new ForkdError("internal", "memoryBase without files.memoryDiff, or the reverse");
   const current = { ...meta, format: meta.memoryBase ? SNAPSHOT_FORMAT_DIFF : SNAPSHOT_FORMAT };
   const full: SnapshotMeta = { ...current, checksum: checksumOf(current) };
   await writeJsonAtomic(path, full, 0o644);
@@ -240,7 +239,10 @@ export async function readMeta(path: string): Promise<SnapshotMeta> {
   if (checksumOf(rest) !== checksum && legacyChecksumOf(rest) !== checksum)
     throw new ForkdError("snapshot_corrupt", `${path}: checksum mismatch`);
   if (!diffFieldsAgree(parsed) || (parsed.memoryBase && parsed.format < SNAPSHOT_FORMAT_DIFF))
-    throw new ForkdError("snapshot_corrupt", `${path}: memoryBase and files.memoryDiff go together, in format 3`);
+    throw new ForkdError(
+      "snapshot_corrupt",
+      `${path}: memoryBase and files.memoryDiff go together, in format 3`,
+    );
   try {
     return withSource(parsed);
   } catch (e) {
