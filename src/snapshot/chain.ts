@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
 import { linkOrCopy } from "../util/fs.js";
 import { ForkdError } from "../util/errors.js";
-import { sha256File, writeMeta } from "./meta.js";
+import { readMeta, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import { applyMemoryDiff } from "./memory-diff.js";
 import type { Snapshot, SnapshotStore } from "./store.js";
@@ -92,10 +92,30 @@ export async function flattenInPlace(store: SnapshotStore, snap: Snapshot): Prom
     // Disk first, then metadata: a crash between leaves a flat disk with a parent recorded,
     // which still forks (the recorded parent is only checked while it exists).
     await rename(tmp, snap.files.disk);
-    await writeMeta(snap.files.meta, next);
-    store.forget(snap.meta.tag);
+    await rewriteMeta(store, snap.meta.tag, next);
   } finally {
     await rm(tmp, { force: true });
+  }
+}
+
+/**
+ * Rewrites `tag`'s metadata in place as `next`, and the parent checksum its dependents record
+ * (theirs change with it, so down the whole subtree): a branch checks its parent is the one it
+ * was taken from, and a rewrite that keeps the parent's content (flattened, materialized) must
+ * not make its branches unusable once the daemon restarts.
+ */
+async function rewriteMeta(
+  store: SnapshotStore,
+  tag: string,
+  next: Omit<SnapshotMeta, "checksum">,
+): Promise<void> {
+  const meta = await writeMeta(store.filesFor(tag).meta, next);
+  store.forget(tag);
+  for (const dep of await store.dependents(tag)) {
+    const d = await readMeta(store.filesFor(dep).meta);
+    if (d.parent?.tag !== tag || d.parent.checksum === meta.checksum) continue;
+    const { checksum: _c, ...rest } = d;
+    await rewriteMeta(store, dep, { ...rest, parent: { tag, checksum: meta.checksum } });
   }
 }
 
@@ -115,8 +135,7 @@ export async function materializeMemory(store: SnapshotStore, snap: Snapshot): P
     await rename(tmp, own);
     const { checksum: _drop, memoryBase: _mb, ...rest } = snap.meta;
     const { memoryDiff: _md, ...sums } = snap.meta.files;
-    await writeMeta(snap.files.meta, { ...rest, files: { ...sums, memory } });
-    store.forget(snap.meta.tag);
+    await rewriteMeta(store, snap.meta.tag, { ...rest, files: { ...sums, memory } });
     await rm(snap.files.memoryDiff, { force: true });
   } finally {
     await rm(tmp, { force: true });
