@@ -1,4 +1,7 @@
-/** A forkd daemon for a benchmark: its own process on a throwaway data dir, waited for, cleaned up. */
+/**
+ * A forkd daemon for a benchmark: its own process on a throwaway data dir, waited for, cleaned up.
+ * FORKD_BENCH_REPO names another built checkout whose daemon to run (an A/B against main).
+ */
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { mkdtemp, open, rm } from "node:fs/promises";
@@ -24,7 +27,8 @@ export const benchDataDir = (prefix: string, parent = tmpdir()): Promise<string>
 export async function startDaemon(dataDir: string, env: Record<string, string> = {}): Promise<BenchDaemon> {
   const ep: Endpoint = { socket: join(dataDir, "forkd.sock") };
   const log = await open(join(dataDir, "daemon.log"), "a");
-  const proc = spawn(process.execPath, [join(REPO_DIR, "dist/src/cli/main.js"), "daemon"], {
+  const repo = process.env.FORKD_BENCH_REPO ?? REPO_DIR;
+  const proc = spawn(process.execPath, [join(repo, "dist/src/cli/main.js"), "daemon"], {
     env: { ...process.env, FORKD_DATA_DIR: dataDir, ...env },
     stdio: ["ignore", log.fd, log.fd],
   });

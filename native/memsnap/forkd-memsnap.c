@@ -18,6 +18,12 @@
  *       Writes OUT = BASE with DIFF's runs written over it (copy_file_range, so a filesystem
  *       that can share extents does), fsyncs it. Prints {"bytes","ms"}.
  *
+ *   forkd-memsnap inject PID MEMFILE DIFF
+ *       Writes DIFF's runs into PID's mapping of MEMFILE (a stopped VMM's guest RAM, mapped
+ *       MAP_PRIVATE: the pages written become private copies in it, exactly as if the guest had
+ *       written them). process_vm_writev, or /proc/PID/mem for a mapping it cannot write. The
+ *       diff's mapping size must be the mapping's. Prints {"bytes","runs","ms"}.
+ *
  * DIFF format (little-endian): "FKMDIFF1", u64 page size, u64 mapping size, then runs of
  * {u64 offset, u64 length, length bytes}, then a run with length 0.
  *
@@ -312,6 +318,84 @@ static int apply(const char *base, const char *diffpath, const char *outpath) {
   return 0;
 }
 
+/* pwrite to /proc/PID/mem (a forced write: works on a mapping the process cannot write itself). */
+static void mem_write(int mem, const char *buf, uint64_t len, uint64_t addr) {
+  for (uint64_t w = 0; w < len;) {
+    ssize_t r = pwrite(mem, buf + w, (size_t)(len - w), (off_t)(addr + w));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      die("write /proc/PID/mem");
+    }
+    if (r == 0) fail("short write to /proc/PID/mem");
+    w += (uint64_t)r;
+  }
+}
+
+/* Writes `len` bytes at `addr` of PID: process_vm_writev, else (EFAULT: read-only) /proc/PID/mem. */
+static void remote_write(pid_t pid, int *mem, const char *buf, uint64_t len, uint64_t addr) {
+  uint64_t w = 0;
+  while (w < len && *mem < 0) {
+    struct iovec l = {(void *)(buf + w), (size_t)(len - w)};
+    struct iovec r = {(void *)(uintptr_t)(addr + w), (size_t)(len - w)};
+    ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
+    if (n > 0) {
+      w += (uint64_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EFAULT && errno != EPERM && errno != ENOSYS) die("process_vm_writev");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+    *mem = open(path, O_WRONLY | O_CLOEXEC);
+    if (*mem < 0) die(path);
+  }
+  if (w < len) mem_write(*mem, buf + w, len - w, addr + w);
+}
+
+/*
+ * DIFF's pages into PID's mapping of MEMFILE. The caller keeps the VM stopped: the guest runs
+ * only once every page is in. Runs are file offsets (capture writes mapping offset + page).
+ */
+static int inject(pid_t pid, const char *memfile, const char *diffpath) {
+  double t0 = now_ms();
+  uint64_t start = 0, end = 0, fileoff = 0;
+  find_mapping(pid, memfile, &start, &end, &fileoff);
+  int d = open(diffpath, O_RDONLY | O_CLOEXEC);
+  if (d < 0) die(diffpath);
+  char magic[8];
+  uint64_t hdr[2];
+  read_all(d, magic, sizeof magic);
+  if (memcmp(magic, MAGIC, sizeof MAGIC) != 0) fail("not a forkd memory diff");
+  read_all(d, hdr, sizeof hdr);
+  if (hdr[0] != (uint64_t)sysconf(_SC_PAGESIZE)) fail("the diff was taken with another page size");
+  if (hdr[1] != end - start) fail("the diff was taken of a mapping of another size");
+  size_t bufsz = 8u << 20;
+  char *buf = malloc(bufsz);
+  if (!buf) fail("out of memory");
+  int mem = -1;
+  uint64_t total = 0, nruns = 0;
+  for (;;) {
+    uint64_t rec[2];
+    read_all(d, rec, sizeof rec);
+    if (rec[1] == 0) break;
+    if (rec[0] < fileoff || rec[0] + rec[1] < rec[0] || rec[0] + rec[1] - fileoff > end - start ||
+        rec[0] % hdr[0] != 0 || rec[1] % hdr[0] != 0)
+      fail("diff run outside the mapping");
+    for (uint64_t done = 0; done < rec[1];) {
+      size_t n = rec[1] - done < bufsz ? (size_t)(rec[1] - done) : bufsz;
+      read_all(d, buf, n);
+      remote_write(pid, &mem, buf, n, start + (rec[0] - fileoff) + done);
+      done += n;
+    }
+    total += rec[1];
+    nruns++;
+  }
+  close(d);
+  if (mem >= 0) close(mem);
+  printf("{\"bytes\":%" PRIu64 ",\"runs\":%" PRIu64 ",\"ms\":%.2f}\n", total, nruns, now_ms() - t0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "capture") == 0) {
     char *end;
@@ -320,6 +404,12 @@ int main(int argc, char **argv) {
     return capture((pid_t)pid, argv[3], argv[4]);
   }
   if (argc == 5 && strcmp(argv[1], "apply") == 0) return apply(argv[2], argv[3], argv[4]);
-  fprintf(stderr, "usage: forkd-memsnap capture PID MEMFILE DIFF | apply BASE DIFF OUT\n");
+  if (argc == 5 && strcmp(argv[1], "inject") == 0) {
+    char *end;
+    long pid = strtol(argv[2], &end, 10);
+    if (*end || pid <= 0) return fprintf(stderr, "forkd-memsnap: bad pid %s\n", argv[2]), 2;
+    return inject((pid_t)pid, argv[3], argv[4]);
+  }
+  fprintf(stderr, "usage: forkd-memsnap capture PID MEMFILE DIFF | apply BASE DIFF OUT | inject PID MEMFILE DIFF\n");
   return 2;
 }

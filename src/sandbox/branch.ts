@@ -5,17 +5,22 @@
  *   - its device state (xen-save-devices-state, ~10 KB);
  *   - its private memory pages (forkd-memsnap: the pages it wrote since its fork; every other
  *     page is still the snapshot's memory file it maps MAP_PRIVATE).
- * It resumes, and the snapshot is finished in the background: memory image = parent image +
- * private pages, the frozen disk layer hard-linked in, checksums, metadata, publish. Until then
- * the tag reads `writing` (durably: see SnapshotStore.recover).
+ * It resumes, and the snapshot is finished in the background: the frozen disk layer hard-linked
+ * in, checksums of the diff, device state and disk layer, metadata, publish. Until then the tag
+ * reads `writing` (durably: see SnapshotStore.recover). Its memory stays the diff (a format-3
+ * snapshot: `memoryBase` names the full image it is relative to; restore.ts writes it into each
+ * child), so a branch costs what the sandbox wrote, not its RAM. A sandbox that maps its own
+ * image (resumed from a pause) has no snapshot image under it: its branch gets a full image =
+ * that image + the private pages, as before.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, chown, mkdir, rm } from "node:fs/promises";
+import { chmod, chown, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
 import { linkOrCopy } from "../util/fs.js";
 import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
+import { memoryDiffFile } from "../snapshot/store.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertTag, newSandboxId } from "../util/ids.js";
@@ -123,6 +128,16 @@ export async function branch(
 export const memoryFileOf = (s: Sandbox, source: Snapshot): string =>
   s.record.memoryFile ?? source.files.memory;
 
+/**
+ * The snapshot whose full image `s` maps, which a diff captured from it is relative to: its
+ * snapshot's memory base (a diff snapshot's children map that image), or its snapshot itself;
+ * null when it maps its own paused image.
+ */
+export function memoryBaseFor(s: Sandbox, source: Snapshot): NonNullable<SnapshotMeta["memoryBase"]> | null {
+  if (s.record.memoryFile) return null;
+  return source.meta.memoryBase ?? { tag: source.meta.tag, checksum: source.meta.files.memory.sha256 };
+}
+
 export async function branchSandbox(
   deps: BranchDeps,
   s: Sandbox,
@@ -144,7 +159,7 @@ export async function branchSandbox(
     await store.markWriting(staging, { tag, started, source: s.record.id, owner });
     // Unique without a counter: layers made within one millisecond (a resume, a branch) differ.
     const newTop = join(s.dir, `disk-${Date.now().toString(36)}-${randomBytes(4).toString("hex")}.qcow2`);
-    const diff = join(staging, "memory.diff");
+    const diff = memoryDiffFile(staging);
 
     // Everything that can be done before the pause is: the new top layer is created now (over
     // the current top, which is frozen at the pause) and only opened during it.
@@ -204,6 +219,7 @@ export async function branchSandbox(
       source,
       frozenIsFirst: frozen === join(s.dir, "disk.qcow2"),
       base: memoryFileOf(s, source),
+      memoryBase: memoryBaseFor(s, source),
       staging,
       frozen,
       diff,
@@ -241,6 +257,8 @@ interface FinishArgs {
   frozenIsFirst: boolean;
   /** The memory file the source maps (its snapshot's, or its own after a resume). */
   base: string;
+  /** The snapshot whose image `base` is (the diff is stored relative to it); null: a full image. */
+  memoryBase: NonNullable<SnapshotMeta["memoryBase"]> | null;
   staging: string;
   frozen: string;
   diff: string;
@@ -258,6 +276,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   const t0 = nowMs();
   const files = {
     memory: join(a.staging, "memory"),
+    memoryDiff: memoryDiffFile(a.staging),
     vmstate: join(a.staging, "vmstate"),
     disk: join(a.staging, "disk.qcow2"),
     childDisk: join(a.staging, "child.qcow2"),
@@ -271,10 +290,17 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     // (Never rebase the frozen file in place: the running source reads it as a backing file.)
     await flattenLayers(a.frozen, { path: a.source.files.disk, format: "qcow2" }, files.disk);
   }
-  await deps.memsnap.apply(a.base, a.diff, files.memory);
-  await rm(a.diff, { force: true });
+  // A diff snapshot keeps the captured diff as its memory (memory.diff: capture wrote it there);
+  // the base image's checksum is the one its snapshot recorded, never hashed again here.
+  const diffOnly = a.memoryBase !== null;
+  if (!diffOnly) {
+    await deps.memsnap.apply(a.base, a.diff, files.memory);
+    await rm(a.diff, { force: true });
+  } else if (a.diff !== files.memoryDiff) {
+    await rename(a.diff, files.memoryDiff);
+  }
   const [memory, vmstate, disk] = await Promise.all([
-    sha256File(files.memory),
+    diffOnly ? sha256File(files.memoryDiff) : sha256File(files.memory),
     sha256File(files.vmstate),
     sha256File(files.disk),
   ]);
@@ -284,7 +310,11 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     sizeBytes: a.source.meta.diskSize,
     unsafe: true,
   });
-  await Promise.all([chmod(files.memory, 0o444), chmod(files.disk, 0o444), chmod(files.vmstate, 0o444)]);
+  await Promise.all([
+    chmod(diffOnly ? files.memoryDiff : files.memory, 0o444),
+    chmod(files.disk, 0o444),
+    chmod(files.vmstate, 0o444),
+  ]);
   const src = a.source.meta;
   const meta: Omit<SnapshotMeta, "checksum"> = {
     format: SNAPSHOT_FORMAT,
@@ -300,11 +330,14 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     warmEval: src.warmEval,
     ...(src.warmEvalLanguage !== undefined ? { warmEvalLanguage: src.warmEvalLanguage } : {}),
     diskSize: src.diskSize,
-    files: { memory, vmstate, disk },
+    files: diffOnly
+      ? { memory: src.files.memory, vmstate, disk, memoryDiff: memory }
+      : { memory, vmstate, disk },
     timings: { bootMs: 0, warmMs: 0, freezeMs: a.pauseMs },
     stateFormat: "devices",
     nic: src.nic ? nicMeta(src.nic, a.linkUp) : undefined,
     parent: { tag: src.tag, checksum: src.checksum },
+    ...(a.memoryBase ? { memoryBase: a.memoryBase } : {}),
     branch: { sandbox: a.sandbox, pauseMs: a.pauseMs, privateBytes: a.bytes, finishMs: since(t0) },
     owner: a.owner,
   };

@@ -5,10 +5,23 @@
  * stored can change without touching them.
  */
 import type { Snapshot } from "../snapshot/store.js";
+import { ForkdError } from "../util/errors.js";
 import type { Vm } from "../vmm/vm.js";
 import type { SandboxContext } from "./context.js";
 
-/** Restores `snap` into `vm` (stopped, waiting for device state); the guest stays stopped. */
-export async function restoreChild(_ctx: SandboxContext, vm: Vm, snap: Snapshot): Promise<void> {
+/**
+ * Restores `snap` into `vm` (stopped, waiting for device state; its memory file mapped); the
+ * guest stays stopped. A diff snapshot's child maps the base image (`files.memory`): the diff's
+ * pages are written into its RAM first, before the device state is loaded (loading virtio
+ * devices reads their rings from guest RAM, which must already be the snapshot's), and are
+ * private pages of it from then on, so a branch of it captures a diff relative to the same base
+ * image again.
+ */
+export async function restoreChild(ctx: SandboxContext, vm: Vm, snap: Snapshot): Promise<void> {
+  if (snap.files.memoryDiff !== undefined) {
+    if (!ctx.memsnap)
+      throw new ForkdError("unavailable", "forking a diff snapshot needs native/memsnap/forkd-memsnap");
+    await ctx.memsnap.inject(vm.pid, snap.files.memory, snap.files.memoryDiff);
+  }
   await vm.restoreState(snap.files.vmstate);
 }

@@ -2,17 +2,20 @@
  * Chains of branches: compact (flatten a chain into a new base tag), flatten in place (so a
  * dependent survives its parent's forced deletion), and the subtree under a tag.
  *
- * A branch's memory image is already flat (branch.ts writes parent image + private pages), so
- * only its disk is a chain: its layer backs onto its parent's, down to the guest image's root
- * filesystem. Flattening converts the chain into one layer over that root filesystem.
+ * A branch's disk is a chain: its layer backs onto its parent's, down to the guest image's root
+ * filesystem. Flattening converts the chain into one layer over that root filesystem. Its memory
+ * is at most one step away from a full image: a diff snapshot's diff is relative to the full
+ * image of its `memoryBase` (an ancestor; cumulative, branch.ts), and a snapshot that would
+ * lose that ancestor (compact, a forced delete) gets a full image = base + diff first.
  */
 import { chmod, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
 import { linkOrCopy } from "../util/fs.js";
 import { ForkdError } from "../util/errors.js";
-import { sha256File, writeMeta } from "./meta.js";
+import { readMeta, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
+import { applyMemoryDiff } from "./memory-diff.js";
 import type { Snapshot, SnapshotStore } from "./store.js";
 
 const rootfsOf = (meta: SnapshotMeta): string => join(meta.image.dir, "rootfs.ext4");
@@ -38,8 +41,10 @@ export async function compactSnapshot(
       disk: join(staging, "disk.qcow2"),
       childDisk: join(staging, "child.qcow2"),
     };
-    // Memory and device state are immutable files: share them.
-    await linkOrCopy(src.files.memory, files.memory);
+    // Memory and device state are immutable files: share them; a diff snapshot's memory is made
+    // a full image (a base stands alone).
+    if (src.files.memoryDiff) await applyMemoryDiff(src.files.memory, src.files.memoryDiff, files.memory);
+    else await linkOrCopy(src.files.memory, files.memory);
     await linkOrCopy(src.files.vmstate, files.vmstate);
     await flattenToRootfs(src.files.disk, src.meta, files.disk);
     await chmod(files.disk, 0o444);
@@ -49,13 +54,18 @@ export async function compactSnapshot(
       sizeBytes: src.meta.diskSize,
       unsafe: true,
     });
-    const { checksum: _drop, branch: _branch, parent: _parent, ...rest } = src.meta;
+    const { checksum: _drop, branch: _branch, parent: _parent, memoryBase: _mb, ...rest } = src.meta;
+    const { memoryDiff: _md, ...sums } = src.meta.files;
     const meta = await writeMeta(join(staging, "meta.json"), {
       ...rest,
       tag: newTag,
       created: new Date().toISOString(),
       parent: null,
-      files: { ...src.meta.files, disk: await sha256File(files.disk) },
+      files: {
+        ...sums,
+        memory: src.files.memoryDiff ? await sha256File(files.memory) : src.meta.files.memory,
+        disk: await sha256File(files.disk),
+      },
     });
     await store.publish(staging, newTag);
     return meta;
@@ -82,11 +92,65 @@ export async function flattenInPlace(store: SnapshotStore, snap: Snapshot): Prom
     // Disk first, then metadata: a crash between leaves a flat disk with a parent recorded,
     // which still forks (the recorded parent is only checked while it exists).
     await rename(tmp, snap.files.disk);
-    await writeMeta(snap.files.meta, next);
-    store.forget(snap.meta.tag);
+    await rewriteMeta(store, snap.meta.tag, next);
   } finally {
     await rm(tmp, { force: true });
   }
+}
+
+/**
+ * Rewrites `tag`'s metadata in place as `next`, and the parent checksum its dependents record
+ * (theirs change with it, so down the whole subtree): a branch checks its parent is the one it
+ * was taken from, and a rewrite that keeps the parent's content (flattened, materialized) must
+ * not make its branches unusable once the daemon restarts.
+ */
+async function rewriteMeta(
+  store: SnapshotStore,
+  tag: string,
+  next: Omit<SnapshotMeta, "checksum">,
+): Promise<void> {
+  const meta = await writeMeta(store.filesFor(tag).meta, next);
+  store.forget(tag);
+  for (const dep of await store.dependents(tag)) {
+    const d = await readMeta(store.filesFor(dep).meta);
+    if (d.parent?.tag !== tag || d.parent.checksum === meta.checksum) continue;
+    const { checksum: _c, ...rest } = d;
+    await rewriteMeta(store, dep, { ...rest, parent: { tag, checksum: meta.checksum } });
+  }
+}
+
+/**
+ * Gives diff snapshot `snap` a full memory image in place (its base's image + its diff), so it
+ * no longer needs its memory base: the image is renamed in first, then the metadata rewritten
+ * without `memoryBase` (a crash between leaves a diff snapshot with a spare image, which forks
+ * as the diff it still is), then the diff removed.
+ */
+export async function materializeMemory(store: SnapshotStore, snap: Snapshot): Promise<void> {
+  if (!snap.files.memoryDiff || !snap.meta.memoryBase) return;
+  const own = join(snap.files.dir, "memory");
+  const tmp = join(snap.files.dir, `.memory-full-${Date.now().toString(36)}`);
+  try {
+    await applyMemoryDiff(snap.files.memory, snap.files.memoryDiff, tmp);
+    const memory = await sha256File(tmp);
+    await rename(tmp, own);
+    const { checksum: _drop, memoryBase: _mb, ...rest } = snap.meta;
+    const { memoryDiff: _md, ...sums } = snap.meta.files;
+    await rewriteMeta(store, snap.meta.tag, { ...rest, files: { ...sums, memory } });
+    await rm(snap.files.memoryDiff, { force: true });
+  } finally {
+    await rm(tmp, { force: true });
+  }
+}
+
+/**
+ * Snapshots under `tag` whose memory base is `tag` or above it: once `tag` goes, their base is
+ * no longer among their ancestors (a pack of them would lack it), so they need full images.
+ */
+async function losingMemoryBase(store: SnapshotStore, tag: string): Promise<string[]> {
+  const below = new Set(await descendants(store, tag));
+  return (await store.list())
+    .filter((m) => below.has(m.tag) && m.memoryBase !== undefined && !below.has(m.memoryBase.tag))
+    .map((m) => m.tag);
 }
 
 /** Every snapshot stacked on `tag`, directly or not, deepest first. */
@@ -109,7 +173,10 @@ export async function descendants(store: SnapshotStore, tag: string): Promise<st
 export interface DeleteHooks {
   /** Sandboxes running, paused or starting from `tag`: a snapshot in use is never deleted. */
   inUse(tag: string): number;
-  /** Called just before `tag` goes (e.g. to drain its warm pool). */
+  /**
+   * Called just before `tag` goes, or its memory is rewritten as a full image (to drain its warm
+   * pool: pre-started VMMs map the image they were started with).
+   */
   beforeDelete(tag: string): Promise<void>;
 }
 
@@ -126,7 +193,10 @@ export async function deleteSnapshot(
 ): Promise<{ cascaded?: string[]; orphaned?: string[] }> {
   if (o.cascade && o.force) throw new ForkdError("invalid_argument", "cascade and force exclude each other");
   const below = o.cascade ? await descendants(store, tag) : [];
-  for (const t of [tag, ...below]) {
+  // A child of a diff snapshot maps its memory base's image: a snapshot whose memory is
+  // rewritten (force) must not have children either.
+  const rewritten = o.force ? await losingMemoryBase(store, tag) : [];
+  for (const t of [tag, ...below, ...rewritten]) {
     const users = hooks.inUse(t);
     if (users > 0) {
       throw new ForkdError(
@@ -141,6 +211,10 @@ export async function deleteSnapshot(
   }
   const orphaned: string[] = [];
   if (o.force) {
+    for (const t of rewritten) {
+      await hooks.beforeDelete(t);
+      await materializeMemory(store, await store.get(t));
+    }
     for (const dep of await store.dependents(tag)) {
       await flattenInPlace(store, await store.get(dep));
       orphaned.push(dep);

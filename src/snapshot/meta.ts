@@ -10,13 +10,21 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 
 /**
- * The format this forkd writes. 2 added `source` (where the snapshot came from: a template, an
- * image, a Dockerfile); format 1 (no `source`) is still read, as made from its `template`.
+ * The format this forkd writes for a snapshot with a full memory image. 2 added `source` (where
+ * the snapshot came from: a template, an image, a Dockerfile); format 1 (no `source`) is still
+ * read, as made from its `template`.
  */
 export const SNAPSHOT_FORMAT = 2 as const;
 
+/**
+ * The format of a snapshot whose memory is a diff (`memoryBase`, `files.memoryDiff`): a forkd
+ * that reads only format 2 must refuse it rather than fork from the base image alone. Snapshots
+ * with a full image keep format 2, so older forkds read them (and packs of them) as before.
+ */
+export const SNAPSHOT_FORMAT_DIFF = 3 as const;
+
 /** Formats this forkd reads. */
-const FORMATS = [1, 2] as const;
+const FORMATS = [1, 2, 3] as const;
 
 /** Where a snapshot came from: one of forkd's templates, an OCI image, a Dockerfile build. */
 const TemplateSource = z.object({ kind: z.literal("template"), name: z.string().max(256) });
@@ -50,7 +58,7 @@ const FileSum = z.object({
 });
 
 export const SnapshotMetaSchema = z.object({
-  format: z.union([z.literal(FORMATS[0]), z.literal(FORMATS[1])]),
+  format: z.union([z.literal(FORMATS[0]), z.literal(FORMATS[1]), z.literal(FORMATS[2])]),
   tag: z.string(),
   /**
    * The template it was built from; of a snapshot from another source, that source's kind
@@ -89,7 +97,11 @@ export const SnapshotMetaSchema = z.object({
   warmEvalLanguage: z.enum(EVAL_LANGUAGES).optional(),
   /** Virtual size of the root disk in bytes. */
   diskSize: z.number().int().positive(),
-  files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
+  /**
+   * `memory` is the image a child maps: of a diff snapshot, its memory base's image (size and
+   * sha256 as that snapshot records them); `memoryDiff` (format 3) is the diff file, its own.
+   */
+  files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum, memoryDiff: FileSum.optional() }),
   timings: z.object({ bootMs: z.number(), warmMs: z.number(), freezeMs: z.number() }),
   /**
    * How vmstate was written: "migration" (QMP migrate with x-ignore-shared: a parent's freeze) or
@@ -115,6 +127,13 @@ export const SnapshotMetaSchema = z.object({
     .optional(),
   /** A branch's parent snapshot (whose disk layer its own disk layer is stacked on). */
   parent: z.object({ tag: z.string(), checksum: z.string() }).nullable().optional(),
+  /**
+   * A diff snapshot (format 3): its memory is `memory.diff` (private pages) over the full image
+   * of snapshot `tag`, an ancestor, whose memory sha256 is `checksum`. Always a full image's
+   * snapshot: a child maps that image and gets the diff written in, so a branch of it captures
+   * a diff relative to the same image again (cumulative, never a chain of diffs).
+   */
+  memoryBase: z.object({ tag: z.string(), checksum: z.string().regex(/^[0-9a-f]{64}$/) }).optional(),
   /** A branch: the sandbox it was taken from and what the pause cost. */
   branch: z
     .object({
@@ -186,9 +205,15 @@ function legacyChecksumOf(parsed: Omit<z.infer<typeof SnapshotMetaSchema>, "chec
     .digest("hex");
 }
 
+/** A diff snapshot names both its memory base and its diff file; a full one neither. */
+export const diffFieldsAgree = (m: Pick<SnapshotMeta, "memoryBase" | "files">): boolean =>
+  (m.memoryBase === undefined) === (m.files.memoryDiff === undefined);
+
 /** Writes `meta` in the current format (a rewrite of a format-1 snapshot records its source). */
 export async function writeMeta(path: string, meta: Omit<SnapshotMeta, "checksum">): Promise<SnapshotMeta> {
-  const current = { ...meta, format: SNAPSHOT_FORMAT };
+  if (!diffFieldsAgree(meta))
+    throw new ForkdError("internal", "memoryBase without files.memoryDiff, or the reverse");
+  const current = { ...meta, format: meta.memoryBase ? SNAPSHOT_FORMAT_DIFF : SNAPSHOT_FORMAT };
   const full: SnapshotMeta = { ...current, checksum: checksumOf(current) };
   await writeJsonAtomic(path, full, 0o644);
   return full;
@@ -213,6 +238,11 @@ export async function readMeta(path: string): Promise<SnapshotMeta> {
   const { checksum, ...rest } = parsed;
   if (checksumOf(rest) !== checksum && legacyChecksumOf(rest) !== checksum)
     throw new ForkdError("snapshot_corrupt", `${path}: checksum mismatch`);
+  if (!diffFieldsAgree(parsed) || (parsed.memoryBase && parsed.format < SNAPSHOT_FORMAT_DIFF))
+    throw new ForkdError(
+      "snapshot_corrupt",
+      `${path}: memoryBase and files.memoryDiff go together, in format 3`,
+    );
   try {
     return withSource(parsed);
   } catch (e) {

@@ -5,6 +5,8 @@
  *   manifest.json              {format, tag, chain (root first), image, files: {path: {size, sha256}}}
  *   image/                     vmlinuz, initrd.img, rootfs.ext4, manifest.json (the guest image)
  *   snapshots/<tag>/           meta.json, memory, vmstate, disk.qcow2 for every tag of the chain
+ *                              (a diff snapshot: memory.diff instead of memory; its memory base
+ *                              is an earlier snapshot of the chain, whose image the pack carries)
  *
  * manifest.json is the archive's first member, so an unpack (unpack.ts) bounds every other
  * file by the size it states. Registration (registerStaged, for unpack and pull alike) checks
@@ -26,13 +28,16 @@ import { exists, linkOrCopy } from "../util/fs.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isValidTag } from "../util/ids.js";
 import { childEnv, run } from "../util/proc.js";
-import { SnapshotMetaSchema, sha256File, withSource, writeMeta } from "./meta.js";
+import { SnapshotMetaSchema, diffFieldsAgree, sha256File, withSource, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
 import type { CrashPoint } from "../util/crash.js";
 
 export const PACK_FORMAT = "forkd-pack/1";
-const SNAPSHOT_FILES = ["meta.json", "memory", "vmstate", "disk.qcow2"] as const;
+const SNAPSHOT_FILES = ["meta.json", "memory", "memory.diff", "vmstate", "disk.qcow2"] as const;
+/** Every snapshot of a pack has these, and exactly one of `memory` and `memory.diff`. */
+const ALWAYS_FILES = ["meta.json", "vmstate", "disk.qcow2"] as const;
+const MEMORY_FILES = ["memory", "memory.diff"] as const;
 export const MAX_ENTRIES = 4096;
 /** A pack manifest names at most 64 snapshots of 4 files and an image: far below this. */
 const MAX_MANIFEST = 16 << 20;
@@ -89,6 +94,11 @@ async function chainOf(store: SnapshotStore, tag: string): Promise<SnapshotMeta[
     if (out.length > 64) throw new ForkdError("snapshot_corrupt", `chain of ${tag} is deeper than 64`);
     t = m.parent?.tag;
   }
+  // A diff's memory base is an ancestor (chain.ts keeps it so): the pack carries its image.
+  for (const [i, m] of out.entries()) {
+    if (m.memoryBase && !out.slice(0, i).some((a) => a.tag === m.memoryBase?.tag))
+      throw new ForkdError("snapshot_corrupt", `snapshot ${m.tag}: its memory base is not in its chain`);
+  }
   return out;
 }
 
@@ -113,8 +123,9 @@ export async function stagePack(store: SnapshotStore, tag: string, dir: string):
     const src = store.filesFor(m.tag);
     const d = join(dir, "snapshots", m.tag);
     await mkdir(d, { recursive: true });
-    for (const f of SNAPSHOT_FILES) await linkOrCopy(join(src.dir, f), join(d, f));
-    files[`snapshots/${m.tag}/memory`] = m.files.memory;
+    const mem = m.files.memoryDiff ? "memory.diff" : "memory";
+    for (const f of [...ALWAYS_FILES, mem]) await linkOrCopy(join(src.dir, f), join(d, f));
+    files[`snapshots/${m.tag}/${mem}`] = m.files.memoryDiff ?? m.files.memory;
     files[`snapshots/${m.tag}/vmstate`] = m.files.vmstate;
     files[`snapshots/${m.tag}/disk.qcow2`] = m.files.disk;
     files[`snapshots/${m.tag}/meta.json`] = await sha256File(join(d, "meta.json"));
@@ -264,7 +275,16 @@ export function parsePackManifest(raw: string): PackManifest {
   }
   if (m.chain[m.chain.length - 1] !== m.tag) throw bad("chain does not end at its tag", { field: "tag" });
   const want = new Set<string>(IMAGE_FILES.map((f) => `image/${f}`));
-  for (const t of m.chain) for (const f of SNAPSHOT_FILES) want.add(`snapshots/${t}/${f}`);
+  for (const t of m.chain) for (const f of ALWAYS_FILES) want.add(`snapshots/${t}/${f}`);
+  // Each snapshot's memory: a full image or a diff (the root's is a full image).
+  for (const [i, t] of m.chain.entries()) {
+    const has = MEMORY_FILES.filter((f) => `snapshots/${t}/${f}` in m.files);
+    if (has.length !== 1 || (i === 0 && has[0] !== "memory"))
+      throw bad(`snapshot ${t} needs exactly one of memory and memory.diff (the first one: memory)`, {
+        field: "files",
+      });
+    want.add(`snapshots/${t}/${has[0]}`);
+  }
   for (const [f, sum] of Object.entries(m.files)) {
     if (!want.has(f)) {
       throw bad(`lists an unexpected path: ${JSON.stringify(f)}`, { field: "files", file: f });
@@ -330,7 +350,7 @@ export async function presentHere(
   for (let i = 0; i < manifest.chain.length; i++) {
     const t = manifest.chain[i] as string;
     if (!isValidTag(t) || !(await deps.store.has(localTag(manifest, i, as)))) continue;
-    for (const f of ["memory", "vmstate", "disk.qcow2"]) out.add(`snapshots/${t}/${f}`);
+    for (const f of ["memory", "memory.diff", "vmstate", "disk.qcow2"]) out.add(`snapshots/${t}/${f}`);
   }
   return out;
 }
@@ -461,6 +481,7 @@ export async function registerStaged(
           `snapshot ${t} was made under ${m.machine.accel}; this host runs ${deps.accel}, and device state only loads into the same machine`,
         );
       }
+      checkPackMemory(manifest, metas, m);
       metas.push(m);
     }
 
@@ -480,6 +501,7 @@ export async function registerStaged(
       const same =
         mine &&
         here.files.memory.sha256 === m.files.memory.sha256 &&
+        here.files.memoryDiff?.sha256 === m.files.memoryDiff?.sha256 &&
         here.files.vmstate.sha256 === m.files.vmstate.sha256;
       if (!same) {
         throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, { tag });
@@ -527,7 +549,9 @@ export async function registerStaged(
           ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
           owner: deps.owner ?? null,
         });
-        const files = ["memory", "vmstate", "disk.qcow2"].map((f) => join(src, f));
+        const files = [m.memoryBase ? "memory.diff" : "memory", "vmstate", "disk.qcow2"].map((f) =>
+          join(src, f),
+        );
         await Promise.all(files.map((f) => chmod(f, 0o444)));
         await createOverlay(join(src, "child.qcow2"), {
           backing: store.filesFor(tag).disk,
@@ -548,6 +572,35 @@ export async function registerStaged(
     for (const t of [...published].reverse()) await store.delete(t).catch(() => undefined);
     throw mapPackError(e);
   }
+}
+
+/**
+ * A pack snapshot's memory as its metadata describes it must be what the pack carries: a full
+ * image under `memory` with the sum the manifest verified, or (format 3) a diff under
+ * `memory.diff` whose memory base is an earlier snapshot of the chain with that very image.
+ */
+function checkPackMemory(manifest: PackManifest, earlier: SnapshotMeta[], m: SnapshotMeta): void {
+  const bad = (why: string) =>
+    new ForkdError("invalid_argument", `pack snapshot ${m.tag}: ${why}`, {
+      file: `snapshots/${m.tag}/meta.json`,
+    });
+  const sameSum = (
+    a: { size: number; sha256: string } | undefined,
+    b: { size: number; sha256: string } | undefined,
+  ) => a !== undefined && b !== undefined && a.size === b.size && a.sha256 === b.sha256;
+  if (!diffFieldsAgree(m)) throw bad("memoryBase and files.memoryDiff go together");
+  if (!m.memoryBase) {
+    if (!sameSum(manifest.files[`snapshots/${m.tag}/memory`], m.files.memory))
+      throw bad("its memory image is not the one its metadata records");
+    return;
+  }
+  const baseTag = m.memoryBase.tag;
+  const base = earlier.find((e) => e.tag === baseTag);
+  if (!base || base.memoryBase) throw bad("its memory base is not a full image earlier in the chain");
+  if (!sameSum(manifest.files[`snapshots/${m.tag}/memory.diff`], m.files.memoryDiff))
+    throw bad("its memory diff is not the one its metadata records");
+  if (base.files.memory.sha256 !== m.memoryBase.checksum || !sameSum(base.files.memory, m.files.memory))
+    throw bad(`its memory base ${base.tag} has another image`);
 }
 
 async function listFiles(root: string): Promise<string[]> {

@@ -35,6 +35,7 @@ import { mapPackError, parsePackManifest, presentHere, registerStaged, stagingNa
 import type { PackManifest, UnpackDeps } from "./pack.js";
 import { overLimit } from "./unpack-budget.js";
 import { limitFor, unpackSnapshot } from "./unpack.js";
+import { memoryDiffFile } from "./store.js";
 import type { TransferDeps } from "./push.js";
 import type { Progress } from "./progress.js";
 
@@ -250,7 +251,9 @@ async function localFiles(deps: UnpackDeps): Promise<Map<string, string>> {
   const out = new Map<string, string>();
   for (const m of await deps.store.list()) {
     const f = deps.store.filesFor(m.tag);
-    out.set(m.files.memory.sha256, f.memory);
+    // A diff snapshot's own memory is its diff (files.memory is its base's, listed there).
+    if (m.files.memoryDiff) out.set(m.files.memoryDiff.sha256, memoryDiffFile(f.dir));
+    else out.set(m.files.memory.sha256, f.memory);
     out.set(m.files.vmstate.sha256, f.vmstate);
   }
   return out;

@@ -5,6 +5,8 @@
  *
  *   <tag>/meta.json    versioned, checksummed metadata (meta.ts)
  *   <tag>/memory       guest RAM image, mapped MAP_PRIVATE read-only by every child
+ *   <tag>/memory.diff  instead of memory, in a diff snapshot (a BRANCH): its private pages over
+ *                      its memory base's image (meta.memoryBase), which its children map
  *   <tag>/vmstate      device state (QEMU migration stream without RAM)
  *   <tag>/disk.qcow2   the parent's disk layer, frozen at the snapshot
  *   <tag>/child.qcow2  an empty layer over disk.qcow2, copied for each child
@@ -28,7 +30,10 @@ import type { SnapshotMeta } from "./meta.js";
 export interface SnapshotFiles {
   dir: string;
   meta: string;
+  /** The image a child maps: of a diff snapshot (after get()), its memory base's. */
   memory: string;
+  /** A diff snapshot's own memory: pages written into a child before it runs (restore.ts). */
+  memoryDiff?: string;
   vmstate: string;
   disk: string;
   childDisk: string;
@@ -42,6 +47,9 @@ export const snapshotFiles = (dir: string): SnapshotFiles => ({
   disk: join(dir, "disk.qcow2"),
   childDisk: join(dir, "child.qcow2"),
 });
+
+/** Where a diff snapshot in `dir` keeps its diff. */
+export const memoryDiffFile = (dir: string): string => join(dir, "memory.diff");
 
 export interface Snapshot {
   meta: SnapshotMeta;
@@ -342,12 +350,19 @@ export class SnapshotStore {
         tag,
       });
     }
-    for (const [name, path] of [
-      ["memory", files.memory],
-      ["disk", files.disk],
+    if (meta.memoryBase) {
+      files.memory = (await this.memoryBaseOf(tag, meta.memoryBase)).files.memory;
+      files.memoryDiff = memoryDiffFile(files.dir);
+    }
+    for (const [name, path, size] of [
+      ["memory", files.memory, meta.files.memory.size],
+      ["disk", files.disk, meta.files.disk.size],
+      ...(files.memoryDiff && meta.files.memoryDiff
+        ? [["memory diff", files.memoryDiff, meta.files.memoryDiff.size] as const]
+        : []),
     ] as const) {
       const st = await stat(path).catch(() => null);
-      if (!st || st.size !== meta.files[name].size) {
+      if (!st || st.size !== size) {
         throw new ForkdError(
           "snapshot_corrupt",
           `snapshot ${tag}: ${name} file is missing or has the wrong size`,
@@ -358,6 +373,28 @@ export class SnapshotStore {
     const snap = { meta, files };
     this.verified.set(tag, snap);
     return snap;
+  }
+
+  /**
+   * The snapshot whose full image a diff snapshot's diff is relative to: verified, itself a full
+   * image, with the memory sha256 recorded (its metadata may be rewritten, e.g. flattened in
+   * place; its image never changes).
+   */
+  private async memoryBaseOf(tag: string, base: { tag: string; checksum: string }): Promise<Snapshot> {
+    const b = await this.get(base.tag).catch((e: unknown) => {
+      throw new ForkdError("snapshot_corrupt", `snapshot ${tag}: its memory base ${base.tag} is unusable`, {
+        tag,
+        memory_base: base.tag,
+        cause: e instanceof Error ? e.message : String(e),
+      });
+    });
+    if (b.meta.memoryBase || b.meta.files.memory.sha256 !== base.checksum) {
+      throw new ForkdError("snapshot_corrupt", `snapshot ${tag}: its memory base ${base.tag} has changed`, {
+        tag,
+        memory_base: base.tag,
+      });
+    }
+    return b;
   }
 
   /**
@@ -375,8 +412,9 @@ export class SnapshotStore {
       ancestors.push(p);
     }
     let physical = 0;
+    // Its own files: a diff snapshot's diff, not the base image its children map.
     for (const f of [
-      snap.files.memory,
+      snap.files.memoryDiff ?? snap.files.memory,
       snap.files.vmstate,
       snap.files.disk,
       snap.files.childDisk,
@@ -416,6 +454,11 @@ export class SnapshotStore {
     return (await this.list()).filter((m) => m.parent?.tag === tag).map((m) => m.tag);
   }
 
+  /** Diff snapshots whose memory is relative to `tag`'s image (its children map that image). */
+  async memoryDependents(tag: string): Promise<string[]> {
+    return (await this.list()).filter((m) => m.memoryBase?.tag === tag).map((m) => m.tag);
+  }
+
   /** Deletes a snapshot: renamed away first (atomic disappearance), then removed. */
   async delete(tag: string): Promise<void> {
     assertTag(tag);
@@ -428,7 +471,7 @@ export class SnapshotStore {
       }
       throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
     }
-    const deps = await this.dependents(tag);
+    const deps = [...new Set([...(await this.dependents(tag)), ...(await this.memoryDependents(tag))])];
     if (deps.length > 0) {
       throw new ForkdError(
         "conflict",

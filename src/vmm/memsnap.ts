@@ -1,6 +1,6 @@
 /**
  * A VMM's private memory pages as a diff over the memory file it maps MAP_PRIVATE, and a diff
- * applied back onto that file: how a pause and a BRANCH save RAM without stopping for its size.
+ * applied back onto that file (or written into a stopped VMM's mapping of it): how a pause and a BRANCH save RAM without stopping for its size.
  * `MemoryDiffs` is what the sandbox service needs; forkdMemsnap() is native/memsnap's
  * forkd-memsnap (capture reads /proc/PID/mem of the paused VMM); tests inject a fake.
  */
@@ -14,6 +14,11 @@ export interface MemoryDiffs {
   capture(pid: number, memfile: string, diff: string): Promise<Capture>;
   /** Writes `out`: `base` with `diff`'s pages over it. */
   apply(base: string, diff: string, out: string): Promise<void>;
+  /**
+   * Writes `diff`'s pages into stopped VMM `pid`'s mapping of `memfile` (the file the diff is
+   * relative to): its guest RAM becomes the file + the diff, without a full image on disk.
+   */
+  inject(pid: number, memfile: string, diff: string): Promise<void>;
 }
 
 /** forkd-memsnap at `binary`. */
@@ -22,7 +27,13 @@ export const forkdMemsnap = (binary: string): MemoryDiffs => ({
   apply: async (base, diff, out) => {
     await run(binary, ["apply", base, diff, out], { timeoutMs: 600_000 });
   },
+  inject: async (pid, memfile, diff) => {
+    await run(binary, ["inject", String(pid), memfile, diff], { timeoutMs: INJECT_TIMEOUT_MS });
+  },
 });
+
+/** Writing a diff into a VMM is bounded by reading it from disk: a whole RAM's worth is seconds. */
+const INJECT_TIMEOUT_MS = 120_000;
 
 const WRITE_TIMEOUT_MS = 10 * 60_000;
 

@@ -43,5 +43,10 @@ export function fakeMemory(host: FakeHost): MemoryDiffs {
       await copyFile(base, out);
       await appendFile(out, await readFile(diff));
     },
+    async inject(pid, _memfile, diff) {
+      // A fake guest's memory is not modelled: the diff must exist and the VMM be there.
+      await readFile(diff);
+      if (!host.process(pid)) throw new ForkdError("vmm_error", `memory inject failed: no process ${pid}`);
+    },
   };
 }

@@ -90,6 +90,19 @@ step("branch: the source pauses briefly, copies only what it wrote, and runs on"
   assert.ok(r.private_bytes >= 24 << 20, `private bytes ${r.private_bytes} include the 24 MiB blob`);
   assert.ok(r.private_bytes < 384 << 20, "not the whole RAM");
   assert.ok(r.pause_ms > 0);
+  // Its memory is the diff it wrote (a diff snapshot over base's image), not a full RAM image.
+  const meta = await api<{
+    format: number;
+    memory_base?: { tag: string };
+    files: { memory: { size: number }; memory_diff?: { size: number } };
+  }>("GET", "/v1/snapshots/b1");
+  assert.equal(meta.format, 3);
+  assert.equal(meta.memory_base?.tag, "base");
+  assert.equal(meta.files.memory.size, 384 << 20, "a child sees the whole RAM");
+  const diffBytes = meta.files.memory_diff?.size ?? 0;
+  assert.ok(diffBytes >= 24 << 20 && diffBytes < 192 << 20, `diff of ${diffBytes} bytes`);
+  const info = await api<{ physical_bytes: number }>("GET", "/v1/snapshots/b1/info");
+  assert.ok(info.physical_bytes < 192 << 20, `b1 takes ${info.physical_bytes} bytes: its diff, not its RAM`);
   // The source runs on and changes after the branch.
   await sh(src, "echo v2 > /root/state.txt");
   assert.equal(await py(src, "progress.append(4); progress"), "[1, 2, 3, 4]");
@@ -168,6 +181,29 @@ step("a branch of a grandchild stacks on its branch; the stacked-on snapshot can
   await api("DELETE", "/v1/snapshots/b1");
 });
 
+step("a child of a diff branch pauses, resumes after a restart, and branches again", async () => {
+  const [c] = await fork("b6", 1);
+  assert.ok(c);
+  await py(c, "deep = [progress, 'paused-child']");
+  await api("POST", `/v1/sandboxes/${c}/pause`);
+  await d.kill9();
+  await d.start();
+  await api("POST", `/v1/sandboxes/${c}/resume`);
+  assert.equal(await sh(c, "cat /root/state.txt"), "round6\n");
+  assert.equal(await py(c, "deep"), "[[1, 2, 3, 4], 'paused-child']");
+  assert.equal(await py(c, "hashlib.sha256(blob).hexdigest()"), blobHash, "the base's pages and the diff's");
+  // Resumed, it maps its own image: its branch has a full image (no memory base).
+  const r = await api<BranchOut>("POST", `/v1/sandboxes/${c}/branch`, { tag: "b6-resumed" });
+  const m = await api<{ format: number; memory_base?: unknown }>("GET", "/v1/snapshots/b6-resumed");
+  assert.equal(m.memory_base, undefined);
+  assert.equal(r.snapshot?.parent?.tag, "b6");
+  const [g] = await fork("b6-resumed", 1);
+  assert.ok(g);
+  assert.equal(await py(g, "deep"), "[[1, 2, 3, 4], 'paused-child']");
+  for (const id of [c, g]) await api("DELETE", `/v1/sandboxes/${id}`);
+  await api("DELETE", "/v1/snapshots/b6-resumed");
+});
+
 step(
   "a chain of depth 4: info, forks at every depth, compact, force-orphaned and cascaded deletes",
   async () => {
@@ -199,6 +235,11 @@ step(
       return out;
     };
     assert.equal(await chainOf("ch4"), "1\n2\n3\n4\n");
+    // Cumulative diffs: every depth's memory is one diff over base's image, never a chain.
+    for (const t of ["ch1", "ch4"]) {
+      const m = await api<{ memory_base?: { tag: string } }>("GET", `/v1/snapshots/${t}`);
+      assert.equal(m.memory_base?.tag, "base", t);
+    }
 
     const flat = await api<{ tag: string; parent?: unknown }>("POST", "/v1/snapshots/ch4/compact", {
       tag: "ch4-flat",
@@ -213,12 +254,24 @@ step(
     );
     const forced = await api<{ orphaned: string[] }>("DELETE", "/v1/snapshots/ch2?force=1");
     assert.deepEqual(forced.orphaned, ["ch3"]);
+    // Their memory base (base) is no longer in their chain: they got full images.
+    for (const t of ["ch3", "ch4"]) {
+      const m = await api<{ memory_base?: unknown; files: { memory_diff?: unknown } }>(
+        "GET",
+        `/v1/snapshots/${t}`,
+      );
+      assert.deepEqual([m.memory_base, m.files.memory_diff], [undefined, undefined], t);
+    }
     assert.equal(await chainOf("ch3"), "1\n2\n3\n", "an orphaned layer still forks");
     assert.equal(await chainOf("ch4"), "1\n2\n3\n4\n", "and so does what stacks on it");
     assert.deepEqual((await api<{ ancestors: string[] }>("GET", "/v1/snapshots/ch4/info")).ancestors, [
       "ch3",
     ]);
 
+    // After a restart (nothing verified yet), ch4 still forks: the rewrite of ch3 re-pointed it.
+    await d.kill9();
+    await d.start();
+    assert.equal(await chainOf("ch4"), "1\n2\n3\n4\n");
     const cascaded = await api<{ cascaded: string[] }>("DELETE", "/v1/snapshots/ch3?cascade=1");
     assert.deepEqual(cascaded.cascaded, ["ch4"]);
     await assert.rejects(

@@ -68,9 +68,13 @@ step("a chain of two branches is packed with the CLI", async () => {
     "./image/rootfs.ext4",
     "./snapshots/pbase/memory",
     "./snapshots/p2/disk.qcow2",
+    "./snapshots/p1/memory.diff",
+    "./snapshots/p2/memory.diff",
   ]) {
     assert.ok(stdout.split("\n").includes(f), `${f} in the pack`);
   }
+  // The branches carry their diffs, not a full RAM image each.
+  assert.ok(!stdout.split("\n").includes("./snapshots/p2/memory"), "no full image of a branch");
 });
 
 step("unpacked into an empty data dir and image cache, the chain forks with its state", async () => {
@@ -84,6 +88,13 @@ step("unpacked into an empty data dir and image cache, the chain forks with its 
   const v = await api<{ value: string }>(b, "POST", `/v1/sandboxes/${id}/eval`, { code: "packed" });
   assert.equal(v.value, "'yes'");
   await api(b, "DELETE", `/v1/sandboxes/${id}`);
+  const p2 = await api<{ memory_base?: { tag: string }; files: { memory_diff?: { size: number } } }>(
+    b,
+    "GET",
+    "/v1/snapshots/p2",
+  );
+  assert.equal(p2.memory_base?.tag, "pbase", "a diff over the root's image, as packed");
+  assert.ok((p2.files.memory_diff?.size ?? 0) > 0);
   // Unpacking the same pack again finds everything already there.
   const again = await cli(b, ["unpack", pack()]);
   assert.equal(again.code, 0, again.stderr);

@@ -143,7 +143,10 @@ step("a chain is pushed; a second child of the same base uploads only its own bl
 
   const first = await cli(a, ["push", "r1", `${reg.host}/forkd/snaps:r1`, "--json"], 1_800_000);
   assert.equal(first.code, 0, first.stderr);
-  assert.match(first.stderr, /snapshots\/r1\/memory: uploaded/, "progress lines");
+  // A branch's memory is its diff (format 3): no full image per branch.
+  assert.match(first.stderr, /snapshots\/r1\/memory\.diff: uploaded/, "progress lines");
+  assert.match(first.stderr, /snapshots\/rbase\/memory: uploaded/);
+  assert.doesNotMatch(first.stderr, /snapshots\/r1\/memory: /);
   const p1 = JSON.parse(first.stdout) as Pushed;
   assert.match(p1.digest, /^sha256:[0-9a-f]{64}$/);
   r1Digest = p1.digest;
@@ -214,7 +217,7 @@ step("pulled into an empty data dir and image cache, the chain forks with its st
   assert.equal(await sh(b, id2, "cat /root/branch.txt"), "two\n");
   await api(b, "DELETE", `/v1/sandboxes/${id2}`);
 
-  // Again under another tag, from the mounted repository: r2's memory here is linked, not
+  // Again under another tag, from the mounted repository: r2's memory diff here is linked, not
   // fetched; the disk layer is fetched (registration rebases it in place).
   const again = await api<Pulled>(b, "POST", "/v1/snapshots/pull", {
     ref: `${reg.host}/forkd/other:r2`,

@@ -82,8 +82,8 @@ test("format-2 metadata keeps an image source; without one, or of an unknown for
     const { source: _s, ...noSource } = { ...base, format: 2 };
     await writeFile(p, JSON.stringify({ ...noSource, checksum: sha(canonical(noSource)) }));
     await assert.rejects(readMeta(p), /without a source/);
-    const v3 = { ...base, format: 3 };
-    await writeFile(p, JSON.stringify({ ...v3, checksum: sha(canonical(v3)) }));
+    const v4 = { ...base, format: 4 };
+    await writeFile(p, JSON.stringify({ ...v4, checksum: sha(canonical(v4)) }));
     await assert.rejects(readMeta(p), /not valid snapshot metadata/);
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -977,6 +977,7 @@ export interface components {
             warm_eval_language?: ("python" | "javascript") | null;
             /** @description Virtual size of the root disk in bytes */
             disk_size: number;
+            /** @description memory: the RAM image a child maps (of a diff snapshot: its memory base's image) */
             files: {
                 memory: {
                     size: number;
@@ -987,6 +988,11 @@ export interface components {
                     sha256: string;
                 };
                 disk: {
+                    size: number;
+                    sha256: string;
+                };
+                /** @description A diff snapshot's own memory: the pages it differs by from memory_base's image (memory) */
+                memory_diff?: {
                     size: number;
                     sha256: string;
                 };
@@ -1003,6 +1009,11 @@ export interface components {
                 tag: string;
                 checksum: string;
             } | null;
+            /** @description A diff snapshot (format 3): the snapshot whose full memory image its diff is relative to, and that image's sha256 */
+            memory_base?: {
+                tag: string;
+                checksum: string;
+            };
             /** @description A branch: the sandbox it was taken from and what its pause cost. */
             branch?: {
                 sandbox: string;

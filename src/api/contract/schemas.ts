@@ -369,7 +369,16 @@ export const Snapshot = named(
       .optional()
       .describe("The kernel warm_eval ran in (null: no warm_eval)"),
     disk_size: z.number().int().describe("Virtual size of the root disk in bytes"),
-    files: z.object({ memory: FileSum, vmstate: FileSum, disk: FileSum }),
+    files: z
+      .object({
+        memory: FileSum,
+        vmstate: FileSum,
+        disk: FileSum,
+        memory_diff: FileSum.optional().describe(
+          "A diff snapshot's own memory: the pages it differs by from memory_base's image (memory)",
+        ),
+      })
+      .describe("memory: the RAM image a child maps (of a diff snapshot: its memory base's image)"),
     timings: z.object({ boot_ms: z.number(), warm_ms: z.number(), freeze_ms: z.number() }),
     state_format: z.enum(["migration", "devices"]).optional(),
     parent: z
@@ -377,6 +386,12 @@ export const Snapshot = named(
       .nullable()
       .optional()
       .describe("A branch's parent snapshot: its disk layer is stacked on the parent's."),
+    memory_base: z
+      .object({ tag: z.string(), checksum: z.string() })
+      .optional()
+      .describe(
+        "A diff snapshot (format 3): the snapshot whose full memory image its diff is relative to, and that image's sha256",
+      ),
     branch: z
       .object({
         sandbox: z.string(),

@@ -49,11 +49,17 @@ export function snapshotView(m: SnapshotMeta): SnapshotView {
       memory: { size: m.files.memory.size, sha256: m.files.memory.sha256 },
       vmstate: { size: m.files.vmstate.size, sha256: m.files.vmstate.sha256 },
       disk: { size: m.files.disk.size, sha256: m.files.disk.sha256 },
+      ...(m.files.memoryDiff
+        ? { memory_diff: { size: m.files.memoryDiff.size, sha256: m.files.memoryDiff.sha256 } }
+        : {}),
     },
     timings: { boot_ms: m.timings.bootMs, warm_ms: m.timings.warmMs, freeze_ms: m.timings.freezeMs },
     ...(m.stateFormat !== undefined ? { state_format: m.stateFormat } : {}),
     ...(m.parent !== undefined
       ? { parent: m.parent && { tag: m.parent.tag, checksum: m.parent.checksum } }
+      : {}),
+    ...(m.memoryBase !== undefined
+      ? { memory_base: { tag: m.memoryBase.tag, checksum: m.memoryBase.checksum } }
       : {}),
     ...(m.branch !== undefined
       ? {
