@@ -132,6 +132,14 @@ static void find_mapping(pid_t pid, const char *memfile, uint64_t *start, uint64
   if (!found) fail("the process does not map the memory file");
 }
 
+/*
+ * A page of the mapping that is the VMM's own, not the file's: present and anonymous, or swapped
+ * out. pagemap also reports a file page under migration as a swap entry, with PM_FILE: not ours.
+ */
+static int private_entry(uint64_t e) {
+  return !(e & PM_FILE) && (e & (PM_PRESENT | PM_SWAPPED));
+}
+
 struct runs {
   uint64_t (*r)[2]; /* {first page, page count} */
   size_t n, cap;
@@ -149,8 +157,7 @@ static void scan(int pm, uint64_t start, uint64_t pages, long psz, struct runs *
     if (r != (ssize_t)(n * 8)) die("pagemap");
     for (uint64_t j = 0; j < n; j++) {
       uint64_t e = ent[j];
-      int priv = ((e & PM_PRESENT) && !(e & PM_FILE)) || (e & PM_SWAPPED);
-      if (!priv) continue;
+      if (!private_entry(e)) continue;
       uint64_t p = i + j;
       out->pages++;
       if (out->n > 0 && out->r[out->n - 1][0] + out->r[out->n - 1][1] == p) {
@@ -447,8 +454,7 @@ static void live_flush(struct live *L) {
     uint64_t p = L->pend_page[i], e;
     if (ranged) e = ent[p - lo];
     else if (pread(L->pm, &e, 8, (off_t)((L->start / TARGET_PAGE + p) * 8)) != 8) die("pagemap");
-    int priv = ((e & PM_PRESENT) && !(e & PM_FILE)) || (e & PM_SWAPPED);
-    if (!priv) continue;
+    if (!private_entry(e)) continue;
     if (L->slot[p] == 0) {
       if (L->used == L->cap) {
         uint64_t ncap = L->cap * 2;

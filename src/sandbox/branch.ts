@@ -183,6 +183,7 @@ export async function branchSandbox(
         await live.stopped();
         stoppedAt = nowMs();
         paused = true;
+        deps.crash?.("branch:live-stopped");
       } catch (e) {
         await abort();
         if (deps.liveMode === "on") throw e;

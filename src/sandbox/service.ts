@@ -26,7 +26,7 @@ import type { Logger } from "../util/log.js";
 import { Quarantine } from "../util/quarantine.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import { forkdLiveCapture } from "../vmm/live-capture.js";
-import type { LiveMode } from "../vmm/live-capture.js";
+import type { LiveCapturer, LiveMode } from "../vmm/live-capture.js";
 import { forkdMemsnap } from "../vmm/memsnap.js";
 import type { MemoryDiffs } from "../vmm/memsnap.js";
 import { Strays } from "../vmm/strays.js";
@@ -75,8 +75,10 @@ export interface SandboxServiceOptions {
   memsnap?: string;
   /** How private memory pages are captured and applied (default: forkd-memsnap at `memsnap`). */
   memory?: MemoryDiffs;
-  /** When a BRANCH captures memory live (FORKD_BRANCH_LIVE; default auto; needs `memsnap`). */
+  /** When a BRANCH captures memory live (FORKD_BRANCH_LIVE; default auto). */
   branchLive?: LiveMode;
+  /** How a BRANCH captures live (default: forkd-memsnap live at `memsnap`; none without it). */
+  liveCapture?: LiveCapturer;
   /** Host networking (absent: children can only have network none). */
   network?: NetworkService;
   /** Finds and kills VMMs a dead daemon left (default: QEMU and memsnap processes by path). */
@@ -104,7 +106,7 @@ export class SandboxService {
       readyTimeoutMs: o.readyTimeoutMs ?? 60_000,
       writingWaitMs: o.writingWaitMs ?? 60_000,
       memsnap: o.memory ?? (o.memsnap ? forkdMemsnap(o.memsnap) : null),
-      liveCapture: o.memsnap ? forkdLiveCapture(o.memsnap) : null,
+      liveCapture: o.liveCapture ?? (o.memsnap ? forkdLiveCapture(o.memsnap) : null),
       branchLive: o.branchLive ?? "auto",
       net: o.network ?? NetworkService.disabled(o.log),
       strays: o.strays ?? new Strays([o.driver.binary, ...(o.memsnap ? [o.memsnap] : [])], o.log),

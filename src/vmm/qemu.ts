@@ -23,6 +23,8 @@ import { basename, join } from "node:path";
 /** Live RAM migration (migrateRam): bandwidth uncapped (bytes/s), and the stopped pass's budget. */
 const LIVE_MAX_BANDWIDTH = 64 * 1024 ** 3;
 const LIVE_DOWNTIME_MS = 5;
+const LIVE_MAX_DOWNTIME_MS = 80;
+const LIVE_RAISE_EVERY_MS = 2_000;
 const MIGRATION_ENDED = new Set(["completed", "failed", "cancelled"]);
 
 export class QemuVm implements Vm {
@@ -253,9 +255,25 @@ export class QemuVm implements Vm {
     await this.qmp.execute("migrate", { uri });
   }
 
-  /** Resolves once QEMU has stopped the guest at the switchover (status pre-switchover). */
+  /**
+   * Resolves once QEMU has stopped the guest at the switchover (status pre-switchover). QEMU
+   * stops once the rest fits in the downtime limit at the bandwidth it measured; a guest that
+   * dirties more than that per pass (or a host too loaded to send fast) never gets there, so the
+   * limit doubles every LIVE_RAISE_EVERY_MS up to LIVE_MAX_DOWNTIME_MS: a longer last pass
+   * rather than none.
+   */
   async migrationStopped(timeoutMs: number): Promise<void> {
-    await this.migrationReaches("pre-switchover", timeoutMs);
+    let limit = LIVE_DOWNTIME_MS;
+    const raise = setInterval(() => {
+      if (limit >= LIVE_MAX_DOWNTIME_MS) return;
+      limit = Math.min(limit * 2, LIVE_MAX_DOWNTIME_MS);
+      this.qmp.execute("migrate-set-parameters", { "downtime-limit": limit }).catch(() => undefined);
+    }, LIVE_RAISE_EVERY_MS);
+    try {
+      await this.migrationReaches("pre-switchover", timeoutMs);
+    } finally {
+      clearInterval(raise);
+    }
   }
 
   /** Sends the last pages and the device state; resolves once the migration completed. */
