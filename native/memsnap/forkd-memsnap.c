@@ -14,6 +14,18 @@
  *       sends it); copies and prints {"pages","bytes","runs","scan_ms","copy_ms"} (the caller
  *       resumes the VM); writes DIFF and prints {"written":true}.
  *
+ *   forkd-memsnap live PID MEMFILE SOCKET BLOCK DIFF
+ *       The same diff, taken from QEMU's own precopy migration stream instead of a stopped copy
+ *       (see live()): listens on the unix socket SOCKET (chowned to PID's uid, so a jailed VMM
+ *       can connect), prints {"ready"...}; the caller starts `migrate unix:SOCKET` with
+ *       pause-before-switchover. While the guest runs, every page of RAM block BLOCK that
+ *       QEMU sends and that is private in PID is kept (its latest version). When QEMU has
+ *       stopped the guest at pre-switchover, the caller sends "scan": the private set of that
+ *       instant is read from pagemap, {"scanned"...} printed; the caller continues the
+ *       migration, QEMU sends the pages dirtied since its last pass, and once the stream ends
+ *       the stats line is printed (the caller resumes the VM). Then DIFF is written (the
+ *       instant's private pages, each at its last sent version) and {"written":true} printed.
+ *
  *   forkd-memsnap apply BASE DIFF OUT
  *       Writes OUT = BASE with DIFF's runs written over it (copy_file_range, so a filesystem
  *       that can share extents does), fsyncs it. Prints {"bytes","ms"}.
@@ -38,10 +50,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,6 +138,14 @@ static void find_mapping(pid_t pid, const char *memfile, uint64_t *start, uint64
   if (!found) fail("the process does not map the memory file");
 }
 
+/*
+ * A page of the mapping that is the VMM's own, not the file's: present and anonymous, or swapped
+ * out. pagemap also reports a file page under migration as a swap entry, with PM_FILE: not ours.
+ */
+static int private_entry(uint64_t e) {
+  return !(e & PM_FILE) && (e & (PM_PRESENT | PM_SWAPPED));
+}
+
 struct runs {
   uint64_t (*r)[2]; /* {first page, page count} */
   size_t n, cap;
@@ -140,8 +163,7 @@ static void scan(int pm, uint64_t start, uint64_t pages, long psz, struct runs *
     if (r != (ssize_t)(n * 8)) die("pagemap");
     for (uint64_t j = 0; j < n; j++) {
       uint64_t e = ent[j];
-      int priv = ((e & PM_PRESENT) && !(e & PM_FILE)) || (e & PM_SWAPPED);
-      if (!priv) continue;
+      if (!private_entry(e)) continue;
       uint64_t p = i + j;
       out->pages++;
       if (out->n > 0 && out->r[out->n - 1][0] + out->r[out->n - 1][1] == p) {
@@ -258,6 +280,374 @@ static int capture(pid_t pid, const char *memfile, const char *diffpath) {
     write_all(out, rec, sizeof rec);
     write_all(out, buf + off, len);
     off += len;
+  }
+  uint64_t endrec[2] = {0, 0};
+  write_all(out, endrec, sizeof endrec);
+  if (fsync(out) != 0) die("fsync");
+  close(out);
+  printf("{\"written\":true}\n");
+  return 0;
+}
+
+/*
+ * live: the private pages of one instant, from QEMU's precopy migration stream (see the header).
+ *
+ * QEMU sends every RAM page once, then the pages the guest dirtied since, pass after pass, while
+ * the guest runs; with pause-before-switchover it then stops the guest and waits. That stop is
+ * the instant: the caller freezes the disk and saves the device state, asks for "scan" (the
+ * private set, from pagemap, while stopped) and continues the migration; QEMU sends the last
+ * dirty pages and the stream ends. A page's last version in the stream is its content at the
+ * instant (QEMU's dirty log guarantees it), so the diff is: for each page private at the
+ * instant, its last version here.
+ *
+ * Only pages private when they arrive are kept. That is exact: a page is checked in pagemap after
+ * QEMU read it; one not private then was not private when read either, so it held the file's
+ * content; if the guest writes it later, the dirty log sends it again.
+ */
+#define QEMU_VM_FILE_MAGIC 0x5145564dU
+#define QEMU_VM_FILE_VERSION 3U
+#define QEMU_VM_EOF 0x1f
+#define QEMU_VM_SECTION_START 0x01
+#define QEMU_VM_SECTION_PART 0x02
+#define QEMU_VM_SECTION_END 0x03
+#define QEMU_VM_SECTION_FULL 0x04
+#define QEMU_VM_SUBSECTION 0x05
+#define QEMU_VM_CONFIGURATION 0x07
+#define QEMU_VM_COMMAND 0x08
+#define QEMU_VM_SECTION_FOOTER 0x7e
+#define RAM_SAVE_FLAG_ZERO 0x02
+#define RAM_SAVE_FLAG_MEM_SIZE 0x04
+#define RAM_SAVE_FLAG_PAGE 0x08
+#define RAM_SAVE_FLAG_EOS 0x10
+#define RAM_SAVE_FLAG_CONTINUE 0x20
+#define RAM_SAVE_FLAG_MULTIFD_FLUSH 0x200
+#define TARGET_PAGE ((uint64_t)4096)
+#define PENDING_PAGES 512
+
+struct live {
+  pid_t pid;
+  int pm, conn, in;
+  uint64_t start, pages, fileoff;
+  const char *block;
+  /* the block of the last page record: QEMU's RAM_SAVE_FLAG_CONTINUE spans sections */
+  int ours;
+  /* the stream, buffered */
+  unsigned char rbuf[1 << 16];
+  size_t rpos, rlen;
+  uint64_t stream_bytes;
+  /* pages kept: slot[page] = index + 1 into data, 0 = none */
+  uint32_t *slot;
+  char *data;
+  uint64_t used, cap; /* in pages */
+  /* pages received, not yet checked against pagemap */
+  uint64_t pend_page[PENDING_PAGES];
+  int pend_zero[PENDING_PAGES];
+  char *pend_data;
+  int npend;
+  /* the instant's private set (after "scan") */
+  struct runs instant;
+  int scanned;
+  double scan_ms, t_scan;
+  char cmd[64];
+  size_t cmdlen;
+};
+
+static void live_scan(struct live *L) {
+  double t0 = now_ms();
+  scan(L->pm, L->start, L->pages, (long)TARGET_PAGE, &L->instant);
+  L->scan_ms = now_ms() - t0;
+  L->t_scan = t0;
+  L->scanned = 1;
+  printf("{\"scanned\":true,\"pages\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f}\n", L->instant.pages, L->instant.n,
+         L->scan_ms);
+  fflush(stdout);
+}
+
+/* Commands from the caller, read while waiting for the stream: "scan" (the guest is stopped). */
+static void live_stdin(struct live *L) {
+  char c;
+  ssize_t r = read(L->in, &c, 1);
+  if (r < 0 && errno == EINTR) return;
+  if (r <= 0) fail("the caller went away");
+  if (c != '\n') {
+    if (L->cmdlen + 1 >= sizeof L->cmd) fail("bad command");
+    L->cmd[L->cmdlen++] = c;
+    return;
+  }
+  L->cmd[L->cmdlen] = 0;
+  L->cmdlen = 0;
+  if (strcmp(L->cmd, "scan") == 0 && !L->scanned) live_scan(L);
+  else fail("unexpected command");
+}
+
+/* Refills the stream buffer; 0 at the end of the stream. Serves the caller's commands meanwhile. */
+static int live_fill(struct live *L) {
+  for (;;) {
+    struct pollfd p[2] = {{L->conn, POLLIN, 0}, {L->in, POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (p[1].revents) live_stdin(L);
+    if (p[0].revents) {
+      ssize_t r = read(L->conn, L->rbuf, sizeof L->rbuf);
+      if (r < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        die("read stream");
+      }
+      L->rpos = 0;
+      L->rlen = (size_t)r;
+      L->stream_bytes += (uint64_t)r;
+      return r > 0;
+    }
+  }
+}
+
+static void sread(struct live *L, void *dst, size_t n) {
+  char *d = dst;
+  while (n > 0) {
+    if (L->rpos == L->rlen && !live_fill(L)) fail("the migration stream ended early");
+    size_t k = L->rlen - L->rpos < n ? L->rlen - L->rpos : n;
+    if (d) memcpy(d, L->rbuf + L->rpos, k), d += k;
+    L->rpos += k;
+    n -= k;
+  }
+}
+
+static int speek(struct live *L) {
+  if (L->rpos == L->rlen && !live_fill(L)) return -1;
+  return L->rbuf[L->rpos];
+}
+
+static uint8_t s8(struct live *L) {
+  uint8_t v;
+  sread(L, &v, 1);
+  return v;
+}
+
+static uint64_t sbe(struct live *L, int bytes) {
+  unsigned char b[8];
+  sread(L, b, (size_t)bytes);
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; i++) v = v << 8 | b[i];
+  return v;
+}
+
+/* A length-prefixed (u8) name; returns whether it equals `want`. */
+static int sname(struct live *L, const char *want) {
+  char name[256];
+  uint8_t n = s8(L);
+  sread(L, name, n);
+  name[n] = 0;
+  return want && strcmp(name, want) == 0;
+}
+
+/* Checks the pending pages against pagemap (now: after QEMU read them) and keeps the private ones. */
+static void live_flush(struct live *L) {
+  if (L->npend == 0) return;
+  uint64_t lo = L->pend_page[0], hi = lo;
+  for (int i = 1; i < L->npend; i++) {
+    if (L->pend_page[i] < lo) lo = L->pend_page[i];
+    if (L->pend_page[i] > hi) hi = L->pend_page[i];
+  }
+  static uint64_t ent[BATCH_PAGES];
+  int ranged = hi - lo < BATCH_PAGES;
+  if (ranged) {
+    size_t want = (size_t)(hi - lo + 1) * 8;
+    if (pread(L->pm, ent, want, (off_t)((L->start / TARGET_PAGE + lo) * 8)) != (ssize_t)want) die("pagemap");
+  }
+  for (int i = 0; i < L->npend; i++) {
+    uint64_t p = L->pend_page[i], e;
+    if (ranged) e = ent[p - lo];
+    else if (pread(L->pm, &e, 8, (off_t)((L->start / TARGET_PAGE + p) * 8)) != 8) die("pagemap");
+    if (!private_entry(e)) continue;
+    if (L->slot[p] == 0) {
+      if (L->used == L->cap) {
+        uint64_t ncap = L->cap * 2;
+        char *more = mremap(L->data, L->cap * TARGET_PAGE, ncap * TARGET_PAGE, MREMAP_MAYMOVE);
+        if (more == MAP_FAILED) die("mremap");
+        L->data = more;
+        L->cap = ncap;
+      }
+      if (L->used >= UINT32_MAX) fail("too many pages");
+      L->slot[p] = (uint32_t)++L->used;
+    }
+    char *dst = L->data + (uint64_t)(L->slot[p] - 1) * TARGET_PAGE;
+    if (L->pend_zero[i]) memset(dst, 0, TARGET_PAGE);
+    else memcpy(dst, L->pend_data + (uint64_t)i * TARGET_PAGE, TARGET_PAGE);
+  }
+  L->npend = 0;
+}
+
+/* One RAM section's body, up to its EOS. */
+static void live_ram(struct live *L) {
+  for (;;) {
+    uint64_t v = sbe(L, 8);
+    uint64_t flags = v & (TARGET_PAGE - 1), addr = v & ~(TARGET_PAGE - 1);
+    if (flags & RAM_SAVE_FLAG_MEM_SIZE) {
+      for (uint64_t left = addr; left > 0;) {
+        int mine = sname(L, L->block);
+        uint64_t len = sbe(L, 8);
+        if (mine && len != L->pages * TARGET_PAGE) fail("the RAM block's size is not the mapping's");
+        if (len == 0 || len > left) fail("bad RAM block list");
+        left -= len;
+      }
+      continue;
+    }
+    if (flags & RAM_SAVE_FLAG_EOS) return;
+    if (flags & ~(uint64_t)(RAM_SAVE_FLAG_ZERO | RAM_SAVE_FLAG_PAGE | RAM_SAVE_FLAG_CONTINUE | RAM_SAVE_FLAG_MULTIFD_FLUSH)) {
+      fprintf(stderr, "forkd-memsnap: unsupported RAM flags 0x%" PRIx64 "\n", flags);
+      exit(1);
+    }
+    if (flags == RAM_SAVE_FLAG_MULTIFD_FLUSH) continue;
+    if (!(flags & RAM_SAVE_FLAG_CONTINUE)) L->ours = sname(L, L->block);
+    uint64_t page = addr / TARGET_PAGE;
+    if (L->ours && page >= L->pages) fail("a page outside the RAM block");
+    if (flags & RAM_SAVE_FLAG_ZERO) {
+      if (s8(L) != 0) fail("a non-zero fill page");
+      if (!L->ours) continue;
+      L->pend_page[L->npend] = page;
+      L->pend_zero[L->npend++] = 1;
+    } else if (flags & RAM_SAVE_FLAG_PAGE) {
+      if (!L->ours) {
+        sread(L, NULL, TARGET_PAGE);
+        continue;
+      }
+      sread(L, L->pend_data + (uint64_t)L->npend * TARGET_PAGE, TARGET_PAGE);
+      L->pend_page[L->npend] = page;
+      L->pend_zero[L->npend++] = 0;
+    } else {
+      fail("a RAM record without data");
+    }
+    if (L->npend == PENDING_PAGES) live_flush(L);
+  }
+}
+
+static void live_footer(struct live *L, uint32_t id) {
+  if (speek(L) != QEMU_VM_SECTION_FOOTER) return;
+  s8(L);
+  if (sbe(L, 4) != id) fail("section footer mismatch");
+}
+
+static int live(pid_t pid, const char *memfile, const char *sockpath, const char *block, const char *diffpath) {
+  static struct live L;
+  L.pid = pid;
+  L.in = 0;
+  L.block = block;
+  uint64_t end = 0;
+  find_mapping(pid, memfile, &L.start, &end, &L.fileoff);
+  if (sysconf(_SC_PAGESIZE) != (long)TARGET_PAGE) fail("host page size is not 4096");
+  L.pages = (end - L.start) / TARGET_PAGE;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/pagemap", (int)pid);
+  L.pm = open(path, O_RDONLY | O_CLOEXEC);
+  if (L.pm < 0) die(path);
+  int out = open(diffpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) die(diffpath);
+
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(sockpath) >= sizeof sa.sun_path) fail("socket path too long");
+  strcpy(sa.sun_path, sockpath);
+  int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (ls < 0) die("socket");
+  if (bind(ls, (struct sockaddr *)&sa, sizeof sa) != 0) die(sockpath);
+  struct stat ps;
+  snprintf(path, sizeof path, "/proc/%d", (int)pid);
+  if (stat(path, &ps) != 0) die(path);
+  if (chown(sockpath, ps.st_uid, ps.st_gid) != 0) die("chown socket");
+  if (listen(ls, 1) != 0) die("listen");
+
+  /* Room for the private pages seen now, plus slack; it grows if the guest writes more. */
+  struct runs pre = {0};
+  scan(L.pm, L.start, L.pages, (long)TARGET_PAGE, &pre);
+  L.cap = pre.pages + pre.pages / 4 + 1024;
+  L.data = mmap(NULL, L.cap * TARGET_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (L.data == MAP_FAILED) die("mmap");
+  L.slot = calloc(L.pages ? L.pages : 1, sizeof *L.slot);
+  L.pend_data = malloc(PENDING_PAGES * TARGET_PAGE);
+  if (!L.slot || !L.pend_data) fail("out of memory");
+  printf("{\"ready\":true,\"estimate_bytes\":%" PRIu64 "}\n", pre.pages * TARGET_PAGE);
+  fflush(stdout);
+
+  for (;;) {
+    struct pollfd p[2] = {{ls, POLLIN, 0}, {L.in, POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (p[1].revents) fail("the caller spoke before the migration connected");
+    if (p[0].revents) break;
+  }
+  L.conn = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+  if (L.conn < 0) die("accept");
+  close(ls);
+  unlink(sockpath);
+
+  if (sbe(&L, 4) != QEMU_VM_FILE_MAGIC || sbe(&L, 4) != QEMU_VM_FILE_VERSION) fail("not a QEMU migration stream");
+  int32_t ram_id = -1;
+  for (int done = 0; !done;) {
+    int t = s8(&L);
+    switch (t) {
+    case QEMU_VM_CONFIGURATION:
+      sread(&L, NULL, sbe(&L, 4));
+      if (speek(&L) == QEMU_VM_SUBSECTION) fail("migration configuration subsections are not supported");
+      break;
+    case QEMU_VM_COMMAND: {
+      sbe(&L, 2);
+      sread(&L, NULL, sbe(&L, 2));
+      break;
+    }
+    case QEMU_VM_SECTION_START: {
+      uint32_t id = (uint32_t)sbe(&L, 4);
+      if (!sname(&L, "ram")) fail("an iterable section other than RAM");
+      sbe(&L, 4);
+      sbe(&L, 4);
+      ram_id = (int32_t)id;
+      live_ram(&L);
+      live_footer(&L, id);
+      break;
+    }
+    case QEMU_VM_SECTION_PART:
+    case QEMU_VM_SECTION_END: {
+      uint32_t id = (uint32_t)sbe(&L, 4);
+      if ((int32_t)id != ram_id) fail("an iterable section other than RAM");
+      live_ram(&L);
+      live_footer(&L, id);
+      done = t == QEMU_VM_SECTION_END;
+      break;
+    }
+    default:
+      fprintf(stderr, "forkd-memsnap: unexpected migration section type 0x%x before the end of RAM\n", t);
+      exit(1);
+    }
+  }
+  live_flush(&L);
+  if (!L.scanned) fail("the RAM stream ended before the guest was stopped");
+  /* The rest (device state) is not ours, but QEMU completes only once it is read. */
+  while (L.rpos < L.rlen || live_fill(&L)) L.rpos = L.rlen;
+  close(L.conn);
+
+  uint64_t need = L.instant.pages * TARGET_PAGE;
+  for (size_t k = 0; k < L.instant.n; k++)
+    for (uint64_t p = L.instant.r[k][0]; p < L.instant.r[k][0] + L.instant.r[k][1]; p++)
+      if (L.slot[p] == 0) {
+        fprintf(stderr, "forkd-memsnap: page %" PRIu64 " (of %" PRIu64 "), private at the pause, was never sent\n", p, L.pages);
+        exit(1);
+      }
+  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f,"
+         "\"stream_bytes\":%" PRIu64 ",\"kept_bytes\":%" PRIu64 "}\n",
+         L.instant.pages, need, L.instant.n, L.scan_ms, now_ms() - L.t_scan, L.stream_bytes, L.used * TARGET_PAGE);
+  fflush(stdout);
+
+  uint64_t hdr[2] = {TARGET_PAGE, end - L.start};
+  write_all(out, MAGIC, sizeof MAGIC);
+  write_all(out, hdr, sizeof hdr);
+  for (size_t k = 0; k < L.instant.n; k++) {
+    uint64_t first = L.instant.r[k][0], n = L.instant.r[k][1];
+    uint64_t rec[2] = {L.fileoff + first * TARGET_PAGE, n * TARGET_PAGE};
+    write_all(out, rec, sizeof rec);
+    for (uint64_t p = first; p < first + n; p++)
+      write_all(out, L.data + (uint64_t)(L.slot[p] - 1) * TARGET_PAGE, TARGET_PAGE);
   }
   uint64_t endrec[2] = {0, 0};
   write_all(out, endrec, sizeof endrec);
@@ -403,6 +793,12 @@ int main(int argc, char **argv) {
     if (*end || pid <= 0) return fprintf(stderr, "forkd-memsnap: bad pid %s\n", argv[2]), 2;
     return capture((pid_t)pid, argv[3], argv[4]);
   }
+  if (argc == 7 && strcmp(argv[1], "live") == 0) {
+    char *end;
+    long pid = strtol(argv[2], &end, 10);
+    if (*end || pid <= 0) return fprintf(stderr, "forkd-memsnap: bad pid %s\n", argv[2]), 2;
+    return live((pid_t)pid, argv[3], argv[4], argv[5], argv[6]);
+  }
   if (argc == 5 && strcmp(argv[1], "apply") == 0) return apply(argv[2], argv[3], argv[4]);
   if (argc == 5 && strcmp(argv[1], "inject") == 0) {
     char *end;
@@ -410,6 +806,6 @@ int main(int argc, char **argv) {
     if (*end || pid <= 0) return fprintf(stderr, "forkd-memsnap: bad pid %s\n", argv[2]), 2;
     return inject((pid_t)pid, argv[3], argv[4]);
   }
-  fprintf(stderr, "usage: forkd-memsnap capture PID MEMFILE DIFF | apply BASE DIFF OUT | inject PID MEMFILE DIFF\n");
+  fprintf(stderr, "usage: forkd-memsnap capture PID MEMFILE DIFF | live PID MEMFILE SOCKET BLOCK DIFF | apply BASE DIFF OUT | inject PID MEMFILE DIFF\n");
   return 2;
 }

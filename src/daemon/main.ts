@@ -4,6 +4,7 @@
  * (mode 0600: the local admin) and, with bearer tokens, on TCP (optionally TLS). Every listener
  * shares the limits, the audit log and the metrics.
  */
+import { parseLiveMode } from "../vmm/live-capture.js";
 import { Cgroups } from "../host/cgroups.js";
 import { hideRoots, Jail, jailEnabled, jailOptions } from "../vmm/jail.js";
 import { claimUidRange, jailGid } from "../vmm/jail-uids.js";
@@ -152,6 +153,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
     maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
     memsnap,
+    branchLive: parseLiveMode(env.FORKD_BRANCH_LIVE),
     network,
     strays,
     quarantine,

@@ -154,7 +154,10 @@ async function adoptRunning(ctx: SandboxContext, dir: string, record: SandboxRec
   let agent: AgentClient | null = null;
   try {
     agent = await vm.connectAgent(15_000);
-    if ((await vm.status()) === "paused") {
+    // A live branch it left mid-way (src/vmm/live-capture.ts): QEMU resumes a guest it stopped.
+    await vm.migrationCancel(15_000);
+    // Stopped by a pause or branch ("postmigrate": a live branch's capture was complete).
+    if (["paused", "postmigrate"].includes(await vm.status())) {
       await vm.resume();
       await agent.identity({ hostname: id, sandboxId: id }, 15_000);
       ctx.log.info("recover: resumed a guest its daemon left paused", { id });

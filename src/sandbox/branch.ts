@@ -25,7 +25,10 @@ import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { assertTag, newSandboxId } from "../util/ids.js";
 import type { Logger } from "../util/log.js";
-import type { CaptureStats, MemoryDiffs } from "../vmm/memsnap.js";
+import type { Capture, CaptureStats, MemoryDiffs } from "../vmm/memsnap.js";
+import { LIVE_MIN_BYTES } from "../vmm/live-capture.js";
+import type { LiveCapture, LiveCapturer, LiveMode } from "../vmm/live-capture.js";
+import type { Vm } from "../vmm/vm.js";
 import { nowMs, since } from "../util/time.js";
 import type { CrashPoint } from "../util/crash.js";
 import type { SandboxContext } from "./context.js";
@@ -49,6 +52,10 @@ export interface BranchDeps {
   store: SnapshotStore;
   /** Captures and applies private memory pages (forkd-memsnap). */
   memsnap: MemoryDiffs;
+  /** Captures the private pages live (QEMU's precopy; src/vmm/live-capture.ts), per `liveMode`. */
+  live?: LiveCapturer | null;
+  /** on: always live; auto: live above LIVE_MIN_BYTES private; off (default): stopped copies only. */
+  liveMode?: LiveMode;
   /** Called (paused) once the source writes to a new top disk layer. */
   newTopLayer?: () => Promise<void>;
   /** Test-only fault injection (src/util/crash.ts). */
@@ -97,6 +104,8 @@ export async function branch(
         {
           store: ctx.store,
           memsnap,
+          live: ctx.liveCapture,
+          liveMode: ctx.branchLive,
           log: ctx.log,
           // Its writes now go to a new top layer: the limit counts the frozen one too.
           newTopLayer: () => armDiskLimit(ctx, s),
@@ -173,9 +182,35 @@ export async function branchSandbox(
     // A jailed VMM opens it as its own uid.
     if (vm.owner) await chown(newTop, vm.owner.uid, vm.owner.gid);
 
-    // The memory helper pre-scans and prepares its buffer while the VM still runs.
-    const capture = await deps.memsnap.capture(vm.pid, memoryFileOf(s, source), diff);
-    const t0 = nowMs();
+    // The memory helper pre-scans and prepares its buffer while the VM still runs; a live
+    // capture streams the RAM meanwhile, and its instant is when QEMU stops the guest.
+    const memfile = memoryFileOf(s, source);
+    let live = await startLive(deps, vm, memfile, diff);
+    let capture: Capture | null = null;
+    const abort = async () => {
+      if (live) await live.abort().catch(() => undefined);
+      capture?.kill();
+    };
+    // The pause starts when the guest stops: QEMU's stop at the switchover, or vm.pause() below.
+    let stoppedAt = 0;
+    if (live) {
+      try {
+        await live.stopped();
+        stoppedAt = nowMs();
+        paused = true;
+        deps.crash?.("branch:live-stopped");
+      } catch (e) {
+        await abort();
+        if (deps.liveMode === "on") throw e;
+        // A guest dirtying memory faster than it is sent never gets there: copy it stopped.
+        deps.log.warn("branch: live capture failed, taking a stopped copy", { tag, error: errorMessage(e) });
+        live = null;
+        await rm(diff, { force: true });
+      }
+    }
+    if (!live) capture = await deps.memsnap.capture(vm.pid, memfile, diff);
+    const cap0: Capture | LiveCapture = live ?? (capture as Capture);
+    const t0 = live ? stoppedAt : nowMs();
     let t = t0;
     const lap = () => {
       const ms = Math.round(since(t) * 10) / 10;
@@ -183,10 +218,10 @@ export async function branchSandbox(
       return ms;
     };
     try {
-      await vm.pause();
+      if (!paused) await vm.pause();
       paused = true;
     } catch (e) {
-      capture.kill();
+      await abort();
       throw e;
     }
     const stopMs = lap();
@@ -196,9 +231,9 @@ export async function branchSandbox(
       frozen = await vm.freezeDisk(newTop);
       await deps.newTopLayer?.();
       await vm.saveDevicesState(join(staging, "vmstate"));
-      cap = await capture.go();
+      cap = await cap0.go();
     } catch (e) {
-      capture.kill();
+      await abort();
       throw e;
     }
     deps.crash?.("branch:paused");
@@ -212,6 +247,7 @@ export async function branchSandbox(
       pause_ms: pauseMs,
       private_bytes: cap.bytes,
       phases_ms: { stop: stopMs, capture: memoryMs, cont: lap() },
+      live: live !== null,
       memsnap: cap,
     });
 
@@ -230,7 +266,7 @@ export async function branchSandbox(
       owner,
       linkUp: (s.record.network?.mode ?? "none") !== "none",
     };
-    const done = capture.written
+    const done = cap0.written
       .then(() => finish(deps, args))
       .catch(async (e: unknown) => {
         deps.log.warn("branch: failed", { tag, error: errorMessage(e) });
@@ -249,6 +285,39 @@ export async function branchSandbox(
       ? e
       : new ForkdError("vmm_error", `branch failed: ${errorMessage(e)}`, {}, e);
   }
+}
+
+/**
+ * The live capture this branch takes (deps.liveMode), started and listening; null: the stopped
+ * copy. In auto, a source with few private pages takes the stopped copy (already fast).
+ */
+async function startLive(
+  deps: BranchDeps,
+  vm: Vm,
+  memfile: string,
+  diff: string,
+): Promise<LiveCapture | null> {
+  const mode = deps.liveMode ?? "off";
+  if (mode === "off") return null;
+  if (!deps.live) {
+    if (mode === "on") throw new ForkdError("unavailable", "live branch capture needs forkd-memsnap");
+    return null;
+  }
+  let live: LiveCapture;
+  try {
+    live = await deps.live.start(vm, memfile, diff);
+  } catch (e) {
+    if (mode === "on") throw e;
+    deps.log.warn("branch: live capture unavailable, taking a stopped copy", { error: errorMessage(e) });
+    await rm(diff, { force: true });
+    return null;
+  }
+  if (mode === "auto" && live.estimateBytes < LIVE_MIN_BYTES) {
+    await live.abort();
+    await rm(diff, { force: true });
+    return null;
+  }
+  return live;
 }
 
 interface FinishArgs {

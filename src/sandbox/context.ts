@@ -10,6 +10,7 @@ import type { CrashPoint } from "../util/crash.js";
 import type { Logger } from "../util/log.js";
 import type { Quarantine } from "../util/quarantine.js";
 import type { VmmDriver } from "../vmm/driver.js";
+import type { LiveCapturer, LiveMode } from "../vmm/live-capture.js";
 import type { MemoryDiffs } from "../vmm/memsnap.js";
 import type { Strays } from "../vmm/strays.js";
 import type { WarmPool } from "./pool.js";
@@ -35,6 +36,10 @@ export interface SandboxContext {
   readonly writingWaitMs: number;
   /** How private memory pages are captured and applied (branch, pause); null: neither is possible. */
   readonly memsnap: MemoryDiffs | null;
+  /** A BRANCH's live memory capture (QEMU's precopy into forkd-memsnap); null: stopped copies only. */
+  readonly liveCapture: LiveCapturer | null;
+  /** When a BRANCH captures live (FORKD_BRANCH_LIVE). */
+  readonly branchLive: LiveMode;
   readonly net: NetworkService;
   readonly strays: Strays;
   readonly quarantine: Quarantine;

@@ -25,6 +25,8 @@ import type { CrashPoint } from "../util/crash.js";
 import type { Logger } from "../util/log.js";
 import { Quarantine } from "../util/quarantine.js";
 import type { VmmDriver } from "../vmm/driver.js";
+import { forkdLiveCapture } from "../vmm/live-capture.js";
+import type { LiveCapturer, LiveMode } from "../vmm/live-capture.js";
 import { forkdMemsnap } from "../vmm/memsnap.js";
 import type { MemoryDiffs } from "../vmm/memsnap.js";
 import { Strays } from "../vmm/strays.js";
@@ -76,6 +78,10 @@ export interface SandboxServiceOptions {
   memsnap?: string;
   /** How private memory pages are captured and applied (default: forkd-memsnap at `memsnap`). */
   memory?: MemoryDiffs;
+  /** When a BRANCH captures memory live (FORKD_BRANCH_LIVE; default auto). */
+  branchLive?: LiveMode;
+  /** How a BRANCH captures live (default: forkd-memsnap live at `memsnap`; none without it). */
+  liveCapture?: LiveCapturer;
   /** Host networking (absent: children can only have network none). */
   network?: NetworkService;
   /** Finds and kills VMMs a dead daemon left (default: QEMU and memsnap processes by path). */
@@ -103,6 +109,8 @@ export class SandboxService {
       readyTimeoutMs: o.readyTimeoutMs ?? 60_000,
       writingWaitMs: o.writingWaitMs ?? 60_000,
       memsnap: o.memory ?? (o.memsnap ? forkdMemsnap(o.memsnap) : null),
+      liveCapture: o.liveCapture ?? (o.memsnap ? forkdLiveCapture(o.memsnap) : null),
+      branchLive: o.branchLive ?? "auto",
       net: o.network ?? NetworkService.disabled(o.log),
       strays: o.strays ?? new Strays([o.driver.binary, ...(o.memsnap ? [o.memsnap] : [])], o.log),
       quarantine: o.quarantine ?? new Quarantine(join(dirname(o.root), "quarantine"), o.log),

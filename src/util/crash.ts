@@ -14,6 +14,7 @@ export const CRASH_POINTS = [
   "create:before-publish",
   "fork:before-record",
   "fork:after-record",
+  "branch:live-stopped",
   "branch:paused",
   "branch:before-publish",
   "pause:saved",

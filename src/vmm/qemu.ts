@@ -20,6 +20,13 @@ import type { ExitVerdict, Vm, VmIdentity } from "./vm.js";
 import { chown, readFile, rename, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 
+/** Live RAM migration (migrateRam): bandwidth uncapped (bytes/s), and the stopped pass's budget. */
+const LIVE_MAX_BANDWIDTH = 64 * 1024 ** 3;
+const LIVE_DOWNTIME_MS = 5;
+const LIVE_MAX_DOWNTIME_MS = 80;
+const LIVE_RAISE_EVERY_MS = 2_000;
+const MIGRATION_ENDED = new Set(["completed", "failed", "cancelled"]);
+
 export class QemuVm implements Vm {
   private exitWaiters: Array<() => void> = [];
   private hasExited = false;
@@ -225,6 +232,125 @@ export class QemuVm implements Vm {
   }
 
   /**
+   * Starts a live migration of RAM to `uri` that stops at the switchover (a live BRANCH,
+   * live-capture.ts): precopy passes while the guest runs; once the rest fits in the downtime
+   * limit QEMU stops the guest and waits (pause-before-switchover) for migrationFinish.
+   * Uncapped bandwidth, a small downtime limit (so the last pass, sent while stopped, is small),
+   * zero pages as 1-byte records, no RAM skipped (x-ignore-shared off: every page goes).
+   */
+  async migrateRam(uri: string): Promise<void> {
+    if (!/^unix:\//.test(uri)) throw new ForkdError("internal", `bad migration uri ${uri}`);
+    await this.qmp.execute("migrate-set-capabilities", {
+      capabilities: [
+        { capability: "x-ignore-shared", state: false },
+        { capability: "pause-before-switchover", state: true },
+        { capability: "events", state: true },
+      ],
+    });
+    await this.qmp.execute("migrate-set-parameters", {
+      "max-bandwidth": LIVE_MAX_BANDWIDTH,
+      "downtime-limit": LIVE_DOWNTIME_MS,
+      "zero-page-detection": "legacy",
+    });
+    await this.qmp.execute("migrate", { uri });
+  }
+
+  /**
+   * Resolves once QEMU has stopped the guest at the switchover (status pre-switchover). QEMU
+   * stops once the rest fits in the downtime limit at the bandwidth it measured; a guest that
+   * dirties more than that per pass (or a host too loaded to send fast) never gets there, so the
+   * limit doubles every LIVE_RAISE_EVERY_MS up to LIVE_MAX_DOWNTIME_MS: a longer last pass
+   * rather than none.
+   */
+  async migrationStopped(timeoutMs: number): Promise<void> {
+    let limit = LIVE_DOWNTIME_MS;
+    const raise = setInterval(() => {
+      if (limit >= LIVE_MAX_DOWNTIME_MS) return;
+      limit = Math.min(limit * 2, LIVE_MAX_DOWNTIME_MS);
+      this.qmp.execute("migrate-set-parameters", { "downtime-limit": limit }).catch(() => undefined);
+    }, LIVE_RAISE_EVERY_MS);
+    try {
+      await this.migrationReaches("pre-switchover", timeoutMs);
+    } finally {
+      clearInterval(raise);
+    }
+  }
+
+  /** Sends the last pages and the device state; resolves once the migration completed. */
+  async migrationFinish(timeoutMs: number): Promise<void> {
+    await this.qmp.execute("migrate-continue", { state: "pre-switchover" });
+    await this.migrationReaches("completed", timeoutMs);
+  }
+
+  /** Cancels a migration in progress (QEMU resumes a guest it stopped) and waits until it ended. */
+  async migrationCancel(timeoutMs: number): Promise<void> {
+    const st = await this.migrationStatus();
+    if (st.status !== "none" && !MIGRATION_ENDED.has(st.status)) {
+      await this.qmp.execute("migrate_cancel");
+      const deadline = Date.now() + timeoutMs;
+      for (
+        let delay = 1;
+        !MIGRATION_ENDED.has((await this.migrationStatus()).status);
+        delay = Math.min(delay * 2, 50)
+      ) {
+        if (Date.now() > deadline)
+          throw new ForkdError("timeout", "the migration did not end when cancelled");
+        await sleep(delay);
+      }
+    }
+    await this.qmp.execute("migrate-set-capabilities", {
+      capabilities: [{ capability: "pause-before-switchover", state: false }],
+    });
+  }
+
+  private async migrationStatus(): Promise<{ status: string; error?: string }> {
+    const m = await this.qmp.execute<{ status?: string; "error-desc"?: string }>("query-migrate");
+    return { status: m.status ?? "none", ...(m["error-desc"] ? { error: m["error-desc"] } : {}) };
+  }
+
+  /**
+   * Waits for migration status `want`: on its MIGRATION event (events capability), polling
+   * query-migrate as well in case the event came before the listener. Rejects if the migration
+   * fails or is cancelled, if QMP closes, or after `timeoutMs`.
+   */
+  private async migrationReaches(want: string, timeoutMs: number): Promise<void> {
+    let onEvent: ((e: QmpEvent) => void) | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let poll: NodeJS.Timeout | undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const check = (status: string, error?: string) => {
+          if (status === want) resolve();
+          else if (status === "failed" || status === "cancelled" || status === "completed")
+            reject(new ForkdError("vmm_error", `migration ${status}${error ? `: ${error}` : ""}`));
+        };
+        onEvent = (e: QmpEvent) => {
+          if (e.event === "MIGRATION" && typeof e.data?.status === "string") check(e.data.status);
+        };
+        this.qmp.on("event", onEvent);
+        timer = setTimeout(
+          () => reject(new ForkdError("timeout", `migration did not reach ${want} within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+        const tick = () => {
+          this.migrationStatus().then(
+            (m) => {
+              check(m.status, m.error);
+              poll = setTimeout(tick, 20);
+            },
+            (e: unknown) => reject(e instanceof Error ? e : new Error(String(e))),
+          );
+        };
+        tick();
+      });
+    } finally {
+      if (onEvent) this.qmp.off("event", onEvent);
+      clearTimeout(timer);
+      clearTimeout(poll);
+    }
+  }
+
+  /**
    * Sets the guest NIC's link (carrier) up or down. On a paused VM the guest sees the change
    * when it runs.
    */
@@ -266,7 +392,11 @@ export class QemuVm implements Vm {
   async saveState(file: string, timeoutMs = 60_000): Promise<void> {
     await this.qmp.execute("stop");
     await this.qmp.execute("migrate-set-capabilities", {
-      capabilities: [{ capability: "x-ignore-shared", state: true }],
+      capabilities: [
+        { capability: "x-ignore-shared", state: true },
+        // Left on by a live branch that failed half-way (migrateRam): this migration must not wait.
+        { capability: "pause-before-switchover", state: false },
+      ],
     });
     await this.qmp.execute("migrate", { uri: `file:${file}` });
     const deadline = Date.now() + timeoutMs;

@@ -58,6 +58,22 @@ export interface VmSnapshotting {
   restoreState(file: string, timeoutMs?: number): Promise<void>;
 }
 
+/**
+ * A live copy of its RAM (a live BRANCH: src/vmm/live-capture.ts): QEMU's precopy migration into
+ * a stream while the guest runs, which stops the guest at the switchover and waits there, so the
+ * disk and device state can be taken at that same instant before the last pages are sent.
+ */
+export interface VmMigration {
+  /** Starts sending RAM to `uri` (`unix:PATH`); the guest runs until the switchover. */
+  migrateRam(uri: string): Promise<void>;
+  /** Resolves once the guest is stopped at the switchover; rejects if the migration ended. */
+  migrationStopped(timeoutMs: number): Promise<void>;
+  /** Stopped at the switchover: sends the last pages; resolves once done (the guest still stopped). */
+  migrationFinish(timeoutMs: number): Promise<void>;
+  /** Ends a migration in progress, if any (a guest it stopped runs again). */
+  migrationCancel(timeoutMs: number): Promise<void>;
+}
+
 /** Its disk: a chain of qcow2 layers whose top one it writes. */
 export interface VmDisk {
   /** The file of the disk's current top layer. */
@@ -90,4 +106,4 @@ export interface VmAgentPort {
   connectAgent(timeoutMs: number, signal?: AbortSignal): Promise<AgentClient>;
 }
 
-export interface Vm extends VmProcess, VmRunState, VmSnapshotting, VmDisk, VmNic, VmAgentPort {}
+export interface Vm extends VmProcess, VmRunState, VmSnapshotting, VmMigration, VmDisk, VmNic, VmAgentPort {}

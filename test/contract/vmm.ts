@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { mkdir, stat } from "node:fs/promises";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import type { AgentClient } from "../../src/agent/client.js";
 import { createOverlay } from "../../src/disk/overlay.js";
@@ -177,6 +178,43 @@ export function vmmContract(fx: VmmFixture): { cases: ContractCase[]; cleanup: (
         assert.equal(await vm.status(), "running");
         await agent.ping(10_000);
         await vm.setLink(true);
+      },
+    },
+    {
+      name: "live RAM migration: stops the guest at the switchover, finishes there; a cancelled one resumes it",
+      async fn() {
+        const { vm, agent, launch } = await child("child-migrate");
+        await vm.resume();
+        await waitPing(agent, 30_000);
+        // A reader that takes the stream and drops it (forkd-memsnap live parses it: live-capture.ts).
+        const sock = join(launch.dir, "m.sock");
+        const server = createServer((c) => c.resume());
+        await new Promise<void>((resolve) => server.listen(sock, resolve));
+        try {
+          await assert.rejects(vm.migrateRam("file:/x"), (e: unknown) => e instanceof ForkdError);
+          await vm.migrateRam(`unix:${sock}`);
+          await vm.migrationStopped(60_000);
+          assert.notEqual(await vm.status(), "running");
+          await vm.migrationFinish(60_000);
+          assert.notEqual(await vm.status(), "running");
+          await vm.resume();
+          await vm.migrationCancel(10_000); // none in progress: resets, no error
+          assert.equal(await vm.status(), "running");
+          await agent.ping(10_000);
+          // Cancelled at the switchover: the guest runs again without a resume.
+          await vm.migrateRam(`unix:${sock}`);
+          await vm.migrationStopped(60_000);
+          await vm.migrationCancel(10_000);
+          assert.equal(await vm.status(), "running");
+          await agent.ping(10_000);
+          // A plain pause and resume still work after it.
+          await vm.pause();
+          await vm.resume();
+          await agent.ping(10_000);
+        } finally {
+          server.close();
+        }
+        await vm.kill();
       },
     },
     {

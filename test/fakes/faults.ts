@@ -18,7 +18,9 @@ export type FakeOp =
   | "setLink"
   | "stop"
   | "capture"
-  | "apply";
+  | "apply"
+  | "migrateRam"
+  | "migrationFinish";
 
 export interface Fault {
   /** The call fails with `vmm_error` and this message (or this error). */

@@ -209,6 +209,37 @@ export class FakeVm implements Vm {
     await this.proc.restore(file, f?.silentGuest ?? false);
   }
 
+  /** The live RAM migration: none, or stopped at its switchover, or done (no data is sent). */
+  private migration: { phase: "stopped" | "done"; wasRunning: boolean } | null = null;
+
+  async migrateRam(uri: string): Promise<void> {
+    if (!/^unix:\//.test(uri)) throw new ForkdError("internal", `bad migration uri ${uri}`);
+    const p = await this.control("migrateRam");
+    if (this.migration?.phase === "stopped") throw new ForkdError("vmm_error", "a migration is in progress");
+    this.migration = { phase: "stopped", wasRunning: p.status === "running" };
+    p.pause();
+  }
+
+  async migrationStopped(_timeoutMs: number): Promise<void> {
+    await this.control(null);
+    if (this.migration?.phase !== "stopped")
+      throw new ForkdError("vmm_error", "no migration stopped at its switchover");
+  }
+
+  async migrationFinish(_timeoutMs: number): Promise<void> {
+    await this.control("migrationFinish");
+    if (this.migration?.phase !== "stopped")
+      throw new ForkdError("vmm_error", "no migration stopped at its switchover");
+    this.migration.phase = "done";
+  }
+
+  async migrationCancel(_timeoutMs: number): Promise<void> {
+    const p = await this.control(null);
+    const m = this.migration;
+    this.migration = null;
+    if (m?.phase === "stopped" && m.wasRunning) p.resume();
+  }
+
   async diskTop(): Promise<string> {
     return (await this.control(null)).top;
   }
