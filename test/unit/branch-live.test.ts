@@ -11,7 +11,7 @@ import { ForkdError } from "../../src/util/errors.js";
 import { LIVE_MIN_BYTES } from "../../src/vmm/live-capture.js";
 import type { LiveMode } from "../../src/vmm/live-capture.js";
 import { fakeLiveCapture } from "../fakes/live.js";
-import { fakeSandboxes } from "../helpers/fake-sandboxes.js";
+import { fakeSandboxes, forkOne } from "../helpers/fake-sandboxes.js";
 import type { FakeSandboxes } from "../helpers/fake-sandboxes.js";
 
 async function withLive(
@@ -19,28 +19,22 @@ async function withLive(
   estimate: number,
   fn: (fx: FakeSandboxes, live: { starts: number }) => Promise<void>,
 ): Promise<void> {
-  let fx: FakeSandboxes | undefined;
+  // The fake capture reads the fake host's memory, which exists once the sandboxes do.
+  const made: { fx?: FakeSandboxes } = {};
   const live = fakeLiveCapture(
     () => {
-      assert.ok(fx);
-      return fx.host.memory;
+      assert.ok(made.fx);
+      return made.fx.host.memory;
     },
     () => estimate,
   );
-  fx = await fakeSandboxes({ branchLive: mode, liveCapture: live });
+  const fx = await fakeSandboxes({ branchLive: mode, liveCapture: live });
+  made.fx = fx;
   try {
     await fn(fx, live);
   } finally {
     await fx.cleanup();
   }
-}
-
-async function forkOne(fx: FakeSandboxes): Promise<string> {
-  const r = await fx.svc.fork("base", 1);
-  assert.deepEqual(r.failures, []);
-  const id = r.sandboxes[0]?.record.id;
-  assert.ok(id);
-  return id;
 }
 
 const sh = async (fx: FakeSandboxes, id: string, cmd: string): Promise<string> =>
