@@ -145,7 +145,7 @@ async function forkOne(
   const spec = opts.network ?? NO_NETWORK;
   const t0 = nowMs();
   // Pre-started VMMs have no network backend: they serve children without one.
-  const pooled = spec.mode === "none" ? ctx.pool.take(tag) : null;
+  const pooled = spec.mode === "none" ? ctx.pool.take(tag, snap.meta.checksum) : null;
   let net: Attachment | null = null;
   let p: Prepared;
   try {

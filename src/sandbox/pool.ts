@@ -25,6 +25,12 @@ export interface Prepared {
   hot?: boolean;
   /** Its memory (PSS, MiB) when it joined the pool; the pool's memory bound counts it. */
   memMiB?: number;
+  /**
+   * The checksum of the snapshot meta it was made from: a tag deleted and made again (or whose
+   * memory was rewritten by a forced delete of its base) has another, and its old members are
+   * never handed out.
+   */
+  checksum?: string;
 }
 
 export interface PoolOptions extends PoolLimits {
@@ -69,7 +75,9 @@ export class WarmPool {
   private readonly coldUntil = new Map<string, number>();
   /** The memory of a snapshot's last member (MiB). */
   private readonly memSeen = new Map<string, number>();
-  private filling = false;
+  /** Bumped by drain(): a member being made across a drain of its tag is discarded. */
+  private readonly epochs = new Map<string, number>();
+  private filling: Promise<void> | null = null;
   private closed = false;
   private readonly sweeper: ReturnType<typeof setInterval> | null;
 
@@ -99,12 +107,16 @@ export class WarmPool {
    * A pre-started VMM for `tag`, or null (never one whose VMM or agent is gone). Does not refill:
    * the caller does once its fork is done, so starting replacements does not compete with it.
    */
-  take(tag: string): Prepared | null {
+  take(tag: string, checksum?: string): Prepared | null {
     if (!this.enabled) return null;
     const list = this.ready.get(tag) ?? [];
     let p: Prepared | undefined;
-    while ((p = list.shift()) && (p.vm.exited || p.agent.closed)) {
-      this.log.warn("pool: a member died while waiting", { tag, id: p.id });
+    while ((p = list.shift())) {
+      const stale = checksum !== undefined && p.checksum !== undefined && p.checksum !== checksum;
+      if (!stale && !p.vm.exited && !p.agent.closed) break;
+      if (stale)
+        this.log.warn("pool: a member of an older snapshot of this tag, discarded", { tag, id: p.id });
+      else this.log.warn("pool: a member died while waiting", { tag, id: p.id });
       void discard(p);
     }
     if (list.length === 0) this.ready.delete(tag);
@@ -157,6 +169,7 @@ export class WarmPool {
   async drain(tag: string): Promise<void> {
     const list = this.ready.get(tag) ?? [];
     this.ready.delete(tag);
+    this.epochs.set(tag, (this.epochs.get(tag) ?? 0) + 1);
     this.usage.delete(tag);
     this.retryAt.delete(tag);
     this.coldUntil.delete(tag);
@@ -167,6 +180,9 @@ export class WarmPool {
   async close(): Promise<void> {
     this.closed = true;
     if (this.sweeper) clearInterval(this.sweeper);
+    // A member being made when the pool closes is discarded by makeOne (closed): wait for it,
+    // so no VMM outlives the pool.
+    await this.filling;
     await Promise.all([...this.ready.keys()].map((t) => this.drain(t)));
   }
 
@@ -211,24 +227,29 @@ export class WarmPool {
 
   private fill(): void {
     if (this.filling) return;
-    this.filling = true;
-    void (async () => {
-      try {
-        for (;;) {
-          // targets move with time too (a snapshot going idle frees room): trim before each member
-          this.trim();
-          const tag = this.enabled ? this.next() : null;
-          if (tag === null) break;
-          await this.makeOne(tag);
-        }
-      } finally {
-        this.filling = false;
+    // Started a tick later, so that `filling` is set before the loop can finish and clear it.
+    this.filling = Promise.resolve().then(() => this.fillLoop());
+  }
+
+  private async fillLoop(): Promise<void> {
+    try {
+      for (;;) {
+        // targets move with time too (a snapshot going idle frees room): trim before each member
+        this.trim();
+        const tag = this.enabled && !this.closed ? this.next() : null;
+        if (tag === null) break;
+        await this.makeOne(tag);
       }
-    })();
+    } catch (e) {
+      this.log.warn("pool: filling stopped", { reason: errorMessage(e) });
+    } finally {
+      this.filling = null;
+    }
   }
 
   private async makeOne(tag: string): Promise<void> {
     const hot = this.opts.hot && (this.coldUntil.get(tag) ?? 0) <= this.now();
+    const epoch = this.epochs.get(tag) ?? 0;
     let p: Prepared;
     try {
       p = await this.prepare(tag, hot);
@@ -248,7 +269,15 @@ export class WarmPool {
     const want = this.targets().get(tag) ?? 0;
     const list = this.ready.get(tag) ?? [];
     const total = [...this.ready.values()].reduce((a, l) => a + l.length, 0);
-    if (!this.enabled || !this.usage.has(tag) || list.length >= want || total >= this.opts.max) {
+    const drained = (this.epochs.get(tag) ?? 0) !== epoch;
+    if (
+      this.closed ||
+      drained ||
+      !this.enabled ||
+      !this.usage.has(tag) ||
+      list.length >= want ||
+      total >= this.opts.max
+    ) {
       await discard(p);
       return;
     }

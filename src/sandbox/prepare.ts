@@ -48,7 +48,7 @@ export async function prepare(ctx: SandboxContext, snap: Snapshot, net?: Attachm
     );
     // Connect to the agent before the guest runs, so it never sees its host end closed.
     const agent = await vm.connectAgent(10_000);
-    return { id, dir, vm, agent, launchMs: since(t0) };
+    return { id, dir, vm, agent, launchMs: since(t0), checksum: snap.meta.checksum };
   } catch (e) {
     await vm?.kill().catch(() => undefined);
     await rm(dir, { recursive: true, force: true });

@@ -38,12 +38,17 @@ export async function applyMemoryDiff(base: string, diff: string, out: string): 
   try {
     await chmod(out, 0o600);
     const d = await open(diff, "r");
-    const o = await open(out, "r+");
+    let o: FileHandle | null = null;
     try {
+      o = await open(out, "r+");
       const head = Buffer.alloc(24);
       await readExactly(d, head, 24, 0, diff);
       if (head.subarray(0, 8).toString("latin1") !== MAGIC)
         throw new ForkdError("snapshot_corrupt", `${diff} is not a forkd memory diff`);
+      // The header names the page size and the size of the mapping it was taken of: a diff of
+      // another guest's RAM is refused, not laid over this image.
+      if (Number(head.readBigUInt64LE(16)) !== size)
+        throw new ForkdError("snapshot_corrupt", `memory diff ${diff} was taken of a memory of another size`);
       const buf = Buffer.alloc(CHUNK);
       let pos = 24;
       for (;;) {
@@ -67,7 +72,7 @@ export async function applyMemoryDiff(base: string, diff: string, out: string): 
       }
       await o.sync();
     } finally {
-      await Promise.all([d.close(), o.close()]);
+      await Promise.all([d.close(), o?.close()]);
     }
     await chmod(out, 0o444);
   } catch (e) {

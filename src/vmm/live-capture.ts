@@ -157,9 +157,8 @@ async function startLive(
     if (code !== 0) throw await failure("write");
   })();
   written.catch(() => undefined); // awaited by the caller on success; a killed helper is expected
-  // pause-before-switchover off again once done (a failure here leaves it for the next to set).
-  const done = written.then(() => vm.migrationCancel(t.finishMs).catch(() => undefined));
-  done.catch(() => undefined);
+  // No migrate_cancel once written: by then the source runs and its next BRANCH may be
+  // migrating (each migrateRam sets its capabilities again; saveState clears them).
   return {
     estimateBytes: ready.estimate_bytes,
     async stopped() {
@@ -183,7 +182,7 @@ async function startLive(
       migrating = false;
       return stats;
     },
-    written: done,
+    written,
     kill: () => void abort().catch(() => undefined),
     abort,
   };

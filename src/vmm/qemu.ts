@@ -319,26 +319,36 @@ export class QemuVm implements Vm {
     let poll: NodeJS.Timeout | undefined;
     try {
       await new Promise<void>((resolve, reject) => {
+        // Once settled (by an event, a poll or the timeout) no poll is scheduled again: a reply
+        // in flight at that moment would otherwise start a poller nobody clears.
+        let settled = false;
+        const settle = (e?: Error) => {
+          if (settled) return;
+          settled = true;
+          if (e) reject(e);
+          else resolve();
+        };
         const check = (status: string, error?: string) => {
-          if (status === want) resolve();
+          if (status === want) settle();
           else if (status === "failed" || status === "cancelled" || status === "completed")
-            reject(new ForkdError("vmm_error", `migration ${status}${error ? `: ${error}` : ""}`));
+            settle(new ForkdError("vmm_error", `migration ${status}${error ? `: ${error}` : ""}`));
         };
         onEvent = (e: QmpEvent) => {
           if (e.event === "MIGRATION" && typeof e.data?.status === "string") check(e.data.status);
         };
         this.qmp.on("event", onEvent);
         timer = setTimeout(
-          () => reject(new ForkdError("timeout", `migration did not reach ${want} within ${timeoutMs} ms`)),
+          () => settle(new ForkdError("timeout", `migration did not reach ${want} within ${timeoutMs} ms`)),
           timeoutMs,
         );
         const tick = () => {
+          if (settled) return;
           this.migrationStatus().then(
             (m) => {
               check(m.status, m.error);
-              poll = setTimeout(tick, 20);
+              if (!settled) poll = setTimeout(tick, 20);
             },
-            (e: unknown) => reject(e instanceof Error ? e : new Error(String(e))),
+            (e: unknown) => settle(e instanceof Error ? e : new Error(String(e))),
           );
         };
         tick();

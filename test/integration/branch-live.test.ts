@@ -56,7 +56,17 @@ const fork = async (tag: string, n: number) =>
   (
     await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", { snapshot_tag: tag, n })
   ).sandboxes.map((s) => s.id);
-const counter = async (id: string) => Number((await sh(id, "cat /dev/shm/counter")).trim());
+/**
+ * The busy loop's counter. `echo $i > file` truncates before it writes, so a read can find the
+ * file empty between the two (also in a grandchild resumed at that instant): read until a value.
+ */
+const counter = async (id: string): Promise<number> => {
+  for (let i = 0; ; i++) {
+    const v = (await sh(id, "cat /dev/shm/counter")).trim();
+    if (v !== "" || i >= 50) return Number(v);
+    await new Promise((res) => setTimeout(res, 20));
+  }
+};
 /** Whether the busy loop counts on in `id`: its counter moves past `from` within a while. */
 async function countsOn(id: string, from: number): Promise<boolean> {
   for (let i = 0; i < 40; i++) {

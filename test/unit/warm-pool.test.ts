@@ -66,6 +66,8 @@ async function fakePool(
   fail: (tag: string, hot: boolean) => boolean = () => false,
   /** How long making a member of `tag` takes on the fake clock. */
   takes: (tag: string) => number = () => 0,
+  /** The snapshot a member is made of (its meta checksum), and a gate its making waits on. */
+  of: { checksum: string; gate?: Promise<void> } = { checksum: "c1" },
 ) {
   const root = await mkdtemp(join(tmpdir(), "forkd-pool-unit-"));
   let clock = 1_000_000;
@@ -74,10 +76,12 @@ async function fakePool(
   const warnings: string[] = [];
   const log: Logger = { info: () => undefined, warn: (msg) => warnings.push(msg) };
   let n = 0;
-  const prepare = (tag: string, hot: boolean): Promise<Prepared> => {
+  const prepare = async (tag: string, hot: boolean): Promise<Prepared> => {
     made.push({ tag, hot });
+    const checksum = of.checksum;
+    await of.gate;
     clock += takes(tag);
-    if (fail(tag, hot)) return Promise.reject(new Error(`warm-up of ${tag} failed`));
+    if (fail(tag, hot)) throw new Error(`warm-up of ${tag} failed`);
     const id = `m${n++}`;
     const state = { exited: false, closed: false };
     const vm = {
@@ -107,11 +111,12 @@ async function fakePool(
       launchMs: 1,
       hot,
       memMiB: 30,
+      checksum,
       kill: () => {
         state.exited = true;
       },
     };
-    return Promise.resolve(m);
+    return m;
   };
   const pool = new WarmPool({ ...LIMITS, hot: true, sweepMs: 3_600_000, ...opts }, prepare, log, () => clock);
   const settle = async () => {
@@ -247,6 +252,37 @@ test("FORKD_POOL_MAX=0 disables the pool", async () => {
     assert.equal(f.made.length, 0);
     assert.equal(f.pool.take("base"), null);
   } finally {
+    await f.close();
+  }
+});
+
+test("a member of an older snapshot of a tag, or one made across a drain of it, is never handed out", async () => {
+  const of: { checksum: string; gate?: Promise<void> } = { checksum: "old" };
+  const f = await fakePool({ max: 8 }, undefined, undefined, of);
+  try {
+    f.pool.use("t");
+    f.pool.refill();
+    await f.settle();
+    assert.equal(f.pool.status().t, 2, "two members of the old snapshot");
+    // The tag is made again (deleted and re-created, or its memory rewritten): another checksum.
+    assert.equal(f.pool.take("t", "new"), null, "no member of the old snapshot is handed out");
+    assert.equal(f.killed.length, 2, "both discarded");
+    // A member still being made when its tag is drained is discarded once made.
+    let open: () => void = () => undefined;
+    of.gate = new Promise<void>((r) => (open = r));
+    of.checksum = "new";
+    f.pool.use("t");
+    f.pool.refill();
+    await f.settle();
+    await f.pool.drain("t");
+    f.pool.use("t"); // forked again meanwhile: wanted again, but the member in flight predates the drain
+    open();
+    await f.settle();
+    const p = f.pool.take("t", "new");
+    assert.ok(p === null || !f.killed.includes(p.id), "never a killed member");
+    assert.ok(f.killed.length >= 3, "the member made across the drain was discarded");
+  } finally {
+    of.gate = undefined;
     await f.close();
   }
 });
