@@ -276,10 +276,20 @@ export class QemuVm implements Vm {
     }
   }
 
-  /** Sends the last pages and the device state; resolves once the migration completed. */
+  /**
+   * Sends the last pages and the device state; resolves once the migration completed and the VM
+   * left `finish-migrate` (QEMU reports "completed" a moment before its run state moves on to
+   * `postmigrate`, and refuses `cont` until then: "Migration is not finalized yet").
+   */
   async migrationFinish(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
     await this.qmp.execute("migrate-continue", { state: "pre-switchover" });
     await this.migrationReaches("completed", timeoutMs);
+    for (let delay = 1; (await this.status()) === "finish-migrate"; delay = Math.min(delay * 2, 20)) {
+      if (Date.now() > deadline)
+        throw new ForkdError("timeout", `the VM did not leave finish-migrate within ${timeoutMs} ms`);
+      await sleep(delay);
+    }
   }
 
   /** Cancels a migration in progress (QEMU resumes a guest it stopped) and waits until it ended. */
