@@ -128,6 +128,23 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
         const t0 = performance.now();
         const send = (ev: ExecEventView): boolean => sink.line(ev);
         let handle: ExecHandle;
+        // "started" (with the pid) is always the first line: output that arrives before the
+        // started promise's callback has run (the guest's STARTED and first DATA in one read)
+        // waits for it, in order.
+        let early: ExecEventView[] | null = [];
+        const output = (ev: ExecEventView): true | Promise<void> => {
+          if (early) {
+            early.push(ev);
+            return true;
+          }
+          return send(ev) || sink.drained();
+        };
+        const flushEarly = (first: ExecEventView | null) => {
+          const queued = early ?? [];
+          early = null;
+          if (first) send(first);
+          for (const ev of queued) send(ev);
+        };
         try {
           handle = start(
             lease.agent,
@@ -135,8 +152,8 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
             body,
             {
               // Paced by the client: while it reads slowly the output waits in the guest.
-              onStdout: (d) => send({ type: "stdout", data: d.toString("base64") }) || sink.drained(),
-              onStderr: (d) => send({ type: "stderr", data: d.toString("base64") }) || sink.drained(),
+              onStdout: (d) => output({ type: "stdout", data: d.toString("base64") }),
+              onStderr: (d) => output({ type: "stderr", data: d.toString("base64") }),
             },
             lease.explain,
           );
@@ -150,12 +167,13 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
           handle.signal(9);
         });
         handle.started.then(
-          (p) => send({ type: "started", pid: p.pid }),
-          () => undefined,
+          (p) => flushEarly({ type: "started", pid: p.pid }),
+          () => flushEarly(null),
         );
         handle.result
           .then(
             (r) => {
+              flushEarly(null);
               s.metrics.exec((performance.now() - t0) / 1000);
               send({
                 type: "exit",
@@ -166,6 +184,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
               });
             },
             (e: unknown) => {
+              flushEarly(null);
               const { body: env } = toEnvelope(e);
               s.metrics.failure("execStream", env.error.code);
               send({ type: "error", ...env });
