@@ -13,13 +13,11 @@
  * memory faster than it is sent never reaches the switchover: stopped() times out and the
  * caller takes the stopped copy instead (branch.ts).
  */
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { ForkdError } from "../util/errors.js";
-import { childEnv } from "../util/proc.js";
+import { spawnJsonHelper } from "./json-helper.js";
 import type { Capture, CaptureStats } from "./memsnap.js";
 import type { Vm } from "./vm.js";
 
@@ -86,43 +84,11 @@ async function startLive(
   const sock = join(vm.dir, `.live-${randomBytes(6).toString("hex")}.sock`);
   if (Buffer.byteLength(sock) > MAX_SOCKET_PATH)
     throw new ForkdError("unavailable", `live capture: socket path too long (${sock})`);
-  const child = spawn(binary, ["live", String(vm.pid), memfile, sock, RAM_BLOCK, diff], {
-    stdio: ["pipe", "pipe", "pipe"],
-    env: childEnv(),
-  });
-  let stderr = "";
-  child.on("error", (e) => {
-    if (stderr === "") stderr = e.message;
-  });
-  child.stdin.on("error", () => undefined);
-  child.stderr.on("data", (c: Buffer) => {
-    if (stderr.length < 4096) stderr += c.toString("utf8");
-  });
-  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
-  const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
-  const failure = async (what: string) => {
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 1000))]);
-    return new ForkdError("vmm_error", `live memory capture ${what} failed: ${stderr.trim() || "no output"}`);
-  };
-  const nextJson = async <T>(what: string, timeoutMs: number): Promise<T> => {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new ForkdError("timeout", `live memory capture ${what}: no answer in ${timeoutMs} ms`)),
-        timeoutMs,
-      );
-    });
-    try {
-      const r = await Promise.race([lines.next(), timeout]);
-      if (r.done) throw await failure(what);
-      return JSON.parse(r.value) as T;
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-  const kill = () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  };
+  const { child, exited, failure, nextJson, kill } = spawnJsonHelper(
+    binary,
+    ["live", String(vm.pid), memfile, sock, RAM_BLOCK, diff],
+    "live memory capture",
+  );
   const cleanup = () => rm(sock, { force: true }).catch(() => undefined);
   let ready: { estimate_bytes: number };
   try {

@@ -4,10 +4,9 @@
  * `MemoryDiffs` is what the sandbox service needs; forkdMemsnap() is native/memsnap's
  * forkd-memsnap (capture reads /proc/PID/mem of the paused VMM); tests inject a fake.
  */
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { ForkdError } from "../util/errors.js";
-import { childEnv, run } from "../util/proc.js";
+import { run } from "../util/proc.js";
+import { spawnJsonHelper } from "./json-helper.js";
 
 export interface MemoryDiffs {
   /** Starts capturing VMM `pid`'s private pages of `memfile` into `diff`; resolves once ready. */
@@ -55,46 +54,11 @@ export interface Capture {
 
 /** Starts forkd-memsnap capture and waits until it is ready (its buffer faulted in). */
 async function startCapture(memsnap: string, pid: number, memfile: string, diff: string): Promise<Capture> {
-  const child = spawn(memsnap, ["capture", String(pid), memfile, diff], {
-    stdio: ["pipe", "pipe", "pipe"],
-    env: childEnv(),
-  });
-  let stderr = "";
-  // A helper that cannot start (ENOENT, EACCES) or dies before reading "go" (EPIPE) fails the
-  // capture through its closed stdout below; unheard, these events would end the daemon.
-  child.on("error", (e) => {
-    if (stderr === "") stderr = e.message;
-  });
-  child.stdin.on("error", () => undefined);
-  child.stderr.on("data", (c: Buffer) => {
-    if (stderr.length < 4096) stderr += c.toString("utf8");
-  });
-  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
-  const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
-  const failure = async (what: string) => {
-    // Give it a moment to exit, so its own words are in stderr.
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 1000))]);
-    return new ForkdError("vmm_error", `memory capture ${what} failed: ${stderr.trim() || "no output"}`);
-  };
-  const nextJson = async <T>(what: string, timeoutMs: number): Promise<T> => {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new ForkdError("timeout", `memory capture ${what}: no answer`)),
-        timeoutMs,
-      );
-    });
-    try {
-      const r = await Promise.race([lines.next(), timeout]);
-      if (r.done) throw await failure(what);
-      return JSON.parse(r.value) as T;
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-  const kill = () => {
-    if (child.exitCode === null) child.kill("SIGKILL");
-  };
+  const { child, exited, failure, nextJson, kill } = spawnJsonHelper(
+    memsnap,
+    ["capture", String(pid), memfile, diff],
+    "memory capture",
+  );
   try {
     await nextJson<{ ready: boolean }>("start", 60_000);
   } catch (e) {
