@@ -12,13 +12,14 @@
  * directories (every path-like value carries a token unique to the run, searched for on the
  * whole host afterwards; the daemon's TMPDIR and a few places are listed before and after).
  *
- * Bounded: FORKD_FUZZ_REQUESTS (default 1500) requests or FORKD_FUZZ_SECONDS (default 150) of
- * fuzzing, whichever comes first. FORKD_FUZZ_SEED (printed) reproduces a run's requests;
- * FORKD_FUZZ_VERBOSE=1 prints each with its reply.
+ * Bounded: FORKD_FUZZ_REQUESTS (default 1500) requests or FORKD_FUZZ_SECONDS (default 60) of
+ * fuzzing, whichever comes first, but never fewer than 400 requests (every operation at least
+ * seven times, every hostile pack as both callers). FORKD_FUZZ_SEED (printed) reproduces a run's
+ * requests; FORKD_FUZZ_VERBOSE=1 prints each with its reply.
  *
  * So that later requests stay meaningful, the fixtures are protected: nothing deletes, pauses
- * or branches them (a victim sandbox, recreated when gone, takes those), their idle timeout is
- * never shortened, writes in them stay under /tmp/fz, commands are bounded in time, and
+ * or branches them (a victim sandbox, recreated when gone, takes those), their idle timeout and
+ * deadline are never shortened, writes in them stay under /tmp/fz, commands are bounded in time, and
  * expensive operations (forks, branches, compaction, packs, pushes) run a few times only; the
  * rest are pointed at things that do not exist. Registries and pack URLs are on loopback: a
  * hostile server of the run's own (test/helpers/junk-server.ts), or a port nothing listens on.
@@ -26,6 +27,7 @@
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
@@ -52,9 +54,12 @@ import { freePort } from "../helpers/port.js";
 
 const SEED = Number(process.env.FORKD_FUZZ_SEED ?? 1701);
 const COUNT = Number(process.env.FORKD_FUZZ_REQUESTS ?? 1500);
-/** Requests sent whatever the time budget says. */
-const MIN_REQUESTS = Math.min(COUNT, 200);
-const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 150);
+/**
+ * Requests sent whatever the time budget says (more when the hostile packs need more: every
+ * tenth request is one): every operation of the contract several times over (52 of them now).
+ */
+const MIN_REQUESTS = Math.min(COUNT, 400);
+const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 60);
 /** FORKD_FUZZ_VERBOSE=1: every request and its reply's status and message. */
 const VERBOSE = process.env.FORKD_FUZZ_VERBOSE === "1";
 /** In every path-like value sent: what it made on the host is found by name. */
@@ -382,6 +387,17 @@ function tame(st: State, x: Draft): void {
     case "POST /v1/sandboxes/{id}/timeout":
       if (body && typeof body.timeout_ms === "number") body.timeout_ms = null;
       break;
+    case "POST /v1/sandboxes/{id}/deadline":
+      // A valid deadline is put past the run's end (a fixture killed by it would end the run's
+      // meaning); the invalid ones (negative, fractional, too far) go as they are.
+      if (
+        body &&
+        Number.isInteger(body.deadline_ms) &&
+        (body.deadline_ms as number) >= 0 &&
+        (body.deadline_ms as number) < 3_600_000
+      )
+        body.deadline_ms = 3_600_000;
+      break;
     case "DELETE /v1/snapshots/{tag}":
       if (pv.tag === TAG) pv.tag = ghostTag();
       break;
@@ -612,10 +628,39 @@ interface Outcome {
   events: Json[];
 }
 
+/**
+ * Routes whose successful reply only the client ends (a watch: events as they happen, none on
+ * an idle guest path): read for OPEN_STREAM_MS, then hung up (a client that hangs up mid-stream,
+ * which the daemon must survive too); the events that arrived whole are checked like any other.
+ * Read to the end, one would wait for the idle timeout (60 s) with nothing to check.
+ */
+const OPEN_ENDED = /\/files\/watch$/;
+const OPEN_STREAM_MS = 2_000;
+
+/** The reply's bytes within `ms`, then the connection cut (whole lines only). */
+async function readFor(res: IncomingMessage, ms: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let cut = false;
+  const timer = setTimeout(() => {
+    cut = true;
+    res.destroy();
+  }, ms);
+  try {
+    for await (const c of res) chunks.push(c as Buffer);
+  } catch (e) {
+    if (!cut) throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+  const all = Buffer.concat(chunks);
+  return cut ? all.subarray(0, all.lastIndexOf(10) + 1) : all;
+}
+
 async function send(b: Built, timeoutMs: number): Promise<Outcome> {
   const ep = b.sent.via === "socket" ? d.ep : tcp();
   const res = await rawRequest(ep, b.sent.method, b.sent.path, b.raw, timeoutMs, b.sent.headers);
-  const bytes = await readAll(res);
+  const openEnded = b.sent.method === "GET" && OPEN_ENDED.test(b.op.template) && res.statusCode === 200;
+  const bytes = openEnded ? await readFor(res, OPEN_STREAM_MS) : await readAll(res);
   const contentType = res.headers["content-type"] ?? "";
   const binary = /^application\/(octet-stream|zstd)/.test(contentType);
   const text = binary ? `(${bytes.length} bytes)` : bytes.toString("utf8");
@@ -684,6 +729,9 @@ step(
     ]);
     const unpack = ops.find((o) => o.template === "/v1/snapshots/unpack");
     assert.ok(unpack);
+    // Enough that every hostile pack goes out, as both callers.
+    const packCount = packs.length;
+    const least = Math.min(COUNT, Math.max(MIN_REQUESTS, 10 * packCount));
 
     const internal: Finding[] = [];
     const violations: Array<Finding & { why: string }> = [];
@@ -699,7 +747,7 @@ step(
     for (; n < COUNT; n++) {
       // The time budget bounds a fast run's length; it never cuts one short of the minimum, so
       // a loaded machine makes the test slower, not failed.
-      if (n >= MIN_REQUESTS && performance.now() - t0 > SECONDS * 1000) break;
+      if (n >= least && performance.now() - t0 > SECONDS * 1000) break;
       // The victim (deletes, pauses, branches) is recreated while the budget lasts.
       if (victim === null && st.budget.victims > 0) {
         st.budget.victims--;
@@ -810,7 +858,8 @@ step(
       });
       assert.equal(r.stdout, "alive\n");
     }
-    assert.ok(n >= MIN_REQUESTS, `only ${n} requests`);
+    assert.ok(n >= least, `only ${n} requests`);
+    if (least >= 10 * packCount) assert.equal(packs.length, 0, "every hostile pack was sent");
     const missing = ops.map((o) => `${o.method} ${o.template}`).filter((k) => !covered.has(k));
     assert.deepEqual(missing, [], "every operation of the contract was fuzzed");
     assert.deepEqual(
