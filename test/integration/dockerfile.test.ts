@@ -79,7 +79,9 @@ async function build(tag: string, dir: string): Promise<{ messages: string[]; co
 }
 
 before(async () => {
-  d = await makeDaemon(); // started
+  // No warm pool: nothing here is about it, and its members (two per snapshot built, restored
+  // and warmed) would compete with the builds for the CPU.
+  d = await makeDaemon({ FORKD_POOL_SIZE: "0" }); // started
   ctx = await mkdtemp(join(tmpdir(), "forkd-df-"));
   await writeFile(join(ctx, "Dockerfile"), DOCKERFILE);
   await writeFile(join(ctx, ".dockerignore"), "secret.txt\n");
