@@ -288,7 +288,9 @@ step(
     });
     const metadata = Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, "m".repeat(4000)]));
     const envs = Object.fromEntries(Array.from({ length: 15 }, (_, i) => [`V${i}`, "e".repeat(4300)]));
-    const d = await create({ timeoutMs: 45_000, metadata, envs });
+    // Time enough for the restart and the checks below (a few seconds under TCG), not more: the
+    // step then waits for the deadline to pass.
+    const d = await create({ timeoutMs: 25_000, metadata, envs });
     const end = (await d.getInfo()).endAt.getTime();
     await e.daemon.kill9();
     await e.daemon.start();
