@@ -12,7 +12,7 @@
  * directories (every path-like value carries a token unique to the run, searched for on the
  * whole host afterwards; the daemon's TMPDIR and a few places are listed before and after).
  *
- * Bounded: FORKD_FUZZ_REQUESTS (default 1500) requests or FORKD_FUZZ_SECONDS (default 60) of
+ * Bounded: FORKD_FUZZ_REQUESTS (default 1500) requests or FORKD_FUZZ_SECONDS (default 45) of
  * fuzzing, whichever comes first, but never fewer than 400 requests (every operation at least
  * seven times, every hostile pack as both callers). FORKD_FUZZ_SEED (printed) reproduces a run's
  * requests; FORKD_FUZZ_VERBOSE=1 prints each with its reply.
@@ -59,7 +59,7 @@ const COUNT = Number(process.env.FORKD_FUZZ_REQUESTS ?? 1500);
  * tenth request is one): every operation of the contract several times over (52 of them now).
  */
 const MIN_REQUESTS = Math.min(COUNT, 400);
-const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 60);
+const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 45);
 /** FORKD_FUZZ_VERBOSE=1: every request and its reply's status and message. */
 const VERBOSE = process.env.FORKD_FUZZ_VERBOSE === "1";
 /** In every path-like value sent: what it made on the host is found by name. */
