@@ -36,6 +36,11 @@
  *       written them). process_vm_writev, or /proc/PID/mem for a mapping it cannot write. The
  *       diff's mapping size must be the mapping's. Prints {"bytes","runs","ms"}.
  *
+ * The private set is read with the PAGEMAP_SCAN ioctl where the kernel has it (Linux 6.7+: only
+ * the matching ranges come back, ~2x faster on a 1 GiB guest here, more with long runs), else
+ * from /proc/PID/pagemap entry by entry. FORKD_MEMSNAP_SCAN=read|ioctl|auto forces one (auto is
+ * the default); the stats lines say which ran ("scan").
+ *
  * DIFF format (little-endian): "FKMDIFF1", u64 page size, u64 mapping size, then runs of
  * {u64 offset, u64 length, length bytes}, then a run with length 0.
  *
@@ -51,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -152,34 +158,111 @@ struct runs {
   uint64_t pages;
 };
 
-/* The runs of private pages in [start, start + pages * psz) of PID (pagemap walk). */
-static void scan(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
+/*
+ * Appends pages p..p+n-1 to the runs, coalescing with the last run. Pages below the runs' end
+ * are dropped: they were examined already. (A PAGEMAP_SCAN stopped by its full vector reports
+ * a walk_end that can lie before the end of ranges it returned, so the next call reports some
+ * of the same pages again; within one call ranges ascend.)
+ */
+static void add_pages(struct runs *out, uint64_t p, uint64_t n) {
+  if (out->n > 0) {
+    uint64_t last = out->r[out->n - 1][0] + out->r[out->n - 1][1];
+    if (p + n <= last) return;
+    if (p < last) n -= last - p, p = last;
+  }
+  out->pages += n;
+  if (out->n > 0 && out->r[out->n - 1][0] + out->r[out->n - 1][1] == p) {
+    out->r[out->n - 1][1] += n;
+    return;
+  }
+  if (out->n == out->cap) {
+    out->cap = out->cap ? out->cap * 2 : 1024;
+    out->r = realloc(out->r, out->cap * sizeof *out->r);
+    if (!out->r) fail("out of memory");
+  }
+  out->r[out->n][0] = p;
+  out->r[out->n][1] = n;
+  out->n++;
+}
+
+/* The runs of private pages, read entry by entry from /proc/PID/pagemap (any kernel). */
+static void scan_read(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
   static uint64_t ent[BATCH_PAGES];
-  out->n = 0;
-  out->pages = 0;
   for (uint64_t i = 0; i < pages; i += BATCH_PAGES) {
     uint64_t n = pages - i < BATCH_PAGES ? pages - i : BATCH_PAGES;
     ssize_t r = pread(pm, ent, n * 8, (off_t)((start / (uint64_t)psz + i) * 8));
     if (r != (ssize_t)(n * 8)) die("pagemap");
-    for (uint64_t j = 0; j < n; j++) {
-      uint64_t e = ent[j];
-      if (!private_entry(e)) continue;
-      uint64_t p = i + j;
-      out->pages++;
-      if (out->n > 0 && out->r[out->n - 1][0] + out->r[out->n - 1][1] == p) {
-        out->r[out->n - 1][1]++;
-        continue;
-      }
-      if (out->n == out->cap) {
-        out->cap = out->cap ? out->cap * 2 : 1024;
-        out->r = realloc(out->r, out->cap * sizeof *out->r);
-        if (!out->r) fail("out of memory");
-      }
-      out->r[out->n][0] = p;
-      out->r[out->n][1] = 1;
-      out->n++;
-    }
+    for (uint64_t j = 0; j < n; j++)
+      if (private_entry(ent[j])) add_pages(out, i + j, 1);
   }
+}
+
+/*
+ * PAGEMAP_SCAN (Linux 6.7): the kernel walks the page tables and returns only the ranges that
+ * match, instead of 8 bytes per page (2 MiB for a 1 GiB guest) for us to filter. The ABI is
+ * stable; it is declared here because older kernel headers lack it. A range matches what
+ * private_entry() accepts: not a file page, and present or swapped.
+ */
+struct fk_page_region {
+  uint64_t start, end, categories;
+};
+struct fk_pm_scan_arg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+#define FK_PAGEMAP_SCAN _IOWR('f', 16, struct fk_pm_scan_arg)
+#define FK_PAGE_IS_FILE (1ULL << 2)
+#define FK_PAGE_IS_PRESENT (1ULL << 3)
+#define FK_PAGE_IS_SWAPPED (1ULL << 4)
+#define SCAN_REGIONS 4096
+
+/* 1: done; 0: the kernel has no PAGEMAP_SCAN (out untouched); dies on any other error. */
+static int scan_ioctl(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
+  static struct fk_page_region vec[SCAN_REGIONS];
+  uint64_t end = start + pages * (uint64_t)psz;
+  for (uint64_t at = start; at < end;) {
+    struct fk_pm_scan_arg a = {
+        .size = sizeof a,
+        .start = at,
+        .end = end,
+        .vec = (uint64_t)(uintptr_t)vec,
+        .vec_len = SCAN_REGIONS,
+        .category_inverted = FK_PAGE_IS_FILE,
+        .category_mask = FK_PAGE_IS_FILE,
+        .category_anyof_mask = FK_PAGE_IS_PRESENT | FK_PAGE_IS_SWAPPED,
+        .return_mask = FK_PAGE_IS_PRESENT | FK_PAGE_IS_SWAPPED,
+    };
+    int n = ioctl(pm, FK_PAGEMAP_SCAN, &a);
+    if (n < 0) {
+      if ((errno == ENOTTY || errno == EINVAL) && at == start && out->n == 0) return 0;
+      die("PAGEMAP_SCAN");
+    }
+    for (int k = 0; k < n; k++) {
+      if (vec[k].start < at || vec[k].end > end || vec[k].end <= vec[k].start) fail("PAGEMAP_SCAN: a range outside the walk");
+      add_pages(out, (vec[k].start - start) / (uint64_t)psz, (vec[k].end - vec[k].start) / (uint64_t)psz);
+    }
+    if (a.walk_end <= at || a.walk_end > end) fail("PAGEMAP_SCAN: no progress");
+    at = a.walk_end;
+  }
+  return 1;
+}
+
+/* How scan() reads pagemap: FORKD_MEMSNAP_SCAN=read|ioctl|auto (auto: ioctl where the kernel has it). */
+static const char *scan_how = "auto";
+
+/* The runs of private pages in [start, start + pages * psz) of PID. */
+static void scan(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
+  out->n = 0;
+  out->pages = 0;
+  if (strcmp(scan_how, "read") != 0) {
+    if (scan_ioctl(pm, start, pages, psz, out)) {
+      scan_how = "ioctl";
+      return;
+    }
+    if (strcmp(scan_how, "ioctl") == 0) fail("PAGEMAP_SCAN is not supported by this kernel");
+  }
+  scan_how = "read";
+  scan_read(pm, start, pages, psz, out);
 }
 
 /* A buffer of `bytes`, faulted in now (so copying into it later costs no page faults). */
@@ -266,8 +349,8 @@ static int capture(pid_t pid, const char *memfile, const char *diffpath) {
     }
   }
   double t2 = now_ms();
-  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f}\n", runs.pages,
-         need, runs.n, t1 - t0, t2 - t1);
+  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f,\"scan\":\"%s\"}\n",
+         runs.pages, need, runs.n, t1 - t0, t2 - t1, scan_how);
   fflush(stdout);
 
   uint64_t hdr[2] = {(uint64_t)psz, end - start};
@@ -358,8 +441,8 @@ static void live_scan(struct live *L) {
   L->scan_ms = now_ms() - t0;
   L->t_scan = t0;
   L->scanned = 1;
-  printf("{\"scanned\":true,\"pages\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f}\n", L->instant.pages, L->instant.n,
-         L->scan_ms);
+  printf("{\"scanned\":true,\"pages\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"scan\":\"%s\"}\n", L->instant.pages,
+         L->instant.n, L->scan_ms, scan_how);
   fflush(stdout);
 }
 
@@ -787,6 +870,12 @@ static int inject(pid_t pid, const char *memfile, const char *diffpath) {
 }
 
 int main(int argc, char **argv) {
+  const char *how = getenv("FORKD_MEMSNAP_SCAN");
+  if (how && *how) {
+    if (strcmp(how, "read") && strcmp(how, "ioctl") && strcmp(how, "auto"))
+      return fprintf(stderr, "forkd-memsnap: FORKD_MEMSNAP_SCAN must be read, ioctl or auto\n"), 2;
+    scan_how = how;
+  }
   if (argc == 5 && strcmp(argv[1], "capture") == 0) {
     char *end;
     long pid = strtol(argv[2], &end, 10);
