@@ -20,11 +20,12 @@
  *       can connect), prints {"ready"...}; the caller starts `migrate unix:SOCKET` with
  *       pause-before-switchover. While the guest runs, every page of RAM block BLOCK that
  *       QEMU sends and that is private in PID is kept (its latest version). When QEMU has
- *       stopped the guest at pre-switchover, the caller sends "scan": the private set of that
- *       instant is read from pagemap, {"scanned"...} printed; the caller continues the
+ *       stopped the guest at pre-switchover, the caller sends "scan" (the instant; nothing is
+ *       read then: see live_mark()), {"scanned"...} is printed; the caller continues the
  *       migration, QEMU sends the pages dirtied since its last pass, and once the stream ends
- *       the stats line is printed (the caller resumes the VM). Then DIFF is written (the
- *       instant's private pages, each at its last sent version) and {"written":true} printed.
+ *       the stats line is printed (the caller resumes the VM). Then every kept page is checked
+ *       to be still private, DIFF is written (the instant's private pages, each at its last
+ *       sent version) and {"written":true} printed.
  *
  *   forkd-memsnap apply BASE DIFF OUT
  *       Writes OUT = BASE with DIFF's runs written over it (copy_file_range, so a filesystem
@@ -377,11 +378,11 @@ static int capture(pid_t pid, const char *memfile, const char *diffpath) {
  *
  * QEMU sends every RAM page once, then the pages the guest dirtied since, pass after pass, while
  * the guest runs; with pause-before-switchover it then stops the guest and waits. That stop is
- * the instant: the caller freezes the disk and saves the device state, asks for "scan" (the
- * private set, from pagemap, while stopped) and continues the migration; QEMU sends the last
- * dirty pages and the stream ends. A page's last version in the stream is its content at the
- * instant (QEMU's dirty log guarantees it), so the diff is: for each page private at the
- * instant, its last version here.
+ * the instant: the caller freezes the disk and saves the device state, marks it ("scan") and
+ * continues the migration; QEMU sends the last dirty pages and the stream ends. A page's last
+ * version in the stream is its content at the instant (QEMU's dirty log guarantees it), so the
+ * diff is: for each page private at the instant, its last version here. The pages private at
+ * the instant are the pages kept (live_mark()), so the pause holds no pagemap walk.
  *
  * Only pages private when they arrive are kept. That is exact: a page is checked in pagemap after
  * QEMU read it; one not private then was not private when read either, so it held the file's
@@ -427,7 +428,7 @@ struct live {
   int pend_zero[PENDING_PAGES];
   char *pend_data;
   int npend;
-  /* the instant's private set (after "scan") */
+  /* the instant's private set (the pages kept, once the stream ended) */
   struct runs instant;
   int scanned;
   double scan_ms, t_scan;
@@ -435,14 +436,20 @@ struct live {
   size_t cmdlen;
 };
 
-static void live_scan(struct live *L) {
-  double t0 = now_ms();
-  scan(L->pm, L->start, L->pages, (long)TARGET_PAGE, &L->instant);
-  L->scan_ms = now_ms() - t0;
-  L->t_scan = t0;
+/*
+ * The instant (the guest is stopped): no pagemap walk while stopped. Private is monotonic (a
+ * page the VMM copied stays its own: forkd's VMMs have no balloon and discard nothing), and
+ * every page private at the instant was checked private when it last arrived: the first pass
+ * sends every page, and a page written after it was sent is sent again (the final pass, after
+ * this, sends the pages dirtied since the last one, checked against the stopped guest). So the
+ * instant's private set is the set of pages kept; live() checks after the guest runs again that
+ * every kept page is still private.
+ */
+static void live_mark(struct live *L) {
+  L->t_scan = now_ms();
+  L->scan_ms = 0;
   L->scanned = 1;
-  printf("{\"scanned\":true,\"pages\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"scan\":\"%s\"}\n", L->instant.pages,
-         L->instant.n, L->scan_ms, scan_how);
+  printf("{\"scanned\":true,\"pages\":%" PRIu64 ",\"scan_ms\":0}\n", L->used);
   fflush(stdout);
 }
 
@@ -459,7 +466,7 @@ static void live_stdin(struct live *L) {
   }
   L->cmd[L->cmdlen] = 0;
   L->cmdlen = 0;
-  if (strcmp(L->cmd, "scan") == 0 && !L->scanned) live_scan(L);
+  if (strcmp(L->cmd, "scan") == 0 && !L->scanned) live_mark(L);
   else fail("unexpected command");
 }
 
@@ -710,17 +717,27 @@ static int live(pid_t pid, const char *memfile, const char *sockpath, const char
   while (L.rpos < L.rlen || live_fill(&L)) L.rpos = L.rlen;
   close(L.conn);
 
+  for (uint64_t p = 0; p < L.pages; p++)
+    if (L.slot[p]) add_pages(&L.instant, p, 1);
   uint64_t need = L.instant.pages * TARGET_PAGE;
-  for (size_t k = 0; k < L.instant.n; k++)
-    for (uint64_t p = L.instant.r[k][0]; p < L.instant.r[k][0] + L.instant.r[k][1]; p++)
-      if (L.slot[p] == 0) {
-        fprintf(stderr, "forkd-memsnap: page %" PRIu64 " (of %" PRIu64 "), private at the pause, was never sent\n", p, L.pages);
-        exit(1);
-      }
   printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f,"
          "\"stream_bytes\":%" PRIu64 ",\"kept_bytes\":%" PRIu64 "}\n",
          L.instant.pages, need, L.instant.n, L.scan_ms, now_ms() - L.t_scan, L.stream_bytes, L.used * TARGET_PAGE);
   fflush(stdout);
+
+  /* The guest runs again (the caller resumed it on the line above): every kept page must still be
+   * the VMM's own (see live_mark); pages it writes from now on only add to the private set. */
+  struct runs now = {0};
+  scan(L.pm, L.start, L.pages, (long)TARGET_PAGE, &now);
+  for (size_t k = 0, j = 0; k < L.instant.n; k++) {
+    uint64_t first = L.instant.r[k][0], n = L.instant.r[k][1];
+    while (j < now.n && now.r[j][0] + now.r[j][1] <= first) j++;
+    if (j == now.n || now.r[j][0] > first || now.r[j][0] + now.r[j][1] < first + n) {
+      fprintf(stderr, "forkd-memsnap: a page kept from the stream (in pages %" PRIu64 "-%" PRIu64 ") is no longer private\n",
+              first, first + n - 1);
+      exit(1);
+    }
+  }
 
   uint64_t hdr[2] = {TARGET_PAGE, end - L.start};
   write_all(out, MAGIC, sizeof MAGIC);
