@@ -136,7 +136,7 @@ export async function createSnapshot(
     deps.crash?.("create:booted");
 
     const t1 = nowMs();
-    const dflt = req.execDefaults ?? {};
+    const dflt = { ...req.execDefaults, env: withRandPreload(req.execDefaults?.env) };
     if (req.startCmd || req.readyCmd) {
       await startAndWaitReady(
         agent,
@@ -156,7 +156,7 @@ export async function createSnapshot(
         {
           shell: req.warm,
           timeoutMs: req.warmTimeoutMs ?? 600_000,
-          ...(dflt.env ? { env: dflt.env } : {}),
+          env: dflt.env,
           ...(dflt.cwd ? { cwd: dflt.cwd } : {}),
         },
         { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },
@@ -264,6 +264,20 @@ export async function createSnapshot(
 }
 
 /** Waits until the guest has seen its NIC's carrier go `up` or down. */
+/** The library that gives OpenSSL its random bytes from the guest kernel (guest/rand/forkd-rand.c). */
+export const RAND_PRELOAD = "/.forkd/forkd-rand.so";
+
+/**
+ * The env of the commands run in the parent (start_cmd, ready_cmd, warm): what they leave running
+ * lives on in every child, so their OpenSSL takes its random bytes from the guest kernel (whose
+ * CRNG each child's IDENTITY reseeds) and never from a generator state all children share. The
+ * agent does the same for its kernels.
+ */
+export function withRandPreload(env: Record<string, string> | undefined): Record<string, string> {
+  const had = env?.LD_PRELOAD;
+  return { ...env, LD_PRELOAD: had ? `${RAND_PRELOAD}:${had}` : RAND_PRELOAD };
+}
+
 async function waitCarrier(agent: AgentClient, up: boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let state = "";
