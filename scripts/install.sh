@@ -23,3 +23,4 @@ npx tsc -p mcp
 npx tsc -p tsconfig.json
 make -s -C native
 make -s -C guest/agent
+make -s -C guest/rand

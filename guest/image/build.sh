@@ -513,6 +513,13 @@ fi
 for f in "$REPO_DIR/guest/evalsrv/forkd_eval.js" "$REPO_DIR"/guest/evalsrv/vendor/*.js; do
 	if [ -f "$f" ]; then KERNEL_FILES+=("$f"); fi
 done
+# OpenSSL's random bytes from getrandom(2), preloaded into the processes children inherit
+# (guest/rand/forkd-rand.c): built here like the agent when the repository has it.
+if [ "$NO_AGENT" != 1 ] && [ -f "$REPO_DIR/guest/rand/Makefile" ]; then
+	make -s --no-print-directory -C "$REPO_DIR/guest/rand" >&2 || die "make -C guest/rand failed"
+	[ -f "$REPO_DIR/guest/rand/forkd-rand.so" ] || die "make -C guest/rand did not produce forkd-rand.so"
+	KERNEL_FILES+=("$REPO_DIR/guest/rand/forkd-rand.so")
+fi
 # One line per file installed into /.forkd/ (name and sha256): part of the final stage's key.
 FORKD_SUMS=$(
 	if [ -n "$AGENT" ]; then echo "forkd-agent $AGENT_SHA"; fi

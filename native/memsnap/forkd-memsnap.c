@@ -20,11 +20,12 @@
  *       can connect), prints {"ready"...}; the caller starts `migrate unix:SOCKET` with
  *       pause-before-switchover. While the guest runs, every page of RAM block BLOCK that
  *       QEMU sends and that is private in PID is kept (its latest version). When QEMU has
- *       stopped the guest at pre-switchover, the caller sends "scan": the private set of that
- *       instant is read from pagemap, {"scanned"...} printed; the caller continues the
+ *       stopped the guest at pre-switchover, the caller sends "scan" (the instant; nothing is
+ *       read then: see live_mark()), {"scanned"...} is printed; the caller continues the
  *       migration, QEMU sends the pages dirtied since its last pass, and once the stream ends
- *       the stats line is printed (the caller resumes the VM). Then DIFF is written (the
- *       instant's private pages, each at its last sent version) and {"written":true} printed.
+ *       the stats line is printed (the caller resumes the VM). Then every kept page is checked
+ *       to be still private, DIFF is written (the instant's private pages, each at its last
+ *       sent version) and {"written":true} printed.
  *
  *   forkd-memsnap apply BASE DIFF OUT
  *       Writes OUT = BASE with DIFF's runs written over it (copy_file_range, so a filesystem
@@ -35,6 +36,11 @@
  *       MAP_PRIVATE: the pages written become private copies in it, exactly as if the guest had
  *       written them). process_vm_writev, or /proc/PID/mem for a mapping it cannot write. The
  *       diff's mapping size must be the mapping's. Prints {"bytes","runs","ms"}.
+ *
+ * The private set is read with the PAGEMAP_SCAN ioctl where the kernel has it (Linux 6.7+: only
+ * the matching ranges come back, ~2x faster on a 1 GiB guest here, more with long runs), else
+ * from /proc/PID/pagemap entry by entry. FORKD_MEMSNAP_SCAN=read|ioctl|auto forces one (auto is
+ * the default); the stats lines say which ran ("scan").
  *
  * DIFF format (little-endian): "FKMDIFF1", u64 page size, u64 mapping size, then runs of
  * {u64 offset, u64 length, length bytes}, then a run with length 0.
@@ -51,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -152,34 +159,111 @@ struct runs {
   uint64_t pages;
 };
 
-/* The runs of private pages in [start, start + pages * psz) of PID (pagemap walk). */
-static void scan(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
+/*
+ * Appends pages p..p+n-1 to the runs, coalescing with the last run. Pages below the runs' end
+ * are dropped: they were examined already. (A PAGEMAP_SCAN stopped by its full vector reports
+ * a walk_end that can lie before the end of ranges it returned, so the next call reports some
+ * of the same pages again; within one call ranges ascend.)
+ */
+static void add_pages(struct runs *out, uint64_t p, uint64_t n) {
+  if (out->n > 0) {
+    uint64_t last = out->r[out->n - 1][0] + out->r[out->n - 1][1];
+    if (p + n <= last) return;
+    if (p < last) n -= last - p, p = last;
+  }
+  out->pages += n;
+  if (out->n > 0 && out->r[out->n - 1][0] + out->r[out->n - 1][1] == p) {
+    out->r[out->n - 1][1] += n;
+    return;
+  }
+  if (out->n == out->cap) {
+    out->cap = out->cap ? out->cap * 2 : 1024;
+    out->r = realloc(out->r, out->cap * sizeof *out->r);
+    if (!out->r) fail("out of memory");
+  }
+  out->r[out->n][0] = p;
+  out->r[out->n][1] = n;
+  out->n++;
+}
+
+/* The runs of private pages, read entry by entry from /proc/PID/pagemap (any kernel). */
+static void scan_read(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
   static uint64_t ent[BATCH_PAGES];
-  out->n = 0;
-  out->pages = 0;
   for (uint64_t i = 0; i < pages; i += BATCH_PAGES) {
     uint64_t n = pages - i < BATCH_PAGES ? pages - i : BATCH_PAGES;
     ssize_t r = pread(pm, ent, n * 8, (off_t)((start / (uint64_t)psz + i) * 8));
     if (r != (ssize_t)(n * 8)) die("pagemap");
-    for (uint64_t j = 0; j < n; j++) {
-      uint64_t e = ent[j];
-      if (!private_entry(e)) continue;
-      uint64_t p = i + j;
-      out->pages++;
-      if (out->n > 0 && out->r[out->n - 1][0] + out->r[out->n - 1][1] == p) {
-        out->r[out->n - 1][1]++;
-        continue;
-      }
-      if (out->n == out->cap) {
-        out->cap = out->cap ? out->cap * 2 : 1024;
-        out->r = realloc(out->r, out->cap * sizeof *out->r);
-        if (!out->r) fail("out of memory");
-      }
-      out->r[out->n][0] = p;
-      out->r[out->n][1] = 1;
-      out->n++;
-    }
+    for (uint64_t j = 0; j < n; j++)
+      if (private_entry(ent[j])) add_pages(out, i + j, 1);
   }
+}
+
+/*
+ * PAGEMAP_SCAN (Linux 6.7): the kernel walks the page tables and returns only the ranges that
+ * match, instead of 8 bytes per page (2 MiB for a 1 GiB guest) for us to filter. The ABI is
+ * stable; it is declared here because older kernel headers lack it. A range matches what
+ * private_entry() accepts: not a file page, and present or swapped.
+ */
+struct fk_page_region {
+  uint64_t start, end, categories;
+};
+struct fk_pm_scan_arg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+#define FK_PAGEMAP_SCAN _IOWR('f', 16, struct fk_pm_scan_arg)
+#define FK_PAGE_IS_FILE (1ULL << 2)
+#define FK_PAGE_IS_PRESENT (1ULL << 3)
+#define FK_PAGE_IS_SWAPPED (1ULL << 4)
+#define SCAN_REGIONS 4096
+
+/* 1: done; 0: the kernel has no PAGEMAP_SCAN (out untouched); dies on any other error. */
+static int scan_ioctl(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
+  static struct fk_page_region vec[SCAN_REGIONS];
+  uint64_t end = start + pages * (uint64_t)psz;
+  for (uint64_t at = start; at < end;) {
+    struct fk_pm_scan_arg a = {
+        .size = sizeof a,
+        .start = at,
+        .end = end,
+        .vec = (uint64_t)(uintptr_t)vec,
+        .vec_len = SCAN_REGIONS,
+        .category_inverted = FK_PAGE_IS_FILE,
+        .category_mask = FK_PAGE_IS_FILE,
+        .category_anyof_mask = FK_PAGE_IS_PRESENT | FK_PAGE_IS_SWAPPED,
+        .return_mask = FK_PAGE_IS_PRESENT | FK_PAGE_IS_SWAPPED,
+    };
+    int n = ioctl(pm, FK_PAGEMAP_SCAN, &a);
+    if (n < 0) {
+      if ((errno == ENOTTY || errno == EINVAL) && at == start && out->n == 0) return 0;
+      die("PAGEMAP_SCAN");
+    }
+    for (int k = 0; k < n; k++) {
+      if (vec[k].start < at || vec[k].end > end || vec[k].end <= vec[k].start) fail("PAGEMAP_SCAN: a range outside the walk");
+      add_pages(out, (vec[k].start - start) / (uint64_t)psz, (vec[k].end - vec[k].start) / (uint64_t)psz);
+    }
+    if (a.walk_end <= at || a.walk_end > end) fail("PAGEMAP_SCAN: no progress");
+    at = a.walk_end;
+  }
+  return 1;
+}
+
+/* How scan() reads pagemap: FORKD_MEMSNAP_SCAN=read|ioctl|auto (auto: ioctl where the kernel has it). */
+static const char *scan_how = "auto";
+
+/* The runs of private pages in [start, start + pages * psz) of PID. */
+static void scan(int pm, uint64_t start, uint64_t pages, long psz, struct runs *out) {
+  out->n = 0;
+  out->pages = 0;
+  if (strcmp(scan_how, "read") != 0) {
+    if (scan_ioctl(pm, start, pages, psz, out)) {
+      scan_how = "ioctl";
+      return;
+    }
+    if (strcmp(scan_how, "ioctl") == 0) fail("PAGEMAP_SCAN is not supported by this kernel");
+  }
+  scan_how = "read";
+  scan_read(pm, start, pages, psz, out);
 }
 
 /* A buffer of `bytes`, faulted in now (so copying into it later costs no page faults). */
@@ -266,8 +350,8 @@ static int capture(pid_t pid, const char *memfile, const char *diffpath) {
     }
   }
   double t2 = now_ms();
-  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f}\n", runs.pages,
-         need, runs.n, t1 - t0, t2 - t1);
+  printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f,\"scan\":\"%s\"}\n",
+         runs.pages, need, runs.n, t1 - t0, t2 - t1, scan_how);
   fflush(stdout);
 
   uint64_t hdr[2] = {(uint64_t)psz, end - start};
@@ -294,11 +378,11 @@ static int capture(pid_t pid, const char *memfile, const char *diffpath) {
  *
  * QEMU sends every RAM page once, then the pages the guest dirtied since, pass after pass, while
  * the guest runs; with pause-before-switchover it then stops the guest and waits. That stop is
- * the instant: the caller freezes the disk and saves the device state, asks for "scan" (the
- * private set, from pagemap, while stopped) and continues the migration; QEMU sends the last
- * dirty pages and the stream ends. A page's last version in the stream is its content at the
- * instant (QEMU's dirty log guarantees it), so the diff is: for each page private at the
- * instant, its last version here.
+ * the instant: the caller freezes the disk and saves the device state, marks it ("scan") and
+ * continues the migration; QEMU sends the last dirty pages and the stream ends. A page's last
+ * version in the stream is its content at the instant (QEMU's dirty log guarantees it), so the
+ * diff is: for each page private at the instant, its last version here. The pages private at
+ * the instant are the pages kept (live_mark()), so the pause holds no pagemap walk.
  *
  * Only pages private when they arrive are kept. That is exact: a page is checked in pagemap after
  * QEMU read it; one not private then was not private when read either, so it held the file's
@@ -344,7 +428,7 @@ struct live {
   int pend_zero[PENDING_PAGES];
   char *pend_data;
   int npend;
-  /* the instant's private set (after "scan") */
+  /* the instant's private set (the pages kept, once the stream ended) */
   struct runs instant;
   int scanned;
   double scan_ms, t_scan;
@@ -352,14 +436,20 @@ struct live {
   size_t cmdlen;
 };
 
-static void live_scan(struct live *L) {
-  double t0 = now_ms();
-  scan(L->pm, L->start, L->pages, (long)TARGET_PAGE, &L->instant);
-  L->scan_ms = now_ms() - t0;
-  L->t_scan = t0;
+/*
+ * The instant (the guest is stopped): no pagemap walk while stopped. Private is monotonic (a
+ * page the VMM copied stays its own: forkd's VMMs have no balloon and discard nothing), and
+ * every page private at the instant was checked private when it last arrived: the first pass
+ * sends every page, and a page written after it was sent is sent again (the final pass, after
+ * this, sends the pages dirtied since the last one, checked against the stopped guest). So the
+ * instant's private set is the set of pages kept; live() checks after the guest runs again that
+ * every kept page is still private.
+ */
+static void live_mark(struct live *L) {
+  L->t_scan = now_ms();
+  L->scan_ms = 0;
   L->scanned = 1;
-  printf("{\"scanned\":true,\"pages\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f}\n", L->instant.pages, L->instant.n,
-         L->scan_ms);
+  printf("{\"scanned\":true,\"pages\":%" PRIu64 ",\"scan_ms\":0}\n", L->used);
   fflush(stdout);
 }
 
@@ -376,7 +466,7 @@ static void live_stdin(struct live *L) {
   }
   L->cmd[L->cmdlen] = 0;
   L->cmdlen = 0;
-  if (strcmp(L->cmd, "scan") == 0 && !L->scanned) live_scan(L);
+  if (strcmp(L->cmd, "scan") == 0 && !L->scanned) live_mark(L);
   else fail("unexpected command");
 }
 
@@ -627,17 +717,27 @@ static int live(pid_t pid, const char *memfile, const char *sockpath, const char
   while (L.rpos < L.rlen || live_fill(&L)) L.rpos = L.rlen;
   close(L.conn);
 
+  for (uint64_t p = 0; p < L.pages; p++)
+    if (L.slot[p]) add_pages(&L.instant, p, 1);
   uint64_t need = L.instant.pages * TARGET_PAGE;
-  for (size_t k = 0; k < L.instant.n; k++)
-    for (uint64_t p = L.instant.r[k][0]; p < L.instant.r[k][0] + L.instant.r[k][1]; p++)
-      if (L.slot[p] == 0) {
-        fprintf(stderr, "forkd-memsnap: page %" PRIu64 " (of %" PRIu64 "), private at the pause, was never sent\n", p, L.pages);
-        exit(1);
-      }
   printf("{\"pages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"runs\":%zu,\"scan_ms\":%.2f,\"copy_ms\":%.2f,"
          "\"stream_bytes\":%" PRIu64 ",\"kept_bytes\":%" PRIu64 "}\n",
          L.instant.pages, need, L.instant.n, L.scan_ms, now_ms() - L.t_scan, L.stream_bytes, L.used * TARGET_PAGE);
   fflush(stdout);
+
+  /* The guest runs again (the caller resumed it on the line above): every kept page must still be
+   * the VMM's own (see live_mark); pages it writes from now on only add to the private set. */
+  struct runs now = {0};
+  scan(L.pm, L.start, L.pages, (long)TARGET_PAGE, &now);
+  for (size_t k = 0, j = 0; k < L.instant.n; k++) {
+    uint64_t first = L.instant.r[k][0], n = L.instant.r[k][1];
+    while (j < now.n && now.r[j][0] + now.r[j][1] <= first) j++;
+    if (j == now.n || now.r[j][0] > first || now.r[j][0] + now.r[j][1] < first + n) {
+      fprintf(stderr, "forkd-memsnap: a page kept from the stream (in pages %" PRIu64 "-%" PRIu64 ") is no longer private\n",
+              first, first + n - 1);
+      exit(1);
+    }
+  }
 
   uint64_t hdr[2] = {TARGET_PAGE, end - L.start};
   write_all(out, MAGIC, sizeof MAGIC);
@@ -787,6 +887,12 @@ static int inject(pid_t pid, const char *memfile, const char *diffpath) {
 }
 
 int main(int argc, char **argv) {
+  const char *how = getenv("FORKD_MEMSNAP_SCAN");
+  if (how && *how) {
+    if (strcmp(how, "read") && strcmp(how, "ioctl") && strcmp(how, "auto"))
+      return fprintf(stderr, "forkd-memsnap: FORKD_MEMSNAP_SCAN must be read, ioctl or auto\n"), 2;
+    scan_how = how;
+  }
   if (argc == 5 && strcmp(argv[1], "capture") == 0) {
     char *end;
     long pid = strtol(argv[2], &end, 10);

@@ -147,7 +147,9 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     driver,
     cgroups,
     log,
-    tbSizeMiB: Number(env.FORKD_TB_SIZE_MIB ?? 32),
+    // A hot pool member's warm-up translates ~35 MiB of code (pool-warm.ts); a full buffer makes
+    // QEMU discard every translation, so 32 MiB threw most of the warm-up away before a fork took it.
+    tbSizeMiB: Number(env.FORKD_TB_SIZE_MIB ?? 64),
     pool: poolCfg,
     poolSize: poolCfg.perTag,
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,

@@ -1,7 +1,7 @@
 /**
  * Making a pre-started VMM hot: restored from its snapshot (restoreChild), resumed, and put
  * through the paths a child's first requests take (IDENTITY, an exec, a shell exec and, with
- * warm kernels, a cell in a throwaway code context of each), so TCG has translated them before
+ * warm kernels, a cell in a throwaway code context of each: warm-cells.ts), so TCG has translated them before
  * a fork takes it; then stopped again (QMP stop: an idle hot member costs no CPU). The fork that
  * takes it continues it and sends the child's real identity, which reseeds the kernel RNG and
  * the kernels' generators, sets the clock, hostname and sandbox id (fork.ts). Nothing the
@@ -18,21 +18,12 @@ import { discard } from "./pool.js";
 import type { Prepared } from "./pool.js";
 import { prepare } from "./prepare.js";
 import { restoreChild } from "./restore.js";
+import { WARM_CELLS } from "./warm-cells.js";
 
 /** Each step of a warm-up has this long (under TCG a first exec is ~0.3 s; a loaded host is slower). */
 export const WARM_STEP_MS = 30_000;
 /** Identity values a warm-up uses: never a child's (a child's id is a sandbox id). */
 export const WARM_HOSTNAME = "forkd-pool-warmup";
-
-/**
- * The warm-up cell of each kernel in context `id`: its last expression's value is shown like a
- * user's cell's; it assigns nothing, and Python's copy of its source (linecache, under the name
- * forkd_eval.py gives a context's first cell) is dropped.
- */
-const CELLS: Record<EvalLanguage, (id: string) => string> = {
-  python: (id) => `__import__("linecache").cache.pop("<cell ${id.slice(0, 8)}:1>", None)\n6 * 7`,
-  javascript: () => "[1, 2, 3].map((x) => x * 2).length * 14",
-};
 
 /** Fails the warm-up: what the member did instead. */
 function expect(ok: boolean, what: string): void {
@@ -52,7 +43,7 @@ async function cell(agent: AgentClient, language: EvalLanguage): Promise<void> {
   expect(ctxt !== undefined, `${language} kernel made no context`);
   const id = ctxt!.id;
   try {
-    const r = await agent.eval(CELLS[language](id), WARM_STEP_MS, language, { context: id });
+    const r = await agent.eval(WARM_CELLS[language](id), WARM_STEP_MS, language, { context: id });
     expect(r.ok && r.value === "42", `${language} cell: ${r.error?.value ?? r.value ?? "no value"}`);
   } finally {
     await agent.contexts(language, { op: "delete", context: id });

@@ -51,6 +51,8 @@ export interface CreateSnapshotRequest {
   warmEvalLanguage?: EvalLanguage;
   memoryMiB: number;
   vcpus: number;
+  /** false: no network device in the parent, so none in any child (default true). */
+  nic?: boolean;
   /** Deadline for boot, and separately for the warm-up command. */
   bootTimeoutMs?: number;
   warmTimeoutMs?: number;
@@ -76,6 +78,7 @@ export async function createSnapshot(
   progress: Progress = () => undefined,
 ): Promise<SnapshotMeta> {
   const image = req.image;
+  const withNic = req.nic !== false;
   const release = await deps.store.claim(req.tag);
   const suffix = randomBytes(6).toString("hex");
   const staging = deps.store.stagingDir(suffix);
@@ -114,10 +117,15 @@ export async function createSnapshot(
       boot: {
         kernel: image.kernel,
         initrd: image.initrd,
-        append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
+        append: kernelCmdline(
+          machine.accel,
+          deps.accel.tscKhz,
+          process.env,
+          withNic ? [guestNetArg(GUEST_NET)] : [],
+        ),
       },
       // The parent has the device children need, with no connectivity (warm-ups run offline).
-      nic: { guest: GUEST_NET, backend: { kind: "none" } },
+      ...(withNic ? { nic: { guest: GUEST_NET, backend: { kind: "none" as const } } } : {}),
     });
     agent = await vm.connectAgent(10_000);
     await waitReady(deps.driver, vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
@@ -128,7 +136,7 @@ export async function createSnapshot(
     deps.crash?.("create:booted");
 
     const t1 = nowMs();
-    const dflt = req.execDefaults ?? {};
+    const dflt = { ...req.execDefaults, env: withRandPreload(req.execDefaults?.env) };
     if (req.startCmd || req.readyCmd) {
       await startAndWaitReady(
         agent,
@@ -148,7 +156,7 @@ export async function createSnapshot(
         {
           shell: req.warm,
           timeoutMs: req.warmTimeoutMs ?? 600_000,
-          ...(dflt.env ? { env: dflt.env } : {}),
+          env: dflt.env,
           ...(dflt.cwd ? { cwd: dflt.cwd } : {}),
         },
         { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },
@@ -182,8 +190,8 @@ export async function createSnapshot(
     await agent.sync();
     // Frozen with the link down: children without a network (the default) need no change, and
     // none of them pays for the guest handling the carrier change (it is done before the freeze).
-    await vm.setLink(false);
-    await waitCarrier(agent, false, 10_000);
+    if (withNic) await vm.setLink(false);
+    if (withNic) await waitCarrier(agent, false, 10_000);
     // Keep the agent connected through the save: children restore with the host end connected
     // (they connect before they resume), so the guest never sees its port close and reopen.
     await vm.saveState(files.vmstate);
@@ -232,7 +240,7 @@ export async function createSnapshot(
       files: { memory, vmstate, disk },
       timings: { bootMs, warmMs, freezeMs },
       owner: req.owner ?? null,
-      nic: nicMeta(GUEST_NET, false),
+      ...(withNic ? { nic: nicMeta(GUEST_NET, false) } : {}),
     });
     deps.crash?.("create:before-publish");
     await deps.store.publish(staging, req.tag);
@@ -256,6 +264,20 @@ export async function createSnapshot(
 }
 
 /** Waits until the guest has seen its NIC's carrier go `up` or down. */
+/** The library that gives OpenSSL its random bytes from the guest kernel (guest/rand/forkd-rand.c). */
+export const RAND_PRELOAD = "/.forkd/forkd-rand.so";
+
+/**
+ * The env of the commands run in the parent (start_cmd, ready_cmd, warm): what they leave running
+ * lives on in every child, so their OpenSSL takes its random bytes from the guest kernel (whose
+ * CRNG each child's IDENTITY reseeds) and never from a generator state all children share. The
+ * agent does the same for its kernels.
+ */
+export function withRandPreload(env: Record<string, string> | undefined): Record<string, string> {
+  const had = env?.LD_PRELOAD;
+  return { ...env, LD_PRELOAD: had ? `${RAND_PRELOAD}:${had}` : RAND_PRELOAD };
+}
+
 async function waitCarrier(agent: AgentClient, up: boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let state = "";

@@ -3,9 +3,10 @@
  * for their copy. QEMU's own precopy migration (Vm.migrateRam) streams the RAM into
  * `forkd-memsnap live` while the guest runs, pass after pass, keeping only pages private in the
  * VMM; at the switchover QEMU stops the guest and waits (pause-before-switchover): that stop is
- * the branch's instant. The caller freezes the disk and saves the device state then, go() reads
- * the private set (pagemap, while stopped) and lets QEMU send the pages dirtied since its last
- * pass; the guest runs again once the stream ends, and memsnap writes the diff (the format
+ * the branch's instant. The caller freezes the disk and saves the device state then, go() marks
+ * the instant and lets QEMU send the pages dirtied since its last pass (the instant's private
+ * set is the pages memsnap kept: no pagemap walk while stopped); the guest runs again once the
+ * stream ends, and memsnap writes the diff (the format
  * `capture` writes: see native/memsnap/forkd-memsnap.c) in the background.
  *
  * The pause is the last pass plus the disk and device state, whatever the guest wrote before;

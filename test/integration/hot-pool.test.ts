@@ -105,7 +105,8 @@ step("a snapshot's pool becomes hot without a user exec being counted", async ()
   const meta = await api<{ tag: string }>("POST", "/v1/snapshots", {
     tag: TAG,
     memory_mib: 384,
-    warm_eval: "warm_var = 41 + 1",
+    // ssl.RAND_bytes: the parent's kernel instantiates OpenSSL's generator before the freeze.
+    warm_eval: "warm_var = 41 + 1\nimport ssl\nwarm_token = ssl.RAND_bytes(16).hex()",
   });
   assert.equal(meta.tag, TAG);
   execsBefore = await execCount();
@@ -151,6 +152,9 @@ step("every child has its own kernel RNG, Python generators, hostname, id and a 
     distinct("boot_id", await sh(id, "cat /proc/sys/kernel/random/boot_id"));
     const r = await py(id, "import os, random\n(os.urandom(16).hex(), random.getrandbits(64))");
     distinct("python os.urandom/random", r.value ?? "");
+    // OpenSSL's generator in the kernel process (its state was the parent's: forkd-rand.so)
+    const o = await py(id, "import ssl\n(ssl.RAND_bytes(16).hex(), warm_token)");
+    distinct("python ssl.RAND_bytes", (o.value ?? "").slice(0, 36));
     const host = (await sh(id, "hostname")).trim();
     assert.equal(host, id, "hostname is the sandbox id");
     distinct("hostname", host);

@@ -39,7 +39,11 @@ step("a snapshot of the node template, warmed with a JavaScript cell", async () 
     tag: TAG,
     template: "node",
     memoryMiB: 384,
-    warmEval: "const warmed = { answer: 6 * 7, at: await Promise.resolve('parent') }",
+    // The parent's kernel uses OpenSSL's generator before the freeze (as a warm-up that makes a
+    // key, a token or a TLS connection would): its state is then in every child's memory.
+    warmEval:
+      "const warmed = { answer: 6 * 7, at: await Promise.resolve('parent') }\n" +
+      "const warmToken = require('crypto').randomBytes(16).toString('hex')",
     warmEvalLanguage: "javascript",
   });
   assert.equal(meta.tag, TAG);
@@ -82,6 +86,24 @@ step("the kernel is forked warm: children share the parent's kernel process, the
   assert.equal(origin[0]?.text, origin[1]?.text, "one kernel start (in the parent) for both children");
   const rand = await Promise.all(kids.map((k) => k.runCode("Math.random()", JS)));
   assert.notEqual(rand[0]?.text, rand[1]?.text, "Math.random is reseeded after the fork");
+  // OpenSSL's generator (crypto.randomBytes, randomUUID, getRandomValues, keys): before
+  // forkd-rand.so every child of this snapshot gave the same bytes.
+  const cell =
+    "const c = require('crypto'); [c.randomBytes(16).toString('hex'), c.randomUUID(), " +
+    "Buffer.from(c.webcrypto.getRandomValues(new Uint8Array(16))).toString('hex'), " +
+    "c.generateKeyPairSync('ed25519').publicKey.export({ type: 'spki', format: 'der' }).toString('hex'), " +
+    "warmToken, process.env.LD_PRELOAD].join(' ')";
+  const ssl = await Promise.all(kids.map((k) => k.runCode(cell, JS)));
+  const [x, y] = ssl.map((e) => {
+    assert.equal(e.error, undefined, e.error?.traceback);
+    return (e.text ?? "").replace(/^'|'$/g, "").split(" ");
+  }) as [string[], string[]];
+  assert.equal(x[4], y[4], "the parent's token is the same in both (it is the parent's memory)");
+  for (let i = 0; i < 4; i++) {
+    assert.notEqual(x[i], y[i], `OpenSSL output ${i} differs between the children`);
+    assert.notEqual(x[i], x[4]);
+  }
+  assert.match(x[5] ?? "", /^\/\.forkd\/forkd-rand\.so(:|$)/);
   await Promise.all(kids.map((k, i) => k.runCode(`let mine = ${i}`, JS)));
   const mine = await Promise.all(kids.map((k) => k.runCode("mine", JS)));
   assert.deepEqual(

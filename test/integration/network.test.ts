@@ -551,6 +551,33 @@ step("a restore raises no interrupt on the NIC: no self-announcement after the l
   }
 });
 
+step(
+  "a snapshot made with nic: false has no network device, and its children only network none",
+  async () => {
+    const tag = "no-nic";
+    const snap = await api<{ nic?: unknown }>("POST", "/v1/snapshots", { tag, memory_mib: 256, nic: false });
+    try {
+      assert.equal(snap.nic, undefined, "no NIC in the snapshot's metadata");
+      const r = await api<{ sandboxes: View[]; failures: unknown[] }>("POST", "/v1/sandboxes", {
+        snapshot_tag: tag,
+      });
+      assert.deepEqual(r.failures, []);
+      const child = r.sandboxes[0];
+      assert.ok(child);
+      assert.equal(child.network.mode, "none");
+      const ls = await exec(child.id, ["ls", "/sys/class/net"]);
+      assert.deepEqual(ls.stdout.trim().split(/\s+/), ["lo"], "no eth0 in the guest");
+      await api("DELETE", `/v1/sandboxes/${child.id}`);
+      await assert.rejects(
+        api("POST", "/v1/sandboxes", { snapshot_tag: tag, network: { mode: "user" } }),
+        (e: unknown) => e instanceof ApiError && e.status === 400,
+      );
+    } finally {
+      await api("DELETE", `/v1/snapshots/${tag}`).catch(() => undefined);
+    }
+  },
+);
+
 step("bad network requests are refused with the field named", async () => {
   for (const [network, re] of [
     [{ mode: "netns", egress: { mode: "list", allow: [{ cidr: "10.0.0.1/8" }] } }, /host bits set/],

@@ -153,6 +153,9 @@ char **base_env(const struct user *u, int explicit_user);
 const char *default_cwd(const struct user *u); /* config cwd, else u's home if it exists, else / */
 const char *env_get(char *const *env, const char *key);
 char **env_set(char **env, char *kv); /* takes kv; NULL (env freed) on ENOMEM */
+/* env with /.forkd/forkd-rand.so first in LD_PRELOAD (when the image has it): for the processes
+ * a snapshot carries into its children, whose OpenSSL state would otherwise be every child's. */
+char **env_preload_rand(char **env);
 /* Whole regular file, at most max bytes (more is ignored and logged; *cut set), NUL-terminated. */
 char *read_bounded(const char *path, size_t max, size_t *len, int *cut);
 

@@ -220,6 +220,23 @@ char **base_env(const struct user *u, int explicit_user)
 	return env;
 }
 
+/* The library that gives OpenSSL its random bytes from the kernel (guest/rand/forkd-rand.c). */
+#define RAND_PRELOAD "/.forkd/forkd-rand.so"
+
+char **env_preload_rand(char **env)
+{
+	if (!env || access(RAND_PRELOAD, R_OK) != 0)
+		return env;
+	const char *had = env_get(env, "LD_PRELOAD");
+	if (had && *had) {
+		char v[1024];
+		if (snprintf(v, sizeof v, "%s:%s", RAND_PRELOAD, had) >= (int)sizeof v)
+			return env; /* an image's preload list that long is kept as it is */
+		return set_pair(env, "LD_PRELOAD", v);
+	}
+	return set_pair(env, "LD_PRELOAD", RAND_PRELOAD);
+}
+
 const char *default_cwd(const struct user *u)
 {
 	struct stat st;

@@ -266,7 +266,9 @@ static int server_start(struct kernel *k)
 		argv[argc++] = (char *)*f;
 	argv[argc++] = k->src;
 	argv[argc] = NULL;
-	char **env = base_env(&u, 0);
+	/* A kernel lives on in every child of a snapshot: its OpenSSL takes random bytes from the
+	 * kernel's CRNG (reseeded at each IDENTITY), never from a generator state they share. */
+	char **env = env_preload_rand(base_env(&u, 0));
 	int fds[3] = { to[0], from[1], 2 };
 	struct ereq *hs = new_reseed(0);
 	pid_t pid = -1;

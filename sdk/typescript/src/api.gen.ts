@@ -913,6 +913,11 @@ export interface components {
             memory_mib: number;
             /** @default 1 */
             vcpus: number;
+            /**
+             * @description false: the parent and every child have no network device at all, so children can only have network none (no device to emulate: a little less CPU and memory per child).
+             * @default true
+             */
+            nic: boolean;
         };
         /** @description Where a snapshot came from: a template, an image, a Dockerfile build. */
         SnapshotSource: {

@@ -265,6 +265,13 @@ export const CreateSnapshot = named(
         ),
       memory_mib: z.number().int().min(128).max(65536).default(512),
       vcpus: z.number().int().min(1).max(32).default(1),
+      nic: z
+        .boolean()
+        .default(true)
+        .describe(
+          "false: the parent and every child have no network device at all, so children can only " +
+            "have network none (no device to emulate: a little less CPU and memory per child).",
+        ),
     })
     .refine((b) => b.template === undefined || b.image === undefined, {
       message: "give at most one of template and image",

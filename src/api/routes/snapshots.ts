@@ -42,6 +42,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       warm: body.warm ?? null,
       warmEval: body.warm_eval ?? null,
       warmEvalLanguage: body.warm_eval_language,
+      nic: body.nic,
       memoryMiB: body.memory_mib,
       vcpus: body.vcpus,
       owner: c.get("caller").tenant,
