@@ -1,5 +1,5 @@
 /** The API's views the console reads, taken from the generated OpenAPI types (docs/openapi.json): no field is invented here. */
-import type { components } from "../../../sdk/typescript/src/api.gen";
+import type { components } from "../../../sdk/typescript/src/api.gen.js";
 
 type S = components["schemas"];
 export type Sandbox = S["Sandbox"];

@@ -2,7 +2,7 @@
  * The live view of the daemon: sandboxes, snapshots and host usage, folded from the events of
  * GET /v1/events. Pure: each event gives a new state (`state` replaces everything).
  */
-import type { Sandbox, SnapshotView, Usage } from "../api/types";
+import type { Sandbox, SnapshotView, Usage } from "../api/types.js";
 
 export interface LiveState {
   /** False until the first `state` event, and after the stream drops until the next one. */

@@ -2,7 +2,7 @@
  * Client-side history of Prometheus series, sampled every few seconds: bounded points per series,
  * counters turned into per-second rates, histogram buckets left out (their _sum and _count stay).
  */
-import { familyOf, parseExposition, seriesKey } from "./prometheus";
+import { familyOf, parseExposition, seriesKey } from "./prometheus.js";
 
 export interface Point {
   t: number;
