@@ -179,7 +179,7 @@ step("its page's terminal runs a command and shows the output", async () => {
 });
 
 step("branching it grows the tree by a child of its snapshot", async () => {
-  await page.getByRole("button", { name: "Branch" }).click();
+  await page.getByRole("button", { name: "Branch", exact: true }).click();
   await page.getByLabel(`New snapshot tag for ${src} (empty: generated)`).fill("con-br");
   await page.getByRole("button", { name: "Create branch" }).click();
   await page
@@ -240,6 +240,21 @@ step("a sandbox killed from the list leaves it", async () => {
     (e) => e instanceof ApiError && e.status === 404,
   );
   assert.equal(await row(src).count(), 1, "the other sandbox is still listed");
+});
+
+step("deleting the branch shows the dry run first, then removes its node", async () => {
+  await gotoPage("#/snapshots/con-br", /^Snapshots$/);
+  const panel = page.getByRole("region", { name: "Snapshot con-br" });
+  await panel.getByRole("button", { name: "Delete con-br…" }).click();
+  const plan = panel.getByRole("region", { name: "What the delete would remove" });
+  await plan.waitFor({ timeout: WAIT });
+  assert.match((await plan.textContent()) ?? "", /Snapshots removed\s*con-br/);
+  // Only a dry run so far: the branch is still there.
+  await api("GET", "/v1/snapshots/con-br");
+  await plan.getByRole("button", { name: "Confirm delete" }).click();
+  await node("con-br").waitFor({ state: "detached", timeout: WAIT });
+  await assert.rejects(api("GET", "/v1/snapshots/con-br"), (e) => e instanceof ApiError && e.status === 404);
+  await node("con").waitFor({ timeout: WAIT });
 });
 
 step("a dropped event stream says so, reconnects, and the list comes back", async () => {

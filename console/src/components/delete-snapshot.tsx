@@ -1,15 +1,11 @@
-/** Deleting a snapshot: a dry run first shows what would go (cascaded branches, sandboxes), then the real delete. */
+/** Deleting a snapshot: a dry run first shows what would go (tags, sandboxes in the way), then the real delete. */
 import { useState } from "preact/hooks";
-import { removeSnapshot } from "../api/snapshots";
-import type { DeletePlan } from "../api/snapshots";
+import { planDelete, removeSnapshot } from "../api/snapshots";
+import type { DeletePlan } from "../api/types";
 import { useAction } from "../lib/use-action";
 import { StatusLine } from "./status-line";
 
-function planLines(plan: DeletePlan): string[] {
-  return Object.entries(plan).map(
-    ([k, v]) => `${k}: ${Array.isArray(v) ? (v.length === 0 ? "none" : v.join(", ")) : JSON.stringify(v)}`,
-  );
-}
+const names = (xs: string[]) => (xs.length === 0 ? "none" : xs.join(", "));
 
 export function DeleteSnapshot({ tag, onDeleted }: { tag: string; onDeleted: () => void }) {
   const [cascade, setCascade] = useState(false);
@@ -33,7 +29,7 @@ export function DeleteSnapshot({ tag, onDeleted }: { tag: string; onDeleted: () 
         disabled={action.busy}
         onClick={() =>
           void action.run(`dry run of deleting ${tag}`, async () => {
-            setPlan(await removeSnapshot(tag, { cascade, dryRun: true }));
+            setPlan(await planDelete(tag, cascade));
             return "dry run: nothing removed yet";
           })
         }
@@ -42,26 +38,39 @@ export function DeleteSnapshot({ tag, onDeleted }: { tag: string; onDeleted: () 
       </button>
       {plan && (
         <div class="plan" role="region" aria-label="What the delete would remove">
-          <ul>
-            {planLines(plan).map((l) => (
-              <li key={l}>{l}</li>
-            ))}
-          </ul>
-          <button
-            type="button"
-            class="danger"
-            disabled={action.busy}
-            onClick={() =>
-              void action.run(`delete ${tag}`, async () => {
-                await removeSnapshot(tag, { cascade, dryRun: false });
-                setPlan(null);
-                onDeleted();
-                return `deleted ${tag}`;
-              })
-            }
-          >
-            Confirm delete
-          </button>
+          <dl>
+            <dt>Snapshots removed</dt>
+            <dd>{names(plan.deletes)}</dd>
+            <dt>Branches in the way</dt>
+            <dd>{names(plan.dependents)}</dd>
+            <dt>Sandboxes in the way</dt>
+            <dd>{names(plan.sandboxes)}</dd>
+            {plan.orphaned.length > 0 && (
+              <>
+                <dt>Made independent</dt>
+                <dd>{names(plan.orphaned)}</dd>
+              </>
+            )}
+          </dl>
+          {plan.refused ? (
+            <p class="status error">The delete would be refused: kill those sandboxes, or cascade, first.</p>
+          ) : (
+            <button
+              type="button"
+              class="danger"
+              disabled={action.busy}
+              onClick={() =>
+                void action.run(`delete ${tag}`, async () => {
+                  const r = await removeSnapshot(tag, cascade);
+                  setPlan(null);
+                  onDeleted();
+                  return `deleted ${[r.deleted, ...(r.cascaded ?? [])].join(", ")}`;
+                })
+              }
+            >
+              Confirm delete
+            </button>
+          )}
         </div>
       )}
       <StatusLine action={action} />

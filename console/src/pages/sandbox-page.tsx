@@ -1,5 +1,6 @@
 /** One sandbox's page: its summary and actions, terminal, files, commands, console log tail and audit lines. */
-import { auditLines, consoleTail } from "../api/logs";
+import { consoleTail } from "../api/logs";
+import { AuditTable } from "../components/audit-table";
 import { CommandHistory } from "../components/command-history";
 import { FileBrowser } from "../components/file-browser";
 import { limitsText } from "../components/limits-text";
@@ -60,7 +61,7 @@ export function SandboxPage({ live, id }: { live: LiveState; id: string }) {
         </>
       )}
       <TextTail title="Console log" load={() => consoleTail(id)} keyOf={id} />
-      <TextTail title="Audit" load={() => auditLines({ sandbox: id, limit: 100 })} keyOf={id} />
+      <AuditTable query={{ sandbox: id }} />
     </section>
   );
 }
