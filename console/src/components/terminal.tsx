@@ -30,8 +30,13 @@ export function Terminal({ id }: { id: string }) {
     ws.onmessage = (m: MessageEvent<ArrayBuffer | string>) => {
       if (typeof m.data !== "string") return term.write(new Uint8Array(m.data));
       try {
-        const c = JSON.parse(m.data) as { type?: string; exit_code?: number };
+        const c = JSON.parse(m.data) as {
+          type?: string;
+          exit_code?: number | null;
+          error?: { message?: string };
+        };
         if (c.type === "exit") setStatus(`exited with code ${c.exit_code ?? "?"}`);
+        if (c.type === "error") setStatus(`exited: ${c.error?.message ?? "error"}`);
       } catch {
         /* not a control frame */
       }
