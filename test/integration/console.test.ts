@@ -258,6 +258,8 @@ step("deleting the branch shows the dry run first, then removes its node", async
 });
 
 step("a dropped event stream says so, reconnects, and the list comes back", async () => {
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Sandboxes" }).click();
+  await row(src).waitFor({ timeout: WAIT });
   await d.kill9();
   await page.getByRole("alert").getByText("connection lost — reconnecting").waitFor({ timeout: WAIT });
   await d.start();
