@@ -1,7 +1,7 @@
 /**
  * The web console's sessions, in memory only: one-time login secrets (single use, unused ones
  * expire after 10 min) and the sessions they open (random 256-bit ids, idle expiry 12 h). A
- * session may be bound to a token's id (the daemon's TCP listener re-checks that token on each
+ * session may stand for a token (the daemon's TCP listener re-checks that token on each
  * request, so revoking it ends its sessions). Secrets and ids are looked up by their SHA-256,
  * and a presented secret is compared with timingSafeEqual on digests of equal length, so neither
  * the lookup nor the compare tells anything of a stored value (its prefix or its length).
@@ -15,8 +15,8 @@ const MAX_SESSIONS = 10_000;
 const MAX_SECRETS = 100;
 
 export interface ConsoleSession {
-  /** The token this session stands for (TCP listener); null: the loopback console's admin. */
-  readonly tokenId: string | null;
+  /** Who this session stands for (the TCP listener: its token); null: the loopback console's admin. */
+  readonly subject: string | null;
   lastUsed: number;
 }
 
@@ -67,15 +67,15 @@ export class ConsoleSessions {
     return this.open(null);
   }
 
-  /** Opens a session (for `tokenId`, null: the local admin) and returns its id. */
-  open(tokenId: string | null): string {
+  /** Opens a session (for `subject`, null: the local admin) and returns its id. */
+  open(subject: string | null): string {
     this.sweep();
     if (this.sessions.size >= MAX_SESSIONS) {
       const oldest = this.sessions.keys().next().value;
       if (oldest !== undefined) this.sessions.delete(oldest);
     }
     const id = randomId();
-    this.sessions.set(key(id), { tokenId, lastUsed: this.clock.now() });
+    this.sessions.set(key(id), { subject, lastUsed: this.clock.now() });
     return id;
   }
 

@@ -38,7 +38,7 @@ export function consoleCommand(program: Command, ctx: CliContext): void {
     .option("--host <host>", "loopback address to listen on (127.0.0.1, ::1 or localhost)", "127.0.0.1")
     .action(async (o: { port: number; host: string }) => {
       if (!LOOPBACK.has(o.host)) throw usageError(`--host must be a loopback address, not ${o.host}`);
-      if (process.env.FORKD_URL)
+      if (!ctx.api.where.startsWith("unix:"))
         throw usageError(
           "forkd console serves the local daemon; a remote daemon with FORKD_LISTEN serves its console at /console/",
         );
