@@ -22,28 +22,7 @@ export interface Usage {
   cpu_percent: number;
   memory_bytes: number;
 }
-
-/** What a delete would do (DELETE /v1/snapshots/{tag}?dry_run=1), the contract's DeletePlan. */
-export interface DeletePlan {
-  tag: string;
-  dry_run: true;
-  deletes: string[];
-  orphaned: string[];
-  dependents: string[];
-  sandboxes: string[];
-  refused: boolean;
-}
-
-/** One audit log line (GET /v1/audit), the contract's AuditLine. */
-export interface AuditLine {
-  ts: string;
-  request_id: string;
-  caller: string;
-  token: string | null;
-  remote: string | null;
-  action: string;
-  target: Record<string, string | string[]>;
-  status: number;
-  result: string;
-  duration_ms: number;
-}
+export type DeletePlan = S["DeletePlan"];
+export type AuditLine = S["AuditLine"];
+export type AuditLines = S["AuditLines"];
+export type ConsoleCaller = S["ConsoleCaller"];
