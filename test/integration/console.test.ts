@@ -260,8 +260,14 @@ step("deleting the branch shows the dry run first, then removes its node", async
 step("a dropped event stream says so, reconnects, and the list comes back", async () => {
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Sandboxes" }).click();
   await row(src).waitFor({ timeout: WAIT });
+  // The browser's next try gets an error reply from the proxy (the daemon is down): EventSource
+  // gives up after one of those, so the page must open a new one itself.
+  const refused = page.waitForResponse((r) => r.url().endsWith("/v1/events") && r.status() >= 500, {
+    timeout: WAIT,
+  });
   await d.kill9();
   await page.getByRole("alert").getByText("connection lost — reconnecting").waitFor({ timeout: WAIT });
+  await refused;
   await d.start();
   await page.getByRole("alert").waitFor({ state: "detached", timeout: WAIT });
   await row(src).waitFor({ timeout: WAIT });
