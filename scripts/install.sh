@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything forkd needs on a fresh Debian 12 machine: host packages (QEMU 10 from
 # bookworm-backports, debootstrap, ...), npm dependencies, the TypeScript build and the guest
-# agent. Idempotent and quick when everything is already there. The guest image is built (and
+# agent, and the web console's front end (console/dist). Idempotent and quick when everything is already there. The guest image is built (and
 # cached by content hash under /var/cache/forkd) by the first snapshot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,3 +24,5 @@ npx tsc -p tsconfig.json
 make -s -C native
 make -s -C guest/agent
 make -s -C guest/rand
+echo "install: building the web console (console/dist)"
+npm run -s -w @forkd/console build >/dev/null

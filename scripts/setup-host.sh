@@ -7,7 +7,7 @@ need_root() { [ "$(id -u)" = 0 ] || { echo "setup-host: run as root (apt-get ins
 
 PKGS=(debootstrap qemu-utils e2fsprogs cpio zstd kmod busybox-static gcc libc6-dev make python3 python3-numpy python3-venv
       iproute2 util-linux ca-certificates nftables conntrack procps
-      openssl python3-prometheus-client docker-registry attr)
+      openssl python3-prometheus-client docker-registry attr chromium)
 QEMU_PKG=qemu-system-x86
 
 missing=()

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 echo "== typecheck, lint, format"
 npx tsc -p tsconfig.json --noEmit
+npx tsc -p console/tsconfig.json --noEmit
 npx eslint .
 npx prettier --check . >/dev/null || { npx prettier --check .; exit 1; }
 echo "== guest agent tests (on the host, over a socketpair)"

@@ -151,6 +151,11 @@ export class TokenStore {
     return timingSafeEqual(digest, Buffer.from(e.sha256, "hex")) ? e : null;
   }
 
+  /** The entry with this id (not its secret: for sessions bound to a token), or null. */
+  byId(id: string): TokenEntry | null {
+    return this.entries.find((e) => e.id === id) ?? null;
+  }
+
   /** Creates a token; the secret is returned here and never again. */
   async create(o: {
     tenant: string;
@@ -209,6 +214,16 @@ export class TokenStore {
 }
 
 /** Turns a bearer header into a caller: FORKD_TOKEN is an admin, the file's tokens their entry. */
+const ENV_ADMIN: Caller = { name: "admin", tenant: null, tokenId: null, limited: true, maxSandboxes: null };
+
+const callerOfEntry = (entry: TokenEntry): Caller => ({
+  name: entry.tenant,
+  tenant: entry.scope === "admin" ? null : entry.tenant,
+  tokenId: entry.id,
+  limited: true,
+  maxSandboxes: entry.max_sandboxes ?? null,
+});
+
 export class Authenticator {
   constructor(
     readonly tokens: TokenStore,
@@ -226,14 +241,24 @@ export class Authenticator {
     // Both checks always run, so the time taken does not tell which kind of token matched.
     const admin = this.adminToken !== undefined && secretEquals(presented, this.adminToken);
     const entry = this.tokens.find(presented);
-    if (admin) return { name: "admin", tenant: null, tokenId: null, limited: true, maxSandboxes: null };
+    if (admin) return ENV_ADMIN;
     if (!entry) return null;
-    return {
-      name: entry.tenant,
-      tenant: entry.scope === "admin" ? null : entry.tenant,
-      tokenId: entry.id,
-      limited: true,
-      maxSandboxes: entry.max_sandboxes ?? null,
-    };
+    return callerOfEntry(entry);
+  }
+
+  /**
+   * What a console session opened by `c` stands for (src/api/routes/console-session.ts): its
+   * token's id, re-checked on every request by sessionCaller().
+   */
+  static sessionSubject(c: Caller): string {
+    return c.tokenId === null ? "env-admin" : `token:${c.tokenId}`;
+  }
+
+  /** The caller of a session's subject now; null once its token is revoked (or FORKD_TOKEN unset). */
+  sessionCaller(subject: string): Caller | null {
+    if (subject === "env-admin") return this.adminToken !== undefined ? ENV_ADMIN : null;
+    if (!subject.startsWith("token:")) return null;
+    const entry = this.tokens.byId(subject.slice("token:".length));
+    return entry ? callerOfEntry(entry) : null;
   }
 }

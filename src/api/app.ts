@@ -4,6 +4,7 @@
  * sandbox routes are scoped to the caller's tenant (./scope.ts).
  */
 import { Hono } from "hono";
+import type { MiddlewareHandler } from "hono";
 import { isAdmin } from "../access/caller.js";
 import { ForkdError } from "../util/errors.js";
 import { edge } from "./edge.js";
@@ -19,6 +20,12 @@ import { execRoutes } from "./routes/exec.js";
 import { fileRoutes } from "./routes/files.js";
 import { watchRoutes } from "./routes/watch.js";
 import { contextRoutes } from "./routes/contexts.js";
+import { terminalRoutes } from "./routes/terminal.js";
+import { sandboxConsoleRoutes } from "./routes/sandbox-console.js";
+import { eventRoutes } from "./routes/events.js";
+import { auditRoutes } from "./routes/audit.js";
+import { consoleSessionRoutes } from "./routes/console-session.js";
+import { serveAsset } from "../console/assets.js";
 import { buildOpenApi } from "./contract/openapi.js";
 import { poolStateView } from "./views/pool.js";
 
@@ -35,6 +42,20 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
   app.notFound((c) =>
     errorResponse(c, new ForkdError("not_found", `no route ${c.req.method} ${c.req.path}`)),
   );
+  // The console's built front end (no data in it: served before the edge, without credentials).
+  if (s.console) {
+    const dist = s.console.dist;
+    const assets: MiddlewareHandler<ApiEnv> = async (c, next) => {
+      if (c.req.method !== "GET" && c.req.method !== "HEAD") return next();
+      const r = await serveAsset(dist, c.req.path);
+      return new Response(c.req.method === "HEAD" ? null : new Uint8Array(r.body), {
+        status: r.status,
+        headers: r.headers,
+      });
+    };
+    app.use("/console", assets);
+    app.use("/console/*", assets);
+  }
   app.use("*", edge(s, listener));
 
   // Public: counts only what the caller (if it sent a valid token) may see.
@@ -88,5 +109,10 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
   app.route("/v1/sandboxes", fileRoutes(s));
   app.route("/v1/sandboxes", watchRoutes(s));
   app.route("/v1/sandboxes", contextRoutes(s));
+  app.route("/v1/sandboxes", terminalRoutes(s));
+  app.route("/v1/sandboxes", sandboxConsoleRoutes(s));
+  app.route("/v1/events", eventRoutes(s));
+  app.route("/v1/audit", auditRoutes(s));
+  app.route("/v1/console/session", consoleSessionRoutes(s, listener));
   return app;
 }

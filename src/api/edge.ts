@@ -1,10 +1,10 @@
 /**
  * The edge every request passes before any route: it names the request (id, contract route),
- * finds its caller (the unix socket's local admin, or a bearer token on TCP, with failed
- * authentication limited per remote address), refuses what the caller may not do (401, 403),
+ * finds its caller (the unix socket's local admin, or on TCP a bearer token or the web console's
+ * session cookie, with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
  * applies the caller's limits (429) and the body's bound (413),
  * and afterwards records the call: latency and failures in the metrics, and an audit line for
- * every mutating call, refused ones included.
+ * every mutating call (and WebSocket), refused ones included.
  */
 import { randomUUID } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
@@ -12,6 +12,7 @@ import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import { rateLimited } from "../access/rate-refusal.js";
 import { auditLine } from "../audit/audit-line.js";
+import { cookieOf } from "../console/sessions.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
@@ -79,6 +80,14 @@ function callerOf(
 ): Caller | Response {
   if (listener.auth === null) return LOCAL;
   const header = c.req.header("authorization");
+  // The web console's session cookie (routes/console-session.ts), on TCP only, for its token.
+  const session = header === undefined ? consoleSession(s, c) : null;
+  if (session instanceof Response) return session;
+  if (session !== null) {
+    const caller = listener.auth.sessionCaller(session.subject);
+    if (caller) return caller;
+    s.console?.sessions.close(session.id); // its token was revoked
+  }
   const attempt = header !== undefined || (match !== null && !match.spec.public);
   const remote = c.env?.incoming?.socket?.remoteAddress ?? "unknown";
   const wait = attempt ? s.limits.authFailures.blockedFor(remote) : 0;
@@ -104,6 +113,38 @@ function callerOf(
   const caller = listener.auth.authenticate(header) ?? ANONYMOUS;
   if (caller === ANONYMOUS && attempt) s.limits.authFailures.fail(remote);
   return caller;
+}
+
+/**
+ * The console session a request's cookie names (null: none, or not a live one). The cookie is
+ * taken as a credential only where a page of another site cannot make the browser send it with
+ * effect: a GET or HEAD (whose reply such a page cannot read), a request with the console's
+ * `X-Forkd-Console: 1` header (which a cross-site page cannot add without CORS, which the daemon
+ * never grants), or a WebSocket upgrade whose Origin is this listener's own. Else 403.
+ */
+function consoleSession(s: Services, c: ApiContext): { id: string; subject: string } | Response | null {
+  if (!s.console) return null;
+  const id = cookieOf(c.req.header("cookie"));
+  const session = s.console.sessions.get(id);
+  if (!session || session.subject === null || id === undefined) return null;
+  const upgrade = c.env?.wsUpgrade !== undefined;
+  const host = c.req.header("host");
+  const origin = c.req.header("origin");
+  const sameOrigin = host !== undefined && (origin === `http://${host}` || origin === `https://${host}`);
+  const ok = upgrade
+    ? sameOrigin
+    : c.req.method === "GET" || c.req.method === "HEAD" || c.req.header("x-forkd-console") === "1";
+  if (ok) return { id, subject: session.subject };
+  c.set("caller", ANONYMOUS);
+  return errorResponse(
+    c,
+    new ForkdError(
+      "forbidden",
+      upgrade
+        ? "a console WebSocket must come from the console's own origin"
+        : "console requests need the X-Forkd-Console: 1 header",
+    ),
+  );
 }
 
 /**
@@ -160,7 +201,8 @@ function record(s: Services, c: ApiContext, res: Response, caller: Caller, start
   const action = spec ? actionOf(spec) : `${c.req.method} (no route)`;
   s.metrics.http(spec ? spec.path : "(no route)", c.req.method, status, seconds);
   if (code !== null && spec) s.metrics.failure(spec.operationId, code);
-  if (!MUTATING.has(c.req.method)) return;
+  // A WebSocket (a terminal) is audited like a call that changes something.
+  if (!MUTATING.has(c.req.method) && c.env?.wsUpgrade === undefined) return;
   s.audit.append(
     auditLine({
       started,

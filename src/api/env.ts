@@ -4,6 +4,7 @@ import type { HttpBindings } from "@hono/node-server";
 import type { Caller } from "../access/caller.js";
 import type { RouteSpec } from "./contract/routes.js";
 import type { HostDirs } from "./redact.js";
+import type { WsUpgrade } from "./ws-upgrade.js";
 
 export interface ApiVariables {
   caller: Caller;
@@ -20,8 +21,11 @@ export interface ApiVariables {
   hostDirs: HostDirs;
 }
 
-/** Bindings are absent when the app is called directly (app.request in tests). */
-export type ApiEnv = { Bindings: Partial<HttpBindings>; Variables: ApiVariables };
+/**
+ * Bindings are absent when the app is called directly (app.request in tests); `wsUpgrade` is
+ * there only for a WebSocket upgrade (./ws-upgrade.ts).
+ */
+export type ApiEnv = { Bindings: Partial<HttpBindings> & { wsUpgrade?: WsUpgrade }; Variables: ApiVariables };
 export type ApiContext = Context<ApiEnv>;
 
 /** Records what a call made (ids it created), for its audit line. */

@@ -10,6 +10,8 @@ import type { SnapshotStore } from "../snapshot/store.js";
 import type { Logger } from "../util/log.js";
 import type { SandboxService } from "../sandbox/service.js";
 import type { E2bContext } from "../e2b/context.js";
+import type { EventBus } from "../events/bus.js";
+import type { ConsoleSessions } from "../console/sessions.js";
 
 /** Bounds on request bodies, in bytes (see docs/operations.md, "Limits"). */
 export interface BodyLimits {
@@ -83,7 +85,12 @@ export interface Services {
     authFailures: AuthFailureLimiter;
   };
   metrics: ApiMetrics;
-  audit: { append(r: AuditRecord): void };
+  /** The audit log (`path`: its file, read back by GET /v1/audit; absent: nothing to read). */
+  audit: { append(r: AuditRecord): void; readonly path?: string };
+  /** Changes of sandboxes and snapshots as they happen (GET /v1/events; src/events/bus.ts). */
+  events: EventBus;
+  /** The web console: its built front end and sessions (src/console; absent: not served). */
+  console?: { dist: string; sessions: ConsoleSessions };
   /** E2B's API (src/e2b), when the daemon serves it (FORKD_E2B_LISTEN). */
   e2b?: E2bContext;
 }

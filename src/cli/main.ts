@@ -9,6 +9,7 @@ import { Command, CommanderError } from "commander";
 import { VERSION } from "../version.js";
 import { branchCommand } from "./commands/branch.js";
 import { cacheCommands } from "./commands/cache.js";
+import { consoleCommand } from "./commands/console.js";
 import { daemonCommands } from "./commands/daemon.js";
 import { execCommands } from "./commands/exec.js";
 import { fileCommands } from "./commands/files.js";
@@ -55,6 +56,7 @@ function buildProgram(ctx: CliContext): Command {
   tokenCommands(program, ctx);
   e2bCommands(program, ctx);
   cacheCommands(program, ctx);
+  consoleCommand(program, ctx);
   return program;
 }
 

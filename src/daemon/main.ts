@@ -18,6 +18,10 @@ import { SandboxQuota } from "../access/quota.js";
 import { RateLimiter } from "../access/rate-limit.js";
 import { Authenticator, TokenStore } from "../access/tokens.js";
 import { createApp } from "../api/app.js";
+import { EventBus } from "../events/bus.js";
+import { wsUpgradeHandler } from "../api/ws-upgrade.js";
+import { consoleDist } from "../console/assets.js";
+import { ConsoleSessions } from "../console/sessions.js";
 import type { Services } from "../api/services.js";
 import { AuditLog } from "../audit/audit-log.js";
 import { SharingProbe } from "../metrics/memory.js";
@@ -120,7 +124,9 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const jailer = await findJailer(env);
   const memsnap = await findMemsnap(env);
   const driver = new QemuDriver(qemu, { jailer, jail });
-  const store = new SnapshotStore(snapshotsDir(paths));
+  // What changes in sandboxes and snapshots, told as it happens (GET /v1/events).
+  const events = new EventBus();
+  const store = new SnapshotStore(snapshotsDir(paths), events);
   const network = await NetworkService.start({
     dataDir: paths.dataDir,
     env,
@@ -160,6 +166,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     strays,
     quarantine,
     crash,
+    events,
   });
   const cleaned = await store.recover(quarantine);
   const { adopted, removed, quarantined } = await sandboxes.recover();
@@ -278,6 +285,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     },
     metrics,
     audit,
+    events,
+    console: { dist: consoleDist(paths.repoDir), sessions: new ConsoleSessions() },
     ...(cfg.e2b
       ? {
           e2b: {
@@ -289,7 +298,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       : {}),
   };
   const servers: Server[] = [];
-  const unix = createAdaptorServer({ fetch: createApp(services).fetch }) as Server;
+  const unixApp = createApp(services);
+  const unix = createAdaptorServer({ fetch: unixApp.fetch }) as Server;
+  // WebSockets (the console's terminal) go through the same app: ../api/ws-upgrade.ts.
+  const upgradeFailed = (e: unknown) => log.warn("websocket upgrade failed", { error: errorMessage(e) });
+  unix.on("upgrade", wsUpgradeHandler(unixApp, upgradeFailed));
   unix.requestTimeout = 0;
   // The socket must never exist with looser permissions, not even between bind and chmod.
   const oldUmask = process.umask(0o077);
@@ -303,7 +316,9 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
 
   let tcpAddress: string | null = null;
   if (cfg.tcp) {
-    const server = await listenTcp(cfg.tcp, createApp(services, { auth }));
+    const tcpApp = createApp(services, { auth });
+    const server = await listenTcp(cfg.tcp, tcpApp);
+    server.on("upgrade", wsUpgradeHandler(tcpApp, upgradeFailed));
     servers.push(server);
     const a = server.address();
     tcpAddress = a && typeof a === "object" ? `${a.address}:${a.port}` : null;

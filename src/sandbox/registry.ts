@@ -1,11 +1,14 @@
 /**
  * The live registry: every sandbox the daemon holds (running, paused, and exited ones still
- * listed), and the children being forked right now, counted against the daemon's limit.
+ * listed), and the children being forked right now, counted against the daemon's limit. What
+ * enters, changes state in (sandbox.ts's mark*) and leaves it is told to the event bus.
  */
 import { ForkdError } from "../util/errors.js";
 import { assertSandboxId } from "../util/ids.js";
 import type { AgentClient } from "../agent/client.js";
 import type { Vm } from "../vmm/vm.js";
+import { NO_EVENTS } from "../events/bus.js";
+import type { EventSink } from "../events/bus.js";
 import type { Sandbox } from "./sandbox.js";
 
 export class SandboxRegistry {
@@ -19,12 +22,27 @@ export class SandboxRegistry {
     return this.live.size + this.startingAll;
   }
 
+  constructor(private readonly events: EventSink = NO_EVENTS) {}
+
   add(s: Sandbox): void {
     this.live.set(s.record.id, s);
+    // Only while listed: a killed sandbox's retirement is told by its `sandbox-gone`.
+    s.changed = () => {
+      if (this.live.get(s.record.id) === s) this.events.emit({ type: "sandbox", sandbox: s });
+    };
+    this.events.emit({ type: "sandbox", sandbox: s });
   }
 
   delete(id: string): void {
+    const s = this.live.get(id);
+    if (!s) return;
     this.live.delete(id);
+    this.events.emit({
+      type: "sandbox-gone",
+      id,
+      exitReason: s.exitReason ?? "killed",
+      owner: s.record.owner ?? null,
+    });
   }
 
   /** The sandbox `id`, or null (no check of the id's form). */

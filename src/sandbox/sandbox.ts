@@ -120,6 +120,8 @@ export interface Sandbox {
    */
   finishing: Set<Promise<unknown>>;
   commands: CommandTable;
+  /** Tells the daemon's event bus that its state changed (set by the registry: registry.ts). */
+  changed?: () => void;
 }
 
 /** Waits for every background branch finish of `s` (failed or not). */
@@ -205,6 +207,7 @@ export function markRunning(s: Sandbox, vm: Vm, agent: AgentClient, net: Attachm
   s.net = net;
   s.state = "running";
   s.lastUsed = Date.now();
+  s.changed?.();
 }
 
 /** Marks `s` paused: no VMM, agent connection nor network of its own any more (they are gone). */
@@ -213,6 +216,7 @@ export function markPaused(s: Sandbox): void {
   s.agent = null;
   s.net = null;
   s.state = "paused";
+  s.changed?.();
 }
 
 /**
@@ -224,5 +228,6 @@ export function markExited(s: Sandbox, reason: string): boolean {
   s.state = "exited";
   s.exitReason = reason;
   s.exitedAt = Date.now();
+  s.changed?.();
   return true;
 }

@@ -23,6 +23,7 @@ import type { SnapshotStore } from "../snapshot/store.js";
 import { NO_CRASH } from "../util/crash.js";
 import type { CrashPoint } from "../util/crash.js";
 import type { Logger } from "../util/log.js";
+import type { EventSink } from "../events/bus.js";
 import { Quarantine } from "../util/quarantine.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import { forkdLiveCapture } from "../vmm/live-capture.js";
@@ -90,6 +91,8 @@ export interface SandboxServiceOptions {
   quarantine?: Quarantine;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
+  /** Where sandboxes' creation, state changes and ends are told (src/events/bus.ts). */
+  events?: EventSink;
 }
 
 export class SandboxService {
@@ -115,7 +118,7 @@ export class SandboxService {
       strays: o.strays ?? new Strays([o.driver.binary, ...(o.memsnap ? [o.memsnap] : [])], o.log),
       quarantine: o.quarantine ?? new Quarantine(join(dirname(o.root), "quarantine"), o.log),
       crash: o.crash ?? NO_CRASH,
-      live: new SandboxRegistry(),
+      live: new SandboxRegistry(o.events),
       pool: new WarmPool(
         { ...poolDefaults(), perTag: o.poolSize ?? 0, ...o.pool },
         (tag, hot) => poolMember(ctx, tag, hot),

@@ -226,3 +226,35 @@ export async function deleteSnapshot(
   }
   return { ...(o.cascade ? { cascaded: below } : {}), ...(o.force ? { orphaned } : {}) };
 }
+
+/** What deleteSnapshot() with the same options would do, found without changing anything. */
+export interface DeletePlan {
+  /** Tags that would be deleted, in the order they would go. */
+  deletes: string[];
+  /** Dependents that would be flattened to no longer need it (force). */
+  orphans: string[];
+  /** Branches stacked on it that refuse the delete (neither cascade nor force). */
+  blockingDependents: string[];
+  /** Tags (of those it would delete or rewrite) that sandboxes use: each refuses the delete. */
+  inUse: string[];
+}
+
+export async function planDelete(
+  store: SnapshotStore,
+  tag: string,
+  o: { cascade: boolean; force: boolean },
+  inUse: (tag: string) => number,
+): Promise<DeletePlan> {
+  if (o.cascade && o.force) throw new ForkdError("invalid_argument", "cascade and force exclude each other");
+  if (!(await store.has(tag)) && (await store.pending(tag))?.status !== "failed")
+    throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
+  const below = o.cascade ? await descendants(store, tag) : [];
+  const rewritten = o.force ? await losingMemoryBase(store, tag) : [];
+  const deps = [...new Set([...(await store.dependents(tag)), ...(await store.memoryDependents(tag))])];
+  return {
+    deletes: [...below, tag],
+    orphans: o.force ? await store.dependents(tag) : [],
+    blockingDependents: o.cascade || o.force ? [] : deps,
+    inUse: [tag, ...below, ...rewritten].filter((t) => inUse(t) > 0),
+  };
+}

@@ -10,7 +10,8 @@ import type { Readable } from "node:stream";
 import type { CrashPoint } from "../util/crash.js";
 import { ForkdError } from "../util/errors.js";
 import type { Logger } from "../util/log.js";
-import { compactSnapshot, deleteSnapshot } from "./chain.js";
+import { compactSnapshot, deleteSnapshot, planDelete } from "./chain.js";
+import type { DeletePlan } from "./chain.js";
 import { createSnapshot } from "./create.js";
 import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
@@ -348,6 +349,11 @@ export class SnapshotService {
       inUse: (t) => this.o.sandboxes.countByTag(t),
       beforeDelete: (t) => this.o.sandboxes.forgetSnapshot(t),
     });
+  }
+
+  /** What delete() with these options would do (nothing is changed). */
+  planDelete(tag: string, o: { cascade: boolean; force: boolean }): Promise<DeletePlan> {
+    return planDelete(this.o.store, tag, o, (t) => this.o.sandboxes.countByTag(t));
   }
 
   private unpackDeps(owner: string | null, pins?: PinScope): UnpackDeps {

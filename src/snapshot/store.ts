@@ -22,6 +22,8 @@ import { z } from "zod";
 import { ForkdError } from "../util/errors.js";
 import { fsyncDir, writeJsonAtomic } from "../util/atomic.js";
 import { exists } from "../util/fs.js";
+import { NO_EVENTS } from "../events/bus.js";
+import type { EventSink } from "../events/bus.js";
 import { assertTag, isValidTag } from "../util/ids.js";
 import { readMeta, sha256File } from "./meta.js";
 import type { Quarantine } from "../util/quarantine.js";
@@ -100,7 +102,11 @@ export class SnapshotStore {
   /** Snapshots being written in the background, by tag. */
   private readonly writing = new Map<string, { info: SnapshotPending; done: Promise<Snapshot> }>();
 
-  constructor(readonly root: string) {}
+  /** `events`: where tags' creation, status changes and deletion are told (src/events/bus.ts). */
+  constructor(
+    readonly root: string,
+    private readonly events: EventSink = NO_EVENTS,
+  ) {}
 
   filesFor(tag: string): SnapshotFiles {
     return snapshotFiles(join(this.root, assertTag(tag)));
@@ -173,14 +179,19 @@ export class SnapshotStore {
   track(info: Omit<SnapshotPending, "status" | "error">, done: Promise<Snapshot>): void {
     const entry = { info: { ...info, status: "writing" as const, error: null }, done };
     this.writing.set(info.tag, entry);
+    this.events.emit({ type: "snapshot", tag: info.tag });
     done.then(
-      () => this.writing.delete(info.tag),
+      () => {
+        this.writing.delete(info.tag);
+        this.events.emit({ type: "snapshot", tag: info.tag });
+      },
       async (e: unknown) => {
         await this.markFailed(entry.info, {
           code: e instanceof ForkdError ? e.code : "internal",
           message: e instanceof Error ? e.message : String(e),
         }).catch(() => undefined);
         this.writing.delete(info.tag);
+        this.events.emit({ type: "snapshot", tag: info.tag });
       },
     );
   }
@@ -197,6 +208,7 @@ export class SnapshotStore {
         message: e instanceof Error ? e.message : String(e),
       },
     );
+    this.events.emit({ type: "snapshot", tag: info.tag });
   }
 
   private failedPath(tag: string): string {
@@ -297,6 +309,8 @@ export class SnapshotStore {
     if (await exists(dest)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
     await rename(staging, dest);
     await fsyncDir(this.root);
+    // A background write is told ready when its promise settles (track()).
+    if (!this.writing.has(tag)) this.events.emit({ type: "snapshot", tag });
   }
 
   async list(): Promise<SnapshotMeta[]> {
@@ -467,6 +481,7 @@ export class SnapshotStore {
     if (!(await exists(dir))) {
       if ((await this.pending(tag))?.status === "failed") {
         await rm(this.failedPath(tag), { force: true });
+        this.events.emit({ type: "snapshot-gone", tag });
         return;
       }
       throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
@@ -485,6 +500,7 @@ export class SnapshotStore {
       await rename(dir, trash);
       this.verified.delete(tag);
       await fsyncDir(this.root);
+      this.events.emit({ type: "snapshot-gone", tag });
       await rm(trash, { recursive: true, force: true });
     } finally {
       this.busy.delete(tag);

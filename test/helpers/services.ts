@@ -1,4 +1,5 @@
 /** Services for API tests that never start a VM (QEMU is /bin/false). */
+import { EventBus } from "../../src/events/bus.js";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
@@ -43,10 +44,11 @@ export async function testServices(
   const dir = await mkdtemp(join(tmpdir(), "forkd-api-"));
   await mkdir(join(dir, "snapshots"));
   await mkdir(join(dir, "sandboxes"));
-  const store = new SnapshotStore(join(dir, "snapshots"));
+  const events = new EventBus();
+  const store = new SnapshotStore(join(dir, "snapshots"), events);
   const driver = new QemuDriver("/bin/false");
   const accel = { accel: "tcg" as const, forced: true, reason: "test", tscKhz: 1 };
-  const sandboxes = new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet });
+  const sandboxes = new SandboxService({ root: join(dir, "sandboxes"), store, driver, log: quiet, events });
   const tokens = new TokenStore(join(dir, "tokens.json"));
   const audited: AuditRecord[] = [];
   const snapshots = new SnapshotService({
@@ -66,6 +68,7 @@ export async function testServices(
     log: quiet,
   });
   const services: Services = {
+    events,
     store,
     sandboxes,
     snapshots,

@@ -634,7 +634,7 @@ interface Outcome {
  * which the daemon must survive too); the events that arrived whole are checked like any other.
  * Read to the end, one would wait for the idle timeout (60 s) with nothing to check.
  */
-const OPEN_ENDED = /\/files\/watch$/;
+const OPEN_ENDED = /\/files\/watch$|^\/v1\/events$/;
 const OPEN_STREAM_MS = 2_000;
 
 /** The reply's bytes within `ms`, then the connection cut (whole lines only). */

@@ -25,7 +25,7 @@ export interface Requests {
   CreateToken: Opt<S["CreateToken"], "scope">;
   CreateSnapshot: Opt<
     S["CreateSnapshot"],
-    "template" | "ready_timeout_ms" | "warm_eval_language" | "memory_mib" | "vcpus"
+    "template" | "ready_timeout_ms" | "warm_eval_language" | "memory_mib" | "vcpus" | "nic"
   >;
   Push: Opt<S["Push"], "insecure">;
   Pull: Opt<S["Pull"], "insecure">;

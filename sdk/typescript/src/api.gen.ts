@@ -153,7 +153,7 @@ export interface paths {
         get: operations["getSnapshot"];
         put?: never;
         post?: never;
-        /** Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 (delete them too) or ?force=1 (flatten them so they no longer need it) */
+        /** Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 (delete them too) or ?force=1 (flatten them so they no longer need it); ?dry_run=1 only says what it would remove (DeletePlan) */
         delete: operations["deleteSnapshot"];
         options?: never;
         head?: never;
@@ -754,6 +754,93 @@ export interface paths {
         put?: never;
         /** Rename a file or directory */
         post: operations["renameFile"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Server-sent events of the caller's sandboxes and snapshots: `state` first ({sandboxes, snapshots, pending}: the views of GET /v1/sandboxes and GET /v1/snapshots), then `sandbox` (a Sandbox, on creation and each state change), `sandbox-gone` ({id, exit_reason}), `snapshot` (a Snapshot or SnapshotStatus), `snapshot-gone` ({tag}), `usage` every 2 s ({sandboxes: {ID: {cpu_percent, memory_bytes}}}) and a `: ping` comment every 15 s; a client that falls 4 MiB behind is disconnected (reconnect: `state` again) */
+        get: operations["events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Audit lines that named a sandbox (?sandbox=ID) or a snapshot (?snapshot=TAG), newest last; a tenant sees only its own */
+        get: operations["audit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/console/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Who the web console is logged in as (401: nobody; the unix socket: the local admin) */
+        get: operations["consoleSession"];
+        put?: never;
+        /** Log the web console in (TCP listener): the token is checked like a bearer token and the reply sets the session cookie `forkd_console` (HttpOnly, SameSite=Strict), valid while the token is */
+        post: operations["consoleLogin"];
+        /** Log the web console out (ends the cookie's session) */
+        delete: operations["consoleLogout"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/console": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tail of the sandbox VM's serial console log (default 64 KiB, at most 1 MiB) */
+        get: operations["sandboxConsole"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/terminal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A WebSocket (101) to a PTY command in the guest (default /bin/bash -l, else /bin/sh): binary frames are the terminal's bytes both ways; a text frame from the client is JSON control ({"type":"resize","rows","cols"}); the server ends with the text frame {"type":"exit","exit_code","signal"} (or {"type":"error","error"}) and closes 1000; closing the socket kills the command */
+        get: operations["terminal"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1672,6 +1759,56 @@ export interface components {
             /** @constant */
             type: "error";
         };
+        AuditLine: {
+            ts: string;
+            request_id: string;
+            caller: string;
+            token: string | null;
+            remote: string | null;
+            action: string;
+            target: {
+                [key: string]: string | string[];
+            };
+            status: number;
+            result: string;
+            duration_ms: number;
+        };
+        AuditLines: {
+            lines: components["schemas"]["AuditLine"][];
+        };
+        DeletePlan: {
+            tag: string;
+            /** @constant */
+            dry_run: true;
+            /** @description Tags the delete would remove, in order */
+            deletes: string[];
+            /** @description Dependents it would flatten to no longer need it (force) */
+            orphaned: string[];
+            /** @description Branches stacked on it that refuse the delete (without cascade or force) */
+            dependents: string[];
+            /** @description Sandboxes (the caller may see) running from what it would remove: they refuse the delete */
+            sandboxes: string[];
+            /** @description Whether the real delete would be refused (409) */
+            refused: boolean;
+        };
+        ConsoleLogin: {
+            token: string;
+        };
+        ConsoleCaller: {
+            caller: {
+                /**
+                 * @description local: the unix socket (or `forkd console`)
+                 * @enum {string}
+                 */
+                kind: "local" | "token" | "admin";
+                name: string;
+                /** @description null: an admin (sees every tenant's sandboxes) */
+                tenant: string | null;
+                admin: boolean;
+                /** @description The token's id */
+                token: string | null;
+            };
+        };
     };
     responses: never;
     parameters: never;
@@ -2306,6 +2443,7 @@ export interface operations {
             query?: {
                 cascade?: "0" | "1" | "true" | "false";
                 force?: "0" | "1" | "true" | "false";
+                dry_run?: "0" | "1" | "true" | "false";
             };
             header?: never;
             path: {
@@ -2316,13 +2454,33 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 (delete them too) or ?force=1 (flatten them so they no longer need it) */
+            /** @description Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 (delete them too) or ?force=1 (flatten them so they no longer need it); ?dry_run=1 only says what it would remove (DeletePlan) */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Deleted"];
+                    "application/json": {
+                        deleted: string;
+                        /** @description Snapshots deleted with it (cascade) */
+                        cascaded?: string[];
+                        /** @description Dependents made independent of it (force): they still fork */
+                        orphaned?: string[];
+                    } | {
+                        tag: string;
+                        /** @constant */
+                        dry_run: true;
+                        /** @description Tags the delete would remove, in order */
+                        deletes: string[];
+                        /** @description Dependents it would flatten to no longer need it (force) */
+                        orphaned: string[];
+                        /** @description Branches stacked on it that refuse the delete (without cascade or force) */
+                        dependents: string[];
+                        /** @description Sandboxes (the caller may see) running from what it would remove: they refuse the delete */
+                        sandboxes: string[];
+                        /** @description Whether the real delete would be refused (409) */
+                        refused: boolean;
+                    };
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
@@ -4764,6 +4922,345 @@ export interface operations {
             };
             /** @description payload_too_large: the body is over its bound (json) */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    events: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Server-sent events of the caller's sandboxes and snapshots: `state` first ({sandboxes, snapshots, pending}: the views of GET /v1/sandboxes and GET /v1/snapshots), then `sandbox` (a Sandbox, on creation and each state change), `sandbox-gone` ({id, exit_reason}), `snapshot` (a Snapshot or SnapshotStatus), `snapshot-gone` ({tag}), `usage` every 2 s ({sandboxes: {ID: {cpu_percent, memory_bytes}}}) and a `: ping` comment every 15 s; a client that falls 4 MiB behind is disconnected (reconnect: `state` again) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    audit: {
+        parameters: {
+            query?: {
+                sandbox?: string;
+                snapshot?: string;
+                limit?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Audit lines that named a sandbox (?sandbox=ID) or a snapshot (?snapshot=TAG), newest last; a tenant sees only its own */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditLines"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    consoleSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Who the web console is logged in as (401: nobody; the unix socket: the local admin) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleCaller"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    consoleLogin: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConsoleLogin"];
+            };
+        };
+        responses: {
+            /** @description Log the web console in (TCP listener): the token is checked like a bearer token and the reply sets the session cookie `forkd_console` (HttpOnly, SameSite=Strict), valid while the token is */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleCaller"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    consoleLogout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Log the web console out (ends the cookie's session) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        ok: true;
+                    };
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    sandboxConsole: {
+        parameters: {
+            query?: {
+                tail_bytes?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tail of the sandbox VM's serial console log (default 64 KiB, at most 1 MiB) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    terminal: {
+        parameters: {
+            query?: {
+                rows?: string;
+                cols?: string;
+                cmd?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -232,11 +232,12 @@ export const ROUTES: RouteSpec[] = [
     path: "/v1/snapshots/{tag}",
     summary:
       "Delete a snapshot. 409 while sandboxes run from it, or while branches stack on it unless ?cascade=1 " +
-      "(delete them too) or ?force=1 (flatten them so they no longer need it)",
+      "(delete them too) or ?force=1 (flatten them so they no longer need it); ?dry_run=1 only says what " +
+      "it would remove (DeletePlan)",
     tag: "snapshots",
     query: S.DeleteSnapshotQuery,
     heavy: true,
-    responses: { 200: json(S.Deleted) },
+    responses: { 200: json(z.union([S.Deleted, S.DeletePlan])) },
   },
   {
     operationId: "listSandboxes",
@@ -555,6 +556,82 @@ export const ROUTES: RouteSpec[] = [
     tag: "files",
     body: json(S.Rename),
     responses: { 200: json(S.Renamed) },
+  },
+  {
+    operationId: "events",
+    method: "get",
+    path: "/v1/events",
+    summary:
+      "Server-sent events of the caller's sandboxes and snapshots: `state` first ({sandboxes, snapshots, " +
+      "pending}: the views of GET /v1/sandboxes and GET /v1/snapshots), then `sandbox` (a Sandbox, on creation " +
+      "and each state change), `sandbox-gone` ({id, exit_reason}), `snapshot` (a Snapshot or SnapshotStatus), " +
+      "`snapshot-gone` ({tag}), `usage` every 2 s ({sandboxes: {ID: {cpu_percent, memory_bytes}}}) and a " +
+      "`: ping` comment every 15 s; a client that falls 4 MiB behind is disconnected (reconnect: `state` again)",
+    tag: "daemon",
+    responses: { 200: { kind: "text", contentType: "text/event-stream" } },
+  },
+  {
+    operationId: "audit",
+    method: "get",
+    path: "/v1/audit",
+    summary:
+      "Audit lines that named a sandbox (?sandbox=ID) or a snapshot (?snapshot=TAG), newest last; " +
+      "a tenant sees only its own",
+    tag: "access",
+    query: S.AuditQuery,
+    responses: { 200: json(S.AuditLines) },
+  },
+  {
+    operationId: "consoleSession",
+    method: "get",
+    path: "/v1/console/session",
+    summary: "Who the web console is logged in as (401: nobody; the unix socket: the local admin)",
+    tag: "access",
+    public: true,
+    responses: { 200: json(S.ConsoleCaller) },
+  },
+  {
+    operationId: "consoleLogin",
+    method: "post",
+    path: "/v1/console/session",
+    summary:
+      "Log the web console in (TCP listener): the token is checked like a bearer token and the reply sets " +
+      "the session cookie `forkd_console` (HttpOnly, SameSite=Strict), valid while the token is",
+    tag: "access",
+    public: true,
+    body: json(S.ConsoleLogin),
+    responses: { 200: json(S.ConsoleCaller) },
+  },
+  {
+    operationId: "consoleLogout",
+    method: "delete",
+    path: "/v1/console/session",
+    summary: "Log the web console out (ends the cookie's session)",
+    tag: "access",
+    public: true,
+    responses: { 200: json(z.object({ ok: z.literal(true) })) },
+  },
+  {
+    operationId: "sandboxConsole",
+    method: "get",
+    path: `${SB}/console`,
+    summary: "The tail of the sandbox VM's serial console log (default 64 KiB, at most 1 MiB)",
+    tag: "sandboxes",
+    query: S.ConsoleTailQuery,
+    responses: { 200: { kind: "text", contentType: "text/plain" } },
+  },
+  {
+    operationId: "terminal",
+    method: "get",
+    path: `${SB}/terminal`,
+    summary:
+      "A WebSocket (101) to a PTY command in the guest (default /bin/bash -l, else /bin/sh): binary frames " +
+      "are the terminal's bytes both ways; a text frame from the client is JSON control " +
+      '({"type":"resize","rows","cols"}); the server ends with the text frame {"type":"exit","exit_code","signal"} ' +
+      '(or {"type":"error","error"}) and closes 1000; closing the socket kills the command',
+    tag: "commands",
+    query: S.TerminalQuery,
+    responses: {},
   },
 ];
 

@@ -515,6 +515,10 @@ export const Deleted = named(
 export const DeleteSnapshotQuery = z.object({
   cascade: z.enum(["0", "1", "true", "false"]).optional(),
   force: z.enum(["0", "1", "true", "false"]).optional(),
+  dry_run: z
+    .enum(["0", "1", "true", "false"])
+    .optional()
+    .describe("Say what the delete would remove (DeletePlan) without removing anything."),
 });
 
 export const Unpacked = named(
@@ -1228,3 +1232,98 @@ export const WatchLine = named(
 );
 
 export const truthy = (v: string | undefined): boolean => v === "1" || v === "true";
+
+// ---------------------------------------------------------------- the web console
+
+const Digits = (max: number, what: string) =>
+  z
+    .string()
+    .regex(/^\d{1,9}$/, `${what} must be a whole number`)
+    .refine((v) => Number(v) <= max, `${what} is at most ${max}`);
+
+export const TerminalQuery = z.object({
+  rows: Digits(PTY_MAX, "rows")
+    .refine((v) => Number(v) >= 1, "rows is at least 1")
+    .optional(),
+  cols: Digits(PTY_MAX, "cols")
+    .refine((v) => Number(v) >= 1, "cols is at least 1")
+    .optional(),
+  cmd: z
+    .string()
+    .min(1)
+    .max(1 << 16)
+    .optional()
+    .describe("Run by /bin/sh -c on the PTY (default: /bin/bash -l if the image has it, else /bin/sh)."),
+});
+
+export const CONSOLE_TAIL_DEFAULT = 64 << 10;
+export const CONSOLE_TAIL_MAX = 1 << 20;
+export const ConsoleTailQuery = z.object({
+  tail_bytes: Digits(CONSOLE_TAIL_MAX, "tail_bytes")
+    .optional()
+    .describe(`Bytes from the end of the serial console log (default ${CONSOLE_TAIL_DEFAULT}).`),
+});
+
+export const AUDIT_LIMIT_DEFAULT = 100;
+export const AUDIT_LIMIT_MAX = 1000;
+export const AuditQuery = z.object({
+  sandbox: SandboxId.optional().describe("Lines whose target names this sandbox."),
+  snapshot: Tag.optional().describe("Lines whose target names this snapshot tag."),
+  limit: Digits(AUDIT_LIMIT_MAX, "limit")
+    .optional()
+    .describe(`The newest lines, at most this many (default ${AUDIT_LIMIT_DEFAULT}).`),
+});
+
+export const AuditLine = named(
+  z.object({
+    ts: z.string(),
+    request_id: z.string(),
+    caller: z.string(),
+    token: z.string().nullable(),
+    remote: z.string().nullable(),
+    action: z.string(),
+    target: z.record(z.string(), z.union([z.string(), z.array(z.string())])),
+    status: z.number().int(),
+    result: z.string(),
+    duration_ms: z.number(),
+  }),
+  "AuditLine",
+  "One audit log line (docs/operations.md, 'Audit log').",
+);
+export const AuditLines = named(z.object({ lines: z.array(AuditLine) }), "AuditLines", "Newest last.");
+
+export const DeletePlan = named(
+  z.object({
+    tag: z.string(),
+    dry_run: z.literal(true),
+    deletes: z.array(z.string()).describe("Tags the delete would remove, in order"),
+    orphaned: z.array(z.string()).describe("Dependents it would flatten to no longer need it (force)"),
+    dependents: z
+      .array(z.string())
+      .describe("Branches stacked on it that refuse the delete (without cascade or force)"),
+    sandboxes: z
+      .array(z.string())
+      .describe("Sandboxes (the caller may see) running from what it would remove: they refuse the delete"),
+    refused: z.boolean().describe("Whether the real delete would be refused (409)"),
+  }),
+  "DeletePlan",
+  "What DELETE /v1/snapshots/{tag} with the same options would do (?dry_run=1): nothing is removed.",
+);
+
+export const ConsoleLogin = named(
+  z.strictObject({ token: z.string().min(1).max(512) }),
+  "ConsoleLogin",
+  "A bearer token, exchanged for the console's session cookie.",
+);
+export const ConsoleCaller = named(
+  z.object({
+    caller: z.object({
+      kind: z.enum(["local", "token", "admin"]).describe("local: the unix socket (or `forkd console`)"),
+      name: z.string(),
+      tenant: z.string().nullable().describe("null: an admin (sees every tenant's sandboxes)"),
+      admin: z.boolean(),
+      token: z.string().nullable().describe("The token's id"),
+    }),
+  }),
+  "ConsoleCaller",
+);

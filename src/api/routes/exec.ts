@@ -51,7 +51,7 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
  * Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. Its failure
  * says why: a bad cwd, or (`explain`: the lease's) the sandbox ending under it.
  */
-function start(
+export function startCommand(
   agent: AgentClient,
   commands: CommandTable,
   body: z.infer<typeof Exec>,
@@ -97,7 +97,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
     const err = new Capped();
     const t0 = performance.now();
     const r = await s.sandboxes.use(c.req.param("id"), (agent, commands) => {
-      const h = start(agent, commands, body, {
+      const h = startCommand(agent, commands, body, {
         onStdout: (d) => out.push(d),
         onStderr: (d) => err.push(d),
       });
@@ -146,7 +146,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
           for (const ev of queued) send(ev);
         };
         try {
-          handle = start(
+          handle = startCommand(
             lease.agent,
             lease.commands,
             body,

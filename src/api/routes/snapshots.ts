@@ -156,7 +156,25 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const q = parseQuery(c, DeleteSnapshotQuery);
     const caller = c.get("caller");
     if (!isAdmin(caller)) await ownedSnapshot(s, caller, tag);
-    const r = await s.snapshots.delete(tag, { cascade: truthy(q.cascade), force: truthy(q.force) });
+    const opts = { cascade: truthy(q.cascade), force: truthy(q.force) };
+    if (truthy(q.dry_run)) {
+      const plan = await s.snapshots.planDelete(tag, opts);
+      const removed = new Set(plan.inUse);
+      const sandboxes = s.sandboxes
+        .list()
+        .filter((sb) => removed.has(sb.record.tag) && (isAdmin(caller) || sb.record.owner === caller.tenant))
+        .map((sb) => sb.record.id);
+      return c.json({
+        tag,
+        dry_run: true as const,
+        deletes: plan.deletes,
+        orphaned: plan.orphans,
+        dependents: plan.blockingDependents,
+        sandboxes,
+        refused: plan.inUse.length > 0 || plan.blockingDependents.length > 0,
+      });
+    }
+    const r = await s.snapshots.delete(tag, opts);
     return c.json({ deleted: tag, ...r });
   });
 

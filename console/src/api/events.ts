@@ -1,0 +1,48 @@
+/**
+ * The daemon's event stream (GET /v1/events, server-sent events) as LiveEvents. A drop is
+ * reported as `lost`; EventSource retries a broken connection by itself, but gives up on an
+ * error reply (a 502 while the daemon restarts), so then a new one is opened after a delay that
+ * grows to 10 s. Each connection's first event, `state`, replaces everything.
+ */
+import type { LiveEvent } from "../lib/live-state";
+
+const NAMES = ["state", "sandbox", "sandbox-gone", "snapshot", "snapshot-gone", "usage"] as const;
+const RETRY_MIN_MS = 1000;
+const RETRY_MAX_MS = 10_000;
+
+/** Opens the stream (and reopens it while wanted); returns the function that closes it. */
+export function subscribe(onEvent: (e: LiveEvent) => void): () => void {
+  let es: EventSource | null = null;
+  let retry: ReturnType<typeof setTimeout> | undefined;
+  let delay = RETRY_MIN_MS;
+  let closed = false;
+  const open = () => {
+    const source = new EventSource("/v1/events", { withCredentials: true });
+    es = source;
+    for (const name of NAMES) {
+      source.addEventListener(name, (m: MessageEvent<string>) => {
+        if (name === "state") delay = RETRY_MIN_MS;
+        try {
+          const data: unknown = JSON.parse(m.data);
+          onEvent({ type: name, data } as LiveEvent);
+        } catch {
+          /* a malformed event is skipped; the next `state` repairs the view */
+        }
+      });
+    }
+    source.onerror = () => {
+      onEvent({ type: "lost" });
+      if (source.readyState !== EventSource.CLOSED || closed) return;
+      retry = setTimeout(() => {
+        if (!closed) open();
+      }, delay);
+      delay = Math.min(RETRY_MAX_MS, delay * 2);
+    };
+  };
+  open();
+  return () => {
+    closed = true;
+    clearTimeout(retry);
+    es?.close();
+  };
+}

@@ -1,0 +1,20 @@
+/** A sandbox's files: directory listings, download links and uploads (streamed bytes, PUT). */
+import { api, withQuery } from "./http";
+import type { DirList, FileWritten } from "./types";
+
+const base = (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}/files`;
+
+export const list = (id: string, path: string) =>
+  api<DirList>("GET", `${base(id)}/list`, undefined, { path });
+export const downloadUrl = (id: string, path: string) => withQuery(base(id), { path });
+export const upload = (id: string, path: string, file: Blob) =>
+  api<FileWritten>("PUT", base(id), file, { path });
+
+export function joinPath(dir: string, name: string): string {
+  return dir.endsWith("/") ? `${dir}${name}` : `${dir}/${name}`;
+}
+
+export function parentOf(path: string): string {
+  const i = path.replace(/\/+$/, "").lastIndexOf("/");
+  return i <= 0 ? "/" : path.slice(0, i);
+}

@@ -1,0 +1,75 @@
+/** The console's shell: checks the session, then the navigation, the connection banner and the current page. */
+import { useEffect, useState } from "preact/hooks";
+import { ApiError, messageOf } from "./api/http";
+import { whoami } from "./api/session";
+import { ConnBanner } from "./components/conn-banner";
+import { Nav } from "./components/nav";
+import { useLive } from "./lib/use-live";
+import { useRoute } from "./lib/use-route";
+import { HostPage } from "./pages/host-page";
+import { LoginPage } from "./pages/login-page";
+import { SandboxPage } from "./pages/sandbox-page";
+import { SandboxesPage } from "./pages/sandboxes-page";
+import { SnapshotsPage } from "./pages/snapshots-page";
+import type { Route } from "./lib/route";
+import type { LiveState } from "./lib/live-state";
+
+type Session = "checking" | "in" | "out" | { error: string };
+
+function Page({ route, live }: { route: Route; live: LiveState }) {
+  switch (route.page) {
+    case "sandboxes":
+      return <SandboxesPage live={live} />;
+    case "snapshots":
+      return <SnapshotsPage live={live} tag={route.tag} />;
+    case "sandbox":
+      return <SandboxPage key={route.id} live={live} id={route.id} />;
+    case "host":
+      return <HostPage />;
+  }
+}
+
+function LoggedIn({ route }: { route: Route }) {
+  const live = useLive();
+  return (
+    <>
+      <ConnBanner connected={live.connected} />
+      <main id="main" tabIndex={-1}>
+        <Page route={route} live={live} />
+      </main>
+    </>
+  );
+}
+
+export function App() {
+  const route = useRoute();
+  const [session, setSession] = useState<Session>("checking");
+  const [attempt, setAttempt] = useState(0);
+  useEffect(() => {
+    whoami().then(
+      () => setSession("in"),
+      (e: unknown) => setSession(e instanceof ApiError && e.status === 401 ? "out" : { error: messageOf(e) }),
+    );
+  }, [attempt]);
+  return (
+    <>
+      <button type="button" class="skip" onClick={() => document.getElementById("main")?.focus()}>
+        Skip to content
+      </button>
+      <header>
+        <Nav route={route} />
+      </header>
+      {session === "checking" && <p>Loading…</p>}
+      {session === "out" && <LoginPage onLogin={() => setAttempt((n) => n + 1)} />}
+      {typeof session === "object" && (
+        <p class="status error" role="alert">
+          The daemon did not answer: {session.error}{" "}
+          <button type="button" onClick={() => setAttempt((n) => n + 1)}>
+            Retry
+          </button>
+        </p>
+      )}
+      {session === "in" && <LoggedIn route={route} />}
+    </>
+  );
+}

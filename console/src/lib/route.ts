@@ -1,0 +1,29 @@
+/** The console's hash routes: #/sandboxes, #/snapshots, #/sandboxes/ID and #/host. */
+
+export type Route =
+  | { page: "sandboxes" }
+  | { page: "snapshots"; tag?: string }
+  | { page: "sandbox"; id: string }
+  | { page: "host" };
+
+export function parseRoute(hash: string): Route {
+  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  const [first, second] = parts;
+  if (first === "sandboxes" && second) return { page: "sandbox", id: second };
+  if (first === "snapshots") return second ? { page: "snapshots", tag: second } : { page: "snapshots" };
+  if (first === "host") return { page: "host" };
+  return { page: "sandboxes" };
+}
+
+export function hrefOf(r: Route): string {
+  switch (r.page) {
+    case "sandboxes":
+      return "#/sandboxes";
+    case "snapshots":
+      return r.tag ? `#/snapshots/${encodeURIComponent(r.tag)}` : "#/snapshots";
+    case "sandbox":
+      return `#/sandboxes/${encodeURIComponent(r.id)}`;
+    case "host":
+      return "#/host";
+  }
+}

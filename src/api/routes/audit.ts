@@ -1,0 +1,35 @@
+/**
+ * GET /v1/audit?sandbox=ID|snapshot=TAG&limit=N: the audit lines that named a sandbox or a
+ * snapshot (src/audit/audit-query.ts), newest last. An admin sees every caller's lines, a
+ * tenant only its own.
+ */
+import { Hono } from "hono";
+import { isAdmin } from "../../access/caller.js";
+import { queryAudit } from "../../audit/audit-query.js";
+import { ForkdError } from "../../util/errors.js";
+import { AUDIT_LIMIT_DEFAULT, AuditQuery } from "../contract/schemas.js";
+import type { ApiEnv } from "../env.js";
+import { parseQuery } from "../parse.js";
+import type { Services } from "../services.js";
+
+export function auditRoutes(s: Services): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
+  app.get("/", async (c) => {
+    const q = parseQuery(c, AuditQuery);
+    const name = q.sandbox ?? q.snapshot;
+    if (name === undefined || (q.sandbox !== undefined && q.snapshot !== undefined))
+      throw new ForkdError("invalid_argument", "name exactly one of sandbox= and snapshot=");
+    const caller = c.get("caller");
+    const path = s.audit.path;
+    const lines =
+      path === undefined
+        ? []
+        : await queryAudit(path, {
+            names: name,
+            caller: isAdmin(caller) ? null : caller.name,
+            limit: q.limit === undefined ? AUDIT_LIMIT_DEFAULT : Number(q.limit),
+          });
+    return c.json({ lines });
+  });
+  return app;
+}

@@ -1,0 +1,338 @@
+/**
+ * The web console's daemon and CLI side against one real daemon (one snapshot, few forks):
+ *   - GET /v1/events: `state` first, then a fork, a pause and a kill arrive as `sandbox`
+ *     (running), `sandbox` (paused), `sandbox-gone`, in order; a client that stops reading and
+ *     one that hangs up mid-stream leave the daemon serving;
+ *   - the terminal WebSocket runs a command on a PTY: its output and the exit frame come back,
+ *     a resize frame changes what `stty size` says, closing the socket kills the command;
+ *   - a tenant's events and terminal do not reach another tenant's sandbox;
+ *   - `forkd console`: the printed URL logs in once (refused without the secret and when
+ *     reused); the cookie alone does not make a POST (X-Forkd-Console is needed).
+ */
+import { after, before } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { request } from "node:http";
+import type { IncomingMessage } from "node:http";
+import { createInterface } from "node:readline";
+import { WebSocket } from "ws";
+import { CLI, makeDaemon } from "../helpers/daemon.js";
+import type { TestDaemon } from "../helpers/daemon.js";
+import { rawRequest, readAll } from "../helpers/http.js";
+import type { Endpoint } from "../helpers/http.js";
+import { freePort } from "../helpers/port.js";
+import { steps } from "../helpers/steps.js";
+import { api, forkOne } from "../helpers/vm.js";
+
+const TAG = "capi";
+const { step, failed } = steps();
+let d: TestDaemon;
+let base = "";
+let alice = "";
+let bob = "";
+
+before(async () => {
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  d = await makeDaemon({ FORKD_LISTEN: `127.0.0.1:${port}`, FORKD_POOL_MAX: "2", FORKD_POOL_SIZE: "0" });
+  await api(d, "POST", "/v1/snapshots", { tag: TAG, memory_mib: 256 });
+  for (const tenant of ["alice", "bob"]) {
+    const r = await api<{ token: string }>(d, "POST", "/v1/tokens", { tenant, scope: "tenant" });
+    if (tenant === "alice") alice = r.token;
+    else bob = r.token;
+  }
+});
+
+after(async () => {
+  await d?.destroy(failed());
+});
+
+interface SseEvent {
+  id: string;
+  event: string;
+  data: Record<string, unknown>;
+}
+
+/** The events of a GET /v1/events reply as they come. */
+class Events {
+  readonly events: SseEvent[] = [];
+  ended = false;
+  private buf = "";
+  private waiters: (() => void)[] = [];
+
+  constructor(readonly res: IncomingMessage) {
+    res.setEncoding("utf8");
+    res.on("data", (s: string) => {
+      this.buf += s;
+      let i;
+      while ((i = this.buf.indexOf("\n\n")) >= 0) {
+        const block = this.buf.slice(0, i);
+        this.buf = this.buf.slice(i + 2);
+        const f: Record<string, string> = {};
+        for (const line of block.split("\n")) {
+          if (line.startsWith(":")) continue;
+          const c = line.indexOf(": ");
+          if (c > 0) f[line.slice(0, c)] = line.slice(c + 2);
+        }
+        if (f.event && f.data)
+          this.events.push({
+            id: f.id ?? "",
+            event: f.event,
+            data: JSON.parse(f.data) as Record<string, unknown>,
+          });
+      }
+      this.wake();
+    });
+    const end = () => {
+      this.ended = true;
+      this.wake();
+    };
+    res.on("end", end);
+    res.on("error", end);
+    res.on("close", end);
+  }
+
+  private wake() {
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  /** Waits until `pred` holds for the events so far. */
+  async until(pred: (e: SseEvent[]) => boolean, what: string, ms = 120_000): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (!pred(this.events)) {
+      if (this.ended) throw new Error(`stream ended before ${what}`);
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise<void>((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 500);
+      });
+    }
+  }
+
+  /** The events about sandbox `id`, as "type:state". */
+  about(id: string): string[] {
+    return this.events
+      .filter((e) => (e.event === "sandbox" || e.event === "sandbox-gone") && e.data.id === id)
+      .map((e) => (e.event === "sandbox" ? `sandbox:${String(e.data.state)}` : "sandbox-gone"));
+  }
+}
+
+async function events(ep: Endpoint): Promise<Events> {
+  const res = await rawRequest(ep, "GET", "/v1/events");
+  assert.equal(res.statusCode, 200);
+  assert.match(res.headers["content-type"] ?? "", /^text\/event-stream/);
+  const e = new Events(res);
+  await e.until((l) => l.length > 0, "the first event");
+  assert.equal(e.events[0]?.event, "state", "state comes first");
+  return e;
+}
+
+/** A terminal WebSocket: its output so far, and its control frames. */
+interface Term {
+  ws: WebSocket;
+  out: () => string;
+  controls: Record<string, unknown>[];
+  closed: Promise<number>;
+}
+
+function terminal(ep: Endpoint, id: string, query: string): Promise<Term | { status: number; body: string }> {
+  const path = `/v1/sandboxes/${id}/terminal${query}`;
+  const url = ep.socket
+    ? `ws+unix://${ep.socket}:${path}`
+    : `${(ep.url ?? "").replace(/^http/, "ws")}${path}`;
+  const ws = new WebSocket(url, { headers: ep.token ? { authorization: `Bearer ${ep.token}` } : {} });
+  let out = "";
+  const controls: Record<string, unknown>[] = [];
+  ws.on("message", (m: Buffer, binary) => {
+    if (binary) out += m.toString("utf8");
+    else controls.push(JSON.parse(m.toString("utf8")) as Record<string, unknown>);
+  });
+  const closed = new Promise<number>((r) => ws.on("close", (code) => r(code)));
+  return new Promise((resolve, reject) => {
+    ws.on("open", () => resolve({ ws, out: () => out, controls, closed }));
+    ws.on("unexpected-response", (_req, res) => {
+      void readAll(res).then((b) => resolve({ status: res.statusCode ?? 0, body: b.toString("utf8") }));
+    });
+    ws.on("error", reject);
+  });
+}
+
+async function waitFor(pred: () => boolean | Promise<boolean>, what: string, ms = 60_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+let id = "";
+
+step("events: a fork, a pause and a kill arrive in order after state", async () => {
+  const e = await events(d.ep);
+  id = await forkOne(d, TAG);
+  await api(d, "POST", `/v1/sandboxes/${id}/pause`);
+  await api(d, "POST", `/v1/sandboxes/${id}/resume`);
+  const other = await forkOne(d, TAG);
+  await api(d, "DELETE", `/v1/sandboxes/${other}`);
+  await e.until((l) => l.some((x) => x.event === "sandbox-gone" && x.data.id === other), "the kill");
+  assert.deepEqual(e.about(id), ["sandbox:running", "sandbox:paused", "sandbox:running"]);
+  assert.deepEqual(e.about(other), ["sandbox:running", "sandbox-gone"]);
+  const gone = e.events.find((x) => x.event === "sandbox-gone");
+  assert.equal(gone?.data.exit_reason, "killed");
+  const ids = e.events.map((x) => Number(x.id));
+  assert.deepEqual(
+    ids,
+    [...ids].sort((a, b) => a - b),
+    "ids increase",
+  );
+  await e.until(
+    (l) => l.some((x) => x.event === "usage" && id in (x.data.sandboxes as object)),
+    "usage of the sandbox",
+  );
+  e.res.destroy();
+});
+
+step("a client that stops reading, and one that hangs up mid-stream, leave the daemon serving", async () => {
+  const stalled = await events(d.ep);
+  stalled.res.pause();
+  const cut = await rawRequest(d.ep, "GET", "/v1/events");
+  await new Promise<void>((r) => cut.once("data", () => r()));
+  cut.destroy();
+  const more = await forkOne(d, TAG);
+  await api(d, "DELETE", `/v1/sandboxes/${more}`);
+  const h = await api<{ ok: boolean }>(d, "GET", "/v1/health");
+  assert.equal(h.ok, true);
+  const fresh = await events(d.ep);
+  assert.ok(fresh.events[0]?.event === "state");
+  fresh.res.destroy();
+  stalled.res.destroy();
+});
+
+step("terminal: output and the exit frame, a resize, and closing the socket kills the command", async () => {
+  const t = await terminal(
+    d.ep,
+    id,
+    `?rows=30&cols=100&cmd=${encodeURIComponent("stty size; echo hi-$((6*7)); exit 3")}`,
+  );
+  assert.ok("ws" in t, JSON.stringify(t));
+  assert.equal(await t.closed, 1000);
+  assert.match(t.out(), /30 100/);
+  assert.match(t.out(), /hi-42/);
+  assert.deepEqual(t.controls, [{ type: "exit", exit_code: 3, signal: null }]);
+
+  const sh = await terminal(d.ep, id, "?rows=24&cols=80&cmd=/bin/sh");
+  assert.ok("ws" in sh);
+  sh.ws.send(JSON.stringify({ type: "resize", rows: 40, cols: 120 }));
+  sh.ws.send(Buffer.from("stty size\n"));
+  await waitFor(() => /40 120/.test(sh.out()), "the new size");
+  sh.ws.send(Buffer.from("exit 0\n"));
+  assert.equal(await sh.closed, 1000);
+  assert.deepEqual(sh.controls, [{ type: "exit", exit_code: 0, signal: null }]);
+
+  const long = await terminal(d.ep, id, `?cmd=${encodeURIComponent("sleep 600")}`);
+  assert.ok("ws" in long);
+  const running = async () =>
+    (
+      await api<{ commands: { cmd: unknown; pty: boolean }[] }>(d, "GET", `/v1/sandboxes/${id}/commands`)
+    ).commands.some((c) => c.pty && c.cmd === "sleep 600");
+  await waitFor(running, "the terminal's command");
+  long.ws.close();
+  await waitFor(async () => !(await running()), "the command killed when the socket closed");
+});
+
+step("a tenant's events and terminal do not reach another tenant's sandbox", async () => {
+  const asBob = { url: base, token: bob };
+  const bobEvents = await events(asBob);
+  const state = bobEvents.events[0]?.data as { sandboxes: unknown[]; snapshots: { tag: string }[] };
+  assert.deepEqual(state.sandboxes, [], "bob sees none of the admin's sandboxes");
+  assert.ok(
+    state.snapshots.some((s) => s.tag === TAG),
+    "the shared snapshot is visible",
+  );
+  const r = await rawRequest(
+    { url: base, token: alice },
+    "POST",
+    "/v1/sandboxes",
+    JSON.stringify({ snapshot_tag: TAG }),
+    600_000,
+    { "content-type": "application/json" },
+  );
+  const forked = JSON.parse((await readAll(r)).toString("utf8")) as { sandboxes: { id: string }[] };
+  assert.equal(r.statusCode, 201, JSON.stringify(forked));
+  const aliceId = forked.sandboxes[0]?.id ?? "";
+  // Two usage events after the fork: any event about it would have come before them.
+  const usages = () => bobEvents.events.filter((x) => x.event === "usage").length;
+  const n = usages();
+  await bobEvents.until(() => usages() >= n + 2, "two usage events");
+  assert.deepEqual(bobEvents.about(aliceId), []);
+  for (const u of bobEvents.events.filter((x) => x.event === "usage"))
+    assert.ok(!(aliceId in (u.data.sandboxes as object)), "bob's usage leaves alice's sandbox out");
+  bobEvents.res.destroy();
+
+  const denied = await terminal(asBob, aliceId, "?cmd=id");
+  assert.ok("status" in denied);
+  assert.equal(denied.status, 404, "another tenant's sandbox is not found");
+  const mine = await terminal(
+    { url: base, token: alice },
+    aliceId,
+    `?cmd=${encodeURIComponent("echo mine")}`,
+  );
+  assert.ok("ws" in mine);
+  assert.equal(await mine.closed, 1000);
+  assert.match(mine.out(), /mine/);
+  await rawRequest({ url: base, token: alice }, "DELETE", `/v1/sandboxes/${aliceId}`).then(readAll);
+});
+
+let consoleProc: ChildProcess | null = null;
+
+step("forkd console: the printed URL logs in once; a POST needs X-Forkd-Console", async () => {
+  consoleProc = spawn(process.execPath, [CLI, "console"], { env: d.env, stdio: ["ignore", "pipe", "pipe"] });
+  const proc = consoleProc;
+  try {
+    const first = await new Promise<string>((resolve, reject) => {
+      const rl = createInterface({ input: proc.stdout! });
+      rl.once("line", resolve);
+      proc.once("exit", (code) => reject(new Error(`forkd console exited (${code})`)));
+    });
+    const m = /^(http:\/\/127\.0\.0\.1:\d+)\/console\/login\?secret=([\w-]+)$/.exec(first);
+    assert.ok(m, `the first line is the login URL: ${first}`);
+    const origin = m[1] ?? "";
+    const get = (path: string, headers: Record<string, string> = {}, method = "GET", body?: string) =>
+      new Promise<{ status: number; headers: IncomingMessage["headers"]; body: string }>(
+        (resolve, reject) => {
+          const req = request(`${origin}${path}`, { method, headers }, (res) => {
+            void readAll(res).then((b) =>
+              resolve({ status: res.statusCode ?? 0, headers: res.headers, body: b.toString("utf8") }),
+            );
+          });
+          req.on("error", reject);
+          req.end(body);
+        },
+      );
+    const without = await get("/console/login");
+    assert.equal(without.status, 401);
+    assert.equal(without.headers["set-cookie"], undefined);
+    const ok = await get(`/console/login?secret=${m[2] ?? ""}`);
+    assert.equal(ok.status, 303);
+    const cookie = (ok.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
+    assert.match(cookie, /^forkd_console=/);
+    const reused = await get(`/console/login?secret=${m[2] ?? ""}`);
+    assert.equal(reused.status, 401, "the secret works once");
+    assert.equal(reused.headers["set-cookie"], undefined);
+
+    const health = await get("/v1/health", { cookie });
+    assert.equal(health.status, 200);
+    assert.equal((JSON.parse(health.body) as { ok: boolean }).ok, true);
+    assert.equal((await get("/v1/health")).status, 401, "no cookie");
+    const post = { cookie, "content-type": "application/json" };
+    const forged = await get(`/v1/sandboxes/${id}/pause`, post, "POST", "{}");
+    assert.equal(forged.status, 403, "the cookie alone does not make a POST");
+    const real = await get(`/v1/sandboxes/${id}/pause`, { ...post, "x-forkd-console": "1" }, "POST");
+    assert.equal(real.status, 200, real.body);
+    assert.equal((JSON.parse(real.body) as { state: string }).state, "paused");
+  } finally {
+    proc.kill("SIGTERM");
+    await new Promise((r) => (proc.exitCode !== null ? r(null) : proc.once("exit", r)));
+  }
+});

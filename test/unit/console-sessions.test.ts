@@ -1,0 +1,88 @@
+/**
+ * The web console's sessions (src/console/sessions.ts): a login secret opens one session once;
+ * wrong, malformed, expired and reused secrets open none; sessions end after their idle time
+ * (use restarts it) or on logout; the cookie is read and written as the browser sends it.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  COOKIE,
+  ConsoleSessions,
+  SECRET_TTL_MS,
+  SESSION_IDLE_MS,
+  cookieOf,
+  setCookie,
+} from "../../src/console/sessions.js";
+
+function clock(): { now: () => number; advance: (ms: number) => void } {
+  let t = 1_000_000;
+  return { now: () => t, advance: (ms) => void (t += ms) };
+}
+
+test("a login secret opens one session, once", () => {
+  const s = new ConsoleSessions();
+  const secret = s.newSecret();
+  assert.match(secret, /^[A-Za-z0-9_-]{43}$/, "256 random bits, URL-safe");
+  const sid = s.redeem(secret);
+  assert.ok(sid !== null);
+  assert.notEqual(sid, secret);
+  assert.equal(s.get(sid)?.subject, null, "the loopback console's admin");
+  assert.equal(s.redeem(secret), null, "a reused secret opens nothing");
+  assert.equal(s.size, 1);
+});
+
+test("wrong, malformed and differently sized secrets open nothing (and never throw)", () => {
+  const s = new ConsoleSessions();
+  const secret = s.newSecret();
+  for (const bad of [
+    "",
+    "x",
+    secret.slice(0, -1),
+    secret + "A",
+    secret.toUpperCase(),
+    "a".repeat(300),
+    undefined,
+    42,
+    null,
+  ])
+    assert.equal(s.redeem(bad), null, `refused: ${String(bad)}`);
+  assert.equal(s.size, 0);
+  assert.ok(s.redeem(secret) !== null, "the real one still works after the wrong ones");
+});
+
+test("an unused secret expires; a session ends after its idle time, and use restarts it", () => {
+  const c = clock();
+  const s = new ConsoleSessions(c);
+  const late = s.newSecret();
+  c.advance(SECRET_TTL_MS);
+  assert.equal(s.redeem(late), null, "expired after 10 min unused");
+  const sid = s.redeem(s.newSecret());
+  assert.ok(sid);
+  c.advance(SESSION_IDLE_MS - 1);
+  assert.ok(s.get(sid), "still live just before its idle time");
+  c.advance(SESSION_IDLE_MS - 1);
+  assert.ok(s.get(sid), "the previous use restarted the idle time");
+  c.advance(SESSION_IDLE_MS);
+  assert.equal(s.get(sid), null, "idle for 12 h: gone");
+  assert.equal(s.get(sid), null);
+});
+
+test("logout ends a session; unknown and absent ids are no sessions", () => {
+  const s = new ConsoleSessions();
+  const sid = s.open("token:abc");
+  assert.equal(s.get(sid)?.subject, "token:abc");
+  s.close(sid);
+  assert.equal(s.get(sid), null);
+  assert.equal(s.get(undefined), null);
+  assert.equal(s.get(""), null);
+  assert.equal(s.get("x".repeat(1000)), null);
+  s.close(undefined);
+});
+
+test("the cookie: read among others, written HttpOnly and SameSite=Strict, cleared on logout", () => {
+  assert.equal(cookieOf(`a=1; ${COOKIE}=abc; b=2`), "abc");
+  assert.equal(cookieOf(`${COOKIE}x=abc`), undefined);
+  assert.equal(cookieOf(undefined), undefined);
+  assert.equal(setCookie("abc"), `${COOKIE}=abc; HttpOnly; SameSite=Strict; Path=/`);
+  assert.match(setCookie(null, true), /Max-Age=0; Secure$/);
+});
