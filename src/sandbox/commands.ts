@@ -1,6 +1,8 @@
 /**
  * Commands started through the API that are still running, per sandbox, by guest pid: what
- * lets a client that started a command in the background signal it or feed its stdin later.
+ * lets a client that started a command in the background signal it or feed its stdin later;
+ * and the last HISTORY_MAX that ended, with how (the sandbox's command history, in memory: a
+ * daemon restart starts it again).
  */
 import type { ExecHandle } from "../agent/client.js";
 import { ForkdError } from "../util/errors.js";
@@ -22,8 +24,25 @@ export interface RunningCommand {
 /** At most this many tracked commands per sandbox; more still run, untracked ones cannot be signalled. */
 export const MAX_TRACKED = 4096;
 
+/** A command that ended, as the history keeps it. */
+export interface EndedCommand {
+  pid: number;
+  cmd: string[] | string;
+  started: string;
+  ended: string;
+  /** null: killed by `signal`, or the agent lost it (the sandbox ended under it). */
+  exitCode: number | null;
+  signal: number | null;
+  timedOut: boolean;
+  pty: boolean;
+}
+
+/** The commands that ended kept per sandbox, oldest dropped first. */
+export const HISTORY_MAX = 256;
+
 export class CommandTable {
   private readonly byPid = new Map<number, RunningCommand>();
+  private readonly ended: EndedCommand[] = [];
 
   /**
    * Tracks `handle` from its start until it exits; `tap` (whose handlers() fed the exec) carries
@@ -53,10 +72,11 @@ export class CommandTable {
           tap,
         };
         this.byPid.set(pid, c);
-        const forget = () => {
+        const forget = (r: { exitCode: number | null; signal: number | null; timedOut: boolean }) => {
           if (this.byPid.get(pid) === c) this.byPid.delete(pid);
+          this.remember({ pid, cmd, started: c.started, ended: new Date().toISOString(), pty, ...r });
         };
-        handle.result.then(forget, forget);
+        handle.result.then(forget, () => forget({ exitCode: null, signal: null, timedOut: false }));
       },
       () => undefined,
     );
@@ -96,6 +116,16 @@ export class CommandTable {
 
   list(): readonly Readonly<RunningCommand>[] {
     return [...this.byPid.values()];
+  }
+
+  /** The commands that ended, oldest first (at most HISTORY_MAX). */
+  history(): readonly Readonly<EndedCommand>[] {
+    return [...this.ended];
+  }
+
+  private remember(e: EndedCommand): void {
+    this.ended.push(e);
+    if (this.ended.length > HISTORY_MAX) this.ended.splice(0, this.ended.length - HISTORY_MAX);
   }
 
   clear(): void {

@@ -178,6 +178,18 @@ step("its page's terminal runs a command and shows the output", async () => {
   await terminal.getByText("con-42").waitFor({ timeout: WAIT });
 });
 
+step("its commands: the terminal's shell runs, and a command that ended shows how", async () => {
+  await api("POST", `/v1/sandboxes/${src}/exec`, { cmd: ["sh", "-c", "echo history-check; exit 3"] });
+  const commands = page.getByRole("region", { name: "Commands" });
+  const ended = commands.getByRole("table", { name: "Ended commands" });
+  const line = ended.getByRole("row").filter({ hasText: "echo history-check" });
+  await line.waitFor({ timeout: WAIT });
+  assert.match((await line.textContent()) ?? "", /exit 3/);
+  // the terminal's own command is still running
+  const running = commands.getByRole("table", { name: "Running commands" });
+  await running.getByRole("row").nth(1).waitFor({ timeout: WAIT });
+});
+
 step("branching it grows the tree by a child of its snapshot", async () => {
   await page.getByRole("button", { name: "Branch", exact: true }).click();
   await page.getByLabel(`New snapshot tag for ${src} (empty: generated)`).fill("con-br");

@@ -1,6 +1,6 @@
-/** The sandbox actions the console offers: fork, kill, pause, resume, branch, set the idle timeout, and the running commands. */
+/** The sandbox actions the console offers: fork, kill, pause, resume, branch, set the idle timeout, the running commands and the ended ones. */
 import { api, request } from "./http";
-import type { BranchResult, CommandList, ForkResult } from "./types";
+import type { BranchResult, CommandHistory, CommandList, ForkResult } from "./types";
 
 const base = (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}`;
 
@@ -14,3 +14,4 @@ export const branch = (id: string, tag?: string) =>
 export const setTimeoutMs = async (id: string, timeout_ms: number | null) =>
   void (await request("POST", `${base(id)}/timeout`, { timeout_ms }));
 export const commands = (id: string) => api<CommandList>("GET", `${base(id)}/commands`);
+export const commandHistory = (id: string) => api<CommandHistory>("GET", `${base(id)}/commands/history`);

@@ -12,6 +12,7 @@ export type ForkResult = S["ForkResult"];
 export type BranchResult = S["BranchResult"];
 export type Command = S["Command"];
 export type CommandList = S["CommandList"];
+export type CommandHistory = S["CommandHistory"];
 export type DirList = S["DirList"];
 export type DirEntry = DirList["entries"][number];
 export type FileWritten = S["FileWritten"];

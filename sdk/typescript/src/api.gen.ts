@@ -502,6 +502,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/commands/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The last 256 commands started through the API that have ended, with their exit */
+        get: operations["commandHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/commands/{pid}/stream": {
         parameters: {
             query?: never;
@@ -1576,6 +1593,21 @@ export interface components {
         };
         CommandList: {
             commands: components["schemas"]["Command"][];
+        };
+        EndedCommand: {
+            pid: number;
+            cmd: string[] | string;
+            started: string;
+            ended: string;
+            /** @description null: it was killed by `signal`, or lost with the sandbox. */
+            exit_code: number | null;
+            signal: number | null;
+            timed_out: boolean;
+            pty: boolean;
+        };
+        CommandHistory: {
+            /** @description Oldest first; the last 256 (kept in memory). */
+            commands: components["schemas"]["EndedCommand"][];
         };
         SendSignal: {
             /** @default SIGKILL */
@@ -3815,6 +3847,58 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CommandList"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    commandHistory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The last 256 commands started through the API that have ended, with their exit */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CommandHistory"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */

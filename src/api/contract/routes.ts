@@ -388,6 +388,14 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: json(S.CommandList) },
   },
   {
+    operationId: "commandHistory",
+    method: "get",
+    path: `${SB}/commands/history`,
+    summary: "The last 256 commands started through the API that have ended, with their exit",
+    tag: "commands",
+    responses: { 200: json(S.CommandHistory) },
+  },
+  {
     operationId: "attachCommand",
     method: "get",
     path: `${SB}/commands/{pid}/stream`,

@@ -1033,6 +1033,30 @@ export const Command = named(
 
 export const CommandList = named(z.object({ commands: z.array(Command) }), "CommandList");
 
+export const EndedCommand = named(
+  z.object({
+    pid: z.number().int(),
+    cmd: z.union([z.array(z.string()), z.string()]),
+    started: z.string(),
+    ended: z.string(),
+    exit_code: z
+      .number()
+      .int()
+      .nullable()
+      .describe("null: it was killed by `signal`, or lost with the sandbox."),
+    signal: z.number().int().nullable(),
+    timed_out: z.boolean(),
+    pty: z.boolean(),
+  }),
+  "EndedCommand",
+  "A command started through the API that has ended.",
+);
+
+export const CommandHistory = named(
+  z.object({ commands: z.array(EndedCommand).describe("Oldest first; the last 256 (kept in memory).") }),
+  "CommandHistory",
+);
+
 export const SIGNALS = {
   SIGHUP: 1,
   SIGINT: 2,

@@ -23,7 +23,7 @@ import {
 } from "../contract/schemas.js";
 import type { EvalEvent, EvalResult, ExecEvent, ExecResult } from "../contract/schemas.js";
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
-import { commandView } from "../views/command.js";
+import { commandView, endedCommandView } from "../views/command.js";
 import { toEnvelope } from "../errors.js";
 import { replyStream } from "../reply-stream.js";
 
@@ -200,6 +200,10 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
     );
     return new Response(stream, { status: 200, headers: { "content-type": "application/x-ndjson" } });
   });
+
+  app.get("/:id/commands/history", (c) =>
+    c.json({ commands: s.sandboxes.get(c.req.param("id")).commands.history().map(endedCommandView) }),
+  );
 
   app.get("/:id/commands", (c) =>
     c.json({ commands: s.sandboxes.get(c.req.param("id")).commands.list().map(commandView) }),

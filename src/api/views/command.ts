@@ -1,6 +1,6 @@
-/** A running command as the API shows it (schema Command). */
+/** A running or an ended command as the API shows it (schemas Command, EndedCommand). */
 import type { z } from "zod";
-import type { RunningCommand } from "../../sandbox/commands.js";
+import type { EndedCommand, RunningCommand } from "../../sandbox/commands.js";
 import type * as schemas from "../contract/schemas.js";
 
 export type CommandView = z.infer<typeof schemas.Command>;
@@ -10,5 +10,18 @@ export const commandView = (c: Readonly<RunningCommand>): CommandView => ({
   cmd: c.cmd,
   started: c.started,
   stdin_open: c.stdinOpen,
+  pty: c.pty,
+});
+
+export type EndedCommandView = z.infer<typeof schemas.EndedCommand>;
+
+export const endedCommandView = (c: Readonly<EndedCommand>): EndedCommandView => ({
+  pid: c.pid,
+  cmd: c.cmd,
+  started: c.started,
+  ended: c.ended,
+  exit_code: c.exitCode,
+  signal: c.signal,
+  timed_out: c.timedOut,
   pty: c.pty,
 });
