@@ -85,6 +85,7 @@ async function main() {
   const fds = privateFds(fs);
   const kernel = new Kernel({ fs, vm, util, path, url, nodeModule, acorn, self, selfUrl });
   kernel.install({ proc, realExit, BufferC, inspect, setImmediateF, stringify });
+  uncachedCrypto((await import("node:crypto")).default, nodeModule);
   serve(kernel, fds, { fs, net, proc, realExit, BufferC, setImmediateF });
 }
 
@@ -862,6 +863,54 @@ function serve(kernel, fds, { fs, net, proc, realExit, BufferC, setImmediateF })
   input.on("end", () => realExit(0)); // the agent closed the pipe
   input.on("error", () => realExit(0));
   void proc;
+}
+
+/**
+ * Node keeps random bytes of its own in the JavaScript heap: randomUUID() draws from a cache of
+ * 128 UUIDs' worth, randomInt() from a 6 KiB one, each filled once from OpenSSL. A parent that
+ * called either leaves every child the same next values, whatever OpenSSL then gives (its bytes
+ * come from the guest kernel: forkd-rand.so). So both always draw fresh: randomUUID with
+ * disableEntropyCache, randomInt by rejection sampling on 6 fresh bytes per try (its range is
+ * below 2^48, as Node's); Node's own validation (and its errors) still runs first.
+ */
+function uncachedCrypto(c, nodeModule) {
+  const uuid = c.randomUUID;
+  const int = c.randomInt;
+  c.randomUUID = function randomUUID(options) {
+    if (options === undefined) return uuid({ disableEntropyCache: true });
+    if (options === null || typeof options !== "object") return uuid(options); // Node's error
+    return uuid({ ...options, disableEntropyCache: true });
+  };
+  c.randomInt = function randomInt(min, max, callback) {
+    if (typeof max === "function" || max === undefined) {
+      callback = max;
+      max = min;
+      min = 0;
+    }
+    if (callback !== undefined && typeof callback !== "function") return int(min, max, callback); // Node's error
+    int(min, max); // Node's validation; its cached value is not used
+    const range = max - min;
+    const limit = 2 ** 48 - (2 ** 48 % range);
+    let x;
+    do x = c.randomBytes(6).readUIntBE(0, 6);
+    while (x >= limit);
+    const v = min + (x % range);
+    if (callback === undefined) return v;
+    globalThis.process.nextTick(callback, null, v);
+    return undefined;
+  };
+  if (c.webcrypto && typeof c.webcrypto.randomUUID === "function") {
+    Object.defineProperty(c.webcrypto, "randomUUID", {
+      value: function randomUUID() {
+        return uuid({ disableEntropyCache: true });
+      },
+      writable: true,
+      configurable: true,
+      enumerable: false,
+    });
+  }
+  // `import { randomUUID } from "node:crypto"` sees these too
+  if (typeof nodeModule.syncBuiltinESMExports === "function") nodeModule.syncBuiltinESMExports();
 }
 
 const startupExit = globalThis.process.exit.bind(globalThis.process);

@@ -155,6 +155,14 @@ export class AgentClient extends EventEmitter {
     return files.writeFile(this.conn, path, data, opts);
   }
 
+  /**
+   * Resolves once the connection takes more writes (at once when it does): a writer fed from
+   * outside (a terminal's keystrokes) waits on it instead of queueing without bound.
+   */
+  drain(): Promise<void> {
+    return this.conn.drain();
+  }
+
   stat(path: string, timeoutMs?: number): Promise<FileStat> {
     return files.stat(this.conn, path, timeoutMs);
   }

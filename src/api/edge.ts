@@ -23,7 +23,7 @@ import type { Listener, Services } from "./services.js";
 
 const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 /** Replies that go on after the handler returned (their in-flight slot is held until they end). */
-const STREAMED = /^application\/(x-ndjson|octet-stream|zstd)/;
+const STREAMED = /^(application\/(x-ndjson|octet-stream|zstd)|text\/event-stream)/;
 const NDJSON = /^application\/x-ndjson/;
 
 export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv> {

@@ -4,7 +4,9 @@
  * a route that takes the upgrade calls `c.env.wsUpgrade.accept(onOpen)` and returns any reply,
  * and only then is the handshake completed and `onOpen` given the socket. Otherwise the app's
  * reply (a 401, 403, 404, 409 with its JSON envelope) is sent and the connection closed.
- * Messages are bounded (1 MiB) and never compressed.
+ * Only `GET /v1/sandboxes/{id}/terminal` is run: any other target is refused before a route runs
+ * (its reply, a stream or a download, would be read with nobody to end it); of a refusal at most
+ * 64 KiB of its body is read. Messages are bounded (1 MiB) and never compressed.
  */
 import type { IncomingMessage } from "node:http";
 import { STATUS_CODES } from "node:http";
@@ -38,6 +40,38 @@ export function wsUpgradeHandler(app: Hono<ApiEnv>, onError: (e: unknown) => voi
   };
 }
 
+const TERMINAL_PATH = /^\/v1\/sandboxes\/[^/]+\/terminal$/;
+
+/** A refusal on the raw socket, without running any route. */
+function refuse(socket: Duplex, status: number, message: string): void {
+  if (socket.destroyed) return;
+  const body = Buffer.from(JSON.stringify({ error: { code: "invalid_argument", message } }));
+  socket.write(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ""}\r\ncontent-type: application/json\r\n` +
+      `content-length: ${body.length}\r\nconnection: close\r\n\r\n`,
+  );
+  socket.end(body);
+}
+
+/** At most `max` bytes of a reply's body; the rest is cancelled, never read. */
+async function prefix(res: Response, max: number): Promise<Buffer> {
+  const reader: ReadableStreamDefaultReader<Uint8Array> | undefined = res.body?.getReader();
+  if (!reader) return Buffer.alloc(0);
+  const parts: Buffer[] = [];
+  let got = 0;
+  try {
+    while (got < max) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      parts.push(Buffer.from(value));
+      got += value.length;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  return Buffer.concat(parts).subarray(0, max);
+}
+
 async function answer(
   app: Hono<ApiEnv>,
   wss: WebSocketServer,
@@ -56,11 +90,20 @@ async function answer(
     if (v === undefined) continue;
     for (const one of Array.isArray(v) ? v : [v]) headers.append(k, one);
   }
-  const url = new URL(req.url ?? "/", "http://localhost");
+  let url: URL;
+  try {
+    url = new URL(req.url ?? "/", "http://localhost");
+  } catch {
+    return refuse(socket, 400, "a malformed request target");
+  }
+  // Only a terminal takes an upgrade: any other route run here would have its reply (a stream, a
+  // download) read with nobody to end it.
+  if (req.method !== "GET" || !TERMINAL_PATH.test(url.pathname))
+    return refuse(socket, 400, "only GET /v1/sandboxes/{id}/terminal takes a WebSocket upgrade");
   const res = await app.fetch(new Request(url, { headers }), { incoming: req, wsUpgrade: upgrade });
   const open = onOpen as ((ws: WebSocket) => void) | null;
   if (open === null || res.status >= 300) {
-    const body = Buffer.from(await res.arrayBuffer()).subarray(0, MAX_REFUSAL_BODY);
+    const body = await prefix(res, MAX_REFUSAL_BODY);
     if (socket.destroyed) return;
     const type = res.headers.get("content-type");
     socket.write(

@@ -19,6 +19,7 @@ export const auditLine = (c: AuditedCall): AuditRecord => ({
   request_id: c.requestId,
   caller: c.caller.name,
   token: c.caller.tokenId,
+  tenant: c.caller.tenant,
   remote: c.remote ?? null,
   action: c.action,
   target: c.target,

@@ -24,6 +24,12 @@ export interface AuditRecord {
   caller: string;
   /** The token's id, when the caller used one from the tokens file. */
   token: string | null;
+  /**
+   * The tenant the caller was scoped to; null for an admin (the socket, FORKD_TOKEN, an admin
+   * token). What a tenant's audit query matches: `caller` names are not unique (a tenant may be
+   * called "admin", an admin token carries a tenant label). Absent in lines of older daemons.
+   */
+  tenant?: string | null;
   /** Peer address on TCP (null on the unix socket). */
   remote: string | null;
   /** Method and route template, e.g. "POST /v1/sandboxes/{id}/exec". */

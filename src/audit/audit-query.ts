@@ -13,8 +13,8 @@ const READ_MAX = 16 << 20;
 export interface AuditQuery {
   /** The value one of the target's fields must hold (a sandbox id or a snapshot tag). */
   names: string;
-  /** Only lines of this caller name (a tenant); null: every caller's. */
-  caller: string | null;
+  /** Only lines of callers scoped to this tenant (never an admin's); null: every caller's. */
+  tenant: string | null;
   limit: number;
 }
 
@@ -32,7 +32,7 @@ function parse(text: string, q: AuditQuery): AuditRecord[] {
       continue;
     }
     if (typeof r !== "object" || r === null || typeof r.target !== "object") continue;
-    if (q.caller !== null && r.caller !== q.caller) continue;
+    if (q.tenant !== null && r.tenant !== q.tenant) continue;
     if (names(r, q.names)) out.push(r);
   }
   return out;

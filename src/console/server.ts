@@ -101,11 +101,16 @@ export function createConsoleServer(o: ConsoleServerOptions): Server {
   });
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on("error", () => socket.destroy());
-    const { path } = pathOf(req);
-    if (!o.sessions.get(cookieOf(req.headers.cookie))) return refuseUpgrade(socket, 401, "Unauthorized");
-    if (req.headers.origin !== o.origin()) return refuseUpgrade(socket, 403, "Forbidden");
-    if (!path.startsWith("/v1/")) return refuseUpgrade(socket, 404, "Not Found");
-    proxyUpgrade(o.socket, req, socket, head);
+    // A listener that throws would take the whole console down: every refusal is an answer.
+    try {
+      if (!o.sessions.get(cookieOf(req.headers.cookie))) return refuseUpgrade(socket, 401, "Unauthorized");
+      if (req.headers.origin !== o.origin()) return refuseUpgrade(socket, 403, "Forbidden");
+      const { path } = pathOf(req);
+      if (!path.startsWith("/v1/")) return refuseUpgrade(socket, 404, "Not Found");
+      proxyUpgrade(o.socket, req, socket, head);
+    } catch {
+      refuseUpgrade(socket, 400, "Bad Request");
+    }
   });
   server.headersTimeout = 30_000;
   server.requestTimeout = 0;

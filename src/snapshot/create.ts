@@ -136,7 +136,13 @@ export async function createSnapshot(
     deps.crash?.("create:booted");
 
     const t1 = nowMs();
-    const dflt = { ...req.execDefaults, env: withRandPreload(req.execDefaults?.env) };
+    // An image built before forkd-rand.so existed (an unpacked one) has none to preload.
+    const hasRand = await agent.stat(RAND_PRELOAD).then(
+      (st) => st.type === "file",
+      () => false,
+    );
+    const env = hasRand ? withRandPreload(req.execDefaults?.env) : req.execDefaults?.env;
+    const dflt = { ...req.execDefaults, ...(env ? { env } : {}) };
     if (req.startCmd || req.readyCmd) {
       await startAndWaitReady(
         agent,
@@ -156,7 +162,7 @@ export async function createSnapshot(
         {
           shell: req.warm,
           timeoutMs: req.warmTimeoutMs ?? 600_000,
-          env: dflt.env,
+          ...(dflt.env ? { env: dflt.env } : {}),
           ...(dflt.cwd ? { cwd: dflt.cwd } : {}),
         },
         { onStdout: (d) => out.push(d), onStderr: (d) => out.push(d) },

@@ -43,7 +43,9 @@ step("a snapshot of the node template, warmed with a JavaScript cell", async () 
     // key, a token or a TLS connection would): its state is then in every child's memory.
     warmEval:
       "const warmed = { answer: 6 * 7, at: await Promise.resolve('parent') }\n" +
-      "const warmToken = require('crypto').randomBytes(16).toString('hex')",
+      "const warmToken = require('crypto').randomBytes(16).toString('hex')\n" +
+      // randomUUID and randomInt also fill Node's own caches of random bytes in the heap
+      "require('crypto').randomUUID(); require('crypto').randomInt(10)",
     warmEvalLanguage: "javascript",
   });
   assert.equal(meta.tag, TAG);
@@ -92,7 +94,7 @@ step("the kernel is forked warm: children share the parent's kernel process, the
     "const c = require('crypto'); [c.randomBytes(16).toString('hex'), c.randomUUID(), " +
     "Buffer.from(c.webcrypto.getRandomValues(new Uint8Array(16))).toString('hex'), " +
     "c.generateKeyPairSync('ed25519').publicKey.export({ type: 'spki', format: 'der' }).toString('hex'), " +
-    "warmToken, process.env.LD_PRELOAD].join(' ')";
+    "warmToken, process.env.LD_PRELOAD, [1, 2, 3, 4].map(() => c.randomInt(1e9)).join(',')].join(' ')";
   const ssl = await Promise.all(kids.map((k) => k.runCode(cell, JS)));
   const [x, y] = ssl.map((e) => {
     assert.equal(e.error, undefined, e.error?.traceback);
@@ -104,6 +106,7 @@ step("the kernel is forked warm: children share the parent's kernel process, the
     assert.notEqual(x[i], x[4]);
   }
   assert.match(x[5] ?? "", /^\/\.forkd\/forkd-rand\.so(:|$)/);
+  assert.notEqual(x[6], y[6], "randomInt's draws differ between the children");
   await Promise.all(kids.map((k, i) => k.runCode(`let mine = ${i}`, JS)));
   const mine = await Promise.all(kids.map((k) => k.runCode("mine", JS)));
   assert.deepEqual(

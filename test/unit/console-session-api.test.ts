@@ -118,3 +118,13 @@ test("on the unix socket the console's caller is the local admin", async () => {
   assert.equal(r.status, 200);
   assert.equal(((await r.json()) as { caller: { kind: string } }).caller.kind, "local");
 });
+
+test("a login without X-Forkd-Console (a cross-site form's text/plain post) is refused and sets no cookie", async () => {
+  const res = await app.request("/v1/console/session", {
+    method: "POST",
+    headers: { "content-type": "text/plain" },
+    body: `{"token":"x=","token":"${alice.token}"}`,
+  });
+  assert.equal(res.status, 403);
+  assert.equal(res.headers.get("set-cookie"), null);
+});

@@ -6,8 +6,17 @@ export type Route =
   | { page: "sandbox"; id: string }
   | { page: "host" };
 
+/** A malformed escape (a hand-typed `%E0`) is taken as it is, never thrown. */
+const decode = (p: string): string => {
+  try {
+    return decodeURIComponent(p);
+  } catch {
+    return p;
+  }
+};
+
 export function parseRoute(hash: string): Route {
-  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decode);
   const [first, second] = parts;
   if (first === "sandboxes" && second) return { page: "sandbox", id: second };
   if (first === "snapshots") return second ? { page: "snapshots", tag: second } : { page: "snapshots" };

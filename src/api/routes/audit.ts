@@ -21,12 +21,13 @@ export function auditRoutes(s: Services): Hono<ApiEnv> {
       throw new ForkdError("invalid_argument", "name exactly one of sandbox= and snapshot=");
     const caller = c.get("caller");
     const path = s.audit.path;
+    // A caller that is neither an admin nor a tenant's (none reaches here past the edge) sees nothing.
     const lines =
-      path === undefined
+      path === undefined || (!isAdmin(caller) && caller.tenant === null)
         ? []
         : await queryAudit(path, {
             names: name,
-            caller: isAdmin(caller) ? null : caller.name,
+            tenant: isAdmin(caller) ? null : caller.tenant,
             limit: q.limit === undefined ? AUDIT_LIMIT_DEFAULT : Number(q.limit),
           });
     return c.json({ lines });

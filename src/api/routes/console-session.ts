@@ -41,6 +41,10 @@ export function consoleSessionRoutes(s: Services, listener: Listener): Hono<ApiE
   });
 
   app.post("/", async (c) => {
+    // A cross-site form can post a JSON-looking text/plain body but cannot set this header: it
+    // would log the victim's browser in as the attacker (login CSRF).
+    if (c.req.header("x-forkd-console") !== "1")
+      throw new ForkdError("forbidden", "a console login needs the X-Forkd-Console: 1 header");
     const { token } = await parseBody(c, ConsoleLogin);
     const auth = listener.auth;
     if (auth === null) return c.json(callerView(LOCAL));

@@ -105,7 +105,17 @@ export function terminalRoutes(s: Services): Hono<ApiEnv> {
       ws.on("message", (data, isBinary) => {
         if (ended) return;
         const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-        if (isBinary) return handle.writeStdin(bytes);
+        if (isBinary) {
+          handle.writeStdin(bytes);
+          // No more frames are read until the agent's connection takes more: a client typing
+          // faster than the guest reads waits in its own socket, not in the daemon's memory.
+          ws.pause();
+          l.agent.drain().then(
+            () => ws.resume(),
+            () => ws.resume(),
+          );
+          return;
+        }
         const size = parseControl(bytes.toString("utf8"));
         if (size) handle.resize(size.rows, size.cols);
       });

@@ -1,0 +1,57 @@
+/**
+ * Reading the audit log back (GET /v1/audit): lines that name the sandbox, newest last; a
+ * tenant's query matches the tenant the caller was scoped to, never a caller name (a tenant may
+ * be called "admin"; an admin-scoped token carries a tenant label; older lines have no tenant).
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { AuditRecord } from "../../src/audit/audit-log.js";
+import { queryAudit } from "../../src/audit/audit-query.js";
+
+const line = (n: number, caller: string, tenant: string | null | undefined, id = "sb-1"): AuditRecord => ({
+  ts: new Date(1_700_000_000_000 + n * 1000).toISOString(),
+  request_id: `r${n}`,
+  caller,
+  token: null,
+  ...(tenant === undefined ? {} : { tenant }),
+  remote: null,
+  action: "POST /v1/sandboxes/{id}/exec",
+  target: { id },
+  status: 200,
+  result: "ok",
+  duration_ms: 1,
+});
+
+test("a tenant sees only lines of callers scoped to it; an admin sees all; newest last, bounded", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-audit-q-"));
+  try {
+    const path = join(dir, "audit.jsonl");
+    const lines = [
+      line(1, "admin", null), // FORKD_TOKEN
+      line(2, "admin", "admin"), // a tenant named "admin"
+      line(3, "acme", null), // an admin-scoped token labelled acme
+      line(4, "acme", "acme"),
+      line(5, "local", undefined), // an older daemon's line
+      line(6, "acme", "acme", "sb-2"),
+      line(7, "acme", "acme"),
+    ];
+    await writeFile(path, lines.map((l) => JSON.stringify(l)).join("\n") + "\n{not json\n");
+    const ids = (rs: AuditRecord[]) => rs.map((r) => r.request_id);
+    assert.deepEqual(ids(await queryAudit(path, { names: "sb-1", tenant: "admin", limit: 10 })), ["r2"]);
+    assert.deepEqual(ids(await queryAudit(path, { names: "sb-1", tenant: "acme", limit: 10 })), ["r4", "r7"]);
+    assert.deepEqual(ids(await queryAudit(path, { names: "sb-1", tenant: null, limit: 10 })), [
+      "r1",
+      "r2",
+      "r3",
+      "r4",
+      "r5",
+      "r7",
+    ]);
+    assert.deepEqual(ids(await queryAudit(path, { names: "sb-1", tenant: null, limit: 2 })), ["r5", "r7"]);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
