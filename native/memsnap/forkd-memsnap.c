@@ -39,8 +39,10 @@
  *
  * The private set is read with the PAGEMAP_SCAN ioctl where the kernel has it (Linux 6.7+: only
  * the matching ranges come back, ~2x faster on a 1 GiB guest here, more with long runs), else
- * from /proc/PID/pagemap entry by entry. FORKD_MEMSNAP_SCAN=read|ioctl|auto forces one (auto is
- * the default); the stats lines say which ran ("scan").
+ * from /proc/PID/pagemap entry by entry. FORKD_MEMSNAP_SCAN=read|ioctl|auto forces one in a direct
+ * run (auto is the default; the daemon passes its helpers no FORKD_ variable); the stats lines
+ * say which ran ("scan"). qemu-driver.test.ts proves a live capture equal, page by page, to a
+ * stopped capture of the same instant.
  *
  * DIFF format (little-endian): "FKMDIFF1", u64 page size, u64 mapping size, then runs of
  * {u64 offset, u64 length, length bytes}, then a run with length 0.
