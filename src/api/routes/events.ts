@@ -30,6 +30,8 @@ import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 export const EVENTS_MAX_QUEUED = 4 << 20;
 export const USAGE_EVERY_MS = 2_000;
 export const PING_EVERY_MS = 15_000;
+/** Sends and samples waiting behind a slow one: a client this far behind is cut. */
+const MAX_QUEUED = 1000;
 
 const mayHold = (caller: Caller, owner: string | null | undefined): boolean =>
   isAdmin(caller) || (owner ?? null) === caller.tenant;
@@ -65,16 +67,27 @@ class EventStream {
     private readonly cut: () => void,
   ) {}
 
+  private usagePending = false;
+  private queued = 0;
+
   start(): void {
     // Subscribed before the state is read, so nothing falls between the two.
     this.unsubscribe = this.s.events.subscribe((e) => this.onEvent(e));
     this.sink.onHangup(() => this.stop());
     this.then(async () => this.send("state", await this.state()));
     this.timers.push(
-      setInterval(
-        () => this.then(async () => this.send("usage", { sandboxes: await this.sampleUsage() })),
-        USAGE_EVERY_MS,
-      ),
+      setInterval(() => {
+        // One sample at a time: a slow /proc read skips ticks instead of queueing them.
+        if (this.usagePending) return;
+        this.usagePending = true;
+        this.then(async () => {
+          try {
+            this.send("usage", { sandboxes: await this.sampleUsage() });
+          } finally {
+            this.usagePending = false;
+          }
+        });
+      }, USAGE_EVERY_MS),
       setInterval(() => this.then(async () => this.write(sseComment("ping"))), PING_EVERY_MS),
     );
   }
@@ -87,9 +100,18 @@ class EventStream {
   }
 
   private then(work: () => Promise<void>): void {
+    // Work waits in order behind a slow send; a client that far behind is cut (it reconnects).
+    if (++this.queued > MAX_QUEUED) {
+      this.queued--;
+      this.s.log.warn("events: a client fell too far behind", { queued: MAX_QUEUED });
+      return this.fail();
+    }
     this.chain = this.chain
       .then(async () => {
         if (!this.stopped) await work();
+      })
+      .finally(() => {
+        this.queued--;
       })
       .catch((e: unknown) => {
         this.s.log.warn("events: a send failed", { error: errorMessage(e) });

@@ -22,6 +22,8 @@ import { startCommand } from "./exec.js";
 /** Unsent output past which the guest's output waits. */
 const HIGH_WATER = 1 << 20;
 const POLL_MS = 20;
+/** A ping each period; a client that has not answered the last one by the next is gone. */
+const PING_MS = 30_000;
 const DEFAULT_SHELL = "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh; fi";
 
 /** Resolves once `ws` has sent enough of its queue (or closed). */
@@ -119,8 +121,21 @@ export function terminalRoutes(s: Services): Hono<ApiEnv> {
         const size = parseControl(bytes.toString("utf8"));
         if (size) handle.resize(size.rows, size.cols);
       });
+      // A half-open client (its host gone, or not reading: pings wait behind unread output)
+      // would hold the command and the sandbox's lease for as long as TCP keeps the socket.
+      let alive = true;
+      ws.on("pong", () => {
+        alive = true;
+      });
+      const pinger = setInterval(() => {
+        if (ws.readyState !== ws.OPEN) return; // closing: ping() would throw
+        if (!alive) return ws.terminate();
+        alive = false;
+        ws.ping();
+      }, PING_MS);
       // The client went away (or broke the protocol): its command does not outlive it.
       ws.on("close", () => {
+        clearInterval(pinger);
         if (!ended) handle.signal(9);
       });
       ws.on("error", () => ws.terminate());
