@@ -21,17 +21,51 @@ export interface AuditQuery {
 const names = (r: AuditRecord, value: string): boolean =>
   Object.values(r.target ?? {}).some((v) => (Array.isArray(v) ? v.includes(value) : v === value));
 
+const str = (v: unknown): v is string => typeof v === "string";
+const strOrNull = (v: unknown): v is string | null => v === null || typeof v === "string";
+const isTarget = (v: unknown): v is AuditRecord["target"] =>
+  typeof v === "object" &&
+  v !== null &&
+  !Array.isArray(v) &&
+  Object.values(v).every((x) => str(x) || (Array.isArray(x) && x.every(str)));
+
+/**
+ * A line as the API states it (every field, nothing else; `tenant` null in lines of older
+ * daemons), or null when a field is missing or of the wrong type (a damaged or foreign line).
+ */
+function record(v: unknown): AuditRecord | null {
+  if (typeof v !== "object" || v === null) return null;
+  const r = v as Record<string, unknown>;
+  const tenant = r.tenant ?? null;
+  if (!str(r.ts) || !str(r.request_id) || !str(r.caller) || !strOrNull(r.token)) return null;
+  if (!strOrNull(tenant) || !strOrNull(r.remote) || !str(r.action) || !isTarget(r.target)) return null;
+  if (!Number.isInteger(r.status) || !str(r.result) || typeof r.duration_ms !== "number") return null;
+  return {
+    ts: r.ts,
+    request_id: r.request_id,
+    caller: r.caller,
+    token: r.token,
+    tenant,
+    remote: r.remote,
+    action: r.action,
+    target: r.target,
+    status: r.status as number,
+    result: r.result,
+    duration_ms: r.duration_ms,
+  };
+}
+
 function parse(text: string, q: AuditQuery): AuditRecord[] {
   const out: AuditRecord[] = [];
   for (const line of text.split("\n")) {
     if (!line) continue;
-    let r: AuditRecord;
+    let r: AuditRecord | null;
     try {
-      r = JSON.parse(line) as AuditRecord;
+      r = record(JSON.parse(line));
     } catch {
       continue;
     }
-    if (typeof r !== "object" || r === null || typeof r.target !== "object") continue;
+    if (r === null) continue;
     if (q.tenant !== null && r.tenant !== q.tenant) continue;
     if (names(r, q.names)) out.push(r);
   }

@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
 import { queryAudit } from "../../src/audit/audit-query.js";
+import { AuditLine, AuditLines } from "../../src/api/contract/schemas.js";
 
 const line = (n: number, caller: string, tenant: string | null | undefined, id = "sb-1"): AuditRecord => ({
   ts: new Date(1_700_000_000_000 + n * 1000).toISOString(),
@@ -51,6 +52,37 @@ test("a tenant sees only lines of callers scoped to it; an admin sees all; newes
       "r7",
     ]);
     assert.deepEqual(ids(await queryAudit(path, { names: "sb-1", tenant: null, limit: 2 })), ["r5", "r7"]);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("every line read back is in the API's AuditLine shape: older lines get tenant null, damaged ones are skipped", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-audit-q-"));
+  try {
+    const path = join(dir, "audit.jsonl");
+    const rows: unknown[] = [
+      line(1, "local", undefined), // an older daemon's line: no tenant
+      { ...line(2, "local", null), extra: "field" }, // a field the API does not state: dropped
+      { ...line(3, "local", null), status: "200" }, // a wrong type: skipped
+      { ...line(4, "local", null), target: { id: 7 } }, // a target that is not strings: skipped
+      { ...line(5, "local", null), ts: undefined }, // a missing field: skipped
+      ["sb-1"], // not an object
+      line(6, "acme", "acme"),
+    ];
+    await writeFile(path, rows.map((l) => JSON.stringify(l)).join("\n") + "\n");
+    const got = await queryAudit(path, { names: "sb-1", tenant: null, limit: 10 });
+    assert.deepEqual(
+      got.map((r) => r.request_id),
+      ["r1", "r2", "r6"],
+    );
+    assert.equal(got[0]?.tenant, null);
+    assert.equal("extra" in (got[1] ?? {}), false);
+    // The reply is checked against docs/openapi.json, where unknown fields are refused.
+    const shape = AuditLines.safeParse({ lines: got });
+    assert.ok(shape.success, shape.success ? "" : shape.error.message);
+    const fields = Object.keys(AuditLine.shape).sort();
+    for (const r of got) assert.deepEqual(Object.keys(r).sort(), fields);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

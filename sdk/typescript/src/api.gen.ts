@@ -1796,6 +1796,8 @@ export interface components {
             request_id: string;
             caller: string;
             token: string | null;
+            /** @description The tenant the caller was scoped to; null for an admin. */
+            tenant: string | null;
             remote: string | null;
             action: string;
             target: {

@@ -1304,6 +1304,7 @@ export const AuditLine = named(
     request_id: z.string(),
     caller: z.string(),
     token: z.string().nullable(),
+    tenant: z.string().nullable().describe("The tenant the caller was scoped to; null for an admin."),
     remote: z.string().nullable(),
     action: z.string(),
     target: z.record(z.string(), z.union([z.string(), z.array(z.string())])),
