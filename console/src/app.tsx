@@ -1,7 +1,8 @@
 /** The console's shell: checks the session, then the navigation, the connection banner and the current page. */
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, messageOf } from "./api/http";
-import { whoami } from "./api/session";
+import { logout, whoami } from "./api/session";
+import type { ConsoleCaller } from "./api/types";
 import { ConnBanner } from "./components/conn-banner";
 import { Nav } from "./components/nav";
 import { useLive } from "./lib/use-live";
@@ -14,7 +15,31 @@ import { SnapshotsPage } from "./pages/snapshots-page";
 import type { Route } from "./lib/route";
 import type { LiveState } from "./lib/live-state";
 
-type Session = "checking" | "in" | "out" | { error: string };
+type Session = "checking" | { in: ConsoleCaller["caller"] } | "out" | { error: string };
+
+/** Who is logged in, and the logout (the session ends on the server, then the login page). */
+function Who({ caller, onOut }: { caller: ConsoleCaller["caller"]; onOut: () => void }) {
+  const [busy, setBusy] = useState(false);
+  const who =
+    caller.kind === "local"
+      ? "local admin"
+      : `${caller.name}${caller.admin ? " (admin)" : ` (tenant ${caller.tenant ?? "?"})`}`;
+  return (
+    <div class="who">
+      <span aria-label="Logged in as">{who}</span>{" "}
+      <button
+        type="button"
+        disabled={busy}
+        onClick={() => {
+          setBusy(true);
+          logout().then(onOut, onOut);
+        }}
+      >
+        Log out
+      </button>
+    </div>
+  );
+}
 
 function Page({ route, live }: { route: Route; live: LiveState }) {
   switch (route.page) {
@@ -47,7 +72,7 @@ export function App() {
   const [attempt, setAttempt] = useState(0);
   useEffect(() => {
     whoami().then(
-      () => setSession("in"),
+      (w) => setSession({ in: w.caller }),
       (e: unknown) => setSession(e instanceof ApiError && e.status === 401 ? "out" : { error: messageOf(e) }),
     );
   }, [attempt]);
@@ -58,10 +83,13 @@ export function App() {
       </button>
       <header>
         <Nav route={route} />
+        {typeof session === "object" && "in" in session && (
+          <Who caller={session.in} onOut={() => setSession("out")} />
+        )}
       </header>
       {session === "checking" && <p>Loading…</p>}
       {session === "out" && <LoginPage onLogin={() => setAttempt((n) => n + 1)} />}
-      {typeof session === "object" && (
+      {typeof session === "object" && "error" in session && (
         <p class="status error" role="alert">
           The daemon did not answer: {session.error}{" "}
           <button type="button" onClick={() => setAttempt((n) => n + 1)}>
@@ -69,7 +97,7 @@ export function App() {
           </button>
         </p>
       )}
-      {session === "in" && <LoggedIn route={route} />}
+      {typeof session === "object" && "in" in session && <LoggedIn route={route} />}
     </>
   );
 }

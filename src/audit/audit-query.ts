@@ -1,14 +1,18 @@
 /**
  * Reading the audit log back (GET /v1/audit): the lines that name a sandbox or a snapshot in
- * their target, newest last, from the tail of audit.jsonl and, when that holds too few, of the
- * newest rotated file. Each file is read at most READ_MAX from its end, so a query costs a
- * bounded read however big the log grew; a line that does not parse (cut by the bound, or
- * damaged) is skipped.
+ * their target, newest last, from the end of audit.jsonl and, when that holds too few, of the
+ * newest rotated file. Each file is read backwards a chunk at a time, stopping once enough
+ * lines matched, and at most READ_MAX from its end, so a query costs a bounded read however big
+ * the log grew (a query for recent lines, the console's, reads one chunk); a line that does not
+ * parse (cut by the bound, or damaged) is skipped.
  */
-import { readFileTail } from "../util/file-tail.js";
+import { open } from "node:fs/promises";
 import type { AuditRecord } from "./audit-log.js";
 
 const READ_MAX = 16 << 20;
+const CHUNK = 1 << 20;
+/** A "line" longer than this (a damaged file with no newlines) is skipped, not gathered. */
+const LINE_MAX = 1 << 20;
 
 export interface AuditQuery {
   /** The value one of the target's fields must hold (a sandbox id or a snapshot tag). */
@@ -72,13 +76,52 @@ function parse(text: string, q: AuditQuery): AuditRecord[] {
   return out;
 }
 
+/** The matching lines of `file`, newest last, read backwards until `want` matched (or READ_MAX). */
+async function fromEnd(file: string, q: AuditQuery, want: number): Promise<AuditRecord[]> {
+  let fh;
+  try {
+    fh = await open(file, "r");
+  } catch {
+    return [];
+  }
+  try {
+    const { size } = await fh.stat();
+    const stop = Math.max(0, size - READ_MAX);
+    let pos = size;
+    /** The start of the oldest line read so far, whose beginning lies in the next chunk back. */
+    let carry = Buffer.alloc(0);
+    let found: AuditRecord[] = [];
+    while (pos > stop && found.length < want) {
+      const n = Math.min(CHUNK, pos - stop);
+      const buf = Buffer.alloc(n);
+      const { bytesRead } = await fh.read(buf, 0, n, pos - n);
+      pos -= n;
+      let text = Buffer.concat([buf.subarray(0, bytesRead), carry]);
+      carry = Buffer.alloc(0);
+      if (pos > stop) {
+        // The part before the first newline may be the end of a line that began further back.
+        const nl = text.indexOf(0x0a);
+        if (nl < 0) {
+          if (text.length <= LINE_MAX) carry = text;
+          continue;
+        }
+        carry = text.subarray(0, nl);
+        if (carry.length > LINE_MAX) carry = Buffer.alloc(0);
+        text = text.subarray(nl + 1);
+      }
+      found = [...parse(text.toString("utf8"), q), ...found];
+    }
+    return found;
+  } finally {
+    await fh.close();
+  }
+}
+
 /** The matching lines, newest last, at most q.limit. `path`: audit.jsonl (`path`.1 is older). */
 export async function queryAudit(path: string, q: AuditQuery): Promise<AuditRecord[]> {
   let found: AuditRecord[] = [];
   for (const file of [path, `${path}.1`]) {
-    const tail = await readFileTail(file, READ_MAX);
-    if (!tail) continue;
-    found = [...parse(tail.bytes.toString("utf8"), q), ...found];
+    found = [...(await fromEnd(file, q, q.limit - found.length)), ...found];
     if (found.length >= q.limit) break;
   }
   return found.slice(-q.limit);

@@ -26,8 +26,14 @@ const DROP = new Set([
   "host",
 ]);
 
-/** How long the daemon has to send a reply's headers (the body may then take as long as it needs). */
-const HEADERS_MS = 60_000;
+/**
+ * How long the daemon has to send a reply's headers (the body may then take as long as it
+ * needs). Every daemon operation bounds its own waits; this only catches a daemon that hangs,
+ * so it must outlast the longest call (a fork of hundreds, a branch of a large sandbox).
+ */
+const HEADERS_MS = 15 * 60_000;
+/** A WebSocket upgrade (a terminal) is answered at once or not at all. */
+const UPGRADE_MS = 60_000;
 
 function forwardHeaders(h: IncomingHttpHeaders, upgrade: boolean): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
@@ -125,7 +131,7 @@ export function proxyUpgrade(socketPath: string, req: IncomingMessage, client: D
     path: req.url,
     headers: forwardHeaders(req.headers, true),
   });
-  const timer = setTimeout(() => up.destroy(new Error("no upgrade reply")), HEADERS_MS);
+  const timer = setTimeout(() => up.destroy(new Error("no upgrade reply")), UPGRADE_MS);
   client.on("error", () => up.destroy());
   client.on("close", () => up.destroy());
   up.on("upgrade", (upRes, upSocket: Socket, upHead: Buffer) => {

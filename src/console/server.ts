@@ -1,9 +1,10 @@
 /**
  * The loopback server of `forkd console`: the one-time login (GET /console/login?secret=S sets
- * the session cookie), the built front end under /console/, and /v1/* and /metrics proxied to
- * the daemon's unix socket (./proxy.ts) as the local admin. Every request but the login needs
- * the cookie; a non-GET /v1 call also needs `X-Forkd-Console: 1` (the CSRF guard) and a
- * WebSocket upgrade an Origin equal to this server's.
+ * the session cookie), the logout (DELETE /v1/console/session ends this server's session), the
+ * built front end under /console/, and /v1/* and /metrics proxied to the daemon's unix socket
+ * (./proxy.ts) as the local admin. Every request but the login needs the cookie; a non-GET /v1
+ * call also needs `X-Forkd-Console: 1` (the CSRF guard) and a WebSocket upgrade an Origin equal
+ * to this server's. stopConsoleServer() ends it with its open terminals.
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { createServer } from "node:http";
@@ -12,7 +13,7 @@ import type { AssetReply } from "./assets.js";
 import { SECURITY_HEADERS, page, serveAsset } from "./assets.js";
 import { proxyRequest, proxyUpgrade } from "./proxy.js";
 import type { ConsoleSessions } from "./sessions.js";
-import { cookieOf, setCookie } from "./sessions.js";
+import { COOKIE, cookieOf, setCookie } from "./sessions.js";
 
 export interface ConsoleServerOptions {
   /** The daemon's unix socket. */
@@ -22,7 +23,12 @@ export interface ConsoleServerOptions {
   sessions: ConsoleSessions;
   /** This server's own origin (http://127.0.0.1:PORT), set once it listens. */
   origin: () => string;
+  /** The session cookie's name (default forkd_console; `forkd console`: one per port). */
+  cookie?: () => string;
 }
+
+/** The upgraded connections (terminals) of each server: they outlive server.close() otherwise. */
+const upgraded = new WeakMap<Server, Set<Duplex>>();
 
 function send(res: ServerResponse, r: AssetReply): void {
   res.writeHead(r.status, { ...r.headers, "content-length": r.body.length });
@@ -30,14 +36,7 @@ function send(res: ServerResponse, r: AssetReply): void {
 }
 
 function jsonError(res: ServerResponse, status: number, code: string, message: string): void {
-  const body = JSON.stringify({ error: { code, message, details: {} } });
-  res.writeHead(status, {
-    ...SECURITY_HEADERS,
-    "content-type": "application/json",
-    "cache-control": "no-store",
-    "content-length": Buffer.byteLength(body),
-  });
-  res.end(body);
+  json(res, status, { error: { code, message, details: {} } });
 }
 
 const isApi = (path: string): boolean => path === "/metrics" || path === "/v1" || path.startsWith("/v1/");
@@ -47,22 +46,43 @@ function pathOf(req: IncomingMessage): { path: string; query: URLSearchParams } 
   return { path: u.pathname, query: u.searchParams };
 }
 
+const cookieName = (o: ConsoleServerOptions): string => o.cookie?.() ?? COOKIE;
+
+function json(
+  res: ServerResponse,
+  status: number,
+  value: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const body = JSON.stringify(value);
+  res.writeHead(status, {
+    ...SECURITY_HEADERS,
+    ...headers,
+    "content-type": "application/json",
+    "cache-control": "no-store",
+    "content-length": Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
 async function handle(o: ConsoleServerOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const { path, query } = pathOf(req);
+  const name = cookieName(o);
   if (path === "/console/login") {
     req.resume();
     const sid = req.method === "GET" ? o.sessions.redeem(query.get("secret") ?? undefined) : null;
     if (sid === null) return send(res, page(401, "login refused"));
     res.writeHead(303, {
       ...SECURITY_HEADERS,
-      "set-cookie": setCookie(sid),
+      "set-cookie": setCookie(sid, false, name),
       location: "/console/",
       "content-length": 0,
     });
     res.end();
     return;
   }
-  const session = o.sessions.get(cookieOf(req.headers.cookie));
+  const sid = cookieOf(req.headers.cookie, name);
+  const session = o.sessions.get(sid);
   if (isApi(path)) {
     if (!session) {
       req.resume();
@@ -71,6 +91,12 @@ async function handle(o: ConsoleServerOptions, req: IncomingMessage, res: Server
     if (req.method !== "GET" && req.method !== "HEAD" && req.headers["x-forkd-console"] !== "1") {
       req.resume();
       return jsonError(res, 403, "forbidden", "console requests need the X-Forkd-Console: 1 header");
+    }
+    // The logout is this server's: the session lives here, not in the daemon.
+    if (path === "/v1/console/session" && req.method === "DELETE") {
+      req.resume();
+      o.sessions.close(sid);
+      return json(res, 200, { ok: true }, { "set-cookie": setCookie(null, false, name) });
     }
     proxyRequest(o.socket, req, res);
     return;
@@ -99,11 +125,16 @@ export function createConsoleServer(o: ConsoleServerOptions): Server {
       else res.destroy();
     });
   });
+  const open = new Set<Duplex>();
+  upgraded.set(server, open);
   server.on("upgrade", (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on("error", () => socket.destroy());
+    open.add(socket);
+    socket.on("close", () => open.delete(socket));
     // A listener that throws would take the whole console down: every refusal is an answer.
     try {
-      if (!o.sessions.get(cookieOf(req.headers.cookie))) return refuseUpgrade(socket, 401, "Unauthorized");
+      if (!o.sessions.get(cookieOf(req.headers.cookie, cookieName(o))))
+        return refuseUpgrade(socket, 401, "Unauthorized");
       if (req.headers.origin !== o.origin()) return refuseUpgrade(socket, 403, "Forbidden");
       const { path } = pathOf(req);
       if (!path.startsWith("/v1/")) return refuseUpgrade(socket, 404, "Not Found");
@@ -115,4 +146,17 @@ export function createConsoleServer(o: ConsoleServerOptions): Server {
   server.headersTimeout = 30_000;
   server.requestTimeout = 0;
   return server;
+}
+
+/**
+ * Stops `server`: no new connections, idle and active requests ended, and its upgraded
+ * connections (terminals, which server.close() would wait for) destroyed; their commands end
+ * with them.
+ */
+export function stopConsoleServer(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+    for (const s of upgraded.get(server) ?? []) s.destroy();
+  });
 }

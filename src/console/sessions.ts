@@ -12,6 +12,8 @@ export const SECRET_TTL_MS = 10 * 60_000;
 export const SESSION_IDLE_MS = 12 * 3_600_000;
 /** Bounds on what a flood of logins could make this hold. */
 const MAX_SESSIONS = 10_000;
+/** Sessions of one subject: its own oldest goes first, so one token's logins evict nobody else's. */
+export const MAX_SESSIONS_PER_SUBJECT = 64;
 const MAX_SECRETS = 100;
 
 export interface ConsoleSession {
@@ -70,7 +72,16 @@ export class ConsoleSessions {
   /** Opens a session (for `subject`, null: the local admin) and returns its id. */
   open(subject: string | null): string {
     this.sweep();
-    if (this.sessions.size >= MAX_SESSIONS) {
+    // Its own oldest (least recently used) first; the whole map's only past its global bound.
+    let own = 0;
+    let ownOldest: { k: string; at: number } | null = null;
+    for (const [k, v] of this.sessions) {
+      if (v.subject !== subject) continue;
+      own++;
+      if (ownOldest === null || v.lastUsed < ownOldest.at) ownOldest = { k, at: v.lastUsed };
+    }
+    if (own >= MAX_SESSIONS_PER_SUBJECT && ownOldest) this.sessions.delete(ownOldest.k);
+    else if (this.sessions.size >= MAX_SESSIONS) {
       const oldest = this.sessions.keys().next().value;
       if (oldest !== undefined) this.sessions.delete(oldest);
     }
@@ -113,18 +124,24 @@ export class ConsoleSessions {
 /** The session cookie's name, and reading it from a Cookie header. */
 export const COOKIE = "forkd_console";
 
-export function cookieOf(header: string | undefined): string | undefined {
+/**
+ * The loopback console's cookie name: cookies are not kept apart by port, so two `forkd console`
+ * servers on one host (or one restarted on another port) would overwrite each other's session.
+ */
+export const loopbackCookie = (port: number): string => `${COOKIE}_${port}`;
+
+export function cookieOf(header: string | undefined, name = COOKIE): string | undefined {
   if (!header) return undefined;
   for (const part of header.split(";")) {
     const eq = part.indexOf("=");
     if (eq < 0) continue;
-    if (part.slice(0, eq).trim() === COOKIE) return part.slice(eq + 1).trim();
+    if (part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
   }
   return undefined;
 }
 
 /** The Set-Cookie value that holds session `id` (empty and expired: the logout). */
-export function setCookie(id: string | null, secure = false): string {
-  const base = `${COOKIE}=${id ?? ""}; HttpOnly; SameSite=Strict; Path=/`;
+export function setCookie(id: string | null, secure = false, name = COOKIE): string {
+  const base = `${name}=${id ?? ""}; HttpOnly; SameSite=Strict; Path=/`;
   return (id === null ? `${base}; Max-Age=0` : base) + (secure ? "; Secure" : "");
 }

@@ -248,8 +248,13 @@ export class SnapshotService {
       if (detail?.phase !== "run") this.o.log.info(`snapshot ${tag}: ${line}`);
       progress(line, detail);
     };
+    // Listed (and told) as writing while it runs, so the console's tree shows it.
+    const ended = await this.o.store.announce({ tag, started, source: null, owner });
+    let made = false;
     try {
-      return await run(logged);
+      const meta = await run(logged);
+      made = true;
+      return meta;
     } catch (e) {
       if (unwatched() && !(e instanceof ForkdError && e.code === "conflict")) {
         await this.o.store
@@ -257,6 +262,8 @@ export class SnapshotService {
           .catch((err: unknown) => this.o.log.warn("snapshot failure not recorded", { error: String(err) }));
       }
       throw e;
+    } finally {
+      ended(made);
     }
   }
 

@@ -101,6 +101,12 @@ export class SnapshotStore {
   private readonly busy = new Set<string>();
   /** Snapshots being written in the background, by tag. */
   private readonly writing = new Map<string, { info: SnapshotPending; done: Promise<Snapshot> }>();
+  /**
+   * Creations its client waits on (POST /v1/snapshots, a Dockerfile build), by tag: listed as
+   * `writing` so the tree shows them, but nothing waits on them (a fork of the tag is refused as
+   * before: it does not exist yet).
+   */
+  private readonly creating = new Map<string, SnapshotPending>();
 
   /** `events`: where tags' creation, status changes and deletion are told (src/events/bus.ts). */
   constructor(
@@ -197,6 +203,29 @@ export class SnapshotStore {
   }
 
   /**
+   * Lists a creation of `info.tag` as `writing` until the returned function is called (with
+   * whether it made the snapshot). Nothing is listed for a tag that is published, written in the
+   * background, or already announced: that creation fails with a conflict, and must not hide the
+   * other. A creation that ends without a snapshot and without a failure record is told gone.
+   */
+  async announce(info: Omit<SnapshotPending, "status" | "error">): Promise<(made: boolean) => void> {
+    const tag = assertTag(info.tag);
+    const published = await this.has(tag);
+    // From here on, no await: the check and the set are one step.
+    if (published || this.writing.has(tag) || this.creating.has(tag) || this.busy.has(tag))
+      return () => undefined;
+    const entry: SnapshotPending = { ...info, status: "writing", error: null };
+    this.creating.set(tag, entry);
+    this.events.emit({ type: "snapshot", tag });
+    return (made) => {
+      if (this.creating.get(tag) !== entry) return;
+      this.creating.delete(tag);
+      // Made: publish() told it ready. Not made: it reads failed (recordFailed told so) or is gone.
+      if (!made) this.events.emit({ type: "snapshot", tag });
+    };
+  }
+
+  /**
    * Records that a creation of `tag` failed with `e` (its client no longer watched): the tag
    * reads `failed`, with the reason, until deleted or re-created.
    */
@@ -223,6 +252,9 @@ export class SnapshotStore {
   async pending(tag: string): Promise<SnapshotPending | null> {
     const w = this.writing.get(assertTag(tag));
     if (w) return w.info;
+    // Made again after a failure: it reads writing until this creation ends.
+    const c = this.creating.get(tag);
+    if (c) return c;
     try {
       const p = PendingSchema.parse(JSON.parse(await readFile(this.failedPath(tag), "utf8")));
       return p.tag === tag ? p : null;
@@ -233,10 +265,14 @@ export class SnapshotStore {
 
   async listPending(): Promise<SnapshotPending[]> {
     const out = [...this.writing.values()].map((w) => w.info);
+    // A creation published a moment ago is listed ready, not writing too.
+    for (const c of [...this.creating.values()])
+      if (!this.writing.has(c.tag) && !(await this.has(c.tag))) out.push(c);
+    const listed = new Set(out.map((p) => p.tag));
     for (const name of await readdir(this.root).catch(() => [] as string[])) {
       if (!name.startsWith(FAILED_PREFIX) || !name.endsWith(".json")) continue;
       const tag = name.slice(FAILED_PREFIX.length, -".json".length);
-      if (!isValidTag(tag) || this.writing.has(tag)) continue;
+      if (!isValidTag(tag) || listed.has(tag) || this.writing.has(tag) || this.creating.has(tag)) continue;
       const p = await this.pending(tag);
       if (p) out.push(p);
     }

@@ -31,11 +31,14 @@ let d: TestDaemon;
 let base = "";
 let alice = "";
 let bob = "";
+let early: Events;
 
 before(async () => {
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
   d = await makeDaemon({ FORKD_LISTEN: `127.0.0.1:${port}`, FORKD_POOL_MAX: "2", FORKD_POOL_SIZE: "0" });
+  // Watched from before it starts: the creation is told writing, then ready.
+  early = await events(d.ep);
   await api(d, "POST", "/v1/snapshots", { tag: TAG, memory_mib: 256 });
   for (const tenant of ["alice", "bob"]) {
     const r = await api<{ token: string }>(d, "POST", "/v1/tokens", { tenant, scope: "tenant" });
@@ -136,12 +139,19 @@ interface Term {
   closed: Promise<number>;
 }
 
-function terminal(ep: Endpoint, id: string, query: string): Promise<Term | { status: number; body: string }> {
+function terminal(
+  ep: Endpoint,
+  id: string,
+  query: string,
+  headers: Record<string, string> = {},
+): Promise<Term | { status: number; body: string }> {
   const path = `/v1/sandboxes/${id}/terminal${query}`;
   const url = ep.socket
     ? `ws+unix://${ep.socket}:${path}`
     : `${(ep.url ?? "").replace(/^http/, "ws")}${path}`;
-  const ws = new WebSocket(url, { headers: ep.token ? { authorization: `Bearer ${ep.token}` } : {} });
+  const ws = new WebSocket(url, {
+    headers: { ...(ep.token ? { authorization: `Bearer ${ep.token}` } : {}), ...headers },
+  });
   let out = "";
   const controls: Record<string, unknown>[] = [];
   ws.on("message", (m: Buffer, binary) => {
@@ -158,6 +168,19 @@ function terminal(ep: Endpoint, id: string, query: string): Promise<Term | { sta
   });
 }
 
+/** `p`, or a failure naming `what` after `ms` (a hang, not a speed: the bound is generous). */
+async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function waitFor(pred: () => boolean | Promise<boolean>, what: string, ms = 60_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await pred())) {
@@ -167,6 +190,34 @@ async function waitFor(pred: () => boolean | Promise<boolean>, what: string, ms 
 }
 
 let id = "";
+
+step("events: a creation its client waits on is told writing, then ready; one that fails, gone", async () => {
+  const e = early;
+  const about = (tag: string) =>
+    e.events
+      .filter((x) => (x.event === "snapshot" || x.event === "snapshot-gone") && x.data.tag === tag)
+      .map((x) => (x.event === "snapshot" ? `snapshot:${String(x.data.status)}` : "snapshot-gone"));
+  await e.until(() => about(TAG).includes("snapshot:ready"), "the snapshot ready");
+  assert.deepEqual(about(TAG), ["snapshot:writing", "snapshot:ready"]);
+  // While it failed nothing was left: told gone, and not listed.
+  await assert.rejects(api(d, "POST", "/v1/snapshots", { tag: "capi-bad", template: "no-such-template" }));
+  await e.until(() => about("capi-bad").includes("snapshot-gone"), "the failed creation gone");
+  assert.deepEqual(about("capi-bad"), ["snapshot:writing", "snapshot-gone"]);
+  const list = await api<{ pending: { tag: string }[] }>(d, "GET", "/v1/snapshots");
+  assert.equal(
+    list.pending.some((p) => p.tag === "capi-bad"),
+    false,
+  );
+  // A creation of a tag that exists says nothing of it (it fails with a conflict).
+  const before = about(TAG).length;
+  await assert.rejects(api(d, "POST", "/v1/snapshots", { tag: TAG, memory_mib: 256 }));
+  // Sends go in the order things happened: anything told of it comes before the second usage
+  // sample after the reply (the first may have been queued before it).
+  const usages = e.events.filter((x) => x.event === "usage").length;
+  await e.until((l) => l.filter((x) => x.event === "usage").length > usages + 1, "two more usage samples");
+  assert.equal(about(TAG).length, before);
+  e.res.destroy();
+});
 
 step("events: a fork, a pause and a kill arrive in order after state", async () => {
   const e = await events(d.ep);
@@ -287,14 +338,22 @@ step("a tenant's events and terminal do not reach another tenant's sandbox", asy
 let consoleProc: ChildProcess | null = null;
 
 step("forkd console: the printed URL logs in once; a POST needs X-Forkd-Console", async () => {
-  consoleProc = spawn(process.execPath, [CLI, "console"], { env: d.env, stdio: ["ignore", "pipe", "pipe"] });
+  consoleProc = spawn(process.execPath, [CLI, "console"], { env: d.env, stdio: ["pipe", "pipe", "pipe"] });
   const proc = consoleProc;
   try {
-    const first = await new Promise<string>((resolve, reject) => {
-      const rl = createInterface({ input: proc.stdout! });
-      rl.once("line", resolve);
-      proc.once("exit", (code) => reject(new Error(`forkd console exited (${code})`)));
-    });
+    const rl = createInterface({ input: proc.stdout! });
+    const nextLine = () =>
+      new Promise<string>((resolve, reject) => {
+        rl.once("line", resolve);
+        proc.once("exit", (code) => reject(new Error(`forkd console exited (${code})`)));
+      });
+    const first = await nextLine();
+    /** A line on its stdin prints another one-time URL: its secret. */
+    const nextSecret = async () => {
+      const line = nextLine();
+      proc.stdin!.write("\n");
+      return /login\?secret=([\w-]+)$/.exec(await line)?.[1];
+    };
     const m = /^(http:\/\/127\.0\.0\.1:\d+)\/console\/login\?secret=([\w-]+)$/.exec(first);
     assert.ok(m, `the first line is the login URL: ${first}`);
     const origin = m[1] ?? "";
@@ -316,7 +375,8 @@ step("forkd console: the printed URL logs in once; a POST needs X-Forkd-Console"
     const ok = await get(`/console/login?secret=${m[2] ?? ""}`);
     assert.equal(ok.status, 303);
     const cookie = (ok.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
-    assert.match(cookie, /^forkd_console=/);
+    const port = new URL(origin).port;
+    assert.match(cookie, new RegExp(`^forkd_console_${port}=`), "one cookie per console port");
     const reused = await get(`/console/login?secret=${m[2] ?? ""}`);
     assert.equal(reused.status, 401, "the secret works once");
     assert.equal(reused.headers["set-cookie"], undefined);
@@ -331,6 +391,39 @@ step("forkd console: the printed URL logs in once; a POST needs X-Forkd-Console"
     const real = await get(`/v1/sandboxes/${id}/pause`, { ...post, "x-forkd-console": "1" }, "POST");
     assert.equal(real.status, 200, real.body);
     assert.equal((JSON.parse(real.body) as { state: string }).state, "paused");
+    const resumed = await get(`/v1/sandboxes/${id}/resume`, { ...post, "x-forkd-console": "1" }, "POST");
+    assert.equal(resumed.status, 200, resumed.body);
+
+    // Logging out ends this server's session: the old cookie no longer works.
+    const who = await get("/v1/console/session", { cookie });
+    assert.equal((JSON.parse(who.body) as { caller: { kind: string } }).caller.kind, "local");
+    const second = await get(`/console/login?secret=${(await nextSecret()) ?? ""}`);
+    const cookie2 = (second.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
+    assert.equal((await get("/v1/console/session", { cookie: cookie2 })).status, 200);
+    const out = await get("/v1/console/session", { cookie, "x-forkd-console": "1" }, "DELETE");
+    assert.equal(out.status, 200, out.body);
+    assert.match(out.headers["set-cookie"]?.[0] ?? "", new RegExp(`^forkd_console_${port}=;.*Max-Age=0`));
+    assert.equal((await get("/v1/health", { cookie })).status, 401, "the session is ended");
+    assert.equal((await get("/v1/health", { cookie: cookie2 })).status, 200, "another session is not");
+
+    // Stopping the console ends its open terminals (and their commands) instead of waiting on them.
+    const t = await terminal({ url: origin }, id, `?cmd=${encodeURIComponent("sleep 700")}`, {
+      cookie: cookie2,
+      origin,
+    });
+    assert.ok("ws" in t, JSON.stringify(t));
+    const running = async () =>
+      (
+        await api<{ commands: { cmd: unknown; pty: boolean }[] }>(d, "GET", `/v1/sandboxes/${id}/commands`)
+      ).commands.some((c) => c.pty && c.cmd === "sleep 700");
+    await waitFor(running, "the console terminal's command");
+    const exited = new Promise<number | null>((r) =>
+      proc.exitCode !== null ? r(proc.exitCode) : proc.once("exit", r),
+    );
+    proc.kill("SIGTERM");
+    assert.equal(await within(exited, 30_000, "forkd console exiting with a terminal open"), 0);
+    await t.closed;
+    await waitFor(async () => !(await running()), "the terminal's command killed with the console");
   } finally {
     proc.kill("SIGTERM");
     await new Promise((r) => (proc.exitCode !== null ? r(null) : proc.once("exit", r)));

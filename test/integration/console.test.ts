@@ -3,7 +3,8 @@
  * against a real daemon and `forkd console`: the one-time login refused without its secret and on
  * a second use; a sandbox forked through the API appears without a reload; its terminal runs a
  * command; a branch grows the tree and is forked from; a file goes up and comes back down byte
- * for byte; a killed sandbox leaves the list; a dropped event stream says so and recovers.
+ * for byte; a killed sandbox leaves the list; a dropped event stream says so and recovers; a
+ * branch of a branch draws its memory base; logging out ends the session on the server.
  * Selectors are by role and label, which also proves the labels exist. On failure, a screenshot
  * of each page is kept under test-results/console/ (the path is printed).
  */
@@ -220,6 +221,15 @@ step("a sandbox forked from the branch in its node shows up under it", async () 
   const mine = await api<{ tag: string }>("GET", `/v1/sandboxes/${grandchild}`);
   assert.equal(mine.tag, "con-br");
   await page.getByRole("button", { name: "Snapshot con-br, ready, 1 sandboxes" }).waitFor({ timeout: WAIT });
+  // A branch of it stacks its disk on con-br but maps con's memory: a dashed edge from con.
+  await api("POST", `/v1/sandboxes/${grandchild}/branch`, { tag: "con-br2" }, 5 * WAIT);
+  await node("con-br2").waitFor({ timeout: WAIT });
+  assert.equal(await page.locator("svg.tree path.edge:not(.memory)").count(), 2);
+  const memory = page.locator("svg.tree path.edge.memory");
+  assert.equal(await memory.count(), 1);
+  assert.equal(await memory.locator("title").textContent(), "con-br2 maps the memory of con");
+  await api("DELETE", "/v1/snapshots/con-br2");
+  await node("con-br2").waitFor({ state: "detached", timeout: WAIT });
 });
 
 step("a file uploaded in the file browser downloads byte for byte", async () => {
@@ -301,4 +311,18 @@ step("on a phone-sized screen the list fits its width", async () => {
   await row(src).waitFor({ timeout: WAIT });
   const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - window.innerWidth");
   assert.ok(overflow <= 0, `the page is ${overflow}px wider than the screen`);
+});
+
+step("the header says who is logged in; logging out ends the session", async () => {
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await gotoPage("#/sandboxes", /^Sandboxes$/);
+  await page.getByLabel("Logged in as").getByText("local admin").waitFor({ timeout: WAIT });
+  const [cookie] = await ctx.cookies();
+  assert.ok(cookie, "the session cookie");
+  await page.getByRole("button", { name: "Log out" }).click();
+  await page.getByRole("heading", { level: 1, name: "Log in" }).waitFor({ timeout: WAIT });
+  // The old cookie is dead on the server, not only cleared in this browser.
+  const r = await fetch(`${origin}/v1/sandboxes`, { headers: { cookie: `${cookie.name}=${cookie.value}` } });
+  assert.equal(r.status, 401);
+  assert.equal(await page.getByRole("button", { name: "Log out" }).count(), 0);
 });

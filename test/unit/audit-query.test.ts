@@ -87,3 +87,30 @@ test("every line read back is in the API's AuditLine shape: older lines get tena
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test("a log of several read chunks: every match found across chunk edges, in order, the newest at the limit", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "forkd-audit-q-"));
+  try {
+    const path = join(dir, "audit.jsonl");
+    // ~5 MiB in lines of varying length, so lines straddle the 1 MiB chunk edges everywhere.
+    const lines: string[] = [];
+    for (let i = 0; i < 30_000; i++) {
+      const l = line(i, "local", null, i % 7 === 0 ? "sb-1" : `sb-${i}`);
+      lines.push(JSON.stringify({ ...l, result: "x".repeat(i % 97) }));
+    }
+    // A rotated file holds the oldest.
+    await writeFile(`${path}.1`, lines.slice(0, 10_000).join("\n") + "\n");
+    await writeFile(path, lines.slice(10_000).join("\n") + "\n");
+    const expected = lines
+      .map((l) => JSON.parse(l) as AuditRecord)
+      .filter((r) => r.target.id === "sb-1")
+      .map((r) => r.request_id);
+    const ids = async (limit: number) =>
+      (await queryAudit(path, { names: "sb-1", tenant: null, limit })).map((r) => r.request_id);
+    assert.deepEqual(await ids(100_000), expected);
+    assert.deepEqual(await ids(1000), expected.slice(-1000));
+    assert.deepEqual(await ids(1), expected.slice(-1));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});

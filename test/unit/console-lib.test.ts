@@ -1,7 +1,7 @@
 /**
  * The web console's own small libraries (console/src/lib): the Prometheus text parser, the
- * series history (counters as rates), the snapshot tree's layout, the hash routes and the live
- * state folded from the event stream.
+ * series history (counters as rates), the snapshot tree's layout and memory-base edges, the hash
+ * routes and the live state folded from the event stream.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -10,7 +10,8 @@ import { addSample, EMPTY_HISTORY } from "../../console/src/lib/series-history.j
 import { layoutTree } from "../../console/src/lib/tree-layout.js";
 import { hrefOf, parseRoute } from "../../console/src/lib/route.js";
 import { applyEvent, EMPTY } from "../../console/src/lib/live-state.js";
-import type { Sandbox } from "../../console/src/api/types.js";
+import { memoryBaseOf } from "../../console/src/lib/snapshot-parent.js";
+import type { Sandbox, SnapshotView } from "../../console/src/api/types.js";
 
 const TEXT = `# HELP forkd_forks_total Forks.
 # TYPE forkd_forks_total counter
@@ -134,4 +135,34 @@ test("the live state: `state` replaces, deltas add and remove, a drop marks it d
   s = applyEvent(s, { type: "state", data: { sandboxes: [], snapshots: [] } });
   assert.deepEqual(s.sandboxes, {});
   assert.equal(s.connected, true);
+});
+
+test("the live state: `state` holds the snapshots being written or failed too; a tag in both reads ready", () => {
+  const ready = { tag: "a", status: "ready" } as SnapshotView;
+  const writing = { tag: "b", status: "writing", source: null } as SnapshotView;
+  const stale = { tag: "a", status: "writing", source: null } as SnapshotView;
+  const s = applyEvent(EMPTY, {
+    type: "state",
+    data: { sandboxes: [], snapshots: [ready], pending: [writing, stale] },
+  });
+  assert.deepEqual(
+    Object.values(s.snapshots)
+      .map((x) => `${x.tag}:${x.status}`)
+      .sort(),
+    ["a:ready", "b:writing"],
+  );
+});
+
+test("a diff snapshot's memory base is drawn only when it is not its parent", () => {
+  const snap = (tag: string, parent: string | null, base: string | null) =>
+    ({
+      tag,
+      status: "ready",
+      parent: parent ? { tag: parent, checksum: "x" } : null,
+      ...(base ? { memory_base: { tag: base, checksum: "y" } } : {}),
+    }) as SnapshotView;
+  assert.equal(memoryBaseOf(snap("root", null, null)), null);
+  assert.equal(memoryBaseOf(snap("br", "root", "root")), null, "its parent: the parent edge says it");
+  assert.equal(memoryBaseOf(snap("br2", "br", "root")), "root");
+  assert.equal(memoryBaseOf({ tag: "w", status: "writing", source: null } as SnapshotView), null);
 });

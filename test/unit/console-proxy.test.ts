@@ -3,7 +3,8 @@
  * unix socket: the one-time login; a cookie is needed for everything else; a non-GET needs
  * X-Forkd-Console and is forwarded without the console's credentials; a browser that hangs up
  * mid-stream ends the daemon-side request, and a daemon reply that breaks off ends the
- * browser's; WebSocket upgrades are spliced through, and refused from another origin.
+ * browser's; WebSocket upgrades are spliced through, and refused from another origin; logout
+ * ends the session here; stopping the server ends its open WebSockets.
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -13,7 +14,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { WebSocket, WebSocketServer } from "ws";
-import { createConsoleServer } from "../../src/console/server.js";
+import { createConsoleServer, stopConsoleServer } from "../../src/console/server.js";
 import { ConsoleSessions } from "../../src/console/sessions.js";
 
 let dir: string;
@@ -215,4 +216,48 @@ test("a WebSocket is spliced through from the console's origin, refused from ano
   ws.send(Buffer.from("hello"));
   assert.equal(await echoed, "hello");
   ws.close();
+});
+
+test("logout ends this server's session (the daemon is not asked); another session lives on", async () => {
+  const a = await login();
+  const b = await login();
+  const before = seen.length;
+  assert.equal((await call("DELETE", "/v1/console/session", { cookie: a })).status, 403, "needs the header");
+  const out = await call("DELETE", "/v1/console/session", { cookie: a, "x-forkd-console": "1" });
+  assert.equal(out.status, 200);
+  assert.match(out.headers["set-cookie"]?.[0] ?? "", /^forkd_console=; .*Max-Age=0/);
+  assert.equal(seen.length, before, "not forwarded");
+  assert.equal((await call("GET", "/v1/anything", { cookie: a })).status, 401);
+  assert.equal((await call("GET", "/v1/anything", { cookie: b })).status, 200);
+});
+
+test("stopConsoleServer ends open WebSockets instead of waiting for them", async () => {
+  const s = new ConsoleSessions();
+  let origin = "";
+  const server = createConsoleServer({
+    socket: join(dir, "d.sock"),
+    dist: join(dir, "dist"),
+    sessions: s,
+    origin: () => origin,
+    cookie: () => "forkd_console_test",
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const a = server.address();
+  origin = `http://127.0.0.1:${a && typeof a === "object" ? a.port : 0}`;
+  const r = await new Promise<IncomingMessage>((resolve, reject) =>
+    request(`${origin}/console/login?secret=${s.newSecret()}`, resolve).on("error", reject).end(),
+  );
+  r.resume();
+  const cookie = (r.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
+  assert.match(cookie, /^forkd_console_test=/, "the cookie's name is the server's");
+  const ws = new WebSocket(`${origin.replace("http", "ws")}/v1/sandboxes/sb-x/terminal`, {
+    headers: { cookie, origin },
+  });
+  await new Promise<void>((resolve, reject) => {
+    ws.on("open", () => resolve());
+    ws.on("error", reject);
+  });
+  const closed = new Promise<void>((res) => ws.on("close", () => res()));
+  await stopConsoleServer(server);
+  await closed;
 });

@@ -101,6 +101,19 @@ test("a revoked token ends its sessions", async () => {
   assert.equal((await app.request("/v1/sandboxes", { headers: { cookie } })).status, 401);
 });
 
+test("behind a proxy that terminates TLS (X-Forwarded-Proto: https) the cookie is Secure; on plain HTTP not", async () => {
+  const r = await t.services.tokens.create({ tenant: "dave", scope: "tenant" });
+  const viaTls = await app.request("/v1/console/session", {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-forkd-console": "1", "x-forwarded-proto": "https" },
+    body: JSON.stringify({ token: r.token }),
+  });
+  assert.equal(viaTls.status, 200);
+  assert.match(viaTls.headers.get("set-cookie") ?? "", /; Secure$/);
+  const plain = await login(r.token);
+  assert.doesNotMatch(plain.headers.get("set-cookie") ?? "", /Secure/);
+});
+
 test("a wrong token sets nothing and counts as a failed authentication", async () => {
   let last: Response | null = null;
   for (let i = 0; i < 5; i++) {

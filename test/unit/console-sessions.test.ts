@@ -1,16 +1,19 @@
 /**
  * The web console's sessions (src/console/sessions.ts): a login secret opens one session once;
  * wrong, malformed, expired and reused secrets open none; sessions end after their idle time
- * (use restarts it) or on logout; the cookie is read and written as the browser sends it.
+ * (use restarts it) or on logout; one subject's logins evict only its own least recently used
+ * session; the cookie is read and written as the browser sends it (the loopback's named by port).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   COOKIE,
   ConsoleSessions,
+  MAX_SESSIONS_PER_SUBJECT,
   SECRET_TTL_MS,
   SESSION_IDLE_MS,
   cookieOf,
+  loopbackCookie,
   setCookie,
 } from "../../src/console/sessions.js";
 
@@ -85,4 +88,32 @@ test("the cookie: read among others, written HttpOnly and SameSite=Strict, clear
   assert.equal(cookieOf(undefined), undefined);
   assert.equal(setCookie("abc"), `${COOKIE}=abc; HttpOnly; SameSite=Strict; Path=/`);
   assert.match(setCookie(null, true), /Max-Age=0; Secure$/);
+});
+
+test("one subject's many logins evict its own least recently used session, never another's", () => {
+  const c = clock();
+  const s = new ConsoleSessions(c);
+  const other = s.open("token:bob");
+  const mine: string[] = [];
+  for (let i = 0; i < MAX_SESSIONS_PER_SUBJECT; i++) {
+    mine.push(s.open("token:alice"));
+    c.advance(1);
+  }
+  // The first is used again: the second is now the least recently used.
+  assert.ok(s.get(mine[0]));
+  s.open("token:alice");
+  assert.equal(s.get(mine[1]), null, "alice's least recently used session made room");
+  assert.ok(s.get(mine[0]));
+  assert.ok(s.get(other), "bob's session is untouched");
+  for (let i = 0; i < 3 * MAX_SESSIONS_PER_SUBJECT; i++) s.open("token:alice");
+  assert.ok(s.get(other));
+  assert.equal(s.size, MAX_SESSIONS_PER_SUBJECT + 1);
+});
+
+test("the loopback console's cookie is named by its port", () => {
+  const name = loopbackCookie(41234);
+  assert.equal(name, `${COOKIE}_41234`);
+  assert.equal(cookieOf(`${COOKIE}=a; ${name}=b`, name), "b");
+  assert.equal(cookieOf(`${COOKIE}=a`, name), undefined);
+  assert.match(setCookie("x", false, name), /^forkd_console_41234=x; HttpOnly/);
 });

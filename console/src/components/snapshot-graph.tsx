@@ -1,9 +1,10 @@
 /**
- * The snapshot tree as an SVG graph: parent → child edges, each node a focusable button with its
- * status and the sandboxes running from it; arrow keys move between nodes, Enter selects.
+ * The snapshot tree as an SVG graph: parent → child edges (solid), a diff snapshot's memory base
+ * → it (dashed, when the base is not its parent), each node a focusable button with its status
+ * and the sandboxes running from it; arrow keys move between nodes, Enter selects.
  */
 import type { Sandbox, SnapshotView } from "../api/types";
-import { parentOf } from "../lib/snapshot-parent";
+import { memoryBaseOf, parentOf } from "../lib/snapshot-parent";
 import { layoutTree } from "../lib/tree-layout";
 
 const DX = 170;
@@ -18,6 +19,10 @@ export function SnapshotGraph(p: {
   const items = Object.values(p.snapshots).map((s) => ({ id: s.tag, parent: parentOf(s, p.sandboxes) }));
   const layout = layoutTree(items, DX, DY);
   const pos = Object.fromEntries(layout.nodes.map((n) => [n.id, n]));
+  const memoryEdges = Object.values(p.snapshots).flatMap((s) => {
+    const base = memoryBaseOf(s);
+    return base !== null && pos[base] && pos[s.tag] ? [{ from: base, to: s.tag }] : [];
+  });
   const running: Record<string, number> = {};
   for (const s of Object.values(p.sandboxes))
     if (s.state !== "exited") running[s.tag] = (running[s.tag] ?? 0) + 1;
@@ -46,6 +51,23 @@ export function SnapshotGraph(p: {
             class="edge"
             d={`M${a.x},${a.y + 22} C${a.x},${(a.y + b.y) / 2} ${b.x},${(a.y + b.y) / 2} ${b.x},${b.y - 22}`}
           />
+        );
+      })}
+      {memoryEdges.map((e) => {
+        const a = pos[e.from];
+        const b = pos[e.to];
+        if (!a || !b) return null;
+        // From the base's side to the node's side, so it does not lie on a parent edge.
+        const ax = a.x + (b.x >= a.x ? 75 : -75);
+        const bx = b.x + (b.x >= a.x ? -75 : 75);
+        return (
+          <path
+            key={`mem:${e.from}->${e.to}`}
+            class="edge memory"
+            d={`M${ax},${a.y} C${(ax + bx) / 2},${a.y} ${(ax + bx) / 2},${b.y} ${bx},${b.y}`}
+          >
+            <title>{`${e.to} maps the memory of ${e.from}`}</title>
+          </path>
         );
       })}
       {layout.nodes.map((n) => {

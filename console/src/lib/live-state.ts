@@ -15,7 +15,7 @@ export interface LiveState {
 export const EMPTY: LiveState = { connected: false, sandboxes: {}, snapshots: {}, usage: {} };
 
 export type LiveEvent =
-  | { type: "state"; data: { sandboxes: Sandbox[]; snapshots: SnapshotView[] } }
+  | { type: "state"; data: { sandboxes: Sandbox[]; snapshots: SnapshotView[]; pending?: SnapshotView[] } }
   | { type: "sandbox"; data: Sandbox }
   | { type: "sandbox-gone"; data: { id: string; exit_reason: string | null } }
   | { type: "snapshot"; data: SnapshotView }
@@ -35,7 +35,10 @@ export function applyEvent(s: LiveState, e: LiveEvent): LiveState {
       return {
         connected: true,
         sandboxes: Object.fromEntries(e.data.sandboxes.map((x) => [x.id, x])),
-        snapshots: Object.fromEntries(e.data.snapshots.map((x) => [x.tag, x])),
+        // Those being written or failed, then the ready ones (a tag in both is ready).
+        snapshots: Object.fromEntries(
+          [...(e.data.pending ?? []), ...e.data.snapshots].map((x) => [x.tag, x]),
+        ),
         usage: s.usage,
       };
     case "sandbox":

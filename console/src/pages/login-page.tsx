@@ -14,7 +14,8 @@ export function LoginPage({ onLogin }: { onLogin: () => void }) {
     <section class="login" aria-labelledby="login-h">
       <h1 id="login-h">Log in</h1>
       <p>
-        Started with <code>forkd console</code>? Open the login URL it printed (each URL works once).
+        Started with <code>forkd console</code>? Open the login URL it printed (each URL works once; press
+        Enter where it runs for another).
       </p>
       <form
         onSubmit={(e) => {

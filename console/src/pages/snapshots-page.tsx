@@ -14,6 +14,10 @@ export function SnapshotsPage({ live, tag }: { live: LiveState; tag: string | un
     <section aria-labelledby="snapshots-h">
       <h1 id="snapshots-h">Snapshots</h1>
       <p class="count">{count} snapshots</p>
+      <p class="legend">
+        Solid lines: a branch's disk parent. <span class="memory">Dashed lines</span>: the memory base a diff
+        snapshot maps, when it is not the parent.
+      </p>
       <div class="tree-layout">
         <div class="tree-wrap">
           <SnapshotGraph

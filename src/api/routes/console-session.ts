@@ -28,8 +28,14 @@ function callerView(c: Caller): unknown {
   };
 }
 
+/**
+ * The cookie is Secure on TLS, and behind a proxy that terminates TLS and says so
+ * (X-Forwarded-Proto: https). A client that sends that header over plain HTTP only keeps its
+ * own browser from sending the cookie back.
+ */
 const secure = (c: ApiContext): boolean =>
-  (c.env?.incoming?.socket as { encrypted?: boolean } | undefined)?.encrypted === true;
+  (c.env?.incoming?.socket as { encrypted?: boolean } | undefined)?.encrypted === true ||
+  (c.req.header("x-forwarded-proto") ?? "").split(",")[0]?.trim().toLowerCase() === "https";
 
 export function consoleSessionRoutes(s: Services, listener: Listener): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();

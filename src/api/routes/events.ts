@@ -3,10 +3,12 @@
  * (the sandboxes and snapshots GET /v1/sandboxes and GET /v1/snapshots give), then deltas from
  * the event bus (src/events/bus.ts) in the order they happened: `sandbox` (a SandboxView on
  * creation and each state change), `sandbox-gone` ({id, exit_reason}), `snapshot` (a ready
- * SnapshotView, or the SnapshotStatus of one being written or failed), `snapshot-gone` ({tag});
+ * SnapshotView, or the SnapshotStatus of one being written or failed), `snapshot-gone` ({tag}, a
+ * tag it was shown that was deleted or whose creation ended with nothing);
  * `usage` every 2 s (running sandboxes' CPU and memory on the host: src/events/usage.ts), and a
  * `: ping` comment every 15 s. A client that reads slower than the events come (more than
- * 4 MiB queued for it) is disconnected: it reconnects and gets `state` again. A client that
+ * 4 MiB queued for it after `state`, or 1000 sends behind) is disconnected: it reconnects and
+ * gets `state` again. A client that
  * hangs up frees its subscription and timers at once.
  */
 import { Hono } from "hono";
@@ -74,7 +76,12 @@ class EventStream {
     // Subscribed before the state is read, so nothing falls between the two.
     this.unsubscribe = this.s.events.subscribe((e) => this.onEvent(e));
     this.sink.onHangup(() => this.stop());
-    this.then(async () => this.send("state", await this.state()));
+    this.then(async () => {
+      // The state may be bigger than the bound (thousands of sandboxes): it is waited out, not
+      // counted as a slow reader (which would reconnect and get it again, in a loop). What
+      // happens meanwhile waits behind it, bounded by MAX_QUEUED.
+      if (!this.sink.write(sseEvent(this.next++, "state", await this.state()))) await this.sink.drained();
+    });
     this.timers.push(
       setInterval(() => {
         // One sample at a time: a slow /proc read skips ticks instead of queueing them.
@@ -136,7 +143,12 @@ class EventStream {
       case "snapshot":
         this.then(async () => {
           const view = await snapshotOf(this.s, this.caller, e.tag);
-          if (view === null) return;
+          if (view === null) {
+            // A tag it was shown that is no longer there (a creation that failed before it
+            // had anything, its client watching): told gone.
+            if (this.shownTags.delete(e.tag)) this.send("snapshot-gone", { tag: e.tag });
+            return;
+          }
           this.shownTags.add(e.tag);
           this.send("snapshot", view);
         });
