@@ -28,7 +28,7 @@ import { retire } from "./retire.js";
 import { GUEST_DEFAULT_PIDS } from "./sandbox.js";
 import type { E2bRecord, ReadonlySandbox, Sandbox, SandboxLimits, SandboxRecord } from "./sandbox.js";
 import { settleWithLimit } from "../util/settle-with-limit.js";
-import { limitsFor } from "./vmm-limits.js";
+import { limitsFor } from "../vmm/limits.js";
 
 /** How long a child whose link is set up may take to see its carrier (the fork waits for it). */
 export const NET_UP_WAIT_MS = 2_000;

@@ -14,7 +14,8 @@ import { nowMs, since } from "../util/time.js";
 import type { Vm } from "../vmm/vm.js";
 import type { SandboxContext } from "./context.js";
 import type { Prepared } from "./pool.js";
-import { jailFor, limitsFor } from "./vmm-limits.js";
+import { limitsFor } from "../vmm/limits.js";
+import { jailFor } from "./jail-reads.js";
 
 /**
  * Starts a VMM for a child of `snap`, waiting for device state (for the pool `net` is absent,

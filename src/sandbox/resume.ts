@@ -19,7 +19,8 @@ import { retire } from "./retire.js";
 import { markRunning } from "./sandbox.js";
 import type { PausedImage, Sandbox, SandboxRecord } from "./sandbox.js";
 import { notInTransition, transit } from "./transition.js";
-import { jailFor, limitsFor } from "./vmm-limits.js";
+import { limitsFor } from "../vmm/limits.js";
+import { jailFor } from "./jail-reads.js";
 
 export interface ResumeOptions {
   /**

@@ -9,7 +9,7 @@
  *   pause.ts resume.ts suspend and resume
  *   network-change.ts  exposed ports and egress of a running sandbox
  *   e2b-settings.ts    E2B's settings kept in the record (src/e2b)
- *   disk-limit.ts vmm-limits.ts  a sandbox's limits on the host
+ *   disk-limit.ts jail-reads.ts  a sandbox's disk limit; what its jailed VMM may read
  *   lease.ts           the agent for one API operation
  *   retire.ts          kill and retire; register.ts watches a VMM for its end
  *   adopt.ts           recovery after a daemon restart (recovery.ts: records left mid-way)

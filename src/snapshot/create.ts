@@ -5,7 +5,7 @@
  * the memory file. The parent never runs again on that image.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, rm } from "node:fs/promises";
+import { chmod, chown, copyFile, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import type { EvalLanguage } from "../agent/eval.js";
@@ -18,6 +18,7 @@ import { nowMs, since, sleep } from "../util/time.js";
 import { GUEST_NET, guestNetArg } from "../net/guest.js";
 import { defaultCpu, kernelCmdline } from "../vmm/config.js";
 import type { MachineConfig } from "../vmm/config.js";
+import { limitsFor } from "../vmm/limits.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import type { Vm } from "../vmm/vm.js";
 import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
@@ -72,6 +73,16 @@ export interface SnapshotDeps {
   crash?: CrashPoint;
 }
 
+/** Moves a file the jailed VMM wrote to `to`, owned by the daemon (copied across file systems). */
+async function moveOwned(from: string, to: string): Promise<void> {
+  await chown(from, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
+  await rename(from, to).catch(async (e: NodeJS.ErrnoException) => {
+    if (e.code !== "EXDEV") throw e;
+    await copyFile(from, to);
+    await rm(from, { force: true });
+  });
+}
+
 export async function createSnapshot(
   deps: SnapshotDeps,
   req: CreateSnapshotRequest,
@@ -97,7 +108,15 @@ export async function createSnapshot(
     });
     await mkdir(runtime, { recursive: true, mode: 0o700 });
     const files = snapshotFiles(staging);
-    await createOverlay(files.disk, { backing: image.rootfs, backingFormat: "raw" });
+    // The parent runs the caller's start and warm-up commands: it is jailed like a child (its
+    // own uid and cgroup, only its own directory writable, its guest image read-only). It writes
+    // its RAM, disk and device state there; they move into the staging directory once it stops.
+    const own = {
+      memory: join(runtime, "memory"),
+      disk: join(runtime, "disk.qcow2"),
+      vmstate: join(runtime, "vmstate"),
+    };
+    await createOverlay(own.disk, { backing: image.rootfs, backingFormat: "raw" });
     const machine: MachineConfig = {
       memoryMiB: req.memoryMiB,
       vcpus: req.vcpus,
@@ -112,8 +131,8 @@ export async function createSnapshot(
     vm = await deps.driver.launch({
       dir: runtime,
       machine,
-      memory: { path: files.memory, mode: "parent" },
-      disk: files.disk,
+      memory: { path: own.memory, mode: "parent" },
+      disk: own.disk,
       boot: {
         kernel: image.kernel,
         initrd: image.initrd,
@@ -126,6 +145,7 @@ export async function createSnapshot(
       },
       // The parent has the device children need, with no connectivity (warm-ups run offline).
       ...(withNic ? { nic: { guest: GUEST_NET, backend: { kind: "none" as const } } } : {}),
+      jail: { reads: [image.dir], limits: limitsFor(machine) },
     });
     agent = await vm.connectAgent(10_000);
     await waitReady(deps.driver, vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
@@ -200,11 +220,15 @@ export async function createSnapshot(
     if (withNic) await waitCarrier(agent, false, 10_000);
     // Keep the agent connected through the save: children restore with the host end connected
     // (they connect before they resume), so the guest never sees its port close and reopen.
-    await vm.saveState(files.vmstate);
+    await vm.saveState(own.vmstate);
     agent.close();
     agent = null;
     await vm.stop();
     vm = null;
+    // The VMM is gone: its files become the daemon's, in the staging directory.
+    await moveOwned(own.memory, files.memory);
+    await moveOwned(own.disk, files.disk);
+    await moveOwned(own.vmstate, files.vmstate);
     const freezeMs = since(t2);
 
     progress("freeze: checksumming memory, device state and disk", { phase: "freeze" });
