@@ -5,13 +5,14 @@
  * over its memory limit is killed alone and the API says why; a fork bomb hits its pids limit
  * and the sandbox stays usable; a CPU quota holds; a child over its disk limit is killed alone;
  * a lifetime ends a sandbox whatever it is doing. A VMM's environment holds nothing of the
- * daemon's (its admin token); two daemons on one host never give their VMMs one uid.
+ * daemon's (its admin token); two daemons on one host never give their VMMs one uid. A
+ * snapshot's parent VMM is jailed the same way.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFile, rename } from "node:fs/promises";
+import { readFile, readdir, rename } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { ApiError } from "../helpers/http.js";
@@ -94,6 +95,52 @@ step("each child's VMM: its own uid, no capabilities, seccomp, its own cgroup", 
   assert.equal(a.limits.pids, 1024);
   // Both still work.
   for (const v of [a, b]) assert.equal((await sh(v.id, "echo hi")).stdout, "hi\n");
+});
+
+/** The pid of the QEMU whose command line names `fragment`, or null. */
+async function qemuNaming(fragment: string): Promise<number | null> {
+  for (const name of await readdir("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    const argv = await readFile(`/proc/${name}/cmdline`, "utf8").catch(() => "");
+    if (argv.split("\0")[0]?.includes("qemu-system") && argv.includes(fragment)) return Number(name);
+  }
+  return null;
+}
+
+step("a snapshot's parent VMM (it runs the caller's warm-up) is jailed like a child", async () => {
+  const made = api(
+    "POST",
+    "/v1/snapshots",
+    { tag: "iso-parent", memory_mib: 256, warm: "sleep 15" },
+    900_000,
+  );
+  let pid: number | null = null;
+  for (let i = 0; i < 600 && pid === null; i++) {
+    pid = await qemuNaming(join(d.dataDir, "run", "p-"));
+    if (pid === null) await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.ok(pid, "the parent's QEMU was seen");
+  const st = await status(pid);
+  assert.notEqual(uidOf(st), "0", "not root");
+  assert.equal(st.CapEff, "0000000000000000");
+  assert.equal(st.NoNewPrivs, "1");
+  assert.equal(st.Seccomp, "2");
+  assert.match(await readFile(`/proc/${pid}/cgroup`, "utf8"), /memory:\/forkd\/p-/m);
+  // In its mount namespace the data directory shows nothing but its own directory's path.
+  const ls = await asVmm(uidOf(st), gidOf(st), ["ls", "-A", join(d.dataDir, "snapshots")], pid);
+  assert.ok(!ls.ok || ls.out.trim() === "", `the snapshots are hidden: ${ls.out}`);
+  const run = await asVmm(uidOf(st), gidOf(st), ["ls", join(d.dataDir, "run")], pid);
+  assert.ok(run.ok, run.out);
+  assert.match(run.out.trim(), /^p-[0-9a-f]+$/, "only its own directory is there");
+  const sock = await asVmm(uidOf(st), gidOf(st), ["stat", join(d.dataDir, "forkd.sock")], pid);
+  assert.equal(sock.ok, false, "the API socket is not there");
+  await made;
+  // Its files were handed back to the daemon: children of it work.
+  const c = (await api<{ sandboxes: View[] }>("POST", "/v1/sandboxes", { snapshot_tag: "iso-parent" }))
+    .sandboxes[0]!;
+  assert.equal((await sh(c.id, "echo parent-ok")).stdout, "parent-ok\n");
+  await api("DELETE", `/v1/sandboxes/${c.id}`);
+  await api("DELETE", "/v1/snapshots/iso-parent");
 });
 
 step("one child's VMM cannot open another's disk, sockets or memory", async () => {
