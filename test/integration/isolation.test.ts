@@ -129,9 +129,9 @@ step("a snapshot's parent VMM (it runs the caller's warm-up) is jailed like a ch
   // In its mount namespace the data directory shows nothing but its own directory's path.
   const ls = await asVmm(uidOf(st), gidOf(st), ["ls", "-A", join(d.dataDir, "snapshots")], pid);
   assert.ok(!ls.ok || ls.out.trim() === "", `the snapshots are hidden: ${ls.out}`);
-  const run = await asVmm(uidOf(st), gidOf(st), ["ls", join(d.dataDir, "run")], pid);
-  assert.ok(run.ok, run.out);
-  assert.match(run.out.trim(), /^p-[0-9a-f]+$/, "only its own directory is there");
+  const own = await asVmm(uidOf(st), gidOf(st), ["ls", join(d.dataDir, "run")], pid);
+  assert.ok(own.ok, own.out);
+  assert.match(own.out.trim(), /^p-[0-9a-f]+$/, "only its own directory is there");
   const sock = await asVmm(uidOf(st), gidOf(st), ["stat", join(d.dataDir, "forkd.sock")], pid);
   assert.equal(sock.ok, false, "the API socket is not there");
   await made;
