@@ -135,8 +135,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     jailer,
     protectedPorts: [...(cfg.tcp ? [cfg.tcp.port] : []), ...(cfg.e2b ? [cfg.e2b.port] : [])],
   });
-  // A dead daemon's children outlive it: a snapshot's parent VM (unjailed, running from run/ on
-  // a memory file in a staging directory), helpers writing a branch or an unpack. They are
+  // A dead daemon's children outlive it: a snapshot's parent VM or a Dockerfile build VM
+  // (running from run/), helpers writing a branch or an unpack. They are
   // stopped before their directories go; sandboxes' VMMs are re-adopted (or stopped) by
   // sandboxes.recover() below.
   const strays = new Strays(

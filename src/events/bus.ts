@@ -6,14 +6,18 @@
  * Consumers (the SSE route: src/api/routes/events.ts) turn these into wire views.
  */
 import type { ReadonlySandbox } from "../sandbox/sandbox.js";
+import type { SnapshotPending } from "../snapshot/store.js";
 
 export type CoreEvent =
   /** A sandbox was created, or its state changed (running, paused, exited). */
   | { type: "sandbox"; sandbox: ReadonlySandbox }
   /** A sandbox is no longer listed (killed, or an exited one forgotten). */
   | { type: "sandbox-gone"; id: string; exitReason: string | null; owner: string | null }
-  /** A snapshot tag was created or changed status (writing, ready, failed). */
-  | { type: "snapshot"; tag: string }
+  /**
+   * A snapshot tag was created or changed status (writing, ready, failed). `writing`: the status
+   * at the change, for one that may end before a consumer reads it (a creation that fails at once).
+   */
+  | { type: "snapshot"; tag: string; writing?: SnapshotPending }
   /** A snapshot tag (ready or failed) was deleted. */
   | { type: "snapshot-gone"; tag: string };
 

@@ -5,11 +5,12 @@
  * the memory file. The parent never runs again on that image.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, chown, copyFile, mkdir, rename, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { chmod, copyFile, lchown, lstat, mkdir, rename, rm } from "node:fs/promises";
+import { basename, join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import type { EvalLanguage } from "../agent/eval.js";
-import { createOverlay, virtualSize } from "../disk/overlay.js";
+import { createOverlay, rebaseUnsafe, virtualSize } from "../disk/overlay.js";
+import { plainLayerProblem } from "../disk/plain-layer.js";
 import type { AccelChoice } from "../host/accel.js";
 import type { GuestImage, ImageBuilder } from "../image/builder.js";
 import type { Progress } from "./progress.js";
@@ -73,9 +74,16 @@ export interface SnapshotDeps {
   crash?: CrashPoint;
 }
 
-/** Moves a file the jailed VMM wrote to `to`, owned by the daemon (copied across file systems). */
+/**
+ * Moves a file the jailed VMM wrote to `to`, owned by the daemon (copied across file systems).
+ * The VMM is gone, but what it left is not trusted: it must be a regular file with one link
+ * (not a link to a host file the daemon would chown, hash and make readable, nor a FIFO).
+ */
 async function moveOwned(from: string, to: string): Promise<void> {
-  await chown(from, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
+  const st = await lstat(from);
+  if (!st.isFile() || st.nlink !== 1)
+    throw new ForkdError("vmm_error", `the parent VM left ${basename(from)} as something other than a file`);
+  await lchown(from, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
   await rename(from, to).catch(async (e: NodeJS.ErrnoException) => {
     if (e.code !== "EXDEV") throw e;
     await copyFile(from, to);
@@ -229,6 +237,11 @@ export async function createSnapshot(
     await moveOwned(own.memory, files.memory);
     await moveOwned(own.disk, files.disk);
     await moveOwned(own.vmstate, files.vmstate);
+    // The layer's header was the VMM's to write: no data file, and the backing file it names is
+    // replaced by the image's (root's qemu-img reads this layer later: compaction, packs).
+    const why = await plainLayerProblem(files.disk);
+    if (why !== null) throw new ForkdError("vmm_error", `the parent VM's disk layer is not plain: ${why}`);
+    await rebaseUnsafe(files.disk, image.rootfs, "raw");
     const freezeMs = since(t2);
 
     progress("freeze: checksumming memory, device state and disk", { phase: "freeze" });

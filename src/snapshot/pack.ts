@@ -22,12 +22,13 @@ import { join, relative } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { z } from "zod";
 import { createOverlay, rebaseUnsafe } from "../disk/overlay.js";
+import { plainLayerProblem } from "../disk/plain-layer.js";
 import { IMAGE_FILES, findImage, imageAddress, importedDir } from "../image/content.js";
 import type { ImageFile } from "../image/content.js";
 import { exists, linkOrCopy } from "../util/fs.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { isValidTag } from "../util/ids.js";
-import { childEnv, run } from "../util/proc.js";
+import { childEnv } from "../util/proc.js";
 import { SnapshotMetaSchema, diffFieldsAgree, sha256File, withSource, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
@@ -392,27 +393,17 @@ async function installImage(deps: UnpackDeps, staged: string, address: string): 
 /** A tool's error about `path` as a tenant may read it: the pack's own name, no host path. */
 const scrub = (text: string, path: string, file: string): string => text.split(path).join(file).slice(0, 300);
 
-/**
- * A pack's disk layer must be a plain qcow2 layer: no external data file (which would make
- * QEMU read and write a host file the pack names). Its backing file is replaced by ours.
- */
+/** A pack's disk layer must be a plain qcow2 layer (src/disk/plain-layer.ts); its backing file is replaced by ours. */
 async function checkPackDisk(path: string, file: string): Promise<void> {
-  const bad = (why: string) =>
-    new ForkdError("invalid_argument", `pack file ${file} is not a usable disk layer: ${why}`, { file });
-  const { stdout } = await run("qemu-img", ["info", "-U", "--output=json", "-f", "qcow2", path], {
-    timeoutMs: 30_000,
-  }).catch((e: unknown) => {
-    throw bad(scrub(errorMessage(e), path, file));
-  });
-  let info: { format?: unknown; "format-specific"?: { data?: Record<string, unknown> } };
-  try {
-    info = JSON.parse(stdout) as typeof info;
-  } catch {
-    throw bad("qemu-img info is not JSON");
-  }
-  if (info.format !== "qcow2") throw bad(`format ${JSON.stringify(info.format)}`);
-  const data = info["format-specific"]?.data ?? {};
-  if ("data-file" in data || data["data-file-raw"] === true) throw bad("it names an external data file");
+  const why = await plainLayerProblem(path);
+  if (why !== null)
+    throw new ForkdError(
+      "invalid_argument",
+      `pack file ${file} is not a usable disk layer: ${scrub(why, path, file)}`,
+      {
+        file,
+      },
+    );
 }
 
 /** Reads and checks a staged snapshot's meta.json: a clear 400 naming the bad field. */

@@ -216,7 +216,7 @@ export class SnapshotStore {
       return () => undefined;
     const entry: SnapshotPending = { ...info, status: "writing", error: null };
     this.creating.set(tag, entry);
-    this.events.emit({ type: "snapshot", tag });
+    this.events.emit({ type: "snapshot", tag, writing: entry });
     return (made) => {
       if (this.creating.get(tag) !== entry) return;
       this.creating.delete(tag);

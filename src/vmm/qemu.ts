@@ -15,6 +15,7 @@ import type { VmLaunch } from "./config.js";
 import { QmpClient } from "./qmp.js";
 import type { QmpEvent } from "./qmp.js";
 import type { Jail } from "./jail.js";
+import { readFileTail } from "../util/file-tail.js";
 import type { LaunchOptions, VmmDriver } from "./driver.js";
 import type { ExitVerdict, Vm, VmIdentity } from "./vm.js";
 import { chown, readFile, rename, rm } from "node:fs/promises";
@@ -584,20 +585,9 @@ export class QemuDriver implements VmmDriver {
 }
 
 async function readTail(path: string, bytes = 2048): Promise<string> {
-  try {
-    const fh = await open(path, "r");
-    try {
-      const { size } = await fh.stat();
-      const start = Math.max(0, size - bytes);
-      const buf = Buffer.alloc(size - start);
-      await fh.read(buf, 0, buf.length, start);
-      return buf.toString("utf8").trim();
-    } finally {
-      await fh.close();
-    }
-  } catch {
-    return "";
-  }
+  // The VMM owns the file: read without following a link it may have put there.
+  const tail = await readFileTail(path, bytes).catch(() => null);
+  return tail ? tail.bytes.toString("utf8").trim() : "";
 }
 
 /** The real uid of a process (from /proc/PID/status), or null when it is gone. */

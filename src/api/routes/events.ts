@@ -140,19 +140,33 @@ class EventStream {
         if (!mayHold(this.caller, e.owner)) return;
         this.then(async () => this.send("sandbox-gone", { id: e.id, exit_reason: e.exitReason }));
         return;
-      case "snapshot":
+      case "snapshot": {
+        // A creation's start is told as it was (it may be over before this send's turn).
+        const writing = e.writing;
+        if (writing) {
+          if (!canSee(this.caller, writing.owner)) return;
+          const view = snapshotStatusView(writing);
+          this.then(async () => {
+            this.shownTags.add(e.tag);
+            this.send("snapshot", view);
+          });
+          return;
+        }
         this.then(async () => {
           const view = await snapshotOf(this.s, this.caller, e.tag);
           if (view === null) {
             // A tag it was shown that is no longer there (a creation that failed before it
-            // had anything, its client watching): told gone.
-            if (this.shownTags.delete(e.tag)) this.send("snapshot-gone", { tag: e.tag });
+            // had anything, its client watching): told gone. One whose metadata does not read
+            // is still there: not.
+            if (!(await this.s.store.has(e.tag)) && this.shownTags.delete(e.tag))
+              this.send("snapshot-gone", { tag: e.tag });
             return;
           }
           this.shownTags.add(e.tag);
           this.send("snapshot", view);
         });
         return;
+      }
       case "snapshot-gone":
         this.then(async () => {
           if (!this.shownTags.delete(e.tag)) return;
