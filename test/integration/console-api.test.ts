@@ -24,6 +24,8 @@ import type { Endpoint } from "../helpers/http.js";
 import { freePort } from "../helpers/port.js";
 import { steps } from "../helpers/steps.js";
 import { api, forkOne } from "../helpers/vm.js";
+import { until } from "../helpers/fake-sandboxes.js";
+import { withTimeout } from "../../src/util/time.js";
 
 const TAG = "capi";
 const { step, failed } = steps();
@@ -168,27 +170,6 @@ function terminal(
   });
 }
 
-/** `p`, or a failure naming `what` after `ms` (a hang, not a speed: the bound is generous). */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms);
-  });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-async function waitFor(pred: () => boolean | Promise<boolean>, what: string, ms = 60_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await pred())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 let id = "";
 
 step("events: a creation its client waits on is told writing, then ready; one that fails, gone", async () => {
@@ -276,7 +257,7 @@ step("terminal: output and the exit frame, a resize, and closing the socket kill
   assert.ok("ws" in sh);
   sh.ws.send(JSON.stringify({ type: "resize", rows: 40, cols: 120 }));
   sh.ws.send(Buffer.from("stty size\n"));
-  await waitFor(() => /40 120/.test(sh.out()), "the new size");
+  await until("the new size", () => /40 120/.test(sh.out()), 60_000);
   sh.ws.send(Buffer.from("exit 0\n"));
   assert.equal(await sh.closed, 1000);
   assert.deepEqual(sh.controls, [{ type: "exit", exit_code: 0, signal: null }]);
@@ -287,9 +268,9 @@ step("terminal: output and the exit frame, a resize, and closing the socket kill
     (
       await api<{ commands: { cmd: unknown; pty: boolean }[] }>(d, "GET", `/v1/sandboxes/${id}/commands`)
     ).commands.some((c) => c.pty && c.cmd === "sleep 600");
-  await waitFor(running, "the terminal's command");
+  await until("the terminal's command", running, 60_000);
   long.ws.close();
-  await waitFor(async () => !(await running()), "the command killed when the socket closed");
+  await until("the command killed when the socket closed", async () => !(await running()), 60_000);
 });
 
 step("a tenant's events and terminal do not reach another tenant's sandbox", async () => {
@@ -416,14 +397,14 @@ step("forkd console: the printed URL logs in once; a POST needs X-Forkd-Console"
       (
         await api<{ commands: { cmd: unknown; pty: boolean }[] }>(d, "GET", `/v1/sandboxes/${id}/commands`)
       ).commands.some((c) => c.pty && c.cmd === "sleep 700");
-    await waitFor(running, "the console terminal's command");
+    await until("the console terminal's command", running, 60_000);
     const exited = new Promise<number | null>((r) =>
       proc.exitCode !== null ? r(proc.exitCode) : proc.once("exit", r),
     );
     proc.kill("SIGTERM");
-    assert.equal(await within(exited, 30_000, "forkd console exiting with a terminal open"), 0);
+    assert.equal(await withTimeout(exited, 30_000, "forkd console exiting with a terminal open"), 0);
     await t.closed;
-    await waitFor(async () => !(await running()), "the terminal's command killed with the console");
+    await until("the terminal's command killed with the console", async () => !(await running()), 60_000);
   } finally {
     proc.kill("SIGTERM");
     await new Promise((r) => (proc.exitCode !== null ? r(null) : proc.once("exit", r)));

@@ -12,7 +12,8 @@ import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFile, readdir, rename, stat } from "node:fs/promises";
+import { readFile, rename, stat } from "node:fs/promises";
+import { pidsReferencing, processCmdline } from "../../src/util/proc.js";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { ApiError } from "../helpers/http.js";
@@ -99,11 +100,8 @@ step("each child's VMM: its own uid, no capabilities, seccomp, its own cgroup", 
 
 /** The pid of the QEMU whose command line names `fragment`, or null. */
 async function qemuNaming(fragment: string): Promise<number | null> {
-  for (const name of await readdir("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    const argv = await readFile(`/proc/${name}/cmdline`, "utf8").catch(() => "");
-    if (argv.split("\0")[0]?.includes("qemu-system") && argv.includes(fragment)) return Number(name);
-  }
+  for (const pid of await pidsReferencing(fragment))
+    if ((await processCmdline(pid))[0]?.includes("qemu-system")) return pid;
   return null;
 }
 

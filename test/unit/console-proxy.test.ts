@@ -231,7 +231,7 @@ test("logout ends this server's session (the daemon is not asked); another sessi
   assert.equal((await call("GET", "/v1/anything", { cookie: b })).status, 200);
 });
 
-test("stopConsoleServer ends open WebSockets instead of waiting for them", async () => {
+test("stopConsoleServer ends open WebSockets instead of waiting for them", { timeout: 10_000 }, async () => {
   const s = new ConsoleSessions();
   let origin = "";
   const server = createConsoleServer({
