@@ -575,17 +575,30 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string;
       entry: "h",
       why: /hard link through a symlink \(\/s\)/,
     },
-    "char-device": {
-      layers: [
-        makeTar([dir("dev"), { name: "dev/mem0", type: "char", devmajor: 1, devminor: 1, mode: 0o600 }]),
-      ],
-      entry: "dev/mem0",
-      why: /a char device node is not allowed/,
+    // Device nodes are skipped, not made (deviceTars); one is still checked like any entry first.
+    "device-dotdot": {
+      layers: [makeTar([{ name: "../null", type: "char", devmajor: 1, devminor: 3, mode: 0o666 }])],
+      entry: "../null",
+      why: dotdot,
     },
-    "block-device": {
-      layers: [makeTar([{ name: "sda0", type: "block", devmajor: 8, devminor: 0, mode: 0o600 }])],
-      entry: "sda0",
-      why: /a block device node is not allowed/,
+    "device-through-symlink": {
+      layers: [
+        makeTar([
+          { name: "evil", type: "symlink", linkname: "/nonexistent-forkd-test/dev" },
+          { name: "evil/sda0", type: "block", devmajor: 8, devminor: 0, mode: 0o600 },
+        ]),
+      ],
+      entry: "evil/sda0",
+      why: /its parent \/evil is a symlink/,
+    },
+    "hardlink-to-whited-out-device": {
+      // A skipped node a later layer whited out is gone: a hard link to it links to nothing.
+      layers: [
+        makeTar([dir("dev"), { name: "dev/null", type: "char", devmajor: 1, devminor: 3, mode: 0o666 }]),
+        makeTar([{ name: "dev/.wh.null" }, { name: "h", type: "hardlink", linkname: "dev/null" }]),
+      ],
+      entry: "h",
+      why: /hard link to \/dev\/null, which does not exist/,
     },
   };
 }
