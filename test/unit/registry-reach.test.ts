@@ -8,8 +8,9 @@
  *     to loopback and one of the host's own interface addresses is refused (403 forbidden) before
  *     anything connects, with the same answer whether a port is open or not; the operator's
  *     request reaches them; a registry the operator allows by name is reached; a redirect from it
- *     to loopback is refused; a name that resolved to a public address before and to loopback
- *     when the connection is made is refused (the check is the connection's);
+ *     to loopback is refused, and so is a token realm on loopback; a name that resolved to a
+ *     public address before and to loopback when the connection is made is refused (the check is
+ *     the connection's);
  *   - the image puller against a real registry on loopback: the admin's pull works, a tenant's is
  *     refused, also by digest once the admin's pull cached it; the operator's list admits it;
  *   - the operator's registry credentials go to a host a tenant names only when listed by name.
@@ -25,8 +26,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LookupAddress } from "node:dns";
 import { ImagePuller } from "../../src/oci/puller.js";
+import { RegistryClient } from "../../src/registry/client.js";
 import type { RegistrySettings } from "../../src/registry/client.js";
 import { credentialsFromEnv } from "../../src/registry/credentials.js";
+import { parseRef } from "../../src/registry/ref.js";
 import { assertReachable, hostAddresses, parseAllowedHosts, tenantGuard } from "../../src/registry/reach.js";
 import type { TenantGuard } from "../../src/registry/reach.js";
 import { readLimited, send } from "../../src/registry/transport.js";
@@ -213,6 +216,44 @@ test("transport: a registry the operator allows by name is reached; a redirect f
   assert.equal(hits, before + 1, "only the redirect itself was served");
   // The operator's own request follows it.
   assert.equal(await get(`http://localhost:${port}/redirect`), "secret\n");
+});
+
+test("client: a token realm on loopback, named by a registry the operator allows, is refused to a tenant", async () => {
+  let tokenAsked = 0;
+  const fake = createServer((req, res) => {
+    if (req.url?.startsWith("/token")) {
+      tokenAsked++;
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ token: "t" }));
+      return;
+    }
+    res.writeHead(401, { "www-authenticate": `Bearer realm="http://127.0.0.1:${fakePort}/token"` });
+    res.end();
+  });
+  await new Promise<void>((r) => fake.listen(0, "127.0.0.1", r));
+  const fakePort = (fake.address() as AddressInfo).port;
+  try {
+    const client = (tenant?: TenantGuard) =>
+      new RegistryClient(parseRef(`localhost:${fakePort}/a/b:v1`), {
+        insecure: false,
+        credentials: () => Promise.resolve(null),
+        chunkBytes: 1 << 20,
+        idleMs: 10_000,
+        push: false,
+        ...(tenant ? { tenant } : {}),
+      });
+    await assert.rejects(
+      client(guard(`localhost:${fakePort}`)).getManifest("v1", ["application/json"], 1 << 20),
+      forbidden(`127.0.0.1:${fakePort}`),
+    );
+    assert.equal(tokenAsked, 0);
+    // The operator's client asks it (and is refused by the registry: the fake takes no token).
+    await assert.rejects(client().getManifest("v1", ["application/json"], 1 << 20), /answered 401/);
+    assert.equal(tokenAsked, 1);
+  } finally {
+    fake.closeAllConnections();
+    await new Promise((r) => fake.close(r));
+  }
 });
 
 test("transport: a name that resolves to a public address, then to loopback when connecting, is refused", async () => {
