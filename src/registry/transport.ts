@@ -173,7 +173,11 @@ export async function send(url: URL, o: SendOptions): Promise<Sent> {
     for (let hop = 0; ; hop++) {
       checkScheme(current, o.policy);
       const lookup = o.policy.tenant ? connectCheck(current, o.policy.tenant, o.what) : undefined;
-      const headers: Record<string, string> = { "user-agent": `forkd/${VERSION}`, ...(o.headers ?? {}) };
+      const headers: Record<string, string> = {
+        "user-agent": `forkd/${VERSION}`,
+        accept: "*/*",
+        ...(o.headers ?? {}),
+      };
       if (current.origin !== origin) delete headers.authorization;
       let body: Buffer | Readable | undefined;
       // A redirected body-carrying request is not replayed to another host.
