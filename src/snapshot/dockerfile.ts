@@ -137,6 +137,7 @@ export async function createFromDockerfile(
         accel: deps.create.accel,
         runDir: deps.create.runDir,
         resolve: deps.resolve,
+        tools: deps.create.tools,
         ...(deps.network ? { network: deps.network } : {}),
         ...(deps.pin ? { pin: deps.pin } : {}),
       },

@@ -355,7 +355,7 @@ export class SnapshotService {
 
   /** A new base snapshot `newTag` with `tag`'s state and no parent. */
   compact(tag: string, newTag: string): Promise<SnapshotMeta> {
-    return compactSnapshot(this.o.store, tag, newTag);
+    return compactSnapshot(this.o.store, tag, newTag, this.o.create.tools);
   }
 
   /**
@@ -369,6 +369,7 @@ export class SnapshotService {
     return deleteSnapshot(this.o.store, tag, o, {
       inUse: (t) => this.o.sandboxes.countByTag(t),
       beforeDelete: (t) => this.o.sandboxes.forgetSnapshot(t),
+      tools: this.o.create.tools,
     });
   }
 
@@ -382,6 +383,7 @@ export class SnapshotService {
       ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
       store: this.o.store,
       cacheDir: this.o.cacheDir,
+      tools: this.o.create.tools,
       maxBytes: this.o.transfer.unpackMaxBytes ?? null,
       accel: this.o.accel,
       owner,

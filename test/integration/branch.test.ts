@@ -2,7 +2,8 @@
  * BRANCH with real VMs: a running child that changed memory, disk and processes is branched;
  * grandchildren forked from the branch see its state at branch time and diverge independently;
  * the source keeps running unaffected; repeated branches work; a half-written branch is never
- * forked or listed ready, also across a daemon crash.
+ * forked or listed ready, also across a daemon crash. qemu-img on the layers the sources' VMMs
+ * wrote (a later branch flattens them, a creation checks its parent's) runs jailed.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -12,6 +13,7 @@ import { ApiError } from "../helpers/http.js";
 import { isAlive } from "../../src/util/proc.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { steps } from "../helpers/steps.js";
+import { daemonToolRuns } from "../helpers/prometheus.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
@@ -159,6 +161,10 @@ step("the same sandbox branched five times in a row; every branch forks", async 
   assert.ok(h);
   assert.equal(await sh(h, "cat /root/state.txt"), "round6\n");
   for (const id of [g, h]) await api("DELETE", `/v1/sandboxes/${id}`);
+  // b3..b6 were flattened from the source's layers (the earlier branches froze them): jailed.
+  const runs = await daemonToolRuns(d.ep);
+  assert.ok((runs.jailed["qemu-img"] ?? 0) >= 4, JSON.stringify(runs));
+  assert.deepEqual(runs.unjailed, {});
 });
 
 step("a branch of a grandchild stacks on its branch; the stacked-on snapshot cannot be deleted", async () => {
