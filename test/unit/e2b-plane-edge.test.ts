@@ -15,7 +15,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RateLimiter } from "../../src/access/rate-limit.js";
-import { Authenticator, TokenStore } from "../../src/access/tokens.js";
+import { Authenticator, TokenStore, credentialOf } from "../../src/access/tokens.js";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
 import { DEFAULT_BODY_LIMITS, NO_METRICS } from "../../src/api/services.js";
 import type { Services } from "../../src/api/services.js";
@@ -58,7 +58,8 @@ async function setup() {
 
   const store = new TokenStore(join(dir, "tokens.json"));
   await store.load();
-  const key = (await store.create({ tenant: "alice", scope: "tenant", e2b: true })).token;
+  const created = await store.create({ tenant: "alice", scope: "tenant", e2b: true });
+  const key = created.token;
   const accessTokens = AccessTokens.fromSecret(Buffer.alloc(32, 7));
   const sb = {
     record: {
@@ -94,7 +95,7 @@ async function setup() {
     createE2bUpgradeHandler(services, { handshakeTimeoutMs: 2_000 }),
   );
   const port = (server.address() as AddressInfo).port;
-  const token = accessTokens.of(ID);
+  const token = accessTokens.of(ID, credentialOf(created.entry.id)) ?? "";
 
   const call = (
     o: { id?: string; port?: number; method?: string; path?: string; headers?: Record<string, string> } = {},
