@@ -118,7 +118,9 @@ test("open streams: ended once with the reason when their credential is revoked,
   a1();
   a1();
   assert.equal(opened.count("token:tok-aaaaaaaaaaaa"), 2);
-  const second = opened.open("token:tok-aaaaaaaaaaaa", (why) => ended.push(`a4 ${why.details.reason}`));
+  const second = opened.open("token:tok-aaaaaaaaaaaa", (why) =>
+    ended.push(`a4 ${String(why.details.reason)}`),
+  );
   assert.equal(opened.revoke("token:tok-aaaaaaaaaaaa"), 3, "one failing to end spares none of the others");
   assert.deepEqual(ended, ["a3", "a4 token_revoked"]);
   second(); // its own end after the revocation: nothing more

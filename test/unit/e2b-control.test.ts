@@ -209,8 +209,8 @@ test("authorizeSandbox: secure needs its access token; keys of its tenant; other
     const ops = keys.of(sec.record.id, credentialOf(root.entry.id)) ?? "";
     assert.equal(at(sec, { "x-access-token": ops }), "ok");
     assert.equal(
-      authorizeSandbox(s, request({ "x-access-token": two }), { sandboxId: sec.record.id, port: 49983 }).caller
-        .credential,
+      authorizeSandbox(s, request({ "x-access-token": two }), { sandboxId: sec.record.id, port: 49983 })
+        .caller.credential,
       credentialOf(aliceTwo.entry.id),
     );
     // Revoking the key revokes the access tokens it was given (401: it was a valid token), and
