@@ -8,14 +8,14 @@
  * Sandbox plane (authorizeSandbox): a sandbox created `secure` (E2B's default) answers only to
  * its envd access token (X-Access-Token, access-token.ts). Another sandbox answers to its token
  * too, or to an API key of its tenant (or an admin's); one created with `secure: false` also to a
- * request with no credential (E2B's unsecured sandboxes). An access token is bound to the API key
- * it was handed to: once that key is revoked (or may no longer see the sandbox) the token is
- * refused with 401 (it was a valid token of this sandbox, so saying so tells nothing of which
- * ids exist), and what it opened has been ended (src/access/open-streams.ts). A sandbox that does not exist, has
+ * request with no credential (E2B's unsecured sandboxes). A sandbox that does not exist, has
  * exited, or is another tenant's is not found, and so is one asked with a credential that does
  * not open it (a wrong or missing access token or key): the same answer in every case, so that
- * the plane tells nothing of which ids exist. Failed credentials count against the caller's
- * address like failed tokens on forkd's TCP listener.
+ * the plane tells nothing of which ids exist. An access token is bound to the API key it was
+ * handed to: once that key is revoked (or may no longer see the sandbox) the token is refused
+ * with 401 (it was a valid token of this sandbox, so saying so tells nothing of which ids exist),
+ * and what it opened has been ended (src/access/open-streams.ts). Failed credentials count
+ * against the caller's address like failed tokens on forkd's TCP listener.
  */
 import type { IncomingMessage } from "node:http";
 import { isAdmin } from "../access/caller.js";
