@@ -4,12 +4,14 @@
  * session cookie, with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
  * applies the caller's limits (429) and the body's bound (413),
  * and afterwards records the call: latency and failures in the metrics, and an audit line for
- * every mutating call (and WebSocket), refused ones included.
+ * every mutating call (and WebSocket), refused ones included. A streamed reply or a WebSocket is
+ * registered with the credential that opened it, and ended when that is revoked (./revocable.ts).
  */
 import { randomUUID } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
+import type { EndOpened } from "../access/open-streams.js";
 import { rateLimited } from "../access/rate-refusal.js";
 import { auditLine } from "../audit/audit-line.js";
 import { cookieOf } from "../console/sessions.js";
@@ -18,6 +20,7 @@ import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
 import { redactNdjson } from "./redact.js";
 import { tooLarge } from "./parse.js";
+import { revocableReply, revocableUpgrade } from "./revocable.js";
 import { actionOf, matchRoute } from "./route-match.js";
 import type { Listener, Services } from "./services.js";
 
@@ -46,17 +49,24 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
       const refused = gate(s, c, caller, match);
       if (refused instanceof Response) return (early = refused);
       release = refused;
+      // What the caller opens is ended when its credential is revoked (a terminal, a stream).
+      const opened = listener.auth?.tokens.opened;
+      const register = (end: EndOpened) => opened?.open(caller.credential, end) ?? (() => undefined);
+      const upgrade = c.env?.wsUpgrade;
+      if (upgrade && caller.credential) revocableUpgrade(upgrade, register);
       await next();
       // A tenant's NDJSON reply names no host path in its messages (./redact.ts).
       const streamed = c.res.body;
       if (streamed && !isAdmin(caller) && NDJSON.test(c.res.headers.get("content-type") ?? ""))
         c.res = new Response(streamed.pipeThrough(redactNdjson(s.info.hostDirs)), c.res);
-      // A streamed reply holds its caller's in-flight slot until it ends or the client goes.
+      // A streamed reply holds its caller's in-flight slot until it ends or the client goes, and
+      // is ended if the credential that opened it is revoked.
       const body = c.res.body;
-      if (release && body && STREAMED.test(c.res.headers.get("content-type") ?? "")) {
-        const done = release;
+      const type = c.res.headers.get("content-type") ?? "";
+      if (body && STREAMED.test(type) && (release || caller.credential)) {
+        const done = release ?? (() => undefined);
         release = null;
-        c.res = new Response(body.pipeThrough(onEnd(done)), c.res);
+        c.res = new Response(body.pipeThrough(revocableReply(type, register, done)), c.res);
       }
       return undefined;
     } finally {
@@ -177,20 +187,6 @@ function gate(
   if (a.ok) return a.release;
   c.header("retry-after", String(a.retryAfterS));
   return errorResponse(c, rateLimited(a.reason, a.retryAfterS));
-}
-
-/** A pass-through stream that calls `done` once when it ends, fails or is cancelled. */
-function onEnd(done: () => void): TransformStream<Uint8Array, Uint8Array> {
-  let called = false;
-  const once = () => {
-    if (!called) {
-      called = true;
-      done();
-    }
-  };
-  // `cancel` (the client went away) is called by Node's streams though older typings omit it.
-  const transformer = { flush: once, cancel: once };
-  return new TransformStream<Uint8Array, Uint8Array>(transformer);
 }
 
 function record(s: Services, c: ApiContext, res: Response, caller: Caller, started: Date, t0: number): void {

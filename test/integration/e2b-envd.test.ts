@@ -4,16 +4,17 @@
  * stdout/stderr callbacks, envs, cwd, the default user vs root, exit errors as
  * CommandExitError, background handles, list, connect, stdin, kill), files (text and bytes,
  * ownership by the user, list with depth, exists, info, rename, makeDir, remove, watchDir,
- * signed upload and download URLs routed by Host), PTY (create, input, resize, kill), and
+ * signed upload and download URLs routed by Host), PTY (create, input, resize, kill),
  * clients that hang up mid-stream (Start, Connect, WatchDir) without the daemon or the process
- * minding.
+ * minding, and an API key revoked: the access token it was given refused, its streams ended.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
 import { CommandExitError, NotFoundError, Sandbox, FileType } from "e2b";
-import { startE2bDaemon } from "../helpers/e2b.js";
+import { E2B_TENANT, startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
+import { apiRequest } from "../helpers/http.js";
 import { steps } from "../helpers/steps.js";
 
 let e: E2bDaemon;
@@ -308,3 +309,58 @@ step("clients hanging up mid-stream: the process runs on, the daemon serves on",
   const r = await sbx.commands.run("echo still-here");
   assert.equal(r.stdout, "still-here\n");
 });
+
+step(
+  "revoking an API key: the access token it was given is a 401 and its streams end; others' work on",
+  async () => {
+    const rest = <T>(method: string, path: string) =>
+      apiRequest<T>(e.daemon.ep, method, path, undefined, 60_000);
+    const ids = async () =>
+      (await rest<{ tokens: { id: string }[] }>("GET", "/v1/tokens")).tokens.map((t) => t.id);
+    const before = await ids();
+    const key = await e.keyFor(E2B_TENANT);
+    const [id] = (await ids()).filter((x) => !before.includes(x));
+    assert.ok(id);
+    const mine = await Sandbox.connect(sbx.sandboxId, { apiKey: key });
+    const token = (mine as unknown as { envdAccessToken: string }).envdAccessToken;
+    assert.notEqual(
+      token,
+      (sbx as unknown as { envdAccessToken: string }).envdAccessToken,
+      "each key its own",
+    );
+    // Streams opened with it: a background command (Start's stream) and a directory watch.
+    const bg = await mine.commands.run("sleep 600", { background: true });
+    let watchEnded: unknown = "not yet";
+    const w = await mine.files.watchDir("/home/user", () => undefined, {
+      onExit: (err) => {
+        watchEnded = err;
+      },
+    });
+    const ended = bg.wait().then(
+      () => "exited",
+      (err: unknown) => err,
+    );
+    await rest("DELETE", `/v1/tokens/${id}`);
+    // Each ends by itself (the bound only guards a hang).
+    const result = await Promise.race([
+      ended,
+      new Promise((r) => setTimeout(() => r("still running"), 60_000)),
+    ]);
+    assert.ok(result instanceof Error, `the command's stream: ${String(result)}`);
+    await waitFor("the watch's end", () => watchEnded !== "not yet");
+    await w.stop().catch(() => undefined);
+    // The token is refused as revoked (not as a missing sandbox), through the SDK and raw.
+    await assert.rejects(mine.commands.run("true"), (err: Error) => err.name === "AuthenticationError");
+    const refused = await raw("GET", "/health", {
+      "e2b-sandbox-id": sbx.sandboxId,
+      "e2b-sandbox-port": "49983",
+      "x-access-token": token,
+    });
+    assert.equal(refused.status, 401, refused.body.toString());
+    assert.match(refused.body.toString(), /access token was revoked/);
+    // The process itself is the sandbox's (E2B's envd keeps it too); the other key's handle works.
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid));
+    await sbx.commands.kill(bg.pid);
+    assert.equal((await sbx.commands.run("echo other-key")).stdout, "other-key\n");
+  },
+);

@@ -9,7 +9,7 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Process } from "../../src/e2b/envd/gen/process/process_pb.js";
 import { Filesystem, FileType } from "../../src/e2b/envd/gen/filesystem/filesystem_pb.js";
-import { SANDBOX_ID, envdHost } from "../helpers/envd-host.js";
+import { HOST_CREDENTIAL, SANDBOX_ID, envdHost } from "../helpers/envd-host.js";
 import type { EnvdHost } from "../helpers/envd-host.js";
 
 let host: EnvdHost;
@@ -170,6 +170,21 @@ test("watchDir (streamed) and the polling watchers see a new file", async () => 
   await assert.rejects(fs.getWatcherEvents({ watcherId }), /not found/);
   await h.stop();
   await waitFor(() => host.leased() === 0);
+});
+
+test("a polling watcher is removed (its lease released) when the credential that made it is revoked", async () => {
+  await sbx.files.makeDir("rw");
+  const fs = createClient(Filesystem, createConnectTransport({ baseUrl: host.url, httpVersion: "1.1" }));
+  const leased = host.leased();
+  const { watcherId } = await fs.createWatcher({ path: "rw" });
+  assert.equal(host.leased(), leased + 1);
+  assert.equal(host.opened.revoke(HOST_CREDENTIAL), 1);
+  assert.equal(host.leased(), leased, "its lease released");
+  await assert.rejects(fs.getWatcherEvents({ watcherId }), /not found/);
+  // One removed by its client is no longer registered.
+  const again = await fs.createWatcher({ path: "rw" });
+  await fs.removeWatcher({ watcherId: again.watcherId });
+  assert.equal(host.opened.count(HOST_CREDENTIAL), 0);
 });
 
 test("StreamInput (client streaming over HTTP/1.1) feeds a process's stdin; keepalives while idle", async () => {

@@ -10,7 +10,8 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Services } from "../../api/services.js";
 import { ForkdError } from "../../util/errors.js";
 import type { SandboxPortHandler } from "../sandbox-plane.js";
-import { SANDBOX_ID, envdState } from "./context.js";
+import { CALL_ACCESS, SANDBOX_ID, envdState } from "./context.js";
+import type { CallAccess } from "./context.js";
 import type { EnvdState } from "./context.js";
 import { download, sendError, upload } from "./files-http.js";
 import { filesystemService } from "./filesystem-service.js";
@@ -28,14 +29,18 @@ export interface EnvdHandler {
 }
 
 export function envdHandler(s: Services, st: EnvdState = envdState(s)): EnvdHandler {
-  const targets = new WeakMap<IncomingMessage, string>();
+  const targets = new WeakMap<IncomingMessage, { id: string; access: CallAccess }>();
   const rpc = connectNodeAdapter({
     routes: (router) => {
       router.service(Process, processService(st));
       router.service(Filesystem, filesystemService(st));
     },
     readMaxBytes: READ_MAX_BYTES,
-    contextValues: (req) => createContextValues().set(SANDBOX_ID, targets.get(req as IncomingMessage) ?? ""),
+    contextValues: (req) => {
+      const t = targets.get(req as IncomingMessage);
+      const values = createContextValues().set(SANDBOX_ID, t?.id ?? "");
+      return t ? values.set(CALL_ACCESS, t.access) : values;
+    },
     fallback: (req, res) => {
       req.resume();
       sendError(
@@ -81,7 +86,10 @@ export function envdHandler(s: Services, st: EnvdState = envdState(s)): EnvdHand
     }
     if (url.pathname === "/files" && (req.method === "GET" || req.method === "POST"))
       return files(req, res, url, id);
-    targets.set(req, id);
+    targets.set(req, {
+      id,
+      access: { owner: sb.sandbox.record.owner ?? null, credential: sb.caller.credential },
+    });
     rpc(req, res);
   };
 
