@@ -10,6 +10,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ExecRequest } from "../../agent/client.js";
 import { withStartExplained } from "../../agent/exec-start.js";
 import { ForkdError } from "../../util/errors.js";
+import { CommandTap } from "../../sandbox/command-tap.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { resolvePath } from "./accounts.js";
 import type { EnvdState } from "./context.js";
@@ -131,15 +132,15 @@ export function processService(st: EnvdState): ProcessImpl {
         );
         const proc = p;
         const out = proc.pty ? "pty" : "stdout";
-        const h = withStartExplained(
-          lease.agent,
-          er,
-          lease.agent.exec(er, {
-            onStdout: (d) => proc.output(out, d),
-            onStderr: (d) => proc.output("stderr", d),
-          }),
-          lease.explain,
-        );
+        // Tracked with the sandbox's commands (forkd's API lists it too): the handle lasts
+        // through a pause and resume, its output still going to this process's streams.
+        const tap = new CommandTap();
+        const fed = tap.handlers({
+          onStdout: (d) => proc.output(out, d),
+          onStderr: (d) => proc.output("stderr", d),
+        });
+        const inner = withStartExplained(lease.agent, er, lease.agent.exec(er, fed), lease.explain);
+        const h = lease.commands.track([cfg.cmd, ...cfg.args], proc.stdinOpen, inner, proc.pty, tap, fed);
         proc.exec = h;
         started = h.started.then((s) => {
           proc.pid = s.pid;
