@@ -41,7 +41,8 @@ function entries(fields: Field[]): Entry[] {
       const id = int(f);
       if (!Number.isInteger(id) || id < 1 || id > MAX_ID || seen.has(id))
         throw new ForkdError("agent_protocol", `STREAMS listed an invalid or repeated stream ${id}`);
-      if (out.length >= MAX_STREAMS) throw new ForkdError("agent_protocol", "STREAMS listed too many streams");
+      if (out.length >= MAX_STREAMS)
+        throw new ForkdError("agent_protocol", "STREAMS listed too many streams");
       seen.add(id);
       cur = { stream: id, fields: [] };
       out.push(cur);
@@ -91,7 +92,13 @@ function execInfo(e: Entry): InheritedExecInfo {
 export async function handover(conn: AgentConnection, timeoutMs: number): Promise<InheritedExec[]> {
   let fields: Field[];
   try {
-    fields = await conn.request(Msg.STREAMS, [[Tag.WINDOW, WINDOW]], timeoutMs, () => undefined, HANDOVER_STREAM);
+    fields = await conn.request(
+      Msg.STREAMS,
+      [[Tag.WINDOW, WINDOW]],
+      timeoutMs,
+      () => undefined,
+      HANDOVER_STREAM,
+    );
   } catch (e) {
     // An agent older than STREAMS: nothing can be known (nor taken over).
     if (e instanceof ForkdError && e.details.errno === 38) return [];

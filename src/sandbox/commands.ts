@@ -113,9 +113,13 @@ export class CommandTable {
       if (i) c.handle.rebind(i);
       else
         c.handle.lost(
-          new ForkdError("unavailable", `command ${c.pid} ended while its sandbox was paused; how is unknown`, {
-            pid: c.pid,
-          }),
+          new ForkdError(
+            "unavailable",
+            `command ${c.pid} ended while its sandbox was paused; how is unknown`,
+            {
+              pid: c.pid,
+            },
+          ),
         );
     }
     for (const i of byPid.values()) {

@@ -16,7 +16,10 @@ export async function retire(s: Sandbox, reason: string, kill: boolean): Promise
   if (!markExited(s, reason)) return;
   // Its commands end with it (also those suspended while it was paused).
   s.commands.lose(
-    new ForkdError("unavailable", `sandbox ${s.record.id} exited: ${reason}`, { id: s.record.id, exit_reason: reason }),
+    new ForkdError("unavailable", `sandbox ${s.record.id} exited: ${reason}`, {
+      id: s.record.id,
+      exit_reason: reason,
+    }),
   );
   s.agent?.close();
   if (kill) await s.vm?.kill().catch(() => undefined);

@@ -12,7 +12,7 @@ import { ForkdError } from "../util/errors.js";
 import type { Logger } from "../util/log.js";
 import { compactSnapshot, deleteSnapshot, planDelete } from "./chain.js";
 import type { DeletePlan } from "./chain.js";
-import { createSnapshot } from "./create.js";
+import { cancelled, createSnapshot } from "./create.js";
 import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
 import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
@@ -131,17 +131,22 @@ export class SnapshotService {
   }
 
   /** The guest image, source and exec defaults of `from`: built (or found cached) now. */
-  private async prepare(from: SnapshotFrom, progress: Progress, pins?: PinScope): Promise<PreparedImage> {
+  private async prepare(
+    from: SnapshotFrom,
+    progress: Progress,
+    pins?: PinScope,
+    signal?: AbortSignal,
+  ): Promise<PreparedImage> {
     if ("prepared" in from) return from.prepared;
     const onLine = (line: string) => progress(line, { phase: "image" });
     if ("template" in from) {
       await this.o.create.images.assertKnown(from.template);
       progress(`image: ensuring template ${from.template}`, { phase: "image" });
-      const image = await this.o.create.images.ensure(from.template, onLine);
+      const image = await this.o.create.images.ensure(from.template, onLine, undefined, signal);
       return { image, source: { kind: "template", name: from.template } };
     }
     progress(`image: pulling ${from.image}`, { phase: "pull" });
-    let pulled = await this.resolver().ensure(from.image, progress);
+    let pulled = await this.resolver().ensure(from.image, progress, signal);
     // Its tree is read by the image build: pinned until the snapshot is made (once more if it
     // was collected between the pull and the pin).
     if (pins && !(await pins.pin(pulled.rootfs))) {
@@ -149,7 +154,7 @@ export class SnapshotService {
       if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${from.image}`);
     }
     progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
-    const image = await this.o.create.images.ensureFromRootfs(pulled, onLine);
+    const image = await this.o.create.images.ensureFromRootfs(pulled, onLine, undefined, signal);
     const cwd = pulled.config.workingDir;
     return {
       image,
@@ -216,11 +221,12 @@ export class SnapshotService {
     // What the snapshot is made from stays pinned in the cache until its meta.json names it.
     const pins = this.o.cache?.scope();
     try {
-      let prepared = await this.prepare(from, progress, pins);
+      let prepared = await this.prepare(from, progress, pins, req.signal);
       if (pins && !(await pins.pin(prepared.image.dir))) {
-        prepared = await this.prepare(from, progress, pins); // collected since: built again
+        prepared = await this.prepare(from, progress, pins, req.signal); // collected since: built again
         if (!(await pins.pin(prepared.image.dir))) throw collected(`the guest image ${prepared.image.dir}`);
       }
+      if (req.signal?.aborted) throw cancelled(req.tag);
       const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, progress);
       this.o.sandboxes.prewarm(meta.tag);
       return meta;

@@ -64,4 +64,3 @@ export class Lines {
     return this.lines.find((l) => l.type === type);
   }
 }
-

@@ -80,9 +80,9 @@ async function ticksOn(l: Lines, what: string): Promise<void> {
   await l.until((x) => /tick \d+\n/.test(textFrom(x, from)), what, 120_000);
 }
 const listed = async (id: string) =>
-  (await api<{ commands: { pid: number; cmd: unknown }[] }>("GET", `/v1/sandboxes/${id}/commands`)).commands.map(
-    (c) => [c.pid, c.cmd],
-  );
+  (
+    await api<{ commands: { pid: number; cmd: unknown }[] }>("GET", `/v1/sandboxes/${id}/commands`)
+  ).commands.map((c) => [c.pid, c.cmd]);
 /** Several execs in a row after a resume: each starts (no stream id the guest holds is reused). */
 async function execsWork(id: string): Promise<void> {
   for (let i = 0; i < 5; i++) assert.equal(await sh(id, `echo run ${i}`), `run ${i}\n`);

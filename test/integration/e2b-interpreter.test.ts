@@ -184,14 +184,17 @@ step("a client hanging up mid-stream: the cell is interrupted, the next one runs
   assert.equal((await py.runCode("x")).text, "20", "the kernel kept its state");
 });
 
-step("a cell that prints nothing: its timeoutMs holds (the SDK's timeout error); the next cell runs", async () => {
-  await assert.rejects(py.runCode("import time; time.sleep(30)", { timeoutMs: 3_000 }), (err: unknown) => {
-    assert.ok(err instanceof TimeoutError, String(err));
-    assert.match(err.message, /Execution timed out/, "the cell's own timeout, not the request's");
-    return true;
-  });
-  assert.equal((await py.runCode("x")).text, "20");
-});
+step(
+  "a cell that prints nothing: its timeoutMs holds (the SDK's timeout error); the next cell runs",
+  async () => {
+    await assert.rejects(py.runCode("import time; time.sleep(30)", { timeoutMs: 3_000 }), (err: unknown) => {
+      assert.ok(err instanceof TimeoutError, String(err));
+      assert.match(err.message, /Execution timed out/, "the cell's own timeout, not the request's");
+      return true;
+    });
+    assert.equal((await py.runCode("x")).text, "20");
+  },
+);
 
 step("a sandbox killed during a cell that prints nothing: the SDK's 'sandbox was killed' error", async () => {
   const k = await create(e.template);

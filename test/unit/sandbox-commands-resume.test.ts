@@ -43,19 +43,30 @@ test("a pause and resume keep the running commands: listed, owned, reattachable,
     const id = await forkOne(fx);
     const owner: string[] = [];
     const h = await fx.svc.use(id, async (agent, commands) =>
-      startCommand(agent, commands, { cmd: TICKER, keep_stdin_open: false }, { onStdout: (d) => void owner.push(d.toString()) }),
+      startCommand(
+        agent,
+        commands,
+        { cmd: TICKER, keep_stdin_open: false },
+        { onStdout: (d) => void owner.push(d.toString()) },
+      ),
     );
     const { pid } = await h.started;
     await until("its first output", () => owner.join("").includes("tick 2"));
     await fx.svc.pause(id);
     assert.deepEqual(
-      fx.svc.get(id).commands.list().map((c) => c.pid),
+      fx.svc
+        .get(id)
+        .commands.list()
+        .map((c) => c.pid),
       [pid],
       "listed while paused: it runs on in the saved guest",
     );
     await fx.svc.resume(id);
     assert.deepEqual(
-      fx.svc.get(id).commands.list().map((c) => [c.pid, c.cmd]),
+      fx.svc
+        .get(id)
+        .commands.list()
+        .map((c) => [c.pid, c.cmd]),
       [[pid, TICKER]],
     );
     await execsWork(fx, id);

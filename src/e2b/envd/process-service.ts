@@ -104,7 +104,13 @@ function fromCommands(st: EnvdState, sandboxId: string, pid: number): EnvdProces
     return null;
   }
   const argv = typeof c.cmd === "string" ? ["/bin/sh", "-c", c.cmd] : c.cmd;
-  const p = new EnvdProcess({ cmd: argv[0] ?? "", args: argv.slice(1), envs: {} }, undefined, c.pty, false, c.handle);
+  const p = new EnvdProcess(
+    { cmd: argv[0] ?? "", args: argv.slice(1), envs: {} },
+    undefined,
+    c.pty,
+    false,
+    c.handle,
+  );
   p.stdinOpen = c.stdinOpen;
   p.pid = pid;
   st.processes.add(sandboxId, p);
@@ -121,7 +127,8 @@ function fromCommands(st: EnvdState, sandboxId: string, pid: number): EnvdProces
     drained: () => Promise.resolve(),
     exit: (r) => over(() => p.finish(endEvent(r))),
     error: (e) => over(() => p.fail(e)),
-    cut: () => over(() => p.fail(new ForkdError("resource_exhausted", `process ${pid}'s reader fell behind`))),
+    cut: () =>
+      over(() => p.fail(new ForkdError("resource_exhausted", `process ${pid}'s reader fell behind`))),
   });
   return p;
 }
@@ -236,7 +243,8 @@ export function processService(st: EnvdState): ProcessImpl {
       const id = sandboxOf(ctx);
       // Every command the sandbox runs, as E2B's envd lists what it started.
       const known = new Set(st.processes.list(id).map((p) => p.pid));
-      for (const c of st.s.sandboxes.get(id).commands.list()) if (!known.has(c.pid)) fromCommands(st, id, c.pid);
+      for (const c of st.s.sandboxes.get(id).commands.list())
+        if (!known.has(c.pid)) fromCommands(st, id, c.pid);
       const processes = st.processes.list(id).map((p) => ({
         pid: p.pid,
         tag: p.tag,

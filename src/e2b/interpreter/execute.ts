@@ -96,7 +96,10 @@ const CONTEXT_CHECK_MS = 2_000;
  * kernel that does not say within CONTEXT_CHECK_MS (busy) is taken at its word later: the
  * cell's own error line then says the context is unknown.
  */
-async function contextExists(lease: Lease, ctx: { language: EvalLanguage; kernelId: string }): Promise<boolean> {
+async function contextExists(
+  lease: Lease,
+  ctx: { language: EvalLanguage; kernelId: string },
+): Promise<boolean> {
   if (ctx.kernelId === "default") return true;
   const listed = lease.agent
     .contexts(ctx.language, { op: "list" })
