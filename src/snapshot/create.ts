@@ -62,7 +62,16 @@ export interface CreateSnapshotRequest {
   warmTimeoutMs?: number;
   /** The tenant it is made for (null or absent: shared, an admin's). */
   owner?: string | null;
+  /**
+   * Aborted: the creation is cancelled (its client went away, as `docker build` stops at
+   * Ctrl-C): the parent VM is killed at once, nothing is published; once published it stays.
+   */
+  signal?: AbortSignal;
 }
+
+/** The error of a creation whose client went away before it was published. */
+export const cancelled = (tag: string): ForkdError =>
+  new ForkdError("conflict", `the creation of snapshot ${tag} was cancelled: its client went away`, { tag });
 
 export interface SnapshotDeps {
   store: SnapshotStore;
@@ -109,7 +118,11 @@ export async function createSnapshot(
   const runtime = join(deps.runDir, `p-${suffix}`);
   let vm: Vm | null = null;
   let agent: AgentClient | null = null;
+  // Cancelled: the parent dies now, so whatever step waits on it fails at once.
+  const onAbort = () => void vm?.kill().catch(() => undefined);
+  req.signal?.addEventListener("abort", onAbort, { once: true });
   try {
+    if (req.signal?.aborted) throw cancelled(req.tag);
     await mkdir(staging, { recursive: true, mode: 0o700 });
     // A daemon that dies before publishing leaves the tag failed (SnapshotStore.recover), and
     // the next one kills the parent VM still running from run/ (daemon/main.ts).
@@ -164,6 +177,7 @@ export async function createSnapshot(
       ...(withNic ? { nic: { guest: GUEST_NET, backend: { kind: "none" as const } } } : {}),
       jail: { reads: [image.dir], limits: limitsFor(machine) },
     });
+    if (req.signal?.aborted) throw cancelled(req.tag);
     agent = await vm.connectAgent(10_000);
     await waitReady(deps.driver, vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
     const bootMs = since(t0);
@@ -296,18 +310,21 @@ export async function createSnapshot(
       ...(withNic ? { nic: nicMeta(GUEST_NET, false) } : {}),
     });
     deps.crash?.("create:before-publish");
+    if (req.signal?.aborted) throw cancelled(req.tag);
     await deps.store.publish(staging, req.tag);
     // Kept until published (see markWriting above); a published tag is complete without it.
     await rm(join(deps.store.filesFor(req.tag).dir, "status.json"), { force: true });
     progress(`snapshot ${req.tag} ready`, { phase: "ready" });
     return meta;
   } catch (e) {
+    if (req.signal?.aborted) throw cancelled(req.tag);
     const tail = await deps.driver.consoleTail(runtime, 1500);
     if (e instanceof ForkdError && tail && e.code !== "conflict") {
       e.details.console_tail = tail;
     }
     throw e;
   } finally {
+    req.signal?.removeEventListener("abort", onAbort);
     agent?.close();
     if (vm) await vm.kill().catch(() => undefined);
     await rm(staging, { recursive: true, force: true });

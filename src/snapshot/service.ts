@@ -12,7 +12,7 @@ import { ForkdError } from "../util/errors.js";
 import type { Logger } from "../util/log.js";
 import { compactSnapshot, deleteSnapshot, planDelete } from "./chain.js";
 import type { DeletePlan } from "./chain.js";
-import { createSnapshot } from "./create.js";
+import { cancelled, createSnapshot } from "./create.js";
 import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
 import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
@@ -141,25 +141,26 @@ export class SnapshotService {
     reach: Reach,
     progress: Progress,
     pins?: PinScope,
+    signal?: AbortSignal,
   ): Promise<PreparedImage> {
     if ("prepared" in from) return from.prepared;
     const onLine = (line: string) => progress(line, { phase: "image" });
     if ("template" in from) {
       await this.o.create.images.assertKnown(from.template);
       progress(`image: ensuring template ${from.template}`, { phase: "image" });
-      const image = await this.o.create.images.ensure(from.template, onLine);
+      const image = await this.o.create.images.ensure(from.template, onLine, undefined, signal);
       return { image, source: { kind: "template", name: from.template } };
     }
     progress(`image: pulling ${from.image}`, { phase: "pull" });
-    let pulled = await this.resolver().ensure(from.image, progress, undefined, reach);
+    let pulled = await this.resolver().ensure(from.image, progress, signal, reach);
     // Its tree is read by the image build: pinned until the snapshot is made (once more if it
     // was collected between the pull and the pin).
     if (pins && !(await pins.pin(pulled.rootfs))) {
-      pulled = await this.resolver().ensure(from.image, progress, undefined, reach);
+      pulled = await this.resolver().ensure(from.image, progress, signal, reach);
       if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${from.image}`);
     }
     progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
-    const image = await this.o.create.images.ensureFromRootfs(pulled, onLine);
+    const image = await this.o.create.images.ensureFromRootfs(pulled, onLine, undefined, signal);
     const cwd = pulled.config.workingDir;
     return {
       image,
@@ -227,11 +228,12 @@ export class SnapshotService {
     const pins = this.o.cache?.scope();
     try {
       const reach = reachOf(req.owner);
-      let prepared = await this.prepare(from, reach, progress, pins);
+      let prepared = await this.prepare(from, reach, progress, pins, req.signal);
       if (pins && !(await pins.pin(prepared.image.dir))) {
-        prepared = await this.prepare(from, reach, progress, pins); // collected since: built again
+        prepared = await this.prepare(from, reach, progress, pins, req.signal); // collected since: built again
         if (!(await pins.pin(prepared.image.dir))) throw collected(`the guest image ${prepared.image.dir}`);
       }
+      if (req.signal?.aborted) throw cancelled(req.tag);
       const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, progress);
       this.o.sandboxes.prewarm(meta.tag);
       return meta;

@@ -179,7 +179,7 @@ export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHos
           },
         };
       },
-      get: () => ({ record }),
+      get: () => ({ record, commands }),
     },
     limits: { body: { upload: 64 << 20 } },
   } as unknown as Services;

@@ -6,12 +6,15 @@
  * ownership by the user, list with depth, exists, info, rename, makeDir, remove, watchDir,
  * signed upload and download URLs routed by Host), PTY (create, input, resize, kill),
  * clients that hang up mid-stream (Start, Connect, WatchDir) without the daemon or the process
- * minding, and an API key revoked: the access token it was given refused, its streams ended.
+ * minding, an API key revoked: the access token it was given refused, its streams ended, and
+ * commands that run through a pause and resume (asked, or at the sandbox's timeout: E2B's
+ * auto-pause): listed, connected to, killed; every run after them starts.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
 import { CommandExitError, NotFoundError, Sandbox, FileType } from "e2b";
+import type { CommandHandle } from "e2b";
 import { E2B_TENANT, startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
 import { apiRequest } from "../helpers/http.js";
@@ -362,5 +365,64 @@ step(
     assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid));
     await sbx.commands.kill(bg.pid);
     assert.equal((await sbx.commands.run("echo other-key")).stdout, "other-key\n");
+  },
+);
+
+/** A command that prints a numbered line five times a second until it is stopped. */
+const TICKER = "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done";
+
+/**
+ * After a resume, background command `h` (started before the pause) is listed; a handle
+ * connected now gets its later output, and so does `h`; it is killed; several runs all start.
+ */
+async function keptThroughPause(s: Sandbox, h: CommandHandle) {
+  assert.ok(
+    (await s.commands.list()).some((p) => p.pid === h.pid),
+    "listed after the resume",
+  );
+  for (let i = 0; i < 5; i++) assert.equal((await s.commands.run(`echo run ${i}`)).stdout, `run ${i}\n`);
+  const other = await s.commands.connect(h.pid, { timeoutMs: 0 });
+  const seen = other.stdout.length;
+  await waitFor("output to a handle connected after the resume", () =>
+    /tick \d+\n/.test(other.stdout.slice(seen)),
+  );
+  const before = h.stdout.length;
+  await waitFor("output to the handle from before the pause", () =>
+    /tick \d+\n/.test(h.stdout.slice(before)),
+  );
+  assert.equal(await s.commands.kill(h.pid), true);
+  await assert.rejects(
+    other.wait(),
+    (err: unknown) => err instanceof CommandExitError && /killed/.test(err.error ?? ""),
+  );
+  assert.ok(!(await s.commands.list()).some((p) => p.pid === h.pid), "gone once killed");
+  assert.equal((await s.commands.run("echo after")).stdout, "after\n");
+}
+
+step("pause and resume with a command running: listed, connected to, killed; every run starts", async () => {
+  const h = await sbx.commands.run(TICKER, { background: true, timeoutMs: 0 });
+  await waitFor("its output", () => h.stdout.includes("tick 2"));
+  assert.equal(await sbx.pause(), true);
+  await Sandbox.connect(sbx.sandboxId, { timeoutMs: 900_000 });
+  await keptThroughPause(sbx, h);
+});
+
+step(
+  "E2B's auto-pause (a timeout that pauses) with a command running: the same after it resumes",
+  async () => {
+    const p = await Sandbox.create(e.template, {
+      timeoutMs: 8_000,
+      requestTimeoutMs: 300_000,
+      lifecycle: { onTimeout: "pause", autoResume: false },
+    });
+    try {
+      const h = await p.commands.run(TICKER, { background: true, timeoutMs: 0 });
+      await waitFor("its output", () => h.stdout.includes("tick 2"));
+      await waitFor("the pause at its timeout", async () => (await p.getInfo()).state === "paused", 180_000);
+      await Sandbox.connect(p.sandboxId, { timeoutMs: 900_000 });
+      await keptThroughPause(p, h);
+    } finally {
+      await p.kill().catch(() => undefined);
+    }
   },
 );

@@ -275,6 +275,9 @@ async function runSteps(
   let agent: AgentClient | null = null;
   let net: Attachment | null = null;
   const frozen: number[] = [];
+  // Cancelled (its client went away): the build VM dies now, so the step in progress ends too.
+  const onAbort = () => void vm?.kill().catch(() => undefined);
+  req.signal?.addEventListener("abort", onAbort, { once: true });
   try {
     if (deps.network) {
       try {
@@ -301,6 +304,7 @@ async function runSteps(
       },
       net?.binary ? { binary: net.binary } : {},
     );
+    if (req.signal?.aborted) throw new ForkdError("conflict", "the build was cancelled");
     agent = await vm.connectAgent(10_000);
     await waitAgent(vm, agent, 180_000, () => deps.driver.consoleTail(runtime, 800));
     if (net && !net.linkUp) await vm.setLink(false);
@@ -329,7 +333,8 @@ async function runSteps(
       frozen.push(i);
       progress(`step ${i + 1}/${keyed.length}: done in ${Math.round(since(t))} ms`, { phase: "step" });
     }
-  } catch (e) {
+  } catch (err) {
+    const e = req.signal?.aborted ? new ForkdError("conflict", "the build was cancelled") : err;
     if (e instanceof ForkdError && vm) {
       const tail = await deps.driver.consoleTail(runtime, 1500);
       if (tail && e.code === "vmm_error") e.details.console_tail = tail;
@@ -343,6 +348,7 @@ async function runSteps(
   return commitFrozen();
 
   async function stop(): Promise<void> {
+    req.signal?.removeEventListener("abort", onAbort);
     agent?.close();
     if (vm) await vm.kill().catch(() => undefined);
     await net?.release().catch(() => undefined);
