@@ -1,7 +1,7 @@
 /**
  * The edge every request passes before any route: it names the request (id, contract route),
  * finds its caller (the unix socket's local admin, or on TCP a bearer token or the web console's
- * session cookie, with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
+ * session (its cookie and the page's key), with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
  * applies the caller's limits (429) and the body's bound (413),
  * and afterwards records the call: latency and failures in the metrics, and an audit line for
  * every mutating call (and WebSocket), refused ones included. A streamed reply or a WebSocket is
@@ -14,7 +14,7 @@ import type { Caller } from "../access/caller.js";
 import type { EndOpened } from "../access/open-streams.js";
 import { rateLimited } from "../access/rate-refusal.js";
 import { auditLine } from "../audit/audit-line.js";
-import { cookieOf } from "../console/sessions.js";
+import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../console/sessions.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
@@ -126,18 +126,29 @@ function callerOf(
 }
 
 /**
- * The console session a request's cookie names (null: none, or not a live one). The cookie is
- * taken as a credential only where a page of another site cannot make the browser send it with
- * effect: a GET or HEAD (whose reply such a page cannot read), a request with the console's
- * `X-Forkd-Console: 1` header (which a cross-site page cannot add without CORS, which the daemon
- * never grants), or a WebSocket upgrade whose Origin is this listener's own. Else 403.
+ * The console session a request names (null: none, or not a live one): its cookie with the
+ * session's key (X-Forkd-Console-Key), or for a GET, HEAD or WebSocket upgrade with a ticket
+ * (`?console_ticket=`, used up here). The cookie alone is nothing: a browser sends it to every
+ * port of this host, a tenant's exposed guest port too (console/sessions.ts). Once named, the
+ * session is a credential only where a page of another site cannot make the browser use it with
+ * effect: a GET or HEAD, a request with the console's `X-Forkd-Console: 1` header (which a
+ * cross-site page cannot add without CORS, which the daemon never grants), or a WebSocket
+ * upgrade whose Origin is this listener's own. Else 403.
  */
 function consoleSession(s: Services, c: ApiContext): { id: string; subject: string } | Response | null {
   if (!s.console) return null;
   const id = cookieOf(c.req.header("cookie"));
-  const session = s.console.sessions.get(id);
-  if (!session || session.subject === null || id === undefined) return null;
+  if (id === undefined) return null;
   const upgrade = c.env?.wsUpgrade !== undefined;
+  const key = c.req.header(KEY_HEADER);
+  const ticket = c.req.query(TICKET_PARAM);
+  const session =
+    key !== undefined
+      ? s.console.sessions.get(id, key)
+      : ticket !== undefined && (upgrade || c.req.method === "GET" || c.req.method === "HEAD")
+        ? s.console.sessions.redeemTicket(id, ticket)
+        : null;
+  if (!session || session.subject === null) return null;
   const host = c.req.header("host");
   const origin = c.req.header("origin");
   const sameOrigin = host !== undefined && (origin === `http://${host}` || origin === `https://${host}`);
