@@ -68,7 +68,8 @@ function isOurBearer(s: Services, sandboxId: string, value: string): boolean {
   if (!e) return true;
   const token = m[1]!;
   return (
-    callerOfKey(e.auth, token.length > 512 ? "" : token) !== null || e.accessTokens.matches(sandboxId, token)
+    callerOfKey(e.auth, token.length > 512 ? "" : token) !== null ||
+    e.accessTokens.issuedTo(sandboxId, token) !== null
   );
 }
 
