@@ -9,8 +9,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer as createHttpServer, request } from "node:http";
-import type { Server } from "node:http";
+import { request } from "node:http";
 import { connect, createServer as createNetServer } from "node:net";
 import type { AddressInfo, Socket } from "node:net";
 import { mkdtemp, rm } from "node:fs/promises";
