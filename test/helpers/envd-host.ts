@@ -14,6 +14,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { Services } from "../../src/api/services.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
+import { CommandTap } from "../../src/sandbox/command-tap.js";
 import { CommandTable } from "../../src/sandbox/commands.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { envdHandler } from "../../src/e2b/envd/handler.js";
@@ -148,6 +149,8 @@ export interface EnvdHost {
   home: string;
   /** Leases taken and not yet released. */
   leased: () => number;
+  /** Starts a command as forkd's own API does (tracked with the sandbox's commands): its pid. */
+  startTracked(shell: string): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -191,6 +194,11 @@ export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHos
     url: `http://127.0.0.1:${port}`,
     home,
     leased: () => leased,
+    startTracked: async (shell) => {
+      const tap = new CommandTap();
+      const fed = tap.handlers({});
+      return (await commands.track(shell, false, agent.exec({ shell }, fed), false, tap, fed).started).pid;
+    },
     close: async () => {
       envd.close();
       server.closeAllConnections();
