@@ -1,4 +1,5 @@
 /** Who is calling the API: set once per request at the edge, read by scoping, limits and audit. */
+import type { BuildCaps } from "./build-caps.js";
 
 export interface Caller {
   /** For the audit log: "local" (unix socket), "admin" (FORKD_TOKEN), else the token's tenant. */
@@ -11,6 +12,11 @@ export interface Caller {
   limited: boolean;
   /** Sandboxes this caller's tenant may hold at once (null: only the daemon's limit). */
   maxSandboxes: number | null;
+  /**
+   * The token's own caps on what is built for its tenant (build-caps.ts); absent ones (or all):
+   * the operator's defaults. An admin has none.
+   */
+  caps?: Partial<BuildCaps>;
 }
 
 /** The unix socket's caller: root on this host, the local admin. */

@@ -5,8 +5,8 @@
  * the memory file. The parent never runs again on that image.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, copyFile, lchown, lstat, mkdir, rename, rm } from "node:fs/promises";
-import { basename, join } from "node:path";
+import { chmod, mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import type { EvalLanguage } from "../agent/eval.js";
 import { createOverlay, rebaseUnsafe, virtualSize } from "../disk/overlay.js";
@@ -19,6 +19,7 @@ import { nowMs, since, sleep } from "../util/time.js";
 import { GUEST_NET, guestNetArg } from "../net/guest.js";
 import { defaultCpu, kernelCmdline } from "../vmm/config.js";
 import type { MachineConfig } from "../vmm/config.js";
+import { takeVmmFile } from "../vmm/left-files.js";
 import { limitsFor } from "../vmm/limits.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import type { Vm } from "../vmm/vm.js";
@@ -72,23 +73,6 @@ export interface SnapshotDeps {
   runDir: string;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
-}
-
-/**
- * Moves a file the jailed VMM wrote to `to`, owned by the daemon (copied across file systems).
- * The VMM is gone, but what it left is not trusted: it must be a regular file with one link
- * (not a link to a host file the daemon would chown, hash and make readable, nor a FIFO).
- */
-async function moveOwned(from: string, to: string): Promise<void> {
-  const st = await lstat(from);
-  if (!st.isFile() || st.nlink !== 1)
-    throw new ForkdError("vmm_error", `the parent VM left ${basename(from)} as something other than a file`);
-  await lchown(from, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
-  await rename(from, to).catch(async (e: NodeJS.ErrnoException) => {
-    if (e.code !== "EXDEV") throw e;
-    await copyFile(from, to);
-    await rm(from, { force: true });
-  });
 }
 
 export async function createSnapshot(
@@ -234,9 +218,9 @@ export async function createSnapshot(
     await vm.stop();
     vm = null;
     // The VMM is gone: its files become the daemon's, in the staging directory.
-    await moveOwned(own.memory, files.memory);
-    await moveOwned(own.disk, files.disk);
-    await moveOwned(own.vmstate, files.vmstate);
+    await takeVmmFile(own.memory, files.memory, "the parent VM");
+    await takeVmmFile(own.disk, files.disk, "the parent VM");
+    await takeVmmFile(own.vmstate, files.vmstate, "the parent VM");
     // The layer's header was the VMM's to write: no data file, and the backing file it names is
     // replaced by the image's (root's qemu-img reads this layer later: compaction, packs).
     const why = await plainLayerProblem(files.disk);

@@ -49,6 +49,8 @@ export interface DockerfileSnapshotRequest {
   /** The kernel warmEval runs in. */
   warmEvalLanguage: EvalLanguage;
   owner: string | null;
+  /** What the build's step layers may hold together (the tenant's cap), MiB; null: no cap. */
+  maxDiskMiB: number | null;
 }
 
 /** FROM forkd://NAME: the template's image; anything else: `images` (OCI), if there is one. */
@@ -146,6 +148,8 @@ export async function createFromDockerfile(
         buildArgs: req.buildArgs,
         memoryMiB: req.memoryMiB,
         vcpus: req.vcpus,
+        owner: req.owner,
+        maxDiskMiB: req.maxDiskMiB,
       },
       progress,
     );

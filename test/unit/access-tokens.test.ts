@@ -36,6 +36,11 @@ test("tokens: created once, stored as sha256 only (0600), found again after a re
     assert.equal(store.size, 0);
     const a = await store.create({ tenant: "alice", scope: "tenant", maxSandboxes: 3 });
     const b = await store.create({ tenant: "ops", scope: "admin" });
+    const c = await store.create({
+      tenant: "carol",
+      scope: "tenant",
+      caps: { memoryMiB: 256, buildDiskMiB: 64 },
+    });
     assert.match(a.token, /^fkd_[A-Za-z0-9_-]{43}$/);
     assert.equal(weakTokenReason(a.token), null);
     assert.match(a.entry.id, /^tok-[a-z2-7]{12}$/);
@@ -55,6 +60,12 @@ test("tokens: created once, stored as sha256 only (0600), found again after a re
       maxSandboxes: 3,
     });
     assert.equal(auth.authenticate(`Bearer ${b.token}`)?.tenant, null, "admin scope sees every tenant");
+    // A token's own build caps are kept and carried by its caller (absent ones: the operator's).
+    assert.deepEqual(auth.authenticate(`Bearer ${c.token}`)?.caps, { memoryMiB: 256, buildDiskMiB: 64 });
+    assert.deepEqual(
+      [c.entry.max_memory_mib, c.entry.max_vcpus, c.entry.max_build_disk_mib],
+      [256, undefined, 64],
+    );
     assert.equal(auth.authenticate(`Bearer ${ADMIN}`)?.name, "admin");
     for (const bad of [
       undefined,
@@ -71,7 +82,7 @@ test("tokens: created once, stored as sha256 only (0600), found again after a re
     await assert.rejects(again.revoke(a.entry.id), /no token/);
     assert.deepEqual(
       again.list().map((t) => t.tenant),
-      ["ops"],
+      ["ops", "carol"],
     );
     assert.ok(again.list().every((t) => !("sha256" in t)));
   } finally {
