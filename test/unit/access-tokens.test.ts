@@ -130,7 +130,7 @@ test("bearer parsing, constant-time compare and weak-token reasons", () => {
   assert.ok(ANONYMOUS.tenant !== null, "the anonymous caller is never an admin");
 });
 
-test("daemon config: TCP with a weak token, TLS halves or bad numbers refused; loopback known", async () => {
+test("daemon config: TCP with a weak token, TLS halves or bad numbers refused; loopback known; tenants' build caps", async () => {
   const data = "/nonexistent";
   await assert.rejects(
     readAccessConfig({ FORKD_LISTEN: "0.0.0.0:1", FORKD_TOKEN: "changeme" }, data),
@@ -154,6 +154,18 @@ test("daemon config: TCP with a weak token, TLS halves or bad numbers refused; l
   assert.deepEqual([c.tcp?.host, c.tcp?.port, c.tcp?.loopback, c.tcp?.tls], ["::1", 8889, true, null]);
   assert.equal(c.body.json, 2048);
   assert.equal(c.tokensFile, "/nonexistent/tokens.json");
+  // Tenants' build caps: the defaults, the operator's, and a bad one refused.
+  assert.deepEqual(c.buildCaps, { memoryMiB: 4096, vcpus: 4, buildDiskMiB: 16384 });
+  const capped = await readAccessConfig(
+    {
+      FORKD_TENANT_MAX_MEMORY_MIB: "1024",
+      FORKD_TENANT_MAX_VCPUS: "2",
+      FORKD_TENANT_MAX_BUILD_DISK_MIB: "512",
+    },
+    data,
+  );
+  assert.deepEqual(capped.buildCaps, { memoryMiB: 1024, vcpus: 2, buildDiskMiB: 512 });
+  await assert.rejects(readAccessConfig({ FORKD_TENANT_MAX_VCPUS: "0" }, data), /FORKD_TENANT_MAX_VCPUS/);
   for (const h of ["127.0.0.1", "127.1.2.3", "::1", "localhost"]) assert.equal(isLoopback(h), true, h);
   for (const h of ["0.0.0.0", "10.0.0.1", "::", "example.com"]) assert.equal(isLoopback(h), false, h);
 });
