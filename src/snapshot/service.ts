@@ -30,6 +30,11 @@ import type { PushResult, TransferDeps } from "./push.js";
 import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./store.js";
 import { unpackSnapshot } from "./unpack.js";
 import type { PinScope } from "../cache/pins.js";
+import type { Reach } from "../registry/reach.js";
+
+/** A request's owner as a registry's reach: the admin's (no owner) is the operator's, a tenant's its own. */
+const reachOf = (owner: string | null | undefined): Reach =>
+  owner === null || owner === undefined ? "operator" : "tenant";
 
 /** The daemon's part in the shared cache (src/cache/keeper.ts): pins, and collecting after builds. */
 export interface CacheUse {
@@ -112,12 +117,12 @@ export class SnapshotService {
   }
 
   /**
-   * Refuses a creation at once (a taken tag, an unknown template, images without a puller),
-   * before any work starts.
+   * Refuses a creation at once (a taken tag, an unknown template, images without a puller, an
+   * image a tenant `owner` may not pull), before any work starts.
    */
-  async checkCreatable(tag: string, from: SnapshotFrom): Promise<void> {
+  async checkCreatable(tag: string, from: SnapshotFrom, owner: string | null = null): Promise<void> {
     if ("template" in from) await this.o.create.images.assertKnown(from.template);
-    else if ("image" in from) this.resolver();
+    else if ("image" in from) await this.resolver().admit?.(from.image, reachOf(owner));
     if (await this.o.store.has(tag))
       throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
   }
@@ -131,7 +136,12 @@ export class SnapshotService {
   }
 
   /** The guest image, source and exec defaults of `from`: built (or found cached) now. */
-  private async prepare(from: SnapshotFrom, progress: Progress, pins?: PinScope): Promise<PreparedImage> {
+  private async prepare(
+    from: SnapshotFrom,
+    reach: Reach,
+    progress: Progress,
+    pins?: PinScope,
+  ): Promise<PreparedImage> {
     if ("prepared" in from) return from.prepared;
     const onLine = (line: string) => progress(line, { phase: "image" });
     if ("template" in from) {
@@ -141,11 +151,11 @@ export class SnapshotService {
       return { image, source: { kind: "template", name: from.template } };
     }
     progress(`image: pulling ${from.image}`, { phase: "pull" });
-    let pulled = await this.resolver().ensure(from.image, progress);
+    let pulled = await this.resolver().ensure(from.image, progress, undefined, reach);
     // Its tree is read by the image build: pinned until the snapshot is made (once more if it
     // was collected between the pull and the pin).
     if (pins && !(await pins.pin(pulled.rootfs))) {
-      pulled = await this.resolver().ensure(from.image, progress);
+      pulled = await this.resolver().ensure(from.image, progress, undefined, reach);
       if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${from.image}`);
     }
     progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
@@ -191,7 +201,7 @@ export class SnapshotService {
             ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
             resolve: defaultResolver(
               this.o.create.images,
-              this.o.images ? this.fromImage(this.o.images, pins) : undefined,
+              this.o.images ? this.fromImage(this.o.images, reachOf(req.owner), pins) : undefined,
             ),
             ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
             snapshot: (c, p) => this.build(c, p),
@@ -216,9 +226,10 @@ export class SnapshotService {
     // What the snapshot is made from stays pinned in the cache until its meta.json names it.
     const pins = this.o.cache?.scope();
     try {
-      let prepared = await this.prepare(from, progress, pins);
+      const reach = reachOf(req.owner);
+      let prepared = await this.prepare(from, reach, progress, pins);
       if (pins && !(await pins.pin(prepared.image.dir))) {
-        prepared = await this.prepare(from, progress, pins); // collected since: built again
+        prepared = await this.prepare(from, reach, progress, pins); // collected since: built again
         if (!(await pins.pin(prepared.image.dir))) throw collected(`the guest image ${prepared.image.dir}`);
       }
       const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, progress);
@@ -267,13 +278,16 @@ export class SnapshotService {
     }
   }
 
-  /** Dockerfile FROM of an image reference: pulled, then its guest image built (cached both). */
-  private fromImage(images: ImageResolver, pins?: PinScope): FromResolver {
+  /**
+   * Dockerfile FROM of an image reference: pulled (a tenant's build reaches only what a tenant
+   * may), then its guest image built (cached both).
+   */
+  private fromImage(images: ImageResolver, reach: Reach, pins?: PinScope): FromResolver {
     return async (ref, progress, signal) => {
-      let pulled = await images.ensure(ref, progress, signal);
+      let pulled = await images.ensure(ref, progress, signal, reach);
       // Its tree is read by the image build: pinned (pulled again if collected meanwhile).
       if (pins && !(await pins.pin(pulled.rootfs))) {
-        pulled = await images.ensure(ref, progress, signal);
+        pulled = await images.ensure(ref, progress, signal, reach);
         if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${ref}`);
       }
       progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });

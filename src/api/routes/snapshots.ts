@@ -57,7 +57,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     if (c.req.query("stream") !== "1") return c.json(snapshotView(await s.snapshots.create(req)), 201);
     // Refuse a taken tag, an unknown template or an image this daemon cannot pull with a status
     // code, before the stream starts.
-    await s.snapshots.checkCreatable(body.tag, from);
+    await s.snapshots.checkCreatable(body.tag, from, req.owner);
     // A creation whose client stopped watching still ends: ready, or failed with its reason in
     // the pending list (the client can no longer be told).
     return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, async (progress, watcher) =>
