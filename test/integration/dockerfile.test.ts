@@ -30,6 +30,7 @@ import { steps } from "../helpers/steps.js";
 import { busyboxTar, pushImage } from "../helpers/oci-images.js";
 import { startRegistry } from "../helpers/registry.js";
 import type { TestRegistry } from "../helpers/registry.js";
+import { until } from "../helpers/fake-sandboxes.js";
 import { freePort } from "../helpers/port.js";
 import { asVmm, gidOf, procStatus, qemuNaming, uidOf } from "../helpers/vmm-process.js";
 import { defaultPaths } from "../../src/host/paths.js";
@@ -337,7 +338,8 @@ step(
     assert.notEqual(uidOf(st), "0", "not root");
     assert.equal(st.CapEff, "0000000000000000");
     assert.equal(st.NoNewPrivs, "1");
-    assert.equal(st.Seccomp, "2", "QEMU's seccomp filter is on");
+    // QEMU installs its seccomp filter as it starts (the jailer set the uid and capabilities before).
+    await until("QEMU's seccomp filter", async () => (await procStatus(pid)).Seccomp === "2", 120_000);
     const cg = await cgroupLimits(pid);
     assert.equal(cg.memory, String((512 + 384) * 2 ** 20), "guest RAM + 384 MiB");
     assert.equal(cg.pids, "256");
