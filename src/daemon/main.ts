@@ -291,6 +291,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       body: cfg.body,
       rate: new RateLimiter(cfg.rate),
       quota: new SandboxQuota(),
+      buildCaps: cfg.buildCaps,
       authFailures: new AuthFailureLimiter(cfg.authFailures),
     },
     metrics,
