@@ -257,7 +257,9 @@ test("guest ports: the credential that opened the sandbox never reaches the gues
             ? { name: "t", tenant: "a", tokenId: "tok1", limited: true, maxSandboxes: null }
             : null,
       },
-      accessTokens: { matches: (id: string, t: string) => id === ID && t === ACCESS },
+      accessTokens: {
+        issuedTo: (id: string, t: string) => (id === ID && t === ACCESS ? "token:tok1" : null),
+      },
     },
   } as unknown as Services;
   const handler = guestPortHandler(services);
