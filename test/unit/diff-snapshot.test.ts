@@ -329,7 +329,7 @@ test("a pack of a diff branch carries its base's image and the diffs, and regist
       /exactly one of memory and memory.diff/,
     );
     const reg = await registerStaged(
-      { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null },
+      { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", viewer: null },
       dir,
       { as: "copy" },
     );
@@ -364,7 +364,7 @@ test("a pack whose diff snapshot names a memory base with another image is refus
     mf.files["snapshots/b1/meta.json"] = await sha256File(p);
     await writeFile(join(dir, "manifest.json"), JSON.stringify(mf));
     await assert.rejects(
-      registerStaged({ store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null }, dir),
+      registerStaged({ store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", viewer: null }, dir),
       /memory base base has another image/,
     );
     assert.deepEqual(await t.store.list(), [], "nothing registered");

@@ -35,7 +35,7 @@ async function scratch(): Promise<{ root: string; deps: UnpackDeps; done: () => 
   const store = new SnapshotStore(join(root, "snapshots"));
   return {
     root,
-    deps: { store, cacheDir: join(root, "cache"), accel: "tcg", owner: null },
+    deps: { store, cacheDir: join(root, "cache"), accel: "tcg", viewer: null },
     done: () => rm(root, { recursive: true, force: true }),
   };
 }

@@ -988,7 +988,7 @@ export interface components {
             info: components["schemas"]["Token"];
         };
         CreateSnapshot: {
-            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
+            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol; in the caller's namespace (a tenant's own, else a shared one). An admin names a tenant's as TENANT/TAG (docs/api.md, "Tags and namespaces"). */
             tag: string;
             /** @description One of forkd's templates (default python, unless `image` is given). */
             template?: string;
@@ -1364,7 +1364,7 @@ export interface components {
             expose?: number[];
         };
         CreateSandboxes: {
-            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
+            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol; in the caller's namespace (a tenant's own, else a shared one). An admin names a tenant's as TENANT/TAG (docs/api.md, "Tags and namespaces"). */
             snapshot_tag: string;
             /** @default 1 */
             n: number;
@@ -2425,7 +2425,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2481,7 +2481,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2553,7 +2553,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2605,7 +2605,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2670,7 +2670,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2786,7 +2786,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;

@@ -8,6 +8,7 @@ import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { progressStream } from "../stream.js";
 import { snapshotView } from "../views/snapshot.js";
+import { newSnapshotKey, tagNames } from "../scope.js";
 
 function buildArgs(raw: string | undefined): Record<string, string> {
   if (raw === undefined) return {};
@@ -49,8 +50,13 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
     const q = parseQuery(c, BuildSnapshotQuery);
     const body = bodyStream(c);
     if (!body) throw new ForkdError("invalid_argument", "the request body must be the build context (a tar)");
+    const caller = c.get("caller");
+    const names = tagNames(caller);
+    noteTarget(c, "snapshot", q.tag);
+    // Resolved (and a taken or reserved tag refused) before the context is read.
+    const { key, owner } = await newSnapshotKey(s, caller, q.tag);
     const req = {
-      tag: q.tag,
+      tag: key,
       dockerfile: q.dockerfile,
       buildArgs: buildArgs(q.build_args),
       memoryMiB: q.memory_mib,
@@ -58,16 +64,13 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
       warm: q.warm ?? null,
       warmEval: q.warm_eval ?? null,
       warmEvalLanguage: q.warm_eval_language,
-      owner: c.get("caller").tenant,
+      owner,
     };
-    noteTarget(c, "snapshot", q.tag);
     if (q.stream !== "1") {
-      return c.json(snapshotView(await s.snapshots.createFromDockerfile(req, body)), 201);
+      return c.json(snapshotView(await s.snapshots.createFromDockerfile(req, body), names), 201);
     }
-    if (await s.snapshots.has(q.tag))
-      throw new ForkdError("conflict", `snapshot ${q.tag} already exists`, { tag: q.tag });
-    return progressStream(c, 201, "snapshot", `snapshot ${q.tag}`, s.log, async (progress, watcher) =>
-      snapshotView(await s.snapshots.createFromDockerfile(req, body, progress, () => watcher.gone)),
+    return progressStream(c, 201, "snapshot", `snapshot ${key}`, s.log, async (progress, watcher) =>
+      snapshotView(await s.snapshots.createFromDockerfile(req, body, progress, () => watcher.gone), names),
     );
   });
 

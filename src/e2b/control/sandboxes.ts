@@ -10,7 +10,8 @@ import { Hono } from "hono";
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
 import type { Services } from "../../api/services.js";
-import { forkable } from "../../api/scope.js";
+import { forkable, tagNames } from "../../api/scope.js";
+import { keyIn } from "../../snapshot/namespace.js";
 import type { NetworkSpec } from "../../net/policy.js";
 import type { ForkOptions } from "../../sandbox/fork.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
@@ -76,15 +77,17 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const who = caller(c);
     const tag = b.templateID;
     noteE2bTarget(c, "template", tag);
+    const names = tagNames(who);
     if (b.volumeMounts && b.volumeMounts.length > 0)
       throw new ForkdError("invalid_argument", "volumeMounts are not supported");
     if (b.mcp) throw new ForkdError("invalid_argument", "mcp (the MCP gateway) is not supported");
     if (b.iam?.tokens && Object.keys(b.iam.tokens).length > 0)
       throw new ForkdError("invalid_argument", "iam tokens are not supported");
+    let key: string;
     try {
-      await forkable(s, who, tag);
+      key = await forkable(s, who, tag);
     } catch (e) {
-      if (e instanceof ForkdError && e.code === "not_found")
+      if (e instanceof ForkdError && (e.code === "not_found" || e.code === "invalid_argument"))
         throw new ForkdError("not_found", `template ${tag} not found`, { tag });
       throw e;
     }
@@ -110,7 +113,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const release = s.limits.quota.reserve(who, 1, () => owned(s, who.tenant));
     let r;
     try {
-      r = await s.sandboxes.fork(tag, 1, opts);
+      r = await s.sandboxes.fork(key, 1, opts);
     } finally {
       release();
     }
@@ -121,7 +124,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     }
     s.metrics.fork(sb.record.timings.totalMs / 1000);
     noteE2bTarget(c, "sandboxes", [sb.record.id]);
-    return c.json(sandboxReply(e2bOf(s), sb), 201);
+    return c.json(sandboxReply(e2bOf(s), sb, names), 201);
   };
   app.post("/sandboxes", create(false));
   app.post("/v2/sandboxes", create(true));
@@ -152,7 +155,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   });
 
   app.get("/sandboxes/:sandboxID", async (c) =>
-    c.json(await detailView(s, e2bOf(s), visibleSandbox(s, caller(c), idOf(c)))),
+    c.json(await detailView(s, e2bOf(s), visibleSandbox(s, caller(c), idOf(c)), tagNames(caller(c)))),
   );
 
   app.delete("/sandboxes/:sandboxID", async (c) => {
@@ -193,7 +196,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     if (sb.state !== "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already running`);
     const id = sb.record.id;
     await s.sandboxes.resume(id, { deadlineMs: (b.timeout ?? V1_TIMEOUT_S) * 1000 });
-    return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
+    return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id), tagNames(caller(c))), 201);
   });
 
   // Connect: 200 for a running sandbox (its deadline only ever extended), 201 for one resumed.
@@ -206,10 +209,10 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const ms = (b.timeout ?? V2_TIMEOUT_S) * 1000;
     if (sb.state === "paused") {
       await s.sandboxes.resume(id, { deadlineMs: ms });
-      return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
+      return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id), tagNames(caller(c))), 201);
     }
     await extend(s, sb, ms);
-    return c.json(sandboxReply(e2bOf(s), sb), 200);
+    return c.json(sandboxReply(e2bOf(s), sb, tagNames(caller(c))), 200);
   };
   app.post("/sandboxes/:sandboxID/connect", connect(false));
   app.post("/v2/sandboxes/:sandboxID/connect", connect(true));
@@ -224,14 +227,15 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const count = b.count ?? 1;
     const release = s.limits.quota.reserve(who, count, () => owned(s, who.tenant));
     try {
-      // One branch of the running source (it keeps its id and deadline) serves every fork.
+      // One branch of the running source (it keeps its id and deadline) serves every fork; it
+      // is the source's tenant's, in its namespace.
       const br = await s.sandboxes.branch(
         src.record.id,
-        `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`,
+        keyIn(src.record.owner ?? null, `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`),
         true,
         true,
       );
-      noteE2bTarget(c, "snapshot", br.tag);
+      noteE2bTarget(c, "snapshot", tagNames(who)(br.tag));
       s.metrics.branchPause(br.pauseMs / 1000);
       const r = await s.sandboxes.fork(br.tag, count, {
         owner: src.record.owner ?? null,
@@ -261,7 +265,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
           const sb = r.sandboxes[next++];
           if (sb) {
             s.metrics.fork(sb.record.timings.totalMs / 1000);
-            out[i] = { sandbox: sandboxReply(e, sb) };
+            out[i] = { sandbox: sandboxReply(e, sb, tagNames(who)) };
           }
         }
       }

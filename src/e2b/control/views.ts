@@ -5,6 +5,7 @@
  * day from now: a forkd sandbox with neither has no end), envdAccessToken its derived token.
  */
 import type { Services } from "../../api/services.js";
+import type { TagNames } from "../../api/scope.js";
 import { endsAt, expiresAt } from "../../sandbox/sandbox.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import type { E2bContext } from "../context.js";
@@ -58,12 +59,13 @@ const DAY_MS = 24 * 3600_000;
 const tokenOf = (e: E2bContext, sb: ReadonlySandbox): string | undefined =>
   sb.record.e2b?.secure === false ? undefined : e.accessTokens.of(sb.record.id);
 
-export function sandboxReply(e: E2bContext, sb: ReadonlySandbox): E2bSandbox {
+/** `names`: how the caller is shown its sandbox's snapshot (its tag: api/scope.ts tagNames). */
+export function sandboxReply(e: E2bContext, sb: ReadonlySandbox, names: TagNames): E2bSandbox {
   const token = tokenOf(e, sb);
   return {
-    templateID: sb.record.tag,
+    templateID: names(sb.record.tag),
     sandboxID: sb.record.id,
-    alias: sb.record.tag,
+    alias: names(sb.record.tag),
     clientID: CLIENT_ID,
     envdVersion: ENVD_VERSION,
     ...(token !== undefined ? { envdAccessToken: token } : {}),
@@ -108,12 +110,13 @@ export type MachineCache = Map<string, Promise<{ cpus: number; memoryMiB: number
 export async function listedView(
   s: Services,
   sb: ReadonlySandbox,
+  names: TagNames,
   cache: MachineCache = new Map(),
 ): Promise<E2bListedSandbox> {
   const m = await machineOf(s, sb, cache);
   return {
-    templateID: sb.record.tag,
-    alias: sb.record.tag,
+    templateID: names(sb.record.tag),
+    alias: names(sb.record.tag),
     sandboxID: sb.record.id,
     clientID: CLIENT_ID,
     startedAt: sb.record.created,
@@ -128,11 +131,16 @@ export async function listedView(
   };
 }
 
-export async function detailView(s: Services, e: E2bContext, sb: ReadonlySandbox): Promise<E2bSandboxDetail> {
+export async function detailView(
+  s: Services,
+  e: E2bContext,
+  sb: ReadonlySandbox,
+  names: TagNames,
+): Promise<E2bSandboxDetail> {
   const token = tokenOf(e, sb);
   const x = sb.record.e2b;
   return {
-    ...(await listedView(s, sb)),
+    ...(await listedView(s, sb, names)),
     ...(token !== undefined ? { envdAccessToken: token } : {}),
     domain: e.domain,
     allowInternetAccess: x?.allowInternetAccess ?? null,
