@@ -8,10 +8,6 @@
  *                              (a diff snapshot: memory.diff instead of memory; its memory base
  *                              is an earlier snapshot of the chain, whose image the pack carries)
  *
- * A pack names its snapshots by their tags without namespace (src/snapshot/namespace.ts): a
- * tenant's `alice/app` is packed as `app` (its meta.json rewritten so), and registered in the
- * namespace of whoever unpacks it.
- *
  * manifest.json is the archive's first member, so an unpack (unpack.ts) bounds every other
  * file by the size it states. Registration (registerStaged, for unpack and pull alike) checks
  * every file's size and sha256 before registering anything, installs the guest image under the
@@ -19,6 +15,10 @@
  * pack claims, which only the image builder's own images answer to), rewrites the disk layers'
  * backing paths and the image path for this host, and publishes the chain root first; if any
  * step fails, what it published is removed again.
+ *
+ * A pack names its snapshots by their tags without namespace (src/snapshot/namespace.ts): a
+ * tenant's `alice/app` is packed as `app` (its meta.json rewritten so), and registered in the
+ * namespace of whoever unpacks it.
  */
 import { spawn } from "node:child_process";
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";

@@ -9,6 +9,7 @@ import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { isAdmin } from "../../access/caller.js";
 import { splitKey } from "../../snapshot/namespace.js";
+import { TENANT_RE } from "../../util/ids.js";
 import {
   canChange,
   newSnapshotKey,
@@ -178,8 +179,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const caller = c.get("caller");
     noteTarget(c, "snapshot", body.tag);
     const src = await ownedSnapshot(s, caller, tag);
-    // The copy is the source's owner's: in its namespace (an admin's copy of a tenant's: its tenant's).
-    const ns = splitKey(src.key).ns;
+    // The copy is the source's owner's (it keeps its owner): an admin's copy of a tenant's
+    // snapshot is in that tenant's namespace.
+    const owner = src.meta.owner ?? null;
+    const ns = splitKey(src.key).ns ?? (owner !== null && TENANT_RE.test(owner) ? owner : null);
     const dest =
       ns !== null && isAdmin(caller) && splitKey(body.tag).ns === null ? `${ns}/${body.tag}` : body.tag;
     const { key } = await newSnapshotKey(s, caller, dest);
