@@ -3,11 +3,13 @@
  * their directories (no path tricks), the reserved tags, the resolver's answers for a tenant and
  * an admin (its own first, then shared, another tenant's never; creation refused for reserved,
  * taken and foreign tags), and a store holding two tenants' snapshots of one tag side by side
- * with a data directory's plain (legacy) tags: listed, recovered, failed records kept.
+ * with a data directory's plain (legacy) tags: listed, recovered, failed records kept; a
+ * tenant's chain packed by its tags without namespace.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -22,6 +24,10 @@ import {
   visibleTo,
 } from "../../src/snapshot/namespace.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
+import { IMAGE_FILES } from "../../src/image/content.js";
+import { readMeta, writeMeta } from "../../src/snapshot/meta.js";
+import type { SnapshotMeta } from "../../src/snapshot/meta.js";
+import { stagePack } from "../../src/snapshot/pack.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { isValidKey } from "../../src/util/ids.js";
 import { Quarantine } from "../../src/util/quarantine.js";
@@ -241,6 +247,55 @@ test("store: two tenants' snapshots of one tag side by side with plain tags; lis
       await assert.rejects(fresh.get(bad), /invalid tag/);
       await assert.rejects(fresh.delete(bad), /invalid tag/);
     }
+  } finally {
+    await done();
+  }
+});
+
+test("packs: a tenant's chain is packed by its tags without namespace, the rewritten metadata consistent", async () => {
+  const { root, store, done } = await scratch();
+  try {
+    const img = join(root, "image");
+    await mkdir(img);
+    for (const f of IMAGE_FILES) await writeFile(join(img, f), f);
+    /** A fake snapshot booting `img`, stacked on `parent`. */
+    const make = async (tag: string, owner: string | null, parent?: SnapshotMeta): Promise<SnapshotMeta> => {
+      await fakeSnapshot(store, tag, owner);
+      const f = store.filesFor(tag);
+      const { checksum: _c, ...m } = await readMeta(f.meta);
+      store.forget(tag);
+      return writeMeta(f.meta, {
+        ...m,
+        image: { ...m.image, dir: img },
+        ...(parent ? { parent: { tag: parent.tag, checksum: parent.checksum } } : {}),
+      });
+    };
+    const python = await make("python", null);
+    const base = await make("alice/base", "alice", python);
+    await make("alice/app", "alice", base);
+    const out = join(root, "pack");
+    const manifest = await stagePack(store, "alice/app", out);
+    assert.deepEqual([manifest.tag, manifest.chain], ["app", ["python", "base", "app"]]);
+    assert.deepEqual((await readdir(join(out, "snapshots"))).sort(), ["app", "base", "python"]);
+    const packed = (name: string) => readMeta(join(out, "snapshots", name, "meta.json"));
+    assert.equal((await packed("python")).checksum, python.checksum, "a shared one as it is");
+    const pBase = await packed("base");
+    assert.deepEqual(
+      [pBase.tag, pBase.parent?.tag, pBase.parent?.checksum],
+      ["base", "python", python.checksum],
+    );
+    const pApp = await packed("app");
+    assert.deepEqual([pApp.tag, pApp.parent?.tag, pApp.parent?.checksum], ["app", "base", pBase.checksum]);
+    for (const name of manifest.chain) {
+      const sum = manifest.files[`snapshots/${name}/meta.json`];
+      assert.equal(
+        sum?.sha256,
+        createHash("sha256")
+          .update(await readFile(join(out, "snapshots", name, "meta.json")))
+          .digest("hex"),
+      );
+    }
+    assert.ok(!JSON.stringify(manifest).includes("alice"), "the pack does not name the tenant's namespace");
   } finally {
     await done();
   }
