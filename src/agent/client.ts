@@ -9,6 +9,13 @@
  *   watch.ts       WATCH: a directory's changes (inotify), streamed
  *   eval-contexts.ts  code contexts of those kernels
  *   identity.ts    IDENTITY and PING
+ *   handover.ts    STREAMS: what an earlier host left in flight in the guest
+ *
+ * A connection to a VM's guest begins with a handover (handover.ts): the guest's stream table
+ * may hold an earlier host's streams (a resume, a daemon restart, a child of a branch), so
+ * nothing is sent until this connection numbers its streams past them; the commands found are
+ * kept for inherited() (the sandbox service takes them over). (A client made without
+ * `handover`, a test's scripted guest, sends its requests at once.)
  *
  * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
  * the first request that needs them the client asks the agent (PING, once) and refuses with
@@ -26,22 +33,32 @@ import { evalCode } from "./eval.js";
 import type { EvalLanguage, EvalOptions, EvalResult } from "./eval.js";
 import { contextOp } from "./eval-contexts.js";
 import type { CodeContext, ContextOp } from "./eval-contexts.js";
-import { execCommand } from "./exec.js";
+import { checkPtySize, execCommand } from "./exec.js";
 import { gatedExec } from "./exec-gate.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "./exec.js";
 import * as files from "./files.js";
 import type { DirEntry, FileStat } from "./files.js";
 import type { Consumed } from "./flow.js";
+import { handover } from "./handover.js";
+import type { InheritedExec } from "./exec.js";
 import { identity, ping } from "./identity.js";
 import type { Identity, PingResult } from "./identity.js";
-import { watchDir } from "./watch.js";
+import { gatedWatch, watchDir } from "./watch.js";
 import type { WatchEvent, WatchHandle, WatchOptions } from "./watch.js";
 
 export type { Consumed } from "./flow.js";
 export type { EvalLanguage, EvalOptions, EvalResult, MimeBundle } from "./eval.js";
 export type { CodeContext, ContextOp } from "./eval-contexts.js";
 export { EVAL_LANGUAGES, parseEvalJson } from "./eval.js";
-export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult, PtySize } from "./exec.js";
+export type {
+  ExecHandle,
+  ExecHandlers,
+  ExecRequest,
+  ExecResult,
+  InheritedExec,
+  InheritedExecInfo,
+  PtySize,
+} from "./exec.js";
 export { EXEC_GRACE_MS, PTY_MAX, checkPtySize } from "./exec.js";
 export type { DirEntry, FileStat } from "./files.js";
 export { guestError } from "./guest-error.js";
@@ -51,9 +68,16 @@ export { WATCH_EVENT_TYPES } from "./watch.js";
 
 const EVENTS = ["close", "broken", "resynced"] as const;
 
+/** How long the handover may take when the first request says nothing shorter. */
+const HANDOVER_MS = 30_000;
+
 export class AgentClient extends EventEmitter {
   /** The agent's PING, asked once (what it supports); cleared if it failed. */
   private features: Promise<PingResult> | null = null;
+  /** The handover (handover.ts), asked before the first request; cleared if it failed. */
+  private hello: Promise<InheritedExec[]> | null = null;
+  /** The inherited commands are handed out once (inherited()). */
+  private inheritedTaken = false;
   /**
    * The sandbox-wide environment (its record's `env`): every exec and cell sees it under the
    * request's own env, which wins on a clash. Set by the sandbox service whenever it hands out the client.
@@ -63,6 +87,7 @@ export class AgentClient extends EventEmitter {
   private constructor(
     readonly socketPath: string,
     private readonly conn: AgentConnection,
+    private readonly handsOver: boolean,
   ) {
     super();
     for (const name of EVENTS) conn.on(name, (...args: unknown[]) => this.emit(name, ...args));
@@ -71,11 +96,17 @@ export class AgentClient extends EventEmitter {
   /**
    * Connects to the agent's socket, retrying while it does not exist yet (QEMU still starting).
    */
-  static async connect(socketPath: string, timeoutMs = 10_000, signal?: AbortSignal): Promise<AgentClient> {
+  static async connect(
+    socketPath: string,
+    timeoutMs = 10_000,
+    signal?: AbortSignal,
+    opts: { handover?: boolean } = {},
+  ): Promise<AgentClient> {
     const socket = await dialUnix(socketPath, timeoutMs, "agent", signal);
     return new AgentClient(
       socketPath,
       new AgentConnection(socket, () => dialUnix(socketPath, 5_000, "agent")),
+      opts.handover === true,
     );
   }
 
@@ -83,8 +114,13 @@ export class AgentClient extends EventEmitter {
    * Wraps an already connected stream (tests: one end of a socketpair to an agent process).
    * Without `redial`, garbage from the guest closes the client for good.
    */
-  static fromSocket(socket: Socket, label = "socket", redial?: () => Promise<Socket>): AgentClient {
-    return new AgentClient(label, new AgentConnection(socket, redial ?? null));
+  static fromSocket(
+    socket: Socket,
+    label = "socket",
+    redial?: () => Promise<Socket>,
+    opts: { handover?: boolean } = {},
+  ): AgentClient {
+    return new AgentClient(label, new AgentConnection(socket, redial ?? null), opts.handover === true);
   }
 
   get closed(): boolean {
@@ -95,17 +131,46 @@ export class AgentClient extends EventEmitter {
     this.conn.close();
   }
 
+  /** Resolves once the handover is done (asked now if it was not: `timeoutMs` bounds it). */
+  private ready(timeoutMs = HANDOVER_MS): Promise<InheritedExec[]> {
+    if (!this.hello) {
+      const p = this.handsOver ? handover(this.conn, Math.max(timeoutMs, 1_000)) : Promise.resolve([]);
+      this.hello = p;
+      p.catch(() => {
+        if (this.hello === p) this.hello = null;
+      });
+    }
+    return this.hello;
+  }
+
+  /** `fn` once the handover is done. */
+  private async gated<T>(timeoutMs: number | undefined, fn: () => Promise<T>): Promise<T> {
+    await this.ready(timeoutMs);
+    return fn();
+  }
+
+  /**
+   * The commands an earlier host left running in the guest (handover.ts), taken over by this
+   * connection: handed out once (later calls get none), for the sandbox service to track.
+   */
+  async inherited(timeoutMs?: number): Promise<InheritedExec[]> {
+    const all = await this.ready(timeoutMs);
+    if (this.inheritedTaken) return [];
+    this.inheritedTaken = true;
+    return all;
+  }
+
   ping(timeoutMs?: number): Promise<PingResult> {
-    return ping(this.conn, timeoutMs);
+    return this.gated(timeoutMs, () => ping(this.conn, timeoutMs));
   }
 
   /** Gives a forked child its own identity: fresh kernel RNG, correct clock, hostname, id. */
   identity(id: Identity, timeoutMs?: number): Promise<void> {
-    return identity(this.conn, id, timeoutMs);
+    return this.gated(timeoutMs, () => identity(this.conn, id, timeoutMs));
   }
 
   sync(timeoutMs?: number): Promise<void> {
-    return files.sync(this.conn, timeoutMs);
+    return this.gated(timeoutMs, () => files.sync(this.conn, timeoutMs));
   }
 
   /** Runs a command; its output is paced by `handlers` (exec.ts). */
@@ -114,12 +179,17 @@ export class AgentClient extends EventEmitter {
       request.internal === true || Object.keys(this.defaultEnv).length === 0
         ? request
         : { ...request, env: { ...this.defaultEnv, ...request.env } };
-    if (req.user === undefined) return execCommand(this.conn, req, handlers);
-    return gatedExec(this.requireKernels("exec as a user"), () => execCommand(this.conn, req, handlers));
+    if (req.pty) checkPtySize(req.pty.rows, req.pty.cols); // refused at once, not once started
+    const gate =
+      req.user === undefined
+        ? this.ready(req.startTimeoutMs).then(() => undefined)
+        : this.requireKernels("exec as a user", req.startTimeoutMs);
+    return gatedExec(gate, () => execCommand(this.conn, req, handlers));
   }
 
   /** Refuses what an agent older than users and kernels would ignore (it reports no KERNELS). */
-  private async requireKernels(what: string): Promise<void> {
+  private async requireKernels(what: string, timeoutMs?: number): Promise<void> {
+    await this.ready(timeoutMs);
     if (!this.features) {
       const p = ping(this.conn, 10_000);
       this.features = p;
@@ -138,12 +208,12 @@ export class AgentClient extends EventEmitter {
 
   /** Reads a whole file, refusing one larger than `maxBytes` (the guest decides the size). */
   readFile(path: string, opts?: { maxBytes?: number; timeoutMs?: number }): Promise<Buffer> {
-    return files.readFile(this.conn, path, opts);
+    return this.gated(opts?.timeoutMs, () => files.readFile(this.conn, path, opts));
   }
 
   /** Streams a file's bytes to `onChunk`, which paces the read (files.ts); resolves with its size. */
   readFileStream(path: string, onChunk: (chunk: Buffer) => Consumed, timeoutMs?: number): Promise<number> {
-    return files.readFileStream(this.conn, path, onChunk, timeoutMs);
+    return this.gated(timeoutMs, () => files.readFileStream(this.conn, path, onChunk, timeoutMs));
   }
 
   /** Writes a file atomically in the guest (temp file, fsync, rename). */
@@ -152,7 +222,7 @@ export class AgentClient extends EventEmitter {
     data: Uint8Array | AsyncIterable<Uint8Array>,
     opts?: { mode?: number; makeParents?: boolean; timeoutMs?: number },
   ): Promise<number> {
-    return files.writeFile(this.conn, path, data, opts);
+    return this.gated(opts?.timeoutMs, () => files.writeFile(this.conn, path, data, opts));
   }
 
   /**
@@ -164,23 +234,23 @@ export class AgentClient extends EventEmitter {
   }
 
   stat(path: string, timeoutMs?: number): Promise<FileStat> {
-    return files.stat(this.conn, path, timeoutMs);
+    return this.gated(timeoutMs, () => files.stat(this.conn, path, timeoutMs));
   }
 
   list(path: string, timeoutMs?: number): Promise<DirEntry[]> {
-    return files.list(this.conn, path, timeoutMs);
+    return this.gated(timeoutMs, () => files.list(this.conn, path, timeoutMs));
   }
 
   mkdir(path: string, opts?: { parents?: boolean; mode?: number }, timeoutMs?: number): Promise<void> {
-    return files.mkdir(this.conn, path, opts, timeoutMs);
+    return this.gated(timeoutMs, () => files.mkdir(this.conn, path, opts, timeoutMs));
   }
 
   remove(path: string, opts?: { recursive?: boolean }, timeoutMs?: number): Promise<void> {
-    return files.remove(this.conn, path, opts, timeoutMs);
+    return this.gated(timeoutMs, () => files.remove(this.conn, path, opts, timeoutMs));
   }
 
   rename(from: string, to: string, timeoutMs?: number): Promise<void> {
-    return files.rename(this.conn, from, to, timeoutMs);
+    return this.gated(timeoutMs, () => files.rename(this.conn, from, to, timeoutMs));
   }
 
   /**
@@ -188,7 +258,7 @@ export class AgentClient extends EventEmitter {
    * are paced by `onEvent` like exec output (a promise holds them). See watch.ts.
    */
   watch(path: string, opts: WatchOptions, onEvent: (e: WatchEvent) => Consumed): WatchHandle {
-    return watchDir(this.conn, path, opts, onEvent);
+    return gatedWatch(this.ready(opts.readyTimeoutMs), () => watchDir(this.conn, path, opts, onEvent));
   }
 
   /** Runs a cell in the kernel of `language` (default python), in a context, with env vars. */
@@ -198,7 +268,8 @@ export class AgentClient extends EventEmitter {
     language: EvalLanguage = "python",
     opts: EvalOptions = {},
   ): Promise<EvalResult> {
-    if (language !== "python") await this.requireKernels(`eval in ${language}`);
+    if (language !== "python") await this.requireKernels(`eval in ${language}`, timeoutMs);
+    else await this.ready(timeoutMs);
     const env = { ...this.defaultEnv, ...opts.env };
     return evalCode(this.conn, code, timeoutMs, language, {
       ...opts,

@@ -45,6 +45,7 @@ import { registrySettings } from "../registry/settings.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
+import { JailedTools } from "../vmm/jailed-tools.js";
 import { findJailer, findMemsnap } from "../host/native.js";
 import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
@@ -127,6 +128,10 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const jailer = await findJailer(env);
   const memsnap = await findMemsnap(env);
   const driver = new QemuDriver(qemu, { jailer, jail });
+  // qemu-img and e2fsck on what guests and tenants wrote run jailed too, from the same uid pool
+  // (src/vmm/jailed-tools.ts).
+  const tools = new JailedTools(jail, jailer);
+  if (!tools.jailed) log.warn("host tools (qemu-img, e2fsck) on guests' disks are not jailed");
   // What changes in sandboxes and snapshots, told as it happens (GET /v1/events).
   const events = new EventBus();
   const store = new SnapshotStore(snapshotsDir(paths), events);
@@ -170,6 +175,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     quarantine,
     crash,
     events,
+    tools,
   });
   const cleaned = await store.recover(quarantine);
   const { adopted, removed, quarantined } = await sandboxes.recover();
@@ -224,6 +230,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
         .map((sb) => sb.record.pid),
     ),
     audit: () => audit.stats,
+    toolRuns: () => tools.runs(),
   });
   // Its builds run in process groups of their own: close() stops them (the group, not just bash).
   const imageBuilder = new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env });
@@ -251,6 +258,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       qemuVersion: qemuVer,
       runDir,
       crash,
+      tools,
     },
     transfer: {
       store,

@@ -101,6 +101,8 @@ async function resumeNow(
       { hostname: id, sandboxId: id, netUpWaitMs: p.nic && net.linkUp ? NET_UP_WAIT_MS : undefined },
       ctx.readyTimeoutMs,
     );
+    // Its commands ran on in the saved guest: this connection takes them over (handover).
+    s.commands.adopt(await agent.inherited(ctx.readyTimeoutMs));
     await net.start();
     // Relays started: the host ports they answer on.
     const started = record();

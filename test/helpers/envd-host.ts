@@ -12,6 +12,7 @@ import type { AddressInfo } from "node:net";
 import { lstat, mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { OpenStreams } from "../../src/access/open-streams.js";
 import type { Services } from "../../src/api/services.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
 import { CommandTable } from "../../src/sandbox/commands.js";
@@ -21,6 +22,8 @@ import { envdState } from "../../src/e2b/envd/context.js";
 import type { SandboxAccess } from "../../src/e2b/auth.js";
 
 export const SANDBOX_ID = "sb-abcdefghijklmnop";
+/** The credential every request to the host comes by (what a revocation names). */
+export const HOST_CREDENTIAL = "token:tok-hosthosthost";
 
 function fsError(e: unknown, path: string): ForkdError {
   const code = (e as { code?: string }).code;
@@ -148,6 +151,8 @@ export interface EnvdHost {
   home: string;
   /** Leases taken and not yet released. */
   leased: () => number;
+  /** What callers opened, by credential (src/access/open-streams.ts). */
+  opened: OpenStreams;
   close(): Promise<void>;
 }
 
@@ -174,14 +179,14 @@ export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHos
           },
         };
       },
-      get: () => ({ record }),
+      get: () => ({ record, commands }),
     },
     limits: { body: { upload: 64 << 20 } },
   } as unknown as Services;
   const st = envdState(services);
   if (o.bodyIdleMs !== undefined) st.bodyIdleMs = o.bodyIdleMs;
   const envd = envdHandler(services, st);
-  const access = { sandbox: { record }, caller: {} } as unknown as SandboxAccess;
+  const access = { sandbox: { record }, caller: { credential: HOST_CREDENTIAL } } as unknown as SandboxAccess;
   const server: Server = createServer((req, res) =>
     envd.handle(req, res, { sandboxId: SANDBOX_ID, port: 49983 }, access),
   );
@@ -191,6 +196,7 @@ export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHos
     url: `http://127.0.0.1:${port}`,
     home,
     leased: () => leased,
+    opened: st.opened,
     close: async () => {
       envd.close();
       server.closeAllConnections();

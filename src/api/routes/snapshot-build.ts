@@ -6,7 +6,7 @@ import { BuildSnapshotQuery } from "../contract/schemas.js";
 import { bodyStream, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
-import { progressStream } from "../stream.js";
+import { hangupSignal, progressStream } from "../stream.js";
 import { snapshotView } from "../views/snapshot.js";
 import { newSnapshotKey, tagNames } from "../scope.js";
 
@@ -66,11 +66,28 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
       warmEvalLanguage: q.warm_eval_language,
       owner,
     };
+    // A client that hangs up before the snapshot is published cancels the build (snapshots.ts).
     if (q.stream !== "1") {
-      return c.json(snapshotView(await s.snapshots.createFromDockerfile(req, body), names), 201);
+      return c.json(
+        snapshotView(
+          await s.snapshots.createFromDockerfile({ ...req, signal: hangupSignal(c) }, body),
+          names,
+        ),
+        201,
+      );
     }
-    return progressStream(c, 201, "snapshot", `snapshot ${key}`, s.log, async (progress, watcher) =>
-      snapshotView(await s.snapshots.createFromDockerfile(req, body, progress, () => watcher.gone), names),
+    return progressStream(
+      c,
+      201,
+      "snapshot",
+      `snapshot ${key}`,
+      s.log,
+      async (progress, watcher) =>
+        snapshotView(
+          await s.snapshots.createFromDockerfile({ ...req, signal: watcher.signal }, body, progress),
+          names,
+        ),
+      "cancel",
     );
   });
 
