@@ -66,6 +66,9 @@
 #include <unistd.h>
 
 #define MAX_ITEMS 64
+/* A Dockerfile build VM reads its base image and every cached step layer it boots on: one bind
+ * each, up to the instructions a Dockerfile may hold (src/image/dockerfile/lines.ts), and more. */
+#define MAX_BINDS 1100
 
 struct bind {
   const char *path;
@@ -348,7 +351,7 @@ int main(int argc, char **argv) {
   int nrlim = 0;
   const char *cgroups[MAX_ITEMS];
   const char *hides[MAX_ITEMS];
-  struct bind binds[MAX_ITEMS];
+  static struct bind binds[MAX_BINDS];
   int ncg = 0, nhide = 0, nbind = 0;
   unsigned long uid = 0, gid = 0;
   const char *groups = NULL;
@@ -380,7 +383,7 @@ int main(int argc, char **argv) {
       tap = v;
     } else if (strcmp(a, "--hide") == 0 && nhide < MAX_ITEMS && v[0] == '/') {
       hides[nhide++] = v;
-    } else if ((strcmp(a, "--bind") == 0 || strcmp(a, "--bind-ro") == 0) && nbind < MAX_ITEMS && v[0] == '/') {
+    } else if ((strcmp(a, "--bind") == 0 || strcmp(a, "--bind-ro") == 0) && nbind < MAX_BINDS && v[0] == '/') {
       binds[nbind++] = (struct bind){ .path = v, .ro = a[6] == '-', .fd = -1, .is_dir = 0 };
     } else if (strcmp(a, "--uid") == 0) {
       if (parse_id(v, &uid) != 0) return usage();

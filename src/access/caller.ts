@@ -1,4 +1,5 @@
 /** Who is calling the API: set once per request at the edge, read by scoping, limits and audit. */
+import type { BuildCaps } from "./build-caps.js";
 
 export interface Caller {
   /** For the audit log: "local" (unix socket), "admin" (FORKD_TOKEN), else the token's tenant. */
@@ -16,6 +17,11 @@ export interface Caller {
    * opens is ended when that is revoked (./open-streams.ts). Absent: none (the unix socket).
    */
   credential?: string;
+  /**
+   * The token's own caps on what is built for its tenant (build-caps.ts); absent ones (or all):
+   * the operator's defaults. An admin has none.
+   */
+  caps?: Partial<BuildCaps>;
 }
 
 /** The unix socket's caller: root on this host, the local admin. */

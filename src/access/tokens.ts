@@ -17,6 +17,7 @@ import { z } from "zod";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { TENANT_RE } from "../util/ids.js";
+import type { BuildCaps } from "./build-caps.js";
 import type { Caller } from "./caller.js";
 import { OpenStreams } from "./open-streams.js";
 
@@ -46,6 +47,15 @@ const TokenEntry = z.strictObject({
   created: z.string(),
   /** Sandboxes this token's tenant may hold at once (absent: only the daemon's limit). */
   max_sandboxes: z.number().int().min(0).max(1_000_000).optional(),
+  /** Caps on what is built for its tenant (access/build-caps.ts; absent: the operator's defaults). */
+  max_memory_mib: z.number().int().min(0).max(65536).optional(),
+  max_vcpus: z.number().int().min(0).max(32).optional(),
+  max_build_disk_mib: z
+    .number()
+    .int()
+    .min(0)
+    .max(1 << 24)
+    .optional(),
   /** "e2b": an E2B API key (`e2b_` + hex); absent: a forkd token (`fkd_` + base64url). */
   kind: z.literal("e2b").optional(),
 });
@@ -182,6 +192,8 @@ export class TokenStore {
     tenant: string;
     scope: "admin" | "tenant";
     maxSandboxes?: number;
+    /** The token's own build caps (absent: the operator's defaults). */
+    caps?: Partial<BuildCaps>;
     /** An E2B API key: `e2b_` + 64 hex digits. */
     e2b?: boolean;
   }): Promise<{ token: string; entry: TokenView }> {
@@ -203,6 +215,9 @@ export class TokenStore {
         sha256: sha256(token).toString("hex"),
         created: new Date().toISOString(),
         ...(o.maxSandboxes !== undefined ? { max_sandboxes: o.maxSandboxes } : {}),
+        ...(o.caps?.memoryMiB !== undefined ? { max_memory_mib: o.caps.memoryMiB } : {}),
+        ...(o.caps?.vcpus !== undefined ? { max_vcpus: o.caps.vcpus } : {}),
+        ...(o.caps?.buildDiskMiB !== undefined ? { max_build_disk_mib: o.caps.buildDiskMiB } : {}),
         ...(o.e2b ? { kind: "e2b" as const } : {}),
       };
       await this.save([...this.entries, entry]);
@@ -244,14 +259,22 @@ const ENV_ADMIN: Caller = {
   credential: "env-admin",
 };
 
-const callerOfEntry = (entry: TokenEntry): Caller => ({
-  name: entry.tenant,
-  tenant: entry.scope === "admin" ? null : entry.tenant,
-  tokenId: entry.id,
-  limited: true,
-  maxSandboxes: entry.max_sandboxes ?? null,
-  credential: credentialOf(entry.id),
-});
+function callerOfEntry(entry: TokenEntry): Caller {
+  const caps: Partial<BuildCaps> = {
+    ...(entry.max_memory_mib !== undefined ? { memoryMiB: entry.max_memory_mib } : {}),
+    ...(entry.max_vcpus !== undefined ? { vcpus: entry.max_vcpus } : {}),
+    ...(entry.max_build_disk_mib !== undefined ? { buildDiskMiB: entry.max_build_disk_mib } : {}),
+  };
+  return {
+    name: entry.tenant,
+    tenant: entry.scope === "admin" ? null : entry.tenant,
+    tokenId: entry.id,
+    limited: true,
+    maxSandboxes: entry.max_sandboxes ?? null,
+    credential: credentialOf(entry.id),
+    ...(Object.keys(caps).length > 0 ? { caps } : {}),
+  };
+}
 
 export class Authenticator {
   constructor(

@@ -1,5 +1,6 @@
 /** What the API layer is given: the services it calls. Built by the daemon's entry point. */
 import type { AuthFailureLimiter } from "../access/auth-failures.js";
+import type { BuildCaps } from "../access/build-caps.js";
 import type { SandboxQuota } from "../access/quota.js";
 import type { RateLimiter } from "../access/rate-limit.js";
 import type { Authenticator, TokenStore } from "../access/tokens.js";
@@ -81,6 +82,8 @@ export interface Services {
     body: BodyLimits;
     rate: RateLimiter;
     quota: SandboxQuota;
+    /** The operator's caps on what is built for a tenant (a token may carry its own). */
+    buildCaps: BuildCaps;
     /** Failed authentication per remote address (TCP listeners). */
     authFailures: AuthFailureLimiter;
   };

@@ -8,11 +8,14 @@
  * (X-Forkd-Console-Key; a GET or a WebSocket may bring a ticket, `?console_ticket=`, instead):
  * a cookie alone (which the browser also sends to the host's other ports) opens nothing
  * (./sessions.ts). A non-GET call also needs `X-Forkd-Console: 1` and a WebSocket upgrade an
- * Origin equal to this server's. stopConsoleServer() ends it with its open terminals.
+ * Origin equal to this server's. Its connections are guarded like every listener's
+ * (../util/listener-guard.ts). stopConsoleServer() ends it with its open terminals.
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { createServer } from "node:http";
 import { LOCAL } from "../access/caller.js";
+import { DEFAULT_LIMITS, guard, httpOptions } from "../util/listener-guard.js";
+import type { ListenerLimits } from "../util/listener-guard.js";
 import type { Duplex } from "node:stream";
 import type { AssetReply } from "./assets.js";
 import { SECURITY_HEADERS, page, serveAsset } from "./assets.js";
@@ -30,6 +33,8 @@ export interface ConsoleServerOptions {
   origin: () => string;
   /** The session cookie's name (default forkd_console; `forkd console`: one per port). */
   cookie?: () => string;
+  /** Connection bounds and timeouts (default: ../util/listener-guard.ts's). */
+  limits?: ListenerLimits;
 }
 
 /** The upgraded connections (terminals) of each server: they outlive server.close() otherwise. */
@@ -200,7 +205,8 @@ function refuseUpgrade(socket: Duplex, status: number, text: string): void {
 }
 
 export function createConsoleServer(o: ConsoleServerOptions): Server {
-  const server = createServer((req, res) => {
+  const limits = o.limits ?? DEFAULT_LIMITS;
+  const server = createServer(httpOptions(limits), (req, res) => {
     handle(o, req, res).catch(() => {
       if (!res.headersSent) jsonError(res, 500, "internal", "internal error");
       else res.destroy();
@@ -224,8 +230,7 @@ export function createConsoleServer(o: ConsoleServerOptions): Server {
       refuseUpgrade(socket, 400, "Bad Request");
     }
   });
-  server.headersTimeout = 30_000;
-  server.requestTimeout = 0;
+  guard(server, limits);
   return server;
 }
 

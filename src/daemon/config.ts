@@ -1,18 +1,22 @@
 /**
  * The daemon's access settings, read once from the environment and checked before anything
  * listens: the TCP listener (FORKD_LISTEN, with tokens, optionally TLS), E2B's API listener
- * (FORKD_E2B_LISTEN, the same tokens and TLS), request limits and the audit log. Every number is
+ * (FORKD_E2B_LISTEN, the same tokens and TLS), request limits, tenants' build caps and the audit log. Every number is
  * validated; a bad setting stops the daemon with a clear message.
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isIP } from "node:net";
 import type { AuthFailureLimits } from "../access/auth-failures.js";
+import { DEFAULT_BUILD_CAPS } from "../access/build-caps.js";
+import type { BuildCaps } from "../access/build-caps.js";
 import type { RateLimits } from "../access/rate-limit.js";
 import { weakTokenReason } from "../access/tokens.js";
 import { DEFAULT_BODY_LIMITS } from "../api/services.js";
 import type { BodyLimits } from "../api/services.js";
 import { ForkdError } from "../util/errors.js";
+import { DEFAULT_LIMITS } from "../util/listener-guard.js";
+import type { ListenerLimits } from "../util/listener-guard.js";
 
 export interface TcpConfig {
   host: string;
@@ -41,7 +45,11 @@ export interface AccessConfig {
   rate: RateLimits;
   /** Failed authentication per remote address (TCP). */
   authFailures: AuthFailureLimits;
+  /** Tenants' caps on what is built for them (a token may carry its own). */
+  buildCaps: BuildCaps;
   audit: { dir: string; maxBytes: number; keep: number };
+  /** Every listener's connection bounds and timeouts (src/util/listener-guard.ts). */
+  listeners: ListenerLimits;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
@@ -105,6 +113,12 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
     tcp,
     e2b,
     adminToken,
+    listeners: {
+      maxConnections,
+      perAddress: int(env, "FORKD_CONNECTIONS_PER_ADDRESS", DEFAULT_LIMITS.perAddress, 1),
+      headersTimeoutMs: int(env, "FORKD_HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100),
+      keepAliveTimeoutMs: int(env, "FORKD_KEEPALIVE_TIMEOUT_MS", DEFAULT_LIMITS.keepAliveTimeoutMs, 100),
+    },
     tokensFile: env.FORKD_TOKENS_FILE || join(dataDir, "tokens.json"),
     body: {
       json: int(env, "FORKD_MAX_JSON_BYTES", d.json, 1024),
@@ -122,6 +136,11 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
     authFailures: {
       rps: int(env, "FORKD_AUTH_FAIL_RPS", 1),
       burst: int(env, "FORKD_AUTH_FAIL_BURST", 20, 1),
+    },
+    buildCaps: {
+      memoryMiB: int(env, "FORKD_TENANT_MAX_MEMORY_MIB", DEFAULT_BUILD_CAPS.memoryMiB, 128),
+      vcpus: int(env, "FORKD_TENANT_MAX_VCPUS", DEFAULT_BUILD_CAPS.vcpus, 1),
+      buildDiskMiB: int(env, "FORKD_TENANT_MAX_BUILD_DISK_MIB", DEFAULT_BUILD_CAPS.buildDiskMiB, 1),
     },
     audit: {
       dir: env.FORKD_AUDIT_DIR || join(dataDir, "audit"),

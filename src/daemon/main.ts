@@ -12,6 +12,8 @@ import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
+import { guard, httpOptions } from "../util/listener-guard.js";
+import type { ListenerLimits } from "../util/listener-guard.js";
 import { createAdaptorServer } from "@hono/node-server";
 import { AuthFailureLimiter } from "../access/auth-failures.js";
 import { SandboxQuota } from "../access/quota.js";
@@ -293,6 +295,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       body: cfg.body,
       rate: new RateLimiter(cfg.rate),
       quota: new SandboxQuota(),
+      buildCaps: cfg.buildCaps,
       authFailures: new AuthFailureLimiter(cfg.authFailures),
     },
     metrics,
@@ -311,11 +314,10 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   };
   const servers: Server[] = [];
   const unixApp = createApp(services);
-  const unix = createAdaptorServer({ fetch: unixApp.fetch }) as Server;
+  const unix = unixServer(unixApp, cfg.listeners);
   // WebSockets (the console's terminal) go through the same app: ../api/ws-upgrade.ts.
   const upgradeFailed = (e: unknown) => log.warn("websocket upgrade failed", { error: errorMessage(e) });
   unix.on("upgrade", wsUpgradeHandler(unixApp, upgradeFailed));
-  unix.requestTimeout = 0;
   // The socket must never exist with looser permissions, not even between bind and chmod.
   const oldUmask = process.umask(0o077);
   try {
@@ -329,7 +331,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   let tcpAddress: string | null = null;
   if (cfg.tcp) {
     const tcpApp = createApp(services, { auth });
-    const server = await listenTcp(cfg.tcp, tcpApp);
+    const server = await listenTcp(cfg.tcp, tcpApp, cfg.listeners);
     server.on("upgrade", wsUpgradeHandler(tcpApp, upgradeFailed));
     servers.push(server);
     const a = server.address();
@@ -345,6 +347,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       cfg.e2b,
       createE2bHandler(services, { interpreter: interpreterHandler(services) }),
       createE2bUpgradeHandler(services),
+      cfg.listeners,
     );
     servers.push(server);
     const a = server.address();
@@ -401,22 +404,37 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   };
 }
 
-/** The TCP listener (HTTPS with a certificate): bounded connections, headers within 30 s. */
-async function listenTcp(t: TcpConfig, app: ReturnType<typeof createApp>): Promise<Server> {
+/**
+ * The unix socket's server, guarded (../util/listener-guard.ts) but for the per-address bound:
+ * every peer of the socket is "local", the local admin.
+ */
+export function unixServer(
+  app: { fetch: ReturnType<typeof createApp>["fetch"] },
+  limits: ListenerLimits,
+): Server {
+  const server = createAdaptorServer({ fetch: app.fetch, serverOptions: httpOptions(limits) }) as Server;
+  guard(server, { ...limits, perAddress: limits.maxConnections });
+  return server;
+}
+
+/** The TCP listener (HTTPS with a certificate), guarded (../util/listener-guard.ts). */
+export async function listenTcp(
+  t: TcpConfig,
+  app: { fetch: ReturnType<typeof createApp>["fetch"] },
+  limits: ListenerLimits,
+): Promise<Server> {
   const fetch = app.fetch;
+  const l = { ...limits, maxConnections: t.maxConnections };
   const server = (
     t.tls
       ? createAdaptorServer({
           fetch,
           createServer: createHttpsServer,
-          serverOptions: { cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" },
+          serverOptions: { ...httpOptions(l), cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" },
         })
-      : createAdaptorServer({ fetch })
+      : createAdaptorServer({ fetch, serverOptions: httpOptions(l) })
   ) as Server;
-  // Long uploads and streams are bounded by the body limits and their own timeouts, not here.
-  server.requestTimeout = 0;
-  server.headersTimeout = 30_000;
-  server.maxConnections = t.maxConnections;
+  guard(server, l);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(t.port, t.host, () => resolve());

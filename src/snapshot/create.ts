@@ -5,8 +5,8 @@
  * the memory file. The parent never runs again on that image.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, copyFile, mkdir, rename, rm } from "node:fs/promises";
-import { basename, join } from "node:path";
+import { chmod, mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import type { EvalLanguage } from "../agent/eval.js";
 import { createOverlay, rawSize, rebaseUnsafe } from "../disk/overlay.js";
@@ -19,10 +19,10 @@ import { nowMs, since, sleep } from "../util/time.js";
 import { GUEST_NET, guestNetArg } from "../net/guest.js";
 import { defaultCpu, kernelCmdline } from "../vmm/config.js";
 import type { MachineConfig } from "../vmm/config.js";
+import { takeVmmFile } from "../vmm/jail-files.js";
 import { limitsFor } from "../vmm/limits.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import type { Vm } from "../vmm/vm.js";
-import { takeBack } from "../vmm/jail-files.js";
 import type { ToolRunner } from "../vmm/jailed-tools.js";
 import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta, SnapshotSource } from "./meta.js";
@@ -85,24 +85,6 @@ export interface SnapshotDeps {
   crash?: CrashPoint;
   /** Runs qemu-img on the layers VMs wrote, jailed (src/vmm/jailed-tools.ts). */
   tools: ToolRunner;
-}
-
-/**
- * Moves a file the jailed VMM wrote to `to`, owned by the daemon (copied across file systems).
- * The VMM is gone, but what it left is not trusted: it must be a regular file with one link
- * (not a link to a host file the daemon would chown, hash and make readable, nor a FIFO).
- */
-async function moveOwned(from: string, to: string): Promise<void> {
-  await takeBack(from, 0o600).catch((e: unknown) => {
-    throw e instanceof ForkdError
-      ? new ForkdError("vmm_error", `the parent VM left ${basename(from)} as something other than a file`)
-      : e;
-  });
-  await rename(from, to).catch(async (e: NodeJS.ErrnoException) => {
-    if (e.code !== "EXDEV") throw e;
-    await copyFile(from, to);
-    await rm(from, { force: true });
-  });
 }
 
 export async function createSnapshot(
@@ -257,12 +239,11 @@ export async function createSnapshot(
     await vm.stop();
     vm = null;
     // The VMM is gone: its files become the daemon's, in the staging directory.
-    await moveOwned(own.memory, files.memory);
-    await moveOwned(own.disk, files.disk);
-    await moveOwned(own.vmstate, files.vmstate);
-    // The layer's header was the VMM's to write: read by a jailed qemu-img, it must name no data
-    // file, and the backing file it names is replaced by the image's (qemu-img reads this layer
-    // later: compaction, packs, branches).
+    await takeVmmFile(own.memory, files.memory, "the parent VM");
+    await takeVmmFile(own.disk, files.disk, "the parent VM");
+    await takeVmmFile(own.vmstate, files.vmstate, "the parent VM");
+    // The layer's header was the VMM's to write: no data file, and the backing file it names is
+    // replaced by the image's (a jailed qemu-img reads this layer later: compaction, packs).
     const why = await plainLayerProblem(deps.tools, files.disk);
     if (why !== null) throw new ForkdError("vmm_error", `the parent VM's disk layer is not plain: ${why}`);
     await rebaseUnsafe(deps.tools, files.disk, image.rootfs, "raw", 0o600);

@@ -51,6 +51,8 @@ export interface DockerfileSnapshotRequest {
   owner: string | null;
   /** Aborted: the build and the snapshot are cancelled (create.ts CreateSnapshotRequest.signal). */
   signal?: AbortSignal;
+  /** What the build's step layers may hold together (the tenant's cap), MiB; null: no cap. */
+  maxDiskMiB: number | null;
 }
 
 /** FROM forkd://NAME: the template's image; anything else: `images` (OCI), if there is one. */
@@ -150,6 +152,8 @@ export async function createFromDockerfile(
         memoryMiB: req.memoryMiB,
         vcpus: req.vcpus,
         ...(req.signal ? { signal: req.signal } : {}),
+        owner: req.owner,
+        maxDiskMiB: req.maxDiskMiB,
       },
       progress,
     );

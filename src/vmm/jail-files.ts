@@ -7,7 +7,7 @@
  * changed.
  */
 import { constants } from "node:fs";
-import { lstat, open } from "node:fs/promises";
+import { copyFile, lstat, open, rename, rm } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { basename } from "node:path";
 import { ForkdError } from "../util/errors.js";
@@ -87,4 +87,24 @@ export async function shareRead(path: string, gid: number): Promise<void> {
   } finally {
     await fh.close();
   }
+}
+
+/**
+ * Moves `from` (a file in a gone VMM's own directory) to `to`, taken back (a regular file
+ * with one link, the daemon's, mode 0600) first and copied across file systems; `who` names the
+ * VM in the error ("the parent VM"). Returns its size.
+ */
+export async function takeVmmFile(from: string, to: string, who: string): Promise<number> {
+  await takeBack(from, 0o600).catch((e: unknown) => {
+    throw e instanceof ForkdError
+      ? new ForkdError("vmm_error", `${who} left ${basename(from)} as something other than a file`)
+      : e;
+  });
+  const { size } = await lstat(from);
+  await rename(from, to).catch(async (e: NodeJS.ErrnoException) => {
+    if (e.code !== "EXDEV") throw e;
+    await copyFile(from, to);
+    await rm(from, { force: true });
+  });
+  return size;
 }

@@ -15,6 +15,7 @@ import { dirname, join } from "node:path";
 import type { OpenStreams } from "../../src/access/open-streams.js";
 import type { Services } from "../../src/api/services.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
+import { CommandTap } from "../../src/sandbox/command-tap.js";
 import { CommandTable } from "../../src/sandbox/commands.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { envdHandler } from "../../src/e2b/envd/handler.js";
@@ -153,6 +154,8 @@ export interface EnvdHost {
   leased: () => number;
   /** What callers opened, by credential (src/access/open-streams.ts). */
   opened: OpenStreams;
+  /** Starts a command as forkd's own API does (tracked with the sandbox's commands): its pid. */
+  startTracked(shell: string): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -197,6 +200,11 @@ export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHos
     home,
     leased: () => leased,
     opened: st.opened,
+    startTracked: async (shell) => {
+      const tap = new CommandTap();
+      const fed = tap.handlers({});
+      return (await commands.track(shell, false, agent.exec({ shell }, fed), false, tap, fed).started).pid;
+    },
     close: async () => {
       envd.close();
       server.closeAllConnections();

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AuthFailureLimiter } from "../../src/access/auth-failures.js";
 import type { AuthFailureLimits } from "../../src/access/auth-failures.js";
+import { DEFAULT_BUILD_CAPS } from "../../src/access/build-caps.js";
 import { SandboxQuota } from "../../src/access/quota.js";
 import { RateLimiter } from "../../src/access/rate-limit.js";
 import type { RateLimits } from "../../src/access/rate-limit.js";
@@ -88,6 +89,7 @@ export async function testServices(
       body: { ...DEFAULT_BODY_LIMITS, ...opts.body },
       rate: new RateLimiter({ rps: 0, burst: 1, maxInflight: 0, maxHeavy: 0, ...opts.rate }),
       quota: new SandboxQuota(),
+      buildCaps: DEFAULT_BUILD_CAPS,
       authFailures: new AuthFailureLimiter(opts.authFailures ?? { rps: 0, burst: 1 }),
     },
     metrics: NO_METRICS,

@@ -5,28 +5,37 @@
  * build VM; a changed COPY'd file reruns only its step and the later ones; a failing RUN reports
  * its output and exit code and leaves no snapshot; a Dockerfile FROM an image in a loopback
  * registry (a static busybox tree: no Python) runs its COPY and RUN in that image and records
- * the pulled image as the build's base. The host tools the build runs on the disks its VM wrote
- * (qemu-img, e2fsck) run jailed.
+ * the pulled image as the build's base. Tenants (tokens over TCP): a tenant's build VM is jailed
+ * (not root, no capabilities, a forkd cgroup with its limits, its RAM in its own directory under
+ * run/, not in the shared cache, a mount namespace without the others' files); tenant B building
+ * A's Dockerfile (a RUN writing a random value) gets a value of its own and nothing of A's is
+ * cached for B (that A's own rebuild is: test/unit/dockerfile-owner-cache.test.ts); a tenant over its caps gets 403 naming the cap before
+ * anything runs, and one whose RUN writes past its build disk cap is stopped, naming that cap. The host
+ * tools the build runs on the disks its VM wrote (qemu-img, e2fsck) run jailed.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { ApiClient } from "@forkd/sdk";
+import { ApiClient, ForkdError as SdkError } from "@forkd/sdk";
 import type { SnapshotProgress } from "@forkd/sdk";
 import { contextPaths, contextTar } from "../../src/cli/build-context.js";
 import { checkedRequest } from "../helpers/contract.js";
-import { CLI, makeDaemon } from "../helpers/daemon.js";
+import { CLI, cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
 import { daemonToolRuns } from "../helpers/prometheus.js";
 import { busyboxTar, pushImage } from "../helpers/oci-images.js";
 import { startRegistry } from "../helpers/registry.js";
 import type { TestRegistry } from "../helpers/registry.js";
+import { until } from "../helpers/fake-sandboxes.js";
+import { freePort } from "../helpers/port.js";
+import { asVmm, gidOf, procStatus, qemuNaming, uidOf } from "../helpers/vmm-process.js";
+import { defaultPaths } from "../../src/host/paths.js";
 
 let d: TestDaemon;
 let ctx: string;
@@ -67,12 +76,21 @@ async function sh(tag: string, cmd: string): Promise<string> {
   }
 }
 
-async function build(tag: string, dir: string): Promise<{ messages: string[]; content: string }> {
-  const client = new ApiClient({ socket: d.ep.socket });
+/** Tenants' tokens (made in the first tenant step) and the daemon's TCP listener. */
+const tokens: Record<string, string> = {};
+let url = "";
+const as = (tenant: string) => new ApiClient({ url, token: tokens[tenant] ?? "" });
+
+async function build(
+  tag: string,
+  dir: string,
+  client = new ApiClient({ socket: d.ep.socket }),
+  query: { memory_mib?: number; vcpus?: number } = {},
+): Promise<{ messages: string[]; content: string }> {
   const tar = contextTar(dir, await contextPaths(dir, join(dir, "Dockerfile")));
   const messages: string[] = [];
   const [m] = await Promise.all([
-    client.buildSnapshot({ tag, build_args: { NONCE } }, tar.stream, {
+    client.buildSnapshot({ tag, build_args: { NONCE }, ...query }, tar.stream, {
       onProgress: (ev: SnapshotProgress) => messages.push(ev.message),
     }),
     tar.done,
@@ -83,7 +101,15 @@ async function build(tag: string, dir: string): Promise<{ messages: string[]; co
 before(async () => {
   // No warm pool: nothing here is about it, and its members (two per snapshot built, restored
   // and warmed) would compete with the builds for the CPU.
-  d = await makeDaemon({ FORKD_POOL_SIZE: "0" }); // started
+  // Tenants reach it over TCP (loopback), with the operator's caps lowered to be crossed.
+  const port = await freePort();
+  url = `http://127.0.0.1:${port}`;
+  d = await makeDaemon({
+    FORKD_POOL_SIZE: "0",
+    FORKD_LISTEN: `127.0.0.1:${port}`,
+    FORKD_TENANT_MAX_MEMORY_MIB: "1024",
+    FORKD_TENANT_MAX_VCPUS: "2",
+  }); // started
   ctx = await mkdtemp(join(tmpdir(), "forkd-df-"));
   await writeFile(join(ctx, "Dockerfile"), DOCKERFILE);
   await writeFile(join(ctx, ".dockerignore"), "secret.txt\n");
@@ -97,6 +123,7 @@ after(async () => {
   await d?.destroy(failed());
   await reg?.stop();
   if (ctx) await rm(ctx, { recursive: true, force: true });
+  if (tenantCtx) await rm(tenantCtx, { recursive: true, force: true });
 });
 
 let first = "";
@@ -253,5 +280,162 @@ step(
       reg = undefined;
       await rm(dir, { recursive: true, force: true });
     }
+  },
+);
+
+// ---------------------------------------------------------------- tenants
+
+/** A Dockerfile whose RUN writes a value nobody can guess (the same text for every tenant). */
+const SECRET_DOCKERFILE = `FROM forkd://python
+ARG NONCE
+RUN echo "$NONCE" > /nonce && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /secret
+`;
+let tenantCtx = "";
+let aliceSecret = "";
+let aliceContent = "";
+
+/** The cgroup the process is in under forkd/, and its memory, tasks and CPU limits. */
+async function cgroupLimits(
+  pid: number,
+): Promise<{ name: string; memory: string; pids: string; cpu: string }> {
+  const lines = await readFile(`/proc/${pid}/cgroup`, "utf8");
+  const name = /^(?:\d+:memory|0:):\/forkd\/(b-[0-9a-f]+)$/m.exec(lines)?.[1];
+  assert.ok(name, `in a forkd cgroup: ${lines}`);
+  const v1 = await readFile(`/sys/fs/cgroup/memory/forkd/${name}/memory.limit_in_bytes`, "utf8").catch(
+    () => null,
+  );
+  const read = (p: string) => readFile(`/sys/fs/cgroup/${p}`, "utf8").then((t) => t.trim());
+  if (v1 !== null)
+    return {
+      name,
+      memory: v1.trim(),
+      pids: await read(`pids/forkd/${name}/pids.max`),
+      cpu: await read(`cpu/forkd/${name}/cpu.cfs_quota_us`),
+    };
+  return {
+    name,
+    memory: await read(`forkd/${name}/memory.max`),
+    pids: await read(`forkd/${name}/pids.max`),
+    cpu: (await read(`forkd/${name}/cpu.max`)).split(" ")[0] ?? "",
+  };
+}
+
+step(
+  "a tenant's build VM is jailed: not root, no capabilities, a forkd cgroup with limits, its RAM in its own directory",
+  async () => {
+    for (const [tenant, extra] of [
+      ["alice", []],
+      ["bob", []],
+      ["carol", ["--max-build-disk-mib", "48"]],
+    ] as const) {
+      const r = await cli(d, ["token", "create", "--tenant", tenant, ...extra]);
+      assert.equal(r.code, 0, r.stderr);
+      tokens[tenant] = r.stdout.trim();
+    }
+    tenantCtx = await mkdtemp(join(tmpdir(), "forkd-df-tenant-"));
+    await writeFile(join(tenantCtx, "Dockerfile"), SECRET_DOCKERFILE);
+    const built = build("t-alice", tenantCtx, as("alice"));
+    built.catch(() => undefined); // a failed assertion below must not leave it unheard
+    const runDir = join(d.dataDir, "run");
+    let pid: number | null = null;
+    for (let i = 0; i < 3000 && pid === null; i++) {
+      pid = await qemuNaming(join(runDir, "b-"));
+      if (pid === null) await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.ok(pid, "the build VM's QEMU was seen");
+    const st = await procStatus(pid);
+    assert.notEqual(uidOf(st), "0", "not root");
+    assert.equal(st.CapEff, "0000000000000000");
+    assert.equal(st.NoNewPrivs, "1");
+    // QEMU installs its seccomp filter as it starts (the jailer set the uid and capabilities before).
+    await until("QEMU's seccomp filter", async () => (await procStatus(pid)).Seccomp === "2", 120_000);
+    const cg = await cgroupLimits(pid);
+    assert.equal(cg.memory, String((512 + 384) * 2 ** 20), "guest RAM + 384 MiB");
+    assert.equal(cg.pids, "256");
+    assert.equal(cg.cpu, "100000", "one vCPU: one core's time");
+    // Its RAM: a file in its own directory under run/, not in the shared cache.
+    const memPath = /mem-path=([^,]+)/.exec((await processArgs(pid)).join(" "))?.[1] ?? "";
+    const cacheDir = defaultPaths(d.env).cacheDir;
+    assert.ok(memPath.startsWith(join(runDir, cg.name) + "/"), memPath);
+    assert.ok(!memPath.startsWith(cacheDir + "/"), memPath);
+    // In its mount namespace: only its own directory under run/, only its base image in the cache.
+    const own = await asVmm(uidOf(st), gidOf(st), ["ls", "-A", runDir], pid);
+    assert.ok(own.ok, own.out);
+    assert.equal(own.out.trim(), cg.name);
+    const images = await asVmm(uidOf(st), gidOf(st), ["ls", "-A", join(cacheDir, "images")], pid);
+    assert.ok(images.ok, images.out);
+    assert.equal(images.out.trim().split("\n").length, 1, `only its base image: ${images.out}`);
+    const snaps = await asVmm(uidOf(st), gidOf(st), ["ls", "-A", join(d.dataDir, "snapshots")], pid);
+    assert.ok(!snaps.ok || snaps.out.trim() === "", `the snapshots are hidden: ${snaps.out}`);
+    const r = await built;
+    aliceContent = r.content;
+    aliceSecret = (await sh("t-alice", "cat /nonce /secret")).split("\n")[1] ?? "";
+    assert.match(aliceSecret, /^[0-9a-f]{32}$/);
+    assert.deepEqual(
+      (await readdir(runDir)).filter((n) => n.startsWith("b-")),
+      [],
+      "nothing of the build VM is left in run/",
+    );
+  },
+);
+
+/** A process's command line. */
+async function processArgs(pid: number): Promise<string[]> {
+  return (await readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0");
+}
+
+step("tenant B building A's Dockerfile gets its own value, and nothing of A's is cached for it", async () => {
+  const b = await build("t-bob", tenantCtx, as("bob"));
+  const all = b.messages.join("\n");
+  assert.ok(!b.messages.some((m) => /^step \d+\/\d+: .*: cached$/.test(m)), all);
+  assert.ok(!b.messages.some((m) => m.startsWith("build: every step cached")), all);
+  assert.ok(
+    b.messages.some((m) => m.startsWith("boot: starting the build VM")),
+    all,
+  );
+  const bobSecret = (await sh("t-bob", "cat /secret")).trim();
+  assert.match(bobSecret, /^[0-9a-f]{32}$/);
+  assert.notEqual(bobSecret, aliceSecret, "B ran the step itself");
+  assert.notEqual(b.content, aliceContent);
+});
+
+step(
+  "a tenant over its caps: 403 naming the cap before anything runs; a RUN past the build disk cap is stopped",
+  async () => {
+    const small = execFileSync("tar", ["-c", "-f", "-", "Dockerfile"], { cwd: tenantCtx });
+    const refused = async (p: Promise<unknown>, cap: string) => {
+      await assert.rejects(p, (e: unknown) => {
+        assert.ok(e instanceof SdkError, String(e));
+        assert.equal(e.status, 403, e.message);
+        assert.equal(e.code, "forbidden");
+        assert.match(e.message, new RegExp(`\\(${cap}\\)`));
+        return true;
+      });
+    };
+    await refused(as("alice").buildSnapshot({ tag: "t-big", memory_mib: 2048 }, small), "max_memory_mib");
+    await refused(as("alice").buildSnapshot({ tag: "t-big", vcpus: 3 }, small), "max_vcpus");
+    await refused(as("bob").createSnapshot({ tag: "t-big", memory_mib: 4096 }), "max_memory_mib");
+    // Carol's token caps what her build's layers hold at 48 MiB; her RUN writes 128.
+    const dir = await mkdtemp(join(tmpdir(), "forkd-df-disk-"));
+    try {
+      await writeFile(
+        join(dir, "Dockerfile"),
+        `FROM forkd://python\nARG NONCE\nRUN echo "$NONCE"; dd if=/dev/urandom of=/big bs=1M count=128 && sync\n`,
+      );
+      await assert.rejects(build("t-carol", dir, as("carol")), (e: unknown) => {
+        assert.ok(e instanceof SdkError, String(e));
+        assert.equal(e.code, "resource_exhausted", e.message);
+        assert.match(e.message, /build disk cap of 48 MiB \(max_build_disk_mib\)/);
+        return true;
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    const list = await api<{ snapshots: { tag: string }[] }>("GET", "/v1/snapshots");
+    assert.ok(!list.snapshots.some((x) => ["t-big", "t-carol"].includes(x.tag)));
+    assert.deepEqual(
+      (await readdir(join(d.dataDir, "run"))).filter((n) => n.startsWith("b-")),
+      [],
+    );
   },
 );

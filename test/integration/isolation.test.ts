@@ -13,7 +13,6 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFile, rename, stat } from "node:fs/promises";
-import { pidsReferencing, processCmdline } from "../../src/util/proc.js";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { ApiError } from "../helpers/http.js";
@@ -21,6 +20,7 @@ import { checkedRequest } from "../helpers/contract.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
+import { asVmm, gidOf, procStatus as status, qemuNaming, uidOf } from "../helpers/vmm-process.js";
 import type { SandboxView } from "../../src/api/views/sandbox.js";
 
 const run = promisify(execFile);
@@ -40,24 +40,6 @@ const fork = async (body: Record<string, unknown> = {}) =>
   (await api<{ sandboxes: View[] }>("POST", "/v1/sandboxes", { snapshot_tag: "iso", ...body })).sandboxes[0]!;
 const sh = (id: string, cmd: string, timeoutMs = 120_000) =>
   api<ExecOut>("POST", `/v1/sandboxes/${id}/exec`, { cmd, timeout_ms: timeoutMs }, timeoutMs + 30_000);
-const status = async (pid: number): Promise<Record<string, string>> => {
-  const out: Record<string, string> = {};
-  for (const line of (await readFile(`/proc/${pid}/status`, "utf8")).split("\n")) {
-    const i = line.indexOf(":");
-    if (i > 0) out[line.slice(0, i)] = line.slice(i + 1).trim();
-  }
-  return out;
-};
-/** Runs `argv` as `uid` (jail gid, no groups), optionally inside `pid`'s mount namespace. */
-const asVmm = async (uid: string, gid: string, argv: string[], nsOf?: number) => {
-  const pre = nsOf ? ["nsenter", "-t", String(nsOf), "-m", "--"] : [];
-  const cmd = [...pre, "setpriv", `--reuid=${uid}`, `--regid=${gid}`, "--clear-groups", "--", ...argv];
-  return run(cmd[0]!, cmd.slice(1)).then(
-    (r) => ({ ok: true, out: r.stdout + r.stderr }),
-    (e: { stderr?: string }) => ({ ok: false, out: e.stderr ?? "" }),
-  );
-};
-
 let a: View;
 let b: View;
 /** The daemon's secrets: none may reach a child process. */
@@ -65,8 +47,6 @@ const SECRETS = {
   FORKD_TOKEN: process.env.FORKD_TOKEN ?? `it-${randomBytes(24).toString("base64url")}`,
   FORKD_REGISTRY_PASSWORD: `reg-${randomBytes(12).toString("hex")}`,
 };
-const uidOf = (st: Record<string, string>) => st.Uid!.split(/\s+/)[0]!;
-const gidOf = (st: Record<string, string>) => st.Gid!.split(/\s+/)[0]!;
 
 before(async () => {
   d = await makeDaemon({ FORKD_POOL_SIZE: "0", ...SECRETS });
@@ -97,13 +77,6 @@ step("each child's VMM: its own uid, no capabilities, seccomp, its own cgroup", 
   // Both still work.
   for (const v of [a, b]) assert.equal((await sh(v.id, "echo hi")).stdout, "hi\n");
 });
-
-/** The pid of the QEMU whose command line names `fragment`, or null. */
-async function qemuNaming(fragment: string): Promise<number | null> {
-  for (const pid of await pidsReferencing(fragment))
-    if ((await processCmdline(pid))[0]?.includes("qemu-system")) return pid;
-  return null;
-}
 
 step("a snapshot's parent VMM (it runs the caller's warm-up) is jailed like a child", async () => {
   const made = api(

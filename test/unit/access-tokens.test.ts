@@ -37,6 +37,11 @@ test("tokens: created once, stored as sha256 only (0600), found again after a re
     assert.equal(store.size, 0);
     const a = await store.create({ tenant: "alice", scope: "tenant", maxSandboxes: 3 });
     const b = await store.create({ tenant: "ops", scope: "admin" });
+    const c = await store.create({
+      tenant: "carol",
+      scope: "tenant",
+      caps: { memoryMiB: 256, buildDiskMiB: 64 },
+    });
     assert.match(a.token, /^fkd_[A-Za-z0-9_-]{43}$/);
     assert.equal(weakTokenReason(a.token), null);
     assert.match(a.entry.id, /^tok-[a-z2-7]{12}$/);
@@ -57,6 +62,12 @@ test("tokens: created once, stored as sha256 only (0600), found again after a re
       credential: `token:${a.entry.id}`,
     });
     assert.equal(auth.authenticate(`Bearer ${b.token}`)?.tenant, null, "admin scope sees every tenant");
+    // A token's own build caps are kept and carried by its caller (absent ones: the operator's).
+    assert.deepEqual(auth.authenticate(`Bearer ${c.token}`)?.caps, { memoryMiB: 256, buildDiskMiB: 64 });
+    assert.deepEqual(
+      [c.entry.max_memory_mib, c.entry.max_vcpus, c.entry.max_build_disk_mib],
+      [256, undefined, 64],
+    );
     assert.equal(auth.authenticate(`Bearer ${ADMIN}`)?.name, "admin");
     for (const bad of [
       undefined,
@@ -73,7 +84,7 @@ test("tokens: created once, stored as sha256 only (0600), found again after a re
     await assert.rejects(again.revoke(a.entry.id), /no token/);
     assert.deepEqual(
       again.list().map((t) => t.tenant),
-      ["ops"],
+      ["ops", "carol"],
     );
     assert.ok(again.list().every((t) => !("sha256" in t)));
   } finally {
@@ -179,7 +190,7 @@ test("bearer parsing, constant-time compare and weak-token reasons", () => {
   assert.ok(ANONYMOUS.tenant !== null, "the anonymous caller is never an admin");
 });
 
-test("daemon config: TCP with a weak token, TLS halves or bad numbers refused; loopback known", async () => {
+test("daemon config: TCP with a weak token, TLS halves or bad numbers refused; loopback known; tenants' build caps", async () => {
   const data = "/nonexistent";
   await assert.rejects(
     readAccessConfig({ FORKD_LISTEN: "0.0.0.0:1", FORKD_TOKEN: "changeme" }, data),
@@ -203,6 +214,18 @@ test("daemon config: TCP with a weak token, TLS halves or bad numbers refused; l
   assert.deepEqual([c.tcp?.host, c.tcp?.port, c.tcp?.loopback, c.tcp?.tls], ["::1", 8889, true, null]);
   assert.equal(c.body.json, 2048);
   assert.equal(c.tokensFile, "/nonexistent/tokens.json");
+  // Tenants' build caps: the defaults, the operator's, and a bad one refused.
+  assert.deepEqual(c.buildCaps, { memoryMiB: 4096, vcpus: 4, buildDiskMiB: 16384 });
+  const capped = await readAccessConfig(
+    {
+      FORKD_TENANT_MAX_MEMORY_MIB: "1024",
+      FORKD_TENANT_MAX_VCPUS: "2",
+      FORKD_TENANT_MAX_BUILD_DISK_MIB: "512",
+    },
+    data,
+  );
+  assert.deepEqual(capped.buildCaps, { memoryMiB: 1024, vcpus: 2, buildDiskMiB: 512 });
+  await assert.rejects(readAccessConfig({ FORKD_TENANT_MAX_VCPUS: "0" }, data), /FORKD_TENANT_MAX_VCPUS/);
   for (const h of ["127.0.0.1", "127.1.2.3", "::1", "localhost"]) assert.equal(isLoopback(h), true, h);
   for (const h of ["0.0.0.0", "10.0.0.1", "::", "example.com"]) assert.equal(isLoopback(h), false, h);
 });

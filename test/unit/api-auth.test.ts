@@ -2,7 +2,8 @@
  * The API edge without VMs: bearer tokens (401), admin-only routes (403), tenant scoping of
  * snapshots (another tenant's is 404, exactly like a missing one), body bounds (413, also for a
  * body sent without a length), per-caller limits (429 with Retry-After), the audit line of every
- * mutating call (refused ones too), token management through the API. Error replies are checked
+ * mutating call (refused ones too), token management through the API, tenants' build caps (403
+ * naming the cap). Error replies are checked
  * against the committed OpenAPI document.
  */
 import { after, before, test } from "node:test";
@@ -266,6 +267,69 @@ test("failed authentications are limited per address: 429 with Retry-After, befo
   } finally {
     await limited.cleanup();
   }
+});
+
+test("a tenant asking for more than its build caps is 403 naming the cap; a token's own caps hold; admins have none", async () => {
+  const refused = (r: Reply, cap: string, limit: number) => {
+    assert.equal(r.status, 403, JSON.stringify(r.body));
+    assert.equal(r.body.error?.code, "forbidden");
+    assert.match(r.body.error?.message ?? "", new RegExp(`\\(${cap}\\)`));
+    assert.deepEqual((r.body.error as { details?: unknown }).details, {
+      field: cap === "max_memory_mib" ? "memory_mib" : "vcpus",
+      cap,
+      limit,
+    });
+  };
+  // The operator's defaults (src/access/build-caps.ts): 4096 MiB and 4 vCPUs.
+  refused(
+    await call("POST", "/v1/snapshots", { token: alice, json: { tag: "big", memory_mib: 65536 } }),
+    "max_memory_mib",
+    4096,
+  );
+  refused(
+    await call("POST", "/v1/snapshots", { token: alice, json: { tag: "big", vcpus: 32 } }),
+    "max_vcpus",
+    4,
+  );
+  refused(
+    await call("POST", "/v1/snapshots/build?tag=big&memory_mib=8192", { token: alice }),
+    "max_memory_mib",
+    4096,
+  );
+  refused(await call("POST", "/v1/snapshots/build?tag=big&vcpus=5", { token: alice }), "max_vcpus", 4);
+  // A token's own caps, set by an admin, listed with it.
+  const made = await call("POST", "/v1/tokens", {
+    token: ADMIN,
+    json: { tenant: "dave", max_memory_mib: 256, max_vcpus: 1, max_build_disk_mib: 64 },
+  });
+  assert.equal(made.status, 201);
+  const dave = made.body.token as string;
+  const info = made.body.info as Record<string, unknown>;
+  assert.deepEqual([info.max_memory_mib, info.max_vcpus, info.max_build_disk_mib], [256, 1, 64]);
+  refused(
+    await call("POST", "/v1/snapshots/build?tag=big&memory_mib=512", { token: dave }),
+    "max_memory_mib",
+    256,
+  );
+  refused(
+    await call("POST", "/v1/snapshots", { token: dave, json: { tag: "big", memory_mib: 256, vcpus: 2 } }),
+    "max_vcpus",
+    1,
+  );
+  // Within the caps the request goes on (here to the unknown template).
+  const within = await call("POST", "/v1/snapshots", {
+    token: dave,
+    json: { tag: "small", template: "nope", memory_mib: 256 },
+  });
+  assert.equal(within.status, 400, JSON.stringify(within.body));
+  // An admin is not capped by the tenants' caps.
+  const admin = await call("POST", "/v1/snapshots", {
+    token: ADMIN,
+    json: { tag: "big", template: "nope", memory_mib: 65536, vcpus: 32 },
+  });
+  assert.equal(admin.status, 400, JSON.stringify(admin.body));
+  assert.match(admin.body.error?.message ?? "", /nope/);
+  await call("DELETE", `/v1/tokens/${info.id as string}`, { token: ADMIN });
 });
 
 test("every mutating call leaves one audit line with caller, action, target, status and result", async () => {

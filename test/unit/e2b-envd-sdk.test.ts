@@ -69,6 +69,19 @@ test("background command: list, stdin, connect from a second handle, kill", asyn
   assert.equal(await sbx.commands.kill(h.pid), false, "a process that is gone is not found");
 });
 
+test("a command forkd's own API started: listed, connected to and killed through envd", async () => {
+  const pid = await host.startTracked("i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.05; done");
+  const listed = (await sbx.commands.list()).find((p) => p.pid === pid);
+  assert.ok(listed, "listed");
+  assert.equal(listed.cmd, "/bin/sh");
+  assert.deepEqual(listed.args.slice(0, 1), ["-c"]);
+  const h = await sbx.commands.connect(pid, { timeoutMs: 0 });
+  await waitFor(() => /tick \d+\n/.test(h.stdout));
+  assert.equal(await sbx.commands.kill(pid), true);
+  await assert.rejects(h.wait(), CommandExitError);
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === pid));
+});
+
 test("a process whose stream's client hung up keeps running; the stream's lease is freed", async () => {
   const h = await sbx.commands.run("sleep 30", { background: true });
   await h.disconnect();

@@ -976,6 +976,12 @@ export interface components {
             created: string;
             /** @description Sandboxes the tenant may hold at once. */
             max_sandboxes?: number;
+            /** @description Cap on a snapshot's or build VM's memory_mib (absent: the operator's default). */
+            max_memory_mib?: number;
+            /** @description Cap on a snapshot's or build VM's vcpus (absent: the operator's default). */
+            max_vcpus?: number;
+            /** @description Cap on what one Dockerfile build's step layers hold (absent: the operator's default). */
+            max_build_disk_mib?: number;
             /**
              * @description e2b: an E2B API key; absent: a forkd token.
              * @constant
@@ -996,6 +1002,12 @@ export interface components {
             scope: "admin" | "tenant";
             /** @description Sandboxes this tenant may hold at once through this token (default: no own limit). */
             max_sandboxes?: number;
+            /** @description Cap on memory_mib of the snapshots and Dockerfile builds this token makes (default: FORKD_TENANT_MAX_MEMORY_MIB). */
+            max_memory_mib?: number;
+            /** @description Cap on vcpus of the snapshots and Dockerfile builds this token makes (default: FORKD_TENANT_MAX_VCPUS). */
+            max_vcpus?: number;
+            /** @description Cap on what one Dockerfile build's step layers may hold on the host's disk (default: FORKD_TENANT_MAX_BUILD_DISK_MIB). */
+            max_build_disk_mib?: number;
             /** @description An E2B API key (`e2b_` + hex, what E2B's SDKs accept) instead of a forkd token. */
             e2b?: boolean;
         };

@@ -170,6 +170,21 @@ export const Token = named(
     scope: z.enum(["admin", "tenant"]),
     created: z.string(),
     max_sandboxes: z.number().int().optional().describe("Sandboxes the tenant may hold at once."),
+    max_memory_mib: z
+      .number()
+      .int()
+      .optional()
+      .describe("Cap on a snapshot's or build VM's memory_mib (absent: the operator's default)."),
+    max_vcpus: z
+      .number()
+      .int()
+      .optional()
+      .describe("Cap on a snapshot's or build VM's vcpus (absent: the operator's default)."),
+    max_build_disk_mib: z
+      .number()
+      .int()
+      .optional()
+      .describe("Cap on what one Dockerfile build's step layers hold (absent: the operator's default)."),
     kind: z.literal("e2b").optional().describe("e2b: an E2B API key; absent: a forkd token."),
   }),
   "Token",
@@ -189,6 +204,33 @@ export const CreateToken = named(
       .max(1_000_000)
       .optional()
       .describe("Sandboxes this tenant may hold at once through this token (default: no own limit)."),
+    max_memory_mib: z
+      .number()
+      .int()
+      .min(0)
+      .max(65536)
+      .optional()
+      .describe(
+        "Cap on memory_mib of the snapshots and Dockerfile builds this token makes (default: FORKD_TENANT_MAX_MEMORY_MIB).",
+      ),
+    max_vcpus: z
+      .number()
+      .int()
+      .min(0)
+      .max(32)
+      .optional()
+      .describe(
+        "Cap on vcpus of the snapshots and Dockerfile builds this token makes (default: FORKD_TENANT_MAX_VCPUS).",
+      ),
+    max_build_disk_mib: z
+      .number()
+      .int()
+      .min(0)
+      .max(1 << 24)
+      .optional()
+      .describe(
+        "Cap on what one Dockerfile build's step layers may hold on the host's disk (default: FORKD_TENANT_MAX_BUILD_DISK_MIB).",
+      ),
     e2b: z
       .boolean()
       .optional()

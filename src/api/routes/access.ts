@@ -18,6 +18,11 @@ export function accessRoutes(s: Services): Hono<ApiEnv> {
       tenant: b.tenant,
       scope: b.scope,
       maxSandboxes: b.max_sandboxes,
+      caps: {
+        ...(b.max_memory_mib !== undefined ? { memoryMiB: b.max_memory_mib } : {}),
+        ...(b.max_vcpus !== undefined ? { vcpus: b.max_vcpus } : {}),
+        ...(b.max_build_disk_mib !== undefined ? { buildDiskMiB: b.max_build_disk_mib } : {}),
+      },
       e2b: b.e2b,
     });
     noteTarget(c, "token_id", r.entry.id);

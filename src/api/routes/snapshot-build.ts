@@ -1,5 +1,6 @@
 /** The route building a snapshot from a Dockerfile: the build context is the body (a tar), the options the query. */
 import { Hono } from "hono";
+import { buildCapsOf, checkBuildSize } from "../../access/build-caps.js";
 import { ForkdError } from "../../util/errors.js";
 import type { Services } from "../services.js";
 import { BuildSnapshotQuery } from "../contract/schemas.js";
@@ -48,6 +49,9 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
   // "snapshot"} or {"type":"error","error"}; otherwise one JSON reply when ready.
   app.post("/build", async (c) => {
     const q = parseQuery(c, BuildSnapshotQuery);
+    // A tenant's build is held to its caps (403 naming the one it is over) before anything runs.
+    const caps = buildCapsOf(c.get("caller"), s.limits.buildCaps);
+    checkBuildSize(caps, { memoryMiB: q.memory_mib, vcpus: q.vcpus });
     const body = bodyStream(c);
     if (!body) throw new ForkdError("invalid_argument", "the request body must be the build context (a tar)");
     const caller = c.get("caller");
@@ -65,6 +69,7 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
       warmEval: q.warm_eval ?? null,
       warmEvalLanguage: q.warm_eval_language,
       owner,
+      maxDiskMiB: caps?.buildDiskMiB ?? null,
     };
     // A client that hangs up before the snapshot is published cancels the build (snapshots.ts).
     if (q.stream !== "1") {

@@ -7,6 +7,7 @@ import { Readable } from "node:stream";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
+import { buildCapsOf, checkBuildSize } from "../../access/build-caps.js";
 import { isAdmin } from "../../access/caller.js";
 import { splitKey } from "../../snapshot/namespace.js";
 import { TENANT_RE } from "../../util/ids.js";
@@ -45,6 +46,11 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   // "snapshot"} or {"type":"error","error"}; otherwise one JSON reply when ready.
   app.post("/", async (c) => {
     const body = await parseBody(c, CreateSnapshot);
+    // A tenant's parent VM is held to its caps (403 naming the one it is over).
+    checkBuildSize(buildCapsOf(c.get("caller"), s.limits.buildCaps), {
+      memoryMiB: body.memory_mib,
+      vcpus: body.vcpus,
+    });
     // Exactly one source: an image, or a template (python when neither is named).
     const from = body.image !== undefined ? { image: body.image } : { template: body.template ?? "python" };
     const caller = c.get("caller");

@@ -13,6 +13,13 @@ export function tokenCommands(program: Command, ctx: CliContext): void {
     .requiredOption("--tenant <name>", "the tenant it acts for (lowercase letters, digits, _ . -)")
     .option("--admin", "an admin token: every tenant's sandboxes, token management, /metrics")
     .option("--max-sandboxes <n>", "sandboxes the tenant may hold at once", (v) => parseInt(v, 10))
+    .option("--max-memory-mib <n>", "cap on a snapshot's or build's memory_mib for this tenant", (v) =>
+      parseInt(v, 10),
+    )
+    .option("--max-vcpus <n>", "cap on a snapshot's or build's vcpus for this tenant", (v) => parseInt(v, 10))
+    .option("--max-build-disk-mib <n>", "cap on what one Dockerfile build's layers hold on disk", (v) =>
+      parseInt(v, 10),
+    )
     .option("--e2b", "an E2B API key (e2b_ + hex, what E2B's SDKs accept as E2B_API_KEY)")
     .option("--json", "JSON output (token and its record)")
     .action(
@@ -20,6 +27,9 @@ export function tokenCommands(program: Command, ctx: CliContext): void {
         tenant: string;
         admin?: boolean;
         maxSandboxes?: number;
+        maxMemoryMib?: number;
+        maxVcpus?: number;
+        maxBuildDiskMib?: number;
         e2b?: boolean;
         json?: boolean;
       }) => {
@@ -30,6 +40,9 @@ export function tokenCommands(program: Command, ctx: CliContext): void {
             tenant: o.tenant,
             scope: o.admin ? "admin" : "tenant",
             ...(o.maxSandboxes !== undefined ? { max_sandboxes: o.maxSandboxes } : {}),
+            ...(o.maxMemoryMib !== undefined ? { max_memory_mib: o.maxMemoryMib } : {}),
+            ...(o.maxVcpus !== undefined ? { max_vcpus: o.maxVcpus } : {}),
+            ...(o.maxBuildDiskMib !== undefined ? { max_build_disk_mib: o.maxBuildDiskMib } : {}),
             ...(o.e2b ? { e2b: true } : {}),
           },
           { timeoutMs: CALL_MS },

@@ -12,13 +12,22 @@
  * The build VM gets a network like a sandbox with egress allowed (deps.network: a netns slot, so
  * the host's own services stay out of reach), or none where the host has none to give. A step
  * runs as the user USER (or the base image's config) names, as Docker runs it.
+ *
+ * The build VM runs the caller's RUN steps, so it is jailed like a sandbox's (src/vmm/jail.ts):
+ * its own uid, no capabilities, a cgroup with its memory, CPU and tasks limits, and a mount
+ * namespace showing only its own directory (its RAM and the step layers it writes, under the
+ * daemon's run/, never the shared cache) and, read-only, its base image and the cached layers it
+ * boots on. What it wrote is taken once it is gone (vmm/jail-files.ts) and checked before root
+ * uses it: plain qcow2 layers (disk/plain-layer.ts), rebased onto the chain root chose, within
+ * the build's disk cap. Cache keys are the owner's own (keys.ts).
  */
-import { createHash } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import type { BaseSource } from "../../snapshot/meta.js";
-import { mkdir, rm } from "node:fs/promises";
+import { lchown, lstat, mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { createOverlay, rawSize, rebaseUnsafe } from "../../disk/overlay.js";
+import { plainLayerProblem } from "../../disk/plain-layer.js";
 import type { AccelChoice } from "../../host/accel.js";
 import type { Attachment } from "../../net/attachments/attachment.js";
 import { GUEST_NET, guestNetArg } from "../../net/guest.js";
@@ -28,14 +37,18 @@ import { nowMs, since, sleep } from "../../util/time.js";
 import { defaultCpu, kernelCmdline } from "../../vmm/config.js";
 import type { MachineConfig } from "../../vmm/config.js";
 import type { VmmDriver } from "../../vmm/driver.js";
+import { takeVmmFile } from "../../vmm/jail-files.js";
+import { limitsFor } from "../../vmm/limits.js";
 import type { Vm } from "../../vmm/vm.js";
 import type { ToolRunner } from "../../vmm/jailed-tools.js";
 import type { GuestImage } from "../builder.js";
 import { commitChain } from "./commit-chain.js";
 import { BuildContext, hashItems } from "./context.js";
+import type { CopyItem } from "./context.js";
 import { copyStep, runStep } from "./steps.js";
 import { configFiles } from "./image-config.js";
 import { installImage } from "./install.js";
+import { stepKeys } from "./keys.js";
 import { parseDockerfile } from "./parse.js";
 import { fromRef, plan } from "./plan.js";
 import type { BuildArgs, ImageConfig } from "./plan.js";
@@ -80,6 +93,13 @@ export interface DockerfileBuildRequest {
   buildArgs?: BuildArgs;
   memoryMiB?: number;
   vcpus?: number;
+  /** Whose build it is (a tenant; null: an admin): the step cache is each owner's own (keys.ts). */
+  owner: string | null;
+  /**
+   * What the build's step layers may hold together, in MiB (the tenant's max_build_disk_mib:
+   * src/access/build-caps.ts); absent or null: no cap.
+   */
+  maxDiskMiB?: number | null;
   /** Deadline of one RUN step (default 30 min). */
   stepTimeoutMs?: number;
   signal?: AbortSignal;
@@ -103,12 +123,6 @@ interface KeyedStep {
   run: (agent: AgentClient) => Promise<void>;
 }
 
-const sha = (...parts: string[]): string => {
-  const h = createHash("sha256");
-  for (const p of parts) h.update(p).update("\n");
-  return h.digest("hex");
-};
-
 export async function buildDockerfile(
   deps: DockerfileDeps,
   req: DockerfileBuildRequest,
@@ -127,38 +141,32 @@ export async function buildDockerfile(
   const context = await BuildContext.scan(req.contextDir);
   const cache = new StepCache(deps.cacheDir);
 
-  // Keys: each over its parent's, the step (normalised) and the files it copies.
+  // What each COPY or ADD copies (its files are part of its key), then the keys (keys.ts).
+  const copies = new Map<number, { items: CopyItem[]; files: string }>();
+  for (const [i, s] of p.steps.entries()) {
+    if (s.kind !== "copy") continue;
+    const items = context.resolve(s.line, s.add ? "ADD" : "COPY", s.sources, s.dest);
+    if (s.add) await context.refuseArchives(s.line, items);
+    copies.set(i, { items, files: await hashItems(items) });
+  }
+  const keys = stepKeys(req.owner, base.image.content, p, (i) => copies.get(i)?.files ?? "");
   const keyed: KeyedStep[] = [];
-  let parent = sha("forkd-dockerfile-base/1", base.image.content);
   const stepTimeoutMs = req.stepTimeoutMs ?? 30 * 60_000;
   for (const [i, s] of p.steps.entries()) {
     const n = i + 1;
+    const key = keys.steps[i] ?? "";
     if (s.kind === "run") {
       const what = `RUN ${"exec" in s.command ? JSON.stringify(s.command.exec) : s.command.shell}`;
-      const norm = JSON.stringify({
-        kind: "run",
-        command: s.command,
-        env: Object.entries(s.env).sort(([a], [b]) => (a < b ? -1 : 1)),
-        cwd: s.cwd,
-        user: s.user,
-      });
-      parent = sha("step", parent, norm);
-      keyed.push({ key: parent, line: s.line, what, run: (a) => runStep(a, s, n, stepTimeoutMs, progress) });
+      keyed.push({ key, line: s.line, what, run: (a) => runStep(a, s, n, stepTimeoutMs, progress) });
     } else {
-      const op = s.add ? "ADD" : "COPY";
-      const items = context.resolve(s.line, op, s.sources, s.dest);
-      if (s.add) await context.refuseArchives(s.line, items);
-      const files = await hashItems(items);
-      const norm = JSON.stringify({ kind: "copy", dest: s.dest, chown: s.chown, chmod: s.chmod, files });
-      parent = sha("step", parent, norm);
-      const what = `${op} ${s.sources.join(" ")} ${s.dest}`;
-      keyed.push({ key: parent, line: s.line, what, run: (a) => copyStep(a, s, items, stepTimeoutMs) });
+      const items = copies.get(i)?.items ?? [];
+      const what = `${s.add ? "ADD" : "COPY"} ${s.sources.join(" ")} ${s.dest}`;
+      keyed.push({ key, line: s.line, what, run: (a) => copyStep(a, s, items, stepTimeoutMs) });
     }
   }
   const cfg = configFiles(p.config);
-  parent = sha("config", parent, JSON.stringify(p.config));
   keyed.push({
-    key: parent,
+    key: keys.final,
     line: 0,
     what: "image config (/.forkd/env, /.forkd/config)",
     run: async (a) => {
@@ -168,7 +176,7 @@ export async function buildDockerfile(
       await a.writeFile("/.forkd/config", cfg.config, { mode: 0o644 });
     },
   });
-  const finalKey = parent;
+  const finalKey = keys.final;
 
   // The first step not cached; everything before it is reused.
   let first = 0;
@@ -255,12 +263,17 @@ async function runSteps(
   cache: StepCache,
   progress: Progress,
 ): Promise<string> {
+  // The VM's own directory (jailed: the only one it may write): its RAM, sockets, console and
+  // the step layers it writes. A layer root creates there has a name the VM cannot guess, so it
+  // cannot have put a link in its place.
   const runtime = join(deps.runDir, `b-${work.slice(-12)}`);
   await mkdir(runtime, { recursive: true, mode: 0o700 });
-  const layerFile = (i: number) => join(work, `step-${i}.qcow2`);
+  const own = (i: number) => join(runtime, `step-${i}-${randomBytes(6).toString("hex")}.qcow2`);
+  const layers = new Map<number, string>([[first, own(first)]]);
+  const layerOf = (i: number): string => layers.get(i) ?? "";
   // Every layer of the chain has the base image's size: no layer the VM wrote is opened to learn it.
   const sizeBytes = await rawSize(image.rootfs);
-  await createOverlay(layerFile(first), {
+  await createOverlay(layerOf(first), {
     backing: parentLayer.path,
     backingFormat: parentLayer.format,
     sizeBytes,
@@ -271,6 +284,14 @@ async function runSteps(
     accel: deps.accel.accel,
     cpu: defaultCpu(deps.accel.accel),
   };
+  const capBytes = req.maxDiskMiB ? req.maxDiskMiB * 2 ** 20 : null;
+  const overCap = () =>
+    new ForkdError(
+      "resource_exhausted",
+      `the build wrote more than this tenant's build disk cap of ${req.maxDiskMiB ?? 0} MiB (max_build_disk_mib)`,
+      { cap: "max_build_disk_mib", limit: req.maxDiskMiB ?? 0 },
+    );
+  let over = false;
   let vm: Vm | null = null;
   let agent: AgentClient | null = null;
   let net: Attachment | null = null;
@@ -279,80 +300,141 @@ async function runSteps(
   const onAbort = () => void vm?.kill().catch(() => undefined);
   req.signal?.addEventListener("abort", onAbort, { once: true });
   try {
-    if (deps.network) {
-      try {
-        net = await deps.network();
-      } catch (e) {
-        progress(`network: none for this build (${errorMessage(e)})`, { phase: "boot" });
-      }
-    } else progress("network: none for this build (this daemon gives builds none)", { phase: "boot" });
-    progress(`boot: starting the build VM (${machine.accel}, ${machine.memoryMiB} MiB)`, { phase: "boot" });
-    const t0 = nowMs();
-    vm = await deps.driver.launch(
-      {
-        dir: runtime,
-        machine,
-        memory: { path: join(work, "memory"), mode: "parent" },
-        disk: layerFile(first),
-        boot: {
-          kernel: image.kernel,
-          initrd: image.initrd,
-          append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
+    try {
+      if (deps.network) {
+        try {
+          net = await deps.network();
+        } catch (e) {
+          progress(`network: none for this build (${errorMessage(e)})`, { phase: "boot" });
+        }
+      } else progress("network: none for this build (this daemon gives builds none)", { phase: "boot" });
+      progress(`boot: starting the build VM (${machine.accel}, ${machine.memoryMiB} MiB)`, { phase: "boot" });
+      const t0 = nowMs();
+      vm = await deps.driver.launch(
+        {
+          dir: runtime,
+          machine,
+          memory: { path: join(runtime, "memory"), mode: "parent" },
+          disk: layerOf(first),
+          boot: {
+            kernel: image.kernel,
+            initrd: image.initrd,
+            append: kernelCmdline(machine.accel, deps.accel.tscKhz, process.env, [guestNetArg(GUEST_NET)]),
+          },
+          nic: { guest: GUEST_NET, backend: net?.backend ?? { kind: "none" } },
+          ...(net?.netns ? { netns: net.netns } : {}),
+          // Its base image and the cached layers it boots on, read-only; a CPU quota of its vCPUs.
+          jail: {
+            reads: [image.dir, ...keyed.slice(0, first).map((k) => dirname(cache.layer(k.key)))],
+            limits: { ...limitsFor(machine), cpus: machine.vcpus },
+          },
         },
-        nic: { guest: GUEST_NET, backend: net?.backend ?? { kind: "none" } },
-        ...(net?.netns ? { netns: net.netns } : {}),
-      },
-      net?.binary ? { binary: net.binary } : {},
-    );
-    if (req.signal?.aborted) throw new ForkdError("conflict", "the build was cancelled");
-    agent = await vm.connectAgent(10_000);
-    await waitAgent(vm, agent, 180_000, () => deps.driver.consoleTail(runtime, 800));
-    if (net && !net.linkUp) await vm.setLink(false);
-    await agent.identity({
-      hostname: "forkd-build",
-      sandboxId: `build-${work.slice(-12)}`,
-      ...(net?.linkUp ? { netUpWaitMs: 2_000 } : {}),
-    });
-    if (net) {
-      await net.start();
-      progress(`network: ${net.record().mode}, egress ${net.record().egress.mode}`, { phase: "boot" });
-    }
-    progress(`boot: agent ready after ${Math.round(since(t0))} ms`, { phase: "boot" });
-    for (let i = first; i < keyed.length; i++) {
-      const k = keyed[i] as KeyedStep;
+        net?.binary ? { binary: net.binary } : {},
+      );
+      const running = vm;
       if (req.signal?.aborted) throw new ForkdError("conflict", "the build was cancelled");
-      progress(`step ${i + 1}/${keyed.length}: ${k.what}`, { phase: "step" });
-      const t = nowMs();
-      await k.run(agent);
-      await agent.sync();
-      // Freeze the step's layer live: the VM writes on into a new empty layer over it.
-      await createOverlay(layerFile(i + 1), { backing: layerFile(i), backingFormat: "qcow2", sizeBytes });
-      await vm.pause();
-      await vm.freezeDisk(layerFile(i + 1));
-      await vm.resume();
-      frozen.push(i);
-      progress(`step ${i + 1}/${keyed.length}: done in ${Math.round(since(t))} ms`, { phase: "step" });
-    }
-  } catch (err) {
-    const e = req.signal?.aborted ? new ForkdError("conflict", "the build was cancelled") : err;
-    if (e instanceof ForkdError && vm) {
-      const tail = await deps.driver.consoleTail(runtime, 1500);
-      if (tail && e.code === "vmm_error") e.details.console_tail = tail;
+      if (capBytes !== null) {
+        // QEMU reports the first write past what is left; the VM is stopped there.
+        running.onDiskWriteThreshold(() => {
+          over = true;
+          void running.kill().catch(() => undefined);
+        });
+      }
+      agent = await vm.connectAgent(10_000);
+      await waitAgent(vm, agent, 180_000, () => deps.driver.consoleTail(runtime, 800));
+      if (net && !net.linkUp) await vm.setLink(false);
+      await agent.identity({
+        hostname: "forkd-build",
+        sandboxId: `build-${work.slice(-12)}`,
+        ...(net?.linkUp ? { netUpWaitMs: 2_000 } : {}),
+      });
+      if (net) {
+        await net.start();
+        progress(`network: ${net.record().mode}, egress ${net.record().egress.mode}`, { phase: "boot" });
+      }
+      await armDiskCap(running);
+      progress(`boot: agent ready after ${Math.round(since(t0))} ms`, { phase: "boot" });
+      for (let i = first; i < keyed.length; i++) {
+        const k = keyed[i] as KeyedStep;
+        if (req.signal?.aborted) throw new ForkdError("conflict", "the build was cancelled");
+        progress(`step ${i + 1}/${keyed.length}: ${k.what}`, { phase: "step" });
+        const t = nowMs();
+        await k.run(agent);
+        await agent.sync();
+        if (over) throw overCap();
+        // Freeze the step's layer live: the VM writes on into a new empty layer over it.
+        const next = own(i + 1);
+        await createOverlay(next, { backing: layerOf(i), backingFormat: "qcow2", sizeBytes });
+        if (running.owner) await lchown(next, running.owner.uid, running.owner.gid);
+        layers.set(i + 1, next);
+        await running.pause();
+        await running.freezeDisk(next);
+        await running.resume();
+        frozen.push(i);
+        await armDiskCap(running);
+        progress(`step ${i + 1}/${keyed.length}: done in ${Math.round(since(t))} ms`, { phase: "step" });
+      }
+    } catch (err) {
+      const e = req.signal?.aborted ? new ForkdError("conflict", "the build was cancelled") : err;
+      if (e instanceof ForkdError && vm && !over) {
+        const tail = await deps.driver.consoleTail(runtime, 1500);
+        if (tail && e.code === "vmm_error") e.details.console_tail = tail;
+      }
+      await stop();
+      // A commit that fails now does not hide the step's own error.
+      await takeFrozen()
+        .then(commitFrozen)
+        .catch(() => undefined);
+      throw over ? overCap() : e;
     }
     await stop();
-    // A commit that fails now does not hide the step's own error.
-    await commitFrozen().catch(() => undefined);
-    throw e;
+    await takeFrozen();
+    return await commitFrozen();
+  } finally {
+    await rm(runtime, { recursive: true, force: true });
   }
-  await stop();
-  return commitFrozen();
+
+  /** Arms the disk cap on the VM's current top layer: what the frozen ones left of it. */
+  async function armDiskCap(running: Vm): Promise<void> {
+    if (capBytes === null) return;
+    const { top, topNode } = await running.diskLayers();
+    let left = capBytes;
+    for (const i of frozen) left -= (await lstat(layerOf(i))).size;
+    if (left <= (await lstat(top)).size) {
+      over = true;
+      throw overCap();
+    }
+    await running.setWriteThreshold(topNode, left);
+  }
 
   async function stop(): Promise<void> {
     req.signal?.removeEventListener("abort", onAbort);
     agent?.close();
     if (vm) await vm.kill().catch(() => undefined);
+    // Its cgroup's verdict is read and its uid freed once the process is gone.
+    if (vm) await vm.released.catch(() => undefined);
     await net?.release().catch(() => undefined);
-    await rm(runtime, { recursive: true, force: true });
+  }
+
+  /**
+   * The frozen layers, taken from the gone VM's directory into `work` (the daemon's, regular
+   * files) and checked: within the disk cap, plain qcow2 layers, each rebased onto the layer
+   * before it in this build's chain (the VM wrote their headers: the backing file is root's
+   * choice, not theirs).
+   */
+  async function takeFrozen(): Promise<void> {
+    let total = 0;
+    for (const i of frozen) {
+      const file = join(work, `step-${i}.qcow2`);
+      total += await takeVmmFile(layerOf(i), file, "the build VM");
+      layers.set(i, file);
+      if (capBytes !== null && total > capBytes) throw overCap();
+      const why = await plainLayerProblem(deps.tools, file);
+      if (why !== null)
+        throw new ForkdError("vmm_error", `the build VM's layer of step ${i + 1} is not plain: ${why}`);
+      if (i === first) await rebaseUnsafe(deps.tools, file, parentLayer.path, parentLayer.format);
+      else await rebaseUnsafe(deps.tools, file, layerOf(i - 1), "qcow2");
+    }
   }
 
   /**
@@ -361,11 +443,11 @@ async function runSteps(
    * by a concurrent build, the rest stay this build's own (commit-chain.ts).
    */
   async function commitFrozen(): Promise<string> {
-    const layers = frozen.map((i) => {
+    const chain = frozen.map((i) => {
       const k = keyed[i] as KeyedStep;
-      return { key: k.key, file: layerFile(i), info: { line: k.line, what: k.what } };
+      return { key: k.key, file: layerOf(i), info: { line: k.line, what: k.what } };
     });
-    return commitChain(cache, layers, parentLayer.path, (file, backing) =>
+    return commitChain(cache, chain, parentLayer.path, (file, backing) =>
       rebaseUnsafe(deps.tools, file, backing, "qcow2"),
     );
   }
