@@ -16,11 +16,12 @@ import { lstat, readFile } from "node:fs/promises";
 import { z } from "zod";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import { TENANT_RE } from "../util/ids.js";
 import type { BuildCaps } from "./build-caps.js";
 import type { Caller } from "./caller.js";
 import { OpenStreams } from "./open-streams.js";
 
-export const TENANT_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
+export { TENANT_RE };
 export const TOKEN_ID_RE = /^tok-[a-z2-7]{12}$/;
 const MAX_TOKENS = 10_000;
 const MAX_FILE = 4 << 20;

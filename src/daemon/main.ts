@@ -29,6 +29,7 @@ import { AuditLog } from "../audit/audit-log.js";
 import { SharingProbe } from "../metrics/memory.js";
 import { Metrics } from "../metrics/metrics.js";
 import { readAccessConfig } from "./config.js";
+import { reservedTags } from "../snapshot/namespace.js";
 import type { TcpConfig } from "./config.js";
 import { chooseAccel } from "../host/accel.js";
 import { defaultPaths, sandboxesDir, snapshotsDir } from "../host/paths.js";
@@ -81,6 +82,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const log = jsonLogger("daemon");
   // Every access setting is checked before anything is touched.
   const cfg = await readAccessConfig(env, paths.dataDir);
+  // Tags no tenant may take (src/snapshot/namespace.ts): a bad one stops the start here.
+  const reserved = reservedTags(env.FORKD_RESERVED_TAGS);
   const poolCfg = poolConfig(env);
   const cacheSettings = cacheSettingsFromEnv(env);
   await mkdir(paths.dataDir, { recursive: true, mode: 0o700 });
@@ -272,6 +275,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     crash,
     buildNetwork: buildNetworkOf(network),
     cache,
+    reservedTags: reserved,
   });
   const services: Services = {
     store,

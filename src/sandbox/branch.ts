@@ -24,7 +24,8 @@ import type { SnapshotMeta } from "../snapshot/meta.js";
 import { memoryDiffFile } from "../snapshot/store.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { assertTag, newSandboxId } from "../util/ids.js";
+import { assertKey, newSandboxId } from "../util/ids.js";
+import { keyIn, splitKey } from "../snapshot/namespace.js";
 import type { Logger } from "../util/log.js";
 import type { Capture, CaptureStats, MemoryDiffs } from "../vmm/memsnap.js";
 import { LIVE_MIN_BYTES } from "../vmm/live-capture.js";
@@ -83,9 +84,10 @@ export interface BranchResult {
 }
 
 /**
- * BRANCH of the running sandbox `id` as `tag` (default br-<random>): one transition at a time,
- * the sandbox counts as in use meanwhile. Returns once the source runs again; with `wait`, once
- * the snapshot is ready too.
+ * BRANCH of the running sandbox `id` as key `tag` (default br-<random> in the namespace of its
+ * tenant, src/snapshot/namespace.ts; a key given must be in it): one transition at a time, the
+ * sandbox counts as in use meanwhile. Returns once the source runs again; with `wait`, once the
+ * snapshot is ready too.
  */
 export async function branch(
   ctx: SandboxContext,
@@ -98,7 +100,16 @@ export async function branch(
   const memsnap = ctx.memsnap;
   if (!memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
   notInTransition(s);
-  const name = assertTag(tag ?? `br-${newSandboxId().slice(3, 15)}`);
+  const ns = s.record.owner ?? null;
+  const name = assertKey(tag ?? keyIn(ns, `br-${newSandboxId().slice(3, 15)}`));
+  if (splitKey(name).ns !== ns)
+    throw new ForkdError(
+      "invalid_argument",
+      `a branch of sandbox ${id} is tagged in ${ns ?? "the admins"}'s namespace`,
+      {
+        field: "tag",
+      },
+    );
   s.busy++;
   let started;
   try {

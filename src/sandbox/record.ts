@@ -10,7 +10,7 @@ import { writeFileAtomic } from "../util/atomic.js";
 import { z } from "zod";
 import { SnapshotMetaSchema } from "../snapshot/meta.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { SANDBOX_ID_RE, TAG_RE } from "../util/ids.js";
+import { KEY_RE, SANDBOX_ID_RE } from "../util/ids.js";
 import { MAX_RECORD } from "./record-budget.js";
 import type { SandboxRecord } from "./sandbox.js";
 
@@ -50,7 +50,7 @@ const PausedImage = z.object({
 export const SandboxRecordSchema: z.ZodType<SandboxRecord> = z.looseObject({
   format: z.literal(1),
   id: z.string().regex(SANDBOX_ID_RE),
-  tag: z.string().regex(TAG_RE),
+  tag: z.string().regex(KEY_RE),
   pid: z.number().int().positive(),
   pidStartTime: z.number().int().nonnegative(),
   created: z.string().refine((s) => Number.isFinite(Date.parse(s)), "not a time"),

@@ -15,6 +15,10 @@
  * pack claims, which only the image builder's own images answer to), rewrites the disk layers'
  * backing paths and the image path for this host, and publishes the chain root first; if any
  * step fails, what it published is removed again.
+ *
+ * A pack names its snapshots by their tags without namespace (src/snapshot/namespace.ts): a
+ * tenant's `alice/app` is packed as `app` (its meta.json rewritten so), and registered in the
+ * namespace of whoever unpacks it.
  */
 import { spawn } from "node:child_process";
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
@@ -33,6 +37,8 @@ import { SnapshotMetaSchema, diffFieldsAgree, sha256File, withSource, writeMeta 
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
 import type { CrashPoint } from "../util/crash.js";
+import { splitKey, visibleTo } from "./namespace.js";
+import type { Namespaces, Viewer } from "./namespace.js";
 import type { ToolRunner } from "../vmm/jailed-tools.js";
 
 export const PACK_FORMAT = "forkd-pack/1";
@@ -106,37 +112,70 @@ async function chainOf(store: SnapshotStore, tag: string): Promise<SnapshotMeta[
 
 /**
  * Lays out `tag`'s pack in `dir` (hard links, no copies where the filesystem allows) and
- * returns the manifest; the caller tars `dir`.
+ * returns the manifest; the caller tars `dir`. The chain is named by its tags without namespace:
+ * a snapshot whose key has one gets a meta.json rewritten with those names (and the checksums
+ * they make).
  */
 export async function stagePack(store: SnapshotStore, tag: string, dir: string): Promise<Manifest> {
   const chain = await chainOf(store, tag);
   const root = chain[0] as SnapshotMeta;
   const files: Manifest["files"] = {};
+  const nameOf = (key: string) => splitKey(key).name;
+  const names = new Set(chain.map((m) => nameOf(m.tag)));
+  if (names.size !== chain.length)
+    throw new ForkdError("conflict", `chain of ${tag} has two snapshots of one tag: compact it to pack it`, {
+      tag,
+    });
   await mkdir(join(dir, "image"), { recursive: true });
   for (const f of IMAGE_FILES) {
     const to = join(dir, "image", f);
     await linkOrCopy(join(root.image.dir, f), to);
     files[`image/${f}`] = await sha256File(to);
   }
+  /** Each snapshot's metadata checksum in the pack (a rewritten parent's changes its children's). */
+  const packed = new Map<string, string>();
   for (const m of chain) {
     if (m.image.dir !== root.image.dir) {
       throw new ForkdError("snapshot_corrupt", `chain of ${tag} mixes guest images`);
     }
     const src = store.filesFor(m.tag);
-    const d = join(dir, "snapshots", m.tag);
+    const name = nameOf(m.tag);
+    const d = join(dir, "snapshots", name);
     await mkdir(d, { recursive: true });
     const mem = m.files.memoryDiff ? "memory.diff" : "memory";
-    for (const f of [...ALWAYS_FILES, mem]) await linkOrCopy(join(src.dir, f), join(d, f));
-    files[`snapshots/${m.tag}/${mem}`] = m.files.memoryDiff ?? m.files.memory;
-    files[`snapshots/${m.tag}/vmstate`] = m.files.vmstate;
-    files[`snapshots/${m.tag}/disk.qcow2`] = m.files.disk;
-    files[`snapshots/${m.tag}/meta.json`] = await sha256File(join(d, "meta.json"));
+    for (const f of [...ALWAYS_FILES, mem]) {
+      if (f !== "meta.json") await linkOrCopy(join(src.dir, f), join(d, f));
+    }
+    const parentSum = m.parent ? (packed.get(m.parent.tag) ?? m.parent.checksum) : undefined;
+    if (
+      name === m.tag &&
+      parentSum === m.parent?.checksum &&
+      nameOf(m.memoryBase?.tag ?? "") === (m.memoryBase?.tag ?? "")
+    ) {
+      await linkOrCopy(join(src.dir, "meta.json"), join(d, "meta.json"));
+      packed.set(m.tag, m.checksum);
+    } else {
+      const { checksum: _c, ...rest } = m;
+      const written = await writeMeta(join(d, "meta.json"), {
+        ...rest,
+        tag: name,
+        ...(m.parent && parentSum !== undefined
+          ? { parent: { tag: nameOf(m.parent.tag), checksum: parentSum } }
+          : {}),
+        ...(m.memoryBase ? { memoryBase: { ...m.memoryBase, tag: nameOf(m.memoryBase.tag) } } : {}),
+      });
+      packed.set(m.tag, written.checksum);
+    }
+    files[`snapshots/${name}/${mem}`] = m.files.memoryDiff ?? m.files.memory;
+    files[`snapshots/${name}/vmstate`] = m.files.vmstate;
+    files[`snapshots/${name}/disk.qcow2`] = m.files.disk;
+    files[`snapshots/${name}/meta.json`] = await sha256File(join(d, "meta.json"));
   }
   const manifest: Manifest = {
     format: PACK_FORMAT,
     created: new Date().toISOString(),
-    tag,
-    chain: chain.map((m) => m.tag),
+    tag: nameOf(tag),
+    chain: chain.map((m) => nameOf(m.tag)),
     image: { hash: root.image.hash, template: root.template, kernelVersion: root.image.kernelVersion },
     files,
   };
@@ -221,10 +260,13 @@ export interface UnpackDeps {
   /** This host's accelerator: a snapshot restores only into the same kind of machine. */
   accel: "kvm" | "tcg";
   /**
-   * The tenant unpacking (null: an admin): owns what is published; a base already here is
-   * reused only if it is theirs or shared.
+   * Who unpacks (a tenant, or null: an admin) and the namespaces its tags are resolved in
+   * (namespace.ts): each snapshot of the chain is the one it sees under its tag (reused if it
+   * has the same content, else a conflict), or a new one in its namespace, owned by it. Absent:
+   * an admin's tags as they are.
    */
-  owner?: string | null;
+  viewer?: Viewer;
+  namespaces?: Namespaces;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
   /** Pins the image directory in the cache until the snapshots naming it are published. */
@@ -331,9 +373,22 @@ export interface RegisterOptions {
   verified?: Map<string, { size: number; sha256: string }>;
 }
 
-/** The tag the chain's `i`-th snapshot is registered under. */
+/** The tag the chain's `i`-th snapshot is registered under, as the unpacking caller names it. */
 const localTag = (manifest: PackManifest, i: number, as: string | undefined): string =>
   (i === manifest.chain.length - 1 ? as : undefined) ?? (manifest.chain[i] as string);
+
+/**
+ * The store keys the chain's snapshots have or get here (root first): what the unpacking caller
+ * sees under each tag, else a new key in its namespace (namespace.ts; a reserved tag is refused).
+ */
+export async function localKeys(deps: UnpackDeps, manifest: PackManifest, as?: string): Promise<string[]> {
+  const out: string[] = [];
+  for (let i = 0; i < manifest.chain.length; i++) {
+    const t = localTag(manifest, i, as);
+    out.push(deps.namespaces ? await deps.namespaces.place(deps.viewer ?? null, t) : t);
+  }
+  return out;
+}
 
 /**
  * Files of a pack that registration will not use because this host has them: the guest image's
@@ -351,9 +406,10 @@ export async function presentHere(
   if (await findImage(deps.cacheDir, packImageAddress(manifest))) {
     for (const f of IMAGE_FILES) out.add(`image/${f}`);
   }
+  const keys = await localKeys(deps, manifest, as);
   for (let i = 0; i < manifest.chain.length; i++) {
     const t = manifest.chain[i] as string;
-    if (!isValidTag(t) || !(await deps.store.has(localTag(manifest, i, as)))) continue;
+    if (!isValidTag(t) || !(await deps.store.has(keys[i] as string))) continue;
     for (const f of ["memory", "memory.diff", "vmstate", "disk.qcow2"]) out.add(`snapshots/${t}/${f}`);
   }
   return out;
@@ -447,7 +503,6 @@ export async function registerStaged(
   const { store } = deps;
   const published: string[] = [];
   try {
-    if (o.as !== undefined && !isValidTag(o.as)) throw new ForkdError("invalid_argument", "bad tag");
     const manifest = parsePackManifest(await readFile(join(dir, "manifest.json"), "utf8").catch(() => ""));
     // Every file the manifest names, with its size and hash; nothing else.
     const present = await listFiles(dir);
@@ -481,10 +536,18 @@ export async function registerStaged(
 
     // Everything that can refuse the pack is checked before the image is installed: a chain
     // snapshot here with other content, a disk layer that is not a plain qcow2 layer.
+    const keys = await localKeys(deps, manifest, o.as);
+    /** A memory base's key here: that of the snapshot of the chain it names. */
+    const keyOfBase = (name: string): string => keys[manifest.chain.indexOf(name)] ?? name;
+    const viewer = deps.viewer ?? null;
     const local: (SnapshotMeta | null)[] = [];
     for (const [i, m] of metas.entries()) {
-      const tag = localTag(manifest, i, o.as);
+      const tag = keys[i] as string;
+      const shown = localTag(manifest, i, o.as);
       if (!(await store.has(tag))) {
+        // Only into the caller's own namespace (a shared tag being written or failed is not).
+        if (viewer !== null && splitKey(tag).ns !== viewer)
+          throw new ForkdError("conflict", `snapshot ${shown} is not ready here`, { tag: shown });
         await checkPackDisk(
           deps.tools,
           join(dir, "snapshots", m.tag, "disk.qcow2"),
@@ -494,15 +557,16 @@ export async function registerStaged(
         continue;
       }
       const here = (await store.get(tag)).meta;
-      const mine =
-        !deps.owner || here.owner === null || here.owner === undefined || here.owner === deps.owner;
+      const mine = visibleTo(viewer, tag, here.owner);
       const same =
         mine &&
         here.files.memory.sha256 === m.files.memory.sha256 &&
         here.files.memoryDiff?.sha256 === m.files.memoryDiff?.sha256 &&
         here.files.vmstate.sha256 === m.files.vmstate.sha256;
       if (!same) {
-        throw new ForkdError("conflict", `snapshot ${tag} already exists here with other content`, { tag });
+        throw new ForkdError("conflict", `snapshot ${shown} already exists here with other content`, {
+          tag: shown,
+        });
       }
       local.push(here);
     }
@@ -520,7 +584,7 @@ export async function registerStaged(
     let parentMeta: SnapshotMeta | null = null;
     for (const [i, m] of metas.entries()) {
       const src = join(dir, "snapshots", m.tag);
-      const tag = localTag(manifest, i, o.as);
+      const tag = keys[i] as string;
       const here = local[i];
       if (here) {
         parentMeta = here; // shared base: already here
@@ -547,7 +611,8 @@ export async function registerStaged(
           image: { ...m.image, dir: imageDir, content: address },
           files: { ...m.files, disk: await sha256File(disk) },
           ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
-          owner: deps.owner ?? null,
+          ...(m.memoryBase ? { memoryBase: { ...m.memoryBase, tag: keyOfBase(m.memoryBase.tag) } } : {}),
+          owner: splitKey(tag).ns ?? viewer,
         });
         const files = [m.memoryBase ? "memory.diff" : "memory", "vmstate", "disk.qcow2"].map((f) =>
           join(src, f),
@@ -566,7 +631,7 @@ export async function registerStaged(
         release();
       }
     }
-    return { tag: localTag(manifest, manifest.chain.length - 1, o.as), published };
+    return { tag: keys[keys.length - 1] as string, published };
   } catch (e) {
     for (const t of [...published].reverse()) await store.delete(t).catch(() => undefined);
     throw mapPackError(e);

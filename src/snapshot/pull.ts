@@ -21,7 +21,8 @@ import { formatRef, parseRef, reference } from "../registry/ref.js";
 import { bodyStream, checkScheme, discard, send } from "../registry/transport.js";
 import { ForkdError } from "../util/errors.js";
 import { linkOrCopy } from "../util/fs.js";
-import { assertTag } from "../util/ids.js";
+import { assertKey } from "../util/ids.js";
+import { visibleTo } from "./namespace.js";
 import {
   ANNOTATION,
   MAX_CONFIG_BYTES,
@@ -67,7 +68,7 @@ export async function pullSnapshot(
   if ((req.ref === undefined) === (req.url === undefined)) {
     throw new ForkdError("invalid_argument", "give exactly one of ref and url");
   }
-  if (req.tag !== undefined) assertTag(req.tag);
+  if (req.tag !== undefined) assertKey(req.tag);
   try {
     return await (req.url !== undefined
       ? pullUrl(deps, req.url, req, progress)
@@ -250,6 +251,8 @@ async function checkSpace(deps: UnpackDeps, pack: PackManifest): Promise<void> {
 async function localFiles(deps: UnpackDeps): Promise<Map<string, string>> {
   const out = new Map<string, string>();
   for (const m of await deps.store.list()) {
+    // Only what the caller may see: whether another tenant has some content is not its to learn.
+    if (!visibleTo(deps.viewer ?? null, m.tag, m.owner)) continue;
     const f = deps.store.filesFor(m.tag);
     // A diff snapshot's own memory is its diff (files.memory is its base's, listed there).
     if (m.files.memoryDiff) out.set(m.files.memoryDiff.sha256, memoryDiffFile(f.dir));

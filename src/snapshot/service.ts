@@ -30,6 +30,8 @@ import type { PushResult, TransferDeps } from "./push.js";
 import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./store.js";
 import { unpackSnapshot } from "./unpack.js";
 import type { PinScope } from "../cache/pins.js";
+import { Namespaces, reservedTags } from "./namespace.js";
+import type { Viewer } from "./namespace.js";
 import type { Reach } from "../registry/reach.js";
 
 /** A request's owner as a registry's reach: the admin's (no owner) is the operator's, a tenant's its own. */
@@ -83,6 +85,8 @@ export interface SnapshotServiceOptions {
   buildNetwork?: BuildNetwork;
   /** Pins what operations in progress use in the cache, and collects it (absent: neither). */
   cache?: CacheUse;
+  /** Tags no tenant may take (absent: namespace.ts's defaults). */
+  reservedTags?: ReadonlySet<string>;
 }
 
 /** Thrown when what an operation was about to use was collected from the cache meanwhile. */
@@ -90,7 +94,12 @@ const collected = (what: string) =>
   new ForkdError("unavailable", `${what} was collected from the cache while in use; try again`);
 
 export class SnapshotService {
-  constructor(private readonly o: SnapshotServiceOptions) {}
+  /** Tags by namespace: what a caller's tag is in the store (namespace.ts). */
+  readonly namespaces: Namespaces;
+
+  constructor(private readonly o: SnapshotServiceOptions) {
+    this.namespaces = new Namespaces(o.store, o.reservedTags ?? reservedTags(undefined));
+  }
 
   /** Ready snapshots, and those being written or failed (pending). */
   async list(): Promise<{ snapshots: SnapshotMeta[]; pending: SnapshotPending[] }> {
@@ -313,11 +322,11 @@ export class SnapshotService {
     return packSnapshot(this.o.store, tag, out, this.o.crash);
   }
 
-  /** Registers the snapshots of the pack `input`, owned by `owner` (null: shared). */
-  async unpack(input: Readable, owner: string | null): Promise<Registered> {
+  /** Registers the snapshots of the pack `input` in `viewer`'s namespace (null: an admin's, shared). */
+  async unpack(input: Readable, viewer: Viewer): Promise<Registered> {
     const pins = this.o.cache?.scope();
     try {
-      return await unpackSnapshot(this.unpackDeps(owner, pins), input);
+      return await unpackSnapshot(this.unpackDeps(viewer, pins), input);
     } finally {
       await pins?.release();
     }
@@ -336,16 +345,12 @@ export class SnapshotService {
     });
   }
 
-  /** Pulls a snapshot (and its chain) from a registry or a URL, owned by `owner`. */
-  async pull(
-    req: PullRequest,
-    owner: string | null,
-    progress: Progress = () => undefined,
-  ): Promise<PullResult> {
+  /** Pulls a snapshot (and its chain) from a registry or a URL into `viewer`'s namespace. */
+  async pull(req: PullRequest, viewer: Viewer, progress: Progress = () => undefined): Promise<PullResult> {
     // (No fault injection in a pull: its crash points are an unpack's.)
     const pins = this.o.cache?.scope();
     try {
-      const { crash: _c, ...deps } = this.unpackDeps(owner, pins);
+      const { crash: _c, ...deps } = this.unpackDeps(viewer, pins);
       return await pullSnapshot({ ...this.o.transfer, ...deps }, req, (line, detail) => {
         this.o.log.info(`pull: ${line}`);
         progress(line, detail);
@@ -380,7 +385,7 @@ export class SnapshotService {
     return planDelete(this.o.store, tag, o, (t) => this.o.sandboxes.countByTag(t));
   }
 
-  private unpackDeps(owner: string | null, pins?: PinScope): UnpackDeps {
+  private unpackDeps(viewer: Viewer, pins?: PinScope): UnpackDeps {
     return {
       ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
       store: this.o.store,
@@ -388,7 +393,8 @@ export class SnapshotService {
       tools: this.o.create.tools,
       maxBytes: this.o.transfer.unpackMaxBytes ?? null,
       accel: this.o.accel,
-      owner,
+      viewer,
+      namespaces: this.namespaces,
       crash: this.o.crash,
     };
   }

@@ -1,6 +1,6 @@
 /**
- * The snapshot store: one directory per tag under <data>/snapshots, published by an atomic
- * rename once complete. Incomplete builds live in `.staging-*` directories and are removed at
+ * The snapshot store: one directory per key (a tag in its namespace: namespace.ts) under
+ * <data>/snapshots, `<tag>` or `<tenant>~<tag>`, published by an atomic rename once complete. Incomplete builds live in `.staging-*` directories and are removed at
  * startup; a tag directory therefore always holds a complete snapshot.
  *
  *   <tag>/meta.json    versioned, checksummed metadata (meta.ts)
@@ -24,8 +24,10 @@ import { fsyncDir, writeJsonAtomic } from "../util/atomic.js";
 import { exists } from "../util/fs.js";
 import { NO_EVENTS } from "../events/bus.js";
 import type { EventSink } from "../events/bus.js";
-import { assertTag, isValidTag } from "../util/ids.js";
+import { assertKey, isValidKey } from "../util/ids.js";
 import { readMeta, sha256File } from "./meta.js";
+import { keyDir, keyOfDir } from "./namespace.js";
+import type { KeyEntry } from "./namespace.js";
 import type { Quarantine } from "../util/quarantine.js";
 import type { SnapshotMeta } from "./meta.js";
 
@@ -80,7 +82,7 @@ export interface SnapshotInfo {
 
 /** What a staging directory of a background write says about itself (status.json). */
 const StagingStatusSchema = z.object({
-  tag: z.string().max(64),
+  tag: z.string().max(129),
   started: z.string().max(64),
   source: z.string().max(64).nullable(),
   owner: z.string().max(256).nullable().optional(),
@@ -94,6 +96,8 @@ const PendingSchema = StagingStatusSchema.extend({
 });
 
 const FAILED_PREFIX = ".failed-";
+/** The owner lookup() gives a snapshot whose metadata does not read: no tenant's (TENANT_RE). */
+const UNREADABLE_OWNER = "@unreadable";
 
 export class SnapshotStore {
   /** Snapshots verified since this process started: forks do not re-verify (or re-hash) them. */
@@ -114,13 +118,31 @@ export class SnapshotStore {
     private readonly events: EventSink = NO_EVENTS,
   ) {}
 
+  /** The directory of key `tag` (this store's paths are all made here and in stagingDir). */
+  private dirOf(tag: string): string {
+    return join(this.root, keyDir(tag));
+  }
+
   filesFor(tag: string): SnapshotFiles {
-    return snapshotFiles(join(this.root, assertTag(tag)));
+    return snapshotFiles(this.dirOf(tag));
   }
 
   /** Whether a snapshot is published under `tag` (no verification). */
   async has(tag: string): Promise<boolean> {
-    return exists(join(this.root, assertTag(tag)));
+    return exists(this.dirOf(tag));
+  }
+
+  /**
+   * What is at key `tag`: its owner and status (namespace.ts), or undefined. A published
+   * snapshot whose metadata does not read is owned by no tenant.
+   */
+  async lookup(tag: string): Promise<KeyEntry | undefined> {
+    if (await this.has(tag)) {
+      const meta = await readMeta(this.filesFor(tag).meta).catch(() => null);
+      return { owner: meta ? (meta.owner ?? null) : UNREADABLE_OWNER, status: "ready" };
+    }
+    const p = await this.pending(tag);
+    return p ? { owner: p.owner ?? null, status: p.status } : undefined;
   }
 
   /**
@@ -133,7 +155,7 @@ export class SnapshotStore {
   async recover(quarantine?: Quarantine): Promise<string[]> {
     const removed: string[] = [];
     for (const name of await readdir(this.root).catch(() => [] as string[])) {
-      if (quarantine && isValidTag(name)) {
+      if (quarantine && keyOfDir(name) !== null) {
         await readMeta(snapshotFiles(join(this.root, name)).meta).catch((e: unknown) =>
           quarantine.keep(join(this.root, name), "snapshot", e instanceof Error ? e.message : String(e)),
         );
@@ -153,7 +175,7 @@ export class SnapshotStore {
       if (!name.startsWith(".staging-")) continue;
       const dir = join(this.root, name);
       const st = await readStagingStatus(dir);
-      if (st && isValidTag(st.tag) && !(await this.has(st.tag))) {
+      if (st && isValidKey(st.tag) && !(await this.has(st.tag))) {
         await this.markFailed(
           {
             tag: st.tag,
@@ -209,7 +231,7 @@ export class SnapshotStore {
    * other. A creation that ends without a snapshot and without a failure record is told gone.
    */
   async announce(info: Omit<SnapshotPending, "status" | "error">): Promise<(made: boolean) => void> {
-    const tag = assertTag(info.tag);
+    const tag = assertKey(info.tag);
     const published = await this.has(tag);
     // From here on, no await: the check and the set are one step.
     if (published || this.writing.has(tag) || this.creating.has(tag) || this.busy.has(tag))
@@ -241,7 +263,7 @@ export class SnapshotStore {
   }
 
   private failedPath(tag: string): string {
-    return join(this.root, FAILED_PREFIX + assertTag(tag) + ".json");
+    return join(this.root, FAILED_PREFIX + keyDir(tag) + ".json");
   }
 
   private async markFailed(p: SnapshotPending, error: { code: string; message: string }): Promise<void> {
@@ -250,7 +272,7 @@ export class SnapshotStore {
 
   /** A tag that is not ready: writing now, or failed; null when it is ready or unknown. */
   async pending(tag: string): Promise<SnapshotPending | null> {
-    const w = this.writing.get(assertTag(tag));
+    const w = this.writing.get(assertKey(tag));
     if (w) return w.info;
     // Made again after a failure: it reads writing until this creation ends.
     const c = this.creating.get(tag);
@@ -271,8 +293,8 @@ export class SnapshotStore {
     const listed = new Set(out.map((p) => p.tag));
     for (const name of await readdir(this.root).catch(() => [] as string[])) {
       if (!name.startsWith(FAILED_PREFIX) || !name.endsWith(".json")) continue;
-      const tag = name.slice(FAILED_PREFIX.length, -".json".length);
-      if (!isValidTag(tag) || listed.has(tag) || this.writing.has(tag) || this.creating.has(tag)) continue;
+      const tag = keyOfDir(name.slice(FAILED_PREFIX.length, -".json".length));
+      if (tag === null || listed.has(tag) || this.writing.has(tag) || this.creating.has(tag)) continue;
       const p = await this.pending(tag);
       if (p) out.push(p);
     }
@@ -284,7 +306,7 @@ export class SnapshotStore {
    * one still writing after the wait, is a clear error, never a partial image.
    */
   async getReady(tag: string, waitMs: number): Promise<Snapshot> {
-    const w = this.writing.get(assertTag(tag));
+    const w = this.writing.get(assertKey(tag));
     if (w) {
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
@@ -323,13 +345,14 @@ export class SnapshotStore {
     return this.get(tag);
   }
 
+  /** A staging directory; a key in `suffix` is written as its directory name. */
   stagingDir(suffix: string): string {
-    return join(this.root, `.staging-${suffix}`);
+    return join(this.root, `.staging-${suffix.replaceAll("/", "~")}`);
   }
 
   /** Claims a tag for creation; a second claim while the first is in flight is a conflict. */
   async claim(tag: string): Promise<() => void> {
-    assertTag(tag);
+    assertKey(tag);
     if (this.busy.has(tag))
       throw new ForkdError("conflict", `snapshot ${tag} is being created or deleted`, { tag });
     if (await this.has(tag)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
@@ -341,7 +364,7 @@ export class SnapshotStore {
 
   /** Publishes a complete staging directory as `tag`. */
   async publish(staging: string, tag: string): Promise<void> {
-    const dest = join(this.root, assertTag(tag));
+    const dest = this.dirOf(tag);
     if (await exists(dest)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
     await rename(staging, dest);
     await fsyncDir(this.root);
@@ -352,9 +375,12 @@ export class SnapshotStore {
   async list(): Promise<SnapshotMeta[]> {
     const out: SnapshotMeta[] = [];
     for (const name of (await readdir(this.root).catch(() => [] as string[])).sort()) {
-      if (!isValidTag(name)) continue;
+      const key = keyOfDir(name);
+      if (key === null) continue;
       try {
-        out.push(await readMeta(snapshotFiles(join(this.root, name)).meta));
+        const meta = await readMeta(snapshotFiles(join(this.root, name)).meta);
+        // A directory whose metadata names another key is not listed as either (get() says so).
+        if (meta.tag === key) out.push(meta);
       } catch {
         // A corrupt snapshot is reported by get(), not hidden silently: list what is readable.
       }
@@ -364,10 +390,9 @@ export class SnapshotStore {
 
   /** Reads and verifies a snapshot once (metadata checksum, device-state hash, file sizes). */
   async get(tag: string): Promise<Snapshot> {
-    assertTag(tag);
+    const files = this.filesFor(tag);
     const cached = this.verified.get(tag);
     if (cached) return cached;
-    const files = snapshotFiles(join(this.root, tag));
     if (!(await exists(files.dir))) throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
     const meta = await readMeta(files.meta);
     if (meta.tag !== tag) throw new ForkdError("snapshot_corrupt", `snapshot ${tag} claims tag ${meta.tag}`);
@@ -511,9 +536,8 @@ export class SnapshotStore {
 
   /** Deletes a snapshot: renamed away first (atomic disappearance), then removed. */
   async delete(tag: string): Promise<void> {
-    assertTag(tag);
+    const dir = this.dirOf(tag);
     if (this.busy.has(tag)) throw new ForkdError("conflict", `snapshot ${tag} is busy`, { tag });
-    const dir = join(this.root, tag);
     if (!(await exists(dir))) {
       if ((await this.pending(tag))?.status === "failed") {
         await rm(this.failedPath(tag), { force: true });

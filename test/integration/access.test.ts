@@ -7,6 +7,8 @@
  *   - oversized bodies are 413 (JSON and a streamed upload, declared or not), a burst is 429;
  *   - both SDKs work over HTTPS with a tenant token and see only that tenant's sandboxes;
  *   - /metrics parses with the official Python client's parser and moves with a fork;
+ *   - tags are each tenant's own: two tenants branch as one tag and fork their own; a reserved
+ *     tag (E2B's default) and a shared one are refused to a tenant;
  *   - revoking a token ends at once, with the reason, the event stream, the exec stream and the
  *     terminal it opened (the command is killed), and nothing another token opened;
  *   - every mutating call made here has its audit line (caller, action, status, result).
@@ -344,6 +346,132 @@ step("/metrics: parses, counts the exec, the failures by reason and the memory s
     }) >= 1,
   );
 });
+
+step(
+  "tags are each tenant's own: both branch as `mine` and fork their own; reserved and shared tags are refused",
+  async () => {
+    await new Promise((r) => setTimeout(r, 2500)); // bob's bucket refills after the burst above
+    const forked = await call<{ sandboxes: { id: string }[] }>(
+      "bob",
+      bob,
+      "POST",
+      "/v1/sandboxes",
+      "/v1/sandboxes",
+      {
+        snapshot_tag: TAG,
+      },
+    );
+    assert.equal(forked.status, 201, forked.error?.message);
+    const bobs = forked.body.sandboxes[0]?.id ?? "";
+    const sh = async (who: string, token: string, id: string, cmd: string) => {
+      const r = await call<{ stdout: string }>(
+        who,
+        token,
+        "POST",
+        `/v1/sandboxes/${id}/exec`,
+        "/v1/sandboxes/{id}/exec",
+        {
+          cmd,
+        },
+      );
+      assert.equal(r.status, 200, r.error?.message);
+      return r.body.stdout;
+    };
+    await sh("alice", alice, sandbox, "echo alice > /tmp/who");
+    await sh("bob", bob, bobs, "echo bob > /tmp/who");
+    for (const [who, token, id] of [
+      ["alice", alice, sandbox],
+      ["bob", bob, bobs],
+    ] as const) {
+      const b = await call<{ tag: string; snapshot: { owner: string | null } | null }>(
+        who,
+        token,
+        "POST",
+        `/v1/sandboxes/${id}/branch`,
+        "/v1/sandboxes/{id}/branch",
+        { tag: "mine", wait: true },
+      );
+      assert.equal(b.status, 201, `${who}: ${b.error?.message}`);
+      assert.deepEqual([b.body.tag, b.body.snapshot?.owner], ["mine", who]);
+    }
+    const children: Array<[string, string, string]> = [];
+    for (const [who, token] of [
+      ["alice", alice],
+      ["bob", bob],
+    ] as const) {
+      const f = await call<{ sandboxes: { id: string; tag: string }[] }>(
+        who,
+        token,
+        "POST",
+        "/v1/sandboxes",
+        "/v1/sandboxes",
+        {
+          snapshot_tag: "mine",
+        },
+      );
+      assert.equal(f.status, 201, f.error?.message);
+      const child = f.body.sandboxes[0];
+      assert.equal(child?.tag, "mine");
+      children.push([who, token, child?.id ?? ""]);
+      assert.equal(await sh(who, token, child?.id ?? "", "cat /tmp/who"), `${who}\n`, "its own snapshot");
+      const listed = await call<{ snapshots: { tag: string; owner?: string | null }[] }>(
+        who,
+        token,
+        "GET",
+        "/v1/snapshots",
+        "",
+      );
+      assert.deepEqual(listed.body.snapshots.map((m) => `${m.tag}:${m.owner ?? "-"}`).sort(), [
+        `${TAG}:-`,
+        `mine:${who}`,
+      ]);
+    }
+    const all = await call<{ snapshots: { tag: string }[] }>("admin", ADMIN, "GET", "/v1/snapshots", "");
+    assert.deepEqual(all.body.snapshots.map((m) => m.tag).sort(), [TAG, "alice/mine", "bob/mine"]);
+    // E2B's default is the admins' to make; a shared tag is the admins' to change.
+    const reserved = await call(
+      "alice",
+      alice,
+      "POST",
+      `/v1/sandboxes/${sandbox}/branch`,
+      "/v1/sandboxes/{id}/branch",
+      {
+        tag: "code-interpreter-v1",
+      },
+    );
+    assert.deepEqual([reserved.status, reserved.error?.code], [403, "forbidden"]);
+    assert.match(reserved.error?.message ?? "", /reserved/);
+    const shared = await call(
+      "alice",
+      alice,
+      "POST",
+      `/v1/sandboxes/${sandbox}/branch`,
+      "/v1/sandboxes/{id}/branch",
+      {
+        tag: TAG,
+      },
+    );
+    assert.equal(shared.status, 409);
+    assert.equal(
+      (await call("alice", alice, "DELETE", `/v1/snapshots/${TAG}`, "/v1/snapshots/{tag}")).status,
+      403,
+    );
+    for (const [who, token, id] of children)
+      assert.equal(
+        (await call(who, token, "DELETE", `/v1/sandboxes/${id}`, "/v1/sandboxes/{id}")).status,
+        200,
+      );
+    assert.equal(
+      (await call("bob", bob, "DELETE", `/v1/sandboxes/${bobs}`, "/v1/sandboxes/{id}")).status,
+      200,
+    );
+    // Each deletes its own; the other's stays.
+    assert.equal((await call("bob", bob, "DELETE", "/v1/snapshots/mine", "/v1/snapshots/{tag}")).status, 200);
+    const alices = await call<{ owner: string | null }>("alice", alice, "GET", "/v1/snapshots/mine", "");
+    assert.deepEqual([alices.status, alices.body.owner], [200, "alice"]);
+    assert.equal((await call("bob", bob, "GET", "/v1/snapshots/mine", "")).status, 404);
+  },
+);
 
 /** A streamed reply read as it comes: its text so far, and whether it ended. */
 function reading(res: IncomingMessage): { res: IncomingMessage; text: () => string; ended: () => boolean } {

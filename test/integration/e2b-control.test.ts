@@ -5,7 +5,8 @@
  * paused) and connect (resumes, the sandbox's files kept), fork (count 2; the source keeps its id
  * and end; a paused source is refused), snapshots (create, list, a sandbox from one, delete),
  * metrics, kill (true, then false), tenant isolation (another tenant's key: not found, an empty
- * list; a bad key: 401), an absolute timeout that kills a sandbox while a command runs in it, a
+ * list; a bad key: 401), tags by namespace (E2B's default `base` the admins' and the SDK's
+ * default for tenants; two tenants' snapshots of one name their own), an absolute timeout that kills a sandbox while a command runs in it, a
  * deadline kept across a kill -9 of the daemon, `forkd e2b env`, the sandbox plane's access
  * rules (routed by E2B's headers), a deadline that pauses a sandbox traffic then resumes, and
  * updateNetwork onto forkd's egress policy.
@@ -254,6 +255,72 @@ step("tenant isolation: another tenant's key sees nothing of it; a bad key is a 
   assert.equal((await a.getInfo()).state, "running", "untouched");
   await assert.rejects(Sandbox.list({ apiKey: "e2b_0123456789abcdef" }).nextItems(), AuthenticationError);
 });
+
+step(
+  "tags are each tenant's own: E2B's default `base` is the admins' (refused to a tenant alike before and after it exists) and the SDK's default for tenants; two tenants' snapshots of one name",
+  async () => {
+    const refusals = async () => {
+      const out: string[] = [];
+      for (const attempt of [
+        () => a.createSnapshot({ name: "base" }),
+        () => Sandbox.deleteSnapshot("base"),
+        () => Sandbox.deleteSnapshot("code-interpreter-v1"),
+      ])
+        out.push(
+          await attempt().then(
+            (r) => `done: ${JSON.stringify(r)}`,
+            (err: unknown) => String(err),
+          ),
+        );
+      return out;
+    };
+    const before = await refusals();
+    for (const r of before) assert.match(r, /reserved/);
+    // The admins publish E2B's default template.
+    await rest("POST", `/v1/snapshots/${e.template}/compact`, { tag: "base" });
+    assert.deepEqual(await refusals(), before);
+    // The SDK's default template, for a tenant: the shared one.
+    const d = await Sandbox.create({ timeoutMs: 600_000, requestTimeoutMs: 300_000 });
+    created.push(d.sandboxId);
+    assert.equal((await d.getInfo()).templateId, "base");
+    assert.equal((await sh(d.sandboxId, "id -un")).trim(), "user");
+    assert.equal(await d.kill(), true);
+
+    // Two tenants snapshot as one name: each gets its own.
+    const other = await e.keyFor("other3");
+    const q = await create({ apiKey: other });
+    await sh(a.sandboxId, "echo e2b > /home/user/who.txt");
+    await sh(q.sandboxId, "echo other3 > /home/user/who.txt");
+    assert.equal((await a.createSnapshot({ name: "mine" })).snapshotId, "mine");
+    assert.equal((await q.createSnapshot({ name: "mine" })).snapshotId, "mine");
+    for (const [apiKey, who] of [
+      [e.env.E2B_API_KEY, "e2b"],
+      [other, "other3"],
+    ] as const) {
+      const c = await create({ apiKey }, "mine");
+      assert.equal((await c.getInfo()).templateId, "mine");
+      assert.equal((await sh(c.sandboxId, "cat /home/user/who.txt")).trim(), who, "its own snapshot");
+      assert.equal(await c.kill(), true);
+      const listed = await Sandbox.listSnapshots({ apiKey }).nextItems();
+      assert.deepEqual(
+        listed.map((x) => x.snapshotId),
+        ["mine"],
+      );
+    }
+    const all = (await rest<{ snapshots: { tag: string }[] }>("GET", "/v1/snapshots")).snapshots.map(
+      (m) => m.tag,
+    );
+    assert.ok(
+      all.includes("e2b/mine") && all.includes("other3/mine") && all.includes("base"),
+      JSON.stringify(all),
+    );
+    assert.equal(await q.kill(), true);
+    assert.equal(await Sandbox.deleteSnapshot("mine", { apiKey: other }), true);
+    assert.equal(await Sandbox.deleteSnapshot("mine"), true);
+    assert.equal(await Sandbox.deleteSnapshot("mine"), false);
+    await rest("DELETE", "/v1/snapshots/base");
+  },
+);
 
 step("kill: true, then false for a sandbox that is gone; getInfo is then not found", async () => {
   assert.equal(await a.kill(), true);

@@ -26,9 +26,10 @@ before(async () => {
   t = await testServices();
   app = createApp(t.services, t.tcp(ADMIN));
   alice = (await t.services.tokens.create({ tenant: "alice", scope: "tenant" })).token;
-  // A shared snapshot whose metadata is unreadable: its error names the file.
-  await mkdir(join(t.dir, "snapshots", "broken"));
-  await writeFile(join(t.dir, "snapshots", "broken", "meta.json"), "{not json");
+  // A snapshot of alice's whose metadata is unreadable: its error names the file. (A shared
+  // one's owner cannot be read: a tenant is told it is not there.)
+  await mkdir(join(t.dir, "snapshots", "alice~broken"));
+  await writeFile(join(t.dir, "snapshots", "alice~broken", "meta.json"), "{not json");
 });
 
 after(async () => {
@@ -51,7 +52,8 @@ async function call(method: string, path: string, token: string, body?: string, 
 test("a tenant's error replies name no host path; the admin's do", async () => {
   for (const [method, path, body, type] of [["GET", "/v1/snapshots/broken", undefined, undefined]] as const) {
     const tenant = await call(method, path, alice, body, type);
-    const admin = await call(method, path, ADMIN, body, type);
+    // The admin names alice's snapshot with its namespace.
+    const admin = await call(method, path.replace("broken", "alice%2Fbroken"), ADMIN, body, type);
     assert.equal(tenant.status, admin.status, path);
     assert.ok(admin.error.message.includes(t.dir), `the admin is told where: ${admin.error.message}`);
     assert.ok(

@@ -151,7 +151,7 @@ const cases: Array<[string, string, string, unknown, number, string, string?]> =
     400,
     "invalid_argument",
   ],
-  ["compact, bad new tag", "POST", "/v1/snapshots/missing/compact", { tag: "a/b" }, 400, "invalid_argument"],
+  ["compact, bad new tag", "POST", "/v1/snapshots/missing/compact", { tag: "../b" }, 400, "invalid_argument"],
   ["compact, unknown snapshot", "POST", "/v1/snapshots/missing/compact", { tag: "new" }, 404, "not_found"],
   ["info, unknown snapshot", "GET", "/v1/snapshots/missing/info", undefined, 404, "not_found"],
   [
@@ -180,7 +180,7 @@ const cases: Array<[string, string, string, unknown, number, string, string?]> =
   ],
   ["body not JSON", "POST", "/v1/sandboxes", undefined, 400, "invalid_argument", "{not json"],
   ["body an array", "POST", "/v1/snapshots", [], 400, "invalid_argument"],
-  ["snapshot bad tag", "POST", "/v1/snapshots", { tag: "a/b" }, 400, "invalid_argument"],
+  ["snapshot bad tag", "POST", "/v1/snapshots", { tag: "../b" }, 400, "invalid_argument"],
   [
     "snapshot memory too small",
     "POST",

@@ -345,7 +345,7 @@ test("a pack of a diff branch carries its base's image and the diffs, and regist
       await rename(`${disk}.copy`, disk);
     }
     const reg = await registerStaged(
-      { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null, tools },
+      { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", viewer: null, tools },
       dir,
       { as: "copy" },
     );
@@ -381,7 +381,7 @@ test("a pack whose diff snapshot names a memory base with another image is refus
     await writeFile(join(dir, "manifest.json"), JSON.stringify(mf));
     await assert.rejects(
       registerStaged(
-        { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null, tools },
+        { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", viewer: null, tools },
         dir,
       ),
       /memory base base has another image/,

@@ -39,7 +39,7 @@ async function scratch(): Promise<{ root: string; deps: UnpackDeps; done: () => 
   const store = new SnapshotStore(join(root, "snapshots"));
   return {
     root,
-    deps: { store, cacheDir: join(root, "cache"), accel: "tcg", owner: null, tools },
+    deps: { store, cacheDir: join(root, "cache"), accel: "tcg", viewer: null, tools },
     done: () => rm(root, { recursive: true, force: true }),
   };
 }

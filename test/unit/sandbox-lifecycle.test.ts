@@ -51,7 +51,7 @@ test("idle timeout (kill): an idle child is killed; one in use is not until rele
     assert.equal(
       fx.svc
         .list()
-        .map(sandboxView)
+        .map((x) => sandboxView(x))
         .find((v) => v.id === busy)?.expires_at !== null,
       true,
     );
@@ -102,7 +102,7 @@ test("idle timeout (pause) whose pause fails kills the child, with why", async (
 test("setIdleTimeout sets and clears the idle timeout", async () => {
   await withSandboxes(async (fx) => {
     const id = await forkOne(fx);
-    assert.equal(fx.svc.list().map(sandboxView)[0]?.expires_at, null);
+    assert.equal(fx.svc.list().map((x) => sandboxView(x))[0]?.expires_at, null);
     const v = sandboxView(await fx.svc.setIdleTimeout(id, 3_600_000));
     assert.ok(v.expires_at !== null && Date.parse(v.expires_at) > Date.now());
     assert.equal((await readRecord(fx, id)).timeoutMs, 3_600_000, "persisted");
@@ -122,13 +122,13 @@ test("lifetime: a child is killed when it ends, in use or paused", async () => {
     assert.equal(fx.svc.get(paused).state, "paused");
     const v = fx.svc
       .list()
-      .map(sandboxView)
+      .map((x) => sandboxView(x))
       .find((x) => x.id === used);
     assert.ok(v?.ends_at && Date.parse(v.ends_at) === Date.parse(v.created) + 300);
     await until("both to exit", () =>
       fx.svc
         .list()
-        .map(sandboxView)
+        .map((x) => sandboxView(x))
         .every((x) => x.state === "exited"),
     );
     for (const id of [used, paused])

@@ -1017,7 +1017,7 @@ export interface components {
             info: components["schemas"]["Token"];
         };
         CreateSnapshot: {
-            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
+            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol; in the caller's namespace (a tenant's own, else a shared one). An admin names a tenant's as TENANT/TAG (docs/api.md, "Tags and namespaces"). */
             tag: string;
             /** @description One of forkd's templates (default python, unless `image` is given). */
             template?: string;
@@ -1393,7 +1393,7 @@ export interface components {
             expose?: number[];
         };
         CreateSandboxes: {
-            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol. */
+            /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol; in the caller's namespace (a tenant's own, else a shared one). An admin names a tenant's as TENANT/TAG (docs/api.md, "Tags and namespaces"). */
             snapshot_tag: string;
             /** @default 1 */
             n: number;
@@ -2475,7 +2475,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2531,7 +2531,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2603,7 +2603,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2655,7 +2655,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2720,7 +2720,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;
@@ -2836,7 +2836,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Snapshot tag */
+                /** @description Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded) */
                 tag: string;
             };
             cookie?: never;

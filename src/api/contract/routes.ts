@@ -659,7 +659,10 @@ export const ROUTES: RouteSpec[] = [
 /** Path parameters, described once for every route that has them. */
 export const PATH_PARAMS: Record<string, { schema: z.ZodType; description: string }> = {
   id: { schema: S.SandboxId, description: "Sandbox id" },
-  tag: { schema: S.Tag, description: "Snapshot tag" },
+  tag: {
+    schema: S.Tag,
+    description: "Snapshot tag, in the caller's namespace (an admin: TENANT/TAG for a tenant's; URL-encoded)",
+  },
   pid: { schema: z.number().int().min(1), description: "Guest pid of a command started through the API" },
   token_id: { schema: S.TokenId, description: "An API token's id (not its secret)" },
   port: { schema: z.number().int().min(1).max(65535), description: "A guest TCP port" },

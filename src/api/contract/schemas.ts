@@ -12,7 +12,7 @@
  * mapped to these in src/api/views/.
  */
 import { z } from "zod";
-import { SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
+import { KEY_RE, SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
 import { MAX_FORK } from "../../sandbox/limits.js";
 import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
 import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/policy.js";
@@ -33,8 +33,10 @@ function named<S extends z.ZodType>(schema: S, id: string, description?: string)
 
 export const Tag = z
   .string()
-  .regex(TAG_RE, "tag must match " + TAG_RE.source)
-  .describe("Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol.");
+  .regex(KEY_RE, "tag must match " + TAG_RE.source + ", or TENANT/TAG")
+  .describe(
+    "Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol; in the caller's namespace (a tenant's own, else a shared one). An admin names a tenant's as TENANT/TAG (docs/api.md, \"Tags and namespaces\").",
+  );
 export const SandboxId = z.string().regex(SANDBOX_ID_RE, "sandbox id must match " + SANDBOX_ID_RE.source);
 export const GuestPath = z
   .string()

@@ -23,7 +23,9 @@ import { errorMessage } from "../../util/errors.js";
 import type { ApiEnv } from "../env.js";
 import { replyStream } from "../reply-stream.js";
 import type { ReplySink } from "../reply-stream.js";
-import { canSee, visiblePending } from "../scope.js";
+import { tagNames, viewerOf, visibleMetas, visiblePending } from "../scope.js";
+import type { TagNames } from "../scope.js";
+import { visibleTo } from "../../snapshot/namespace.js";
 import type { Services } from "../services.js";
 import { sandboxView } from "../views/sandbox.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
@@ -42,11 +44,11 @@ const mayHold = (caller: Caller, owner: string | null | undefined): boolean =>
 async function snapshotOf(s: Services, caller: Caller, tag: string): Promise<unknown> {
   if (await s.store.has(tag)) {
     const meta = await readMeta(s.store.filesFor(tag).meta).catch(() => null);
-    if (meta && canSee(caller, meta.owner)) return snapshotView(meta);
+    if (meta && visibleTo(viewerOf(caller), tag, meta.owner)) return snapshotView(meta, tagNames(caller));
     if (meta) return null;
   }
   const p = await s.store.pending(tag);
-  return p && canSee(caller, p.owner) ? snapshotStatusView(p) : null;
+  return p && visibleTo(viewerOf(caller), tag, p.owner) ? snapshotStatusView(p, tagNames(caller)) : null;
 }
 
 /** One client's stream: everything it holds, freed by stop(). */
@@ -61,13 +63,17 @@ class EventStream {
   private readonly timers: NodeJS.Timeout[] = [];
   private unsubscribe: (() => void) | null = null;
   private stopped = false;
+  /** How this client is shown store keys. */
+  private readonly names: TagNames;
 
   constructor(
     private readonly s: Services,
     private readonly caller: Caller,
     private readonly sink: ReplySink,
     private readonly cut: () => void,
-  ) {}
+  ) {
+    this.names = tagNames(caller);
+  }
 
   private usagePending = false;
   private queued = 0;
@@ -132,7 +138,7 @@ class EventStream {
       case "sandbox": {
         if (!mayHold(this.caller, e.sandbox.record.owner)) return;
         // Its view now, as it is at the change (sent in turn).
-        const view = sandboxView(e.sandbox);
+        const view = sandboxView(e.sandbox, this.names);
         this.then(async () => this.send("sandbox", view));
         return;
       }
@@ -144,8 +150,8 @@ class EventStream {
         // A creation's start is told as it was (it may be over before this send's turn).
         const writing = e.writing;
         if (writing) {
-          if (!canSee(this.caller, writing.owner)) return;
-          const view = snapshotStatusView(writing);
+          if (!visibleTo(viewerOf(this.caller), e.tag, writing.owner)) return;
+          const view = snapshotStatusView(writing, this.names);
           this.then(async () => {
             this.shownTags.add(e.tag);
             this.send("snapshot", view);
@@ -159,7 +165,7 @@ class EventStream {
             // had anything, its client watching): told gone. One whose metadata does not read
             // is still there: not.
             if (!(await this.s.store.has(e.tag)) && this.shownTags.delete(e.tag))
-              this.send("snapshot-gone", { tag: e.tag });
+              this.send("snapshot-gone", { tag: this.names(e.tag) });
             return;
           }
           this.shownTags.add(e.tag);
@@ -170,7 +176,7 @@ class EventStream {
       case "snapshot-gone":
         this.then(async () => {
           if (!this.shownTags.delete(e.tag)) return;
-          this.send("snapshot-gone", { tag: e.tag });
+          this.send("snapshot-gone", { tag: this.names(e.tag) });
         });
         return;
     }
@@ -180,16 +186,16 @@ class EventStream {
     const sandboxes = this.s.sandboxes
       .list()
       .filter((sb) => mayHold(this.caller, sb.record.owner))
-      .map(sandboxView);
+      .map((sb) => sandboxView(sb, this.names));
     const all = await this.s.snapshots.list();
-    const snapshots = all.snapshots.filter((m) => canSee(this.caller, m.owner));
+    const snapshots = visibleMetas(this.caller, all.snapshots);
     const pending = visiblePending(this.caller, all.pending);
     for (const m of snapshots) this.shownTags.add(m.tag);
     for (const p of pending) this.shownTags.add(p.tag);
     return {
       sandboxes,
-      snapshots: snapshots.map(snapshotView),
-      pending: pending.map(snapshotStatusView),
+      snapshots: snapshots.map((m) => snapshotView(m, this.names)),
+      pending: pending.map((p) => snapshotStatusView(p, this.names)),
     };
   }
 

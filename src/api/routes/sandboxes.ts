@@ -15,11 +15,12 @@ import {
 import type { BranchResult, ForkResult } from "../contract/schemas.js";
 import type { z } from "zod";
 import { noteTarget } from "../env.js";
-import type { ApiEnv } from "../env.js";
+import type { ApiContext, ApiEnv } from "../env.js";
+import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import { parseBody, parseQuery } from "../parse.js";
 import { sampleUsage } from "../../metrics/sandbox-usage.js";
 import { listPage } from "../views/sandbox-page.js";
-import { forkable } from "../scope.js";
+import { forkable, newBranchKey, tagNames } from "../scope.js";
 import { isAdmin } from "../../access/caller.js";
 import { sandboxView } from "../views/sandbox.js";
 import { parseNetwork } from "../../net/policy.js";
@@ -34,18 +35,19 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const all = s.sandboxes.list();
     const mine = isAdmin(caller) ? all : all.filter((sb) => (sb.record.owner ?? null) === caller.tenant);
     const page = listPage(mine, q);
-    return c.json({ sandboxes: page.items.map(sandboxView), next_token: page.nextToken });
+    const names = tagNames(caller);
+    return c.json({ sandboxes: page.items.map((sb) => sandboxView(sb, names)), next_token: page.nextToken });
   });
 
   app.post("/", async (c) => {
     const body = await parseBody(c, CreateSandboxes);
     const caller = c.get("caller");
     noteTarget(c, "snapshot", body.snapshot_tag);
-    await forkable(s, caller, body.snapshot_tag);
+    const key = await forkable(s, caller, body.snapshot_tag);
     const quota = s.limits.quota.reserve(caller, body.n, () => ownedBy(s, caller.tenant));
     let r;
     try {
-      r = await s.sandboxes.fork(body.snapshot_tag, body.n, {
+      r = await s.sandboxes.fork(key, body.n, {
         timeoutMs: body.timeout_ms ?? null,
         metadata: body.metadata,
         onIdle: body.on_idle,
@@ -80,14 +82,17 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
         { failures: r.failures },
       );
     }
+    const names = tagNames(caller);
     const reply: z.infer<typeof ForkResult> = {
-      sandboxes: r.sandboxes.map(sandboxView),
+      sandboxes: r.sandboxes.map((sb) => sandboxView(sb, names)),
       failures: r.failures,
     };
     return c.json(reply, 201);
   });
 
-  app.get("/:id", (c) => c.json(sandboxView(s.sandboxes.get(c.req.param("id")))));
+  const view = (c: ApiContext, sb: ReadonlySandbox) => sandboxView(sb, tagNames(c.get("caller")));
+
+  app.get("/:id", (c) => c.json(view(c, s.sandboxes.get(c.req.param("id")))));
 
   app.get("/:id/metrics", async (c) => {
     const q = parseQuery(c, MetricsQuery);
@@ -108,32 +113,37 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
 
   app.post("/:id/branch", async (c) => {
     const body = await parseBody(c, Branch);
-    const r = await s.sandboxes.branch(c.req.param("id"), body.tag, body.wait);
-    noteTarget(c, "snapshot", r.tag);
+    const caller = c.get("caller");
+    const names = tagNames(caller);
+    const id = c.req.param("id");
+    if (body.tag !== undefined) noteTarget(c, "snapshot", body.tag);
+    const key = await newBranchKey(s, caller, s.sandboxes.get(id).record.owner ?? null, body.tag);
+    const r = await s.sandboxes.branch(id, key, body.wait);
+    noteTarget(c, "snapshot", names(r.tag));
     s.metrics.branchPause(r.pauseMs / 1000);
     const reply: z.infer<typeof BranchResult> = {
-      tag: r.tag,
+      tag: names(r.tag),
       status: r.status,
       pause_ms: r.pauseMs,
       private_bytes: r.privateBytes,
-      snapshot: r.snapshot ? snapshotView(r.snapshot.meta) : null,
+      snapshot: r.snapshot ? snapshotView(r.snapshot.meta, names) : null,
     };
     return c.json(reply, r.status === "ready" ? 201 : 202);
   });
 
-  app.post("/:id/pause", async (c) => c.json(sandboxView(await s.sandboxes.pause(c.req.param("id")))));
-  app.post("/:id/resume", async (c) => c.json(sandboxView(await s.sandboxes.resume(c.req.param("id")))));
+  app.post("/:id/pause", async (c) => c.json(view(c, await s.sandboxes.pause(c.req.param("id")))));
+  app.post("/:id/resume", async (c) => c.json(view(c, await s.sandboxes.resume(c.req.param("id")))));
 
   app.post("/:id/ports", async (c) => {
     const body = await parseBody(c, ExposePort);
-    return c.json(sandboxView(await s.sandboxes.exposePort(c.req.param("id"), body.port)));
+    return c.json(view(c, await s.sandboxes.exposePort(c.req.param("id"), body.port)));
   });
 
   app.delete("/:id/ports/:port", async (c) => {
     const port = Number(c.req.param("port"));
     if (!/^\d{1,5}$/.test(c.req.param("port")) || port < 1 || port > 65535)
       throw new ForkdError("invalid_argument", "port must be a TCP port (1-65535)", { field: "port" });
-    return c.json(sandboxView(await s.sandboxes.unexposePort(c.req.param("id"), port)));
+    return c.json(view(c, await s.sandboxes.unexposePort(c.req.param("id"), port)));
   });
 
   app.post("/:id/egress", async (c) => {
@@ -142,17 +152,17 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const mode = s.sandboxes.get(id).record.network?.mode ?? "none";
     // The same validation as at creation (errors name network.egress...).
     const { egress } = parseNetwork({ mode: mode === "none" ? "netns" : mode, egress: body });
-    return c.json(sandboxView(await s.sandboxes.setEgress(id, egress)));
+    return c.json(view(c, await s.sandboxes.setEgress(id, egress)));
   });
 
   app.post("/:id/timeout", async (c) => {
     const body = await parseBody(c, SetTimeout);
-    return c.json(sandboxView(await s.sandboxes.setIdleTimeout(c.req.param("id"), body.timeout_ms)));
+    return c.json(view(c, await s.sandboxes.setIdleTimeout(c.req.param("id"), body.timeout_ms)));
   });
 
   app.post("/:id/deadline", async (c) => {
     const body = await parseBody(c, SetDeadline);
-    return c.json(sandboxView(await s.sandboxes.setDeadline(c.req.param("id"), body.deadline_ms)));
+    return c.json(view(c, await s.sandboxes.setDeadline(c.req.param("id"), body.deadline_ms)));
   });
 
   app.delete("/:id", async (c) => {

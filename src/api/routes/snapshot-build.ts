@@ -9,6 +9,7 @@ import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { hangupSignal, progressStream } from "../stream.js";
 import { snapshotView } from "../views/snapshot.js";
+import { newSnapshotKey, tagNames } from "../scope.js";
 
 function buildArgs(raw: string | undefined): Record<string, string> {
   if (raw === undefined) return {};
@@ -53,8 +54,13 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
     checkBuildSize(caps, { memoryMiB: q.memory_mib, vcpus: q.vcpus });
     const body = bodyStream(c);
     if (!body) throw new ForkdError("invalid_argument", "the request body must be the build context (a tar)");
+    const caller = c.get("caller");
+    const names = tagNames(caller);
+    noteTarget(c, "snapshot", q.tag);
+    // Resolved (and a taken or reserved tag refused) before the context is read.
+    const { key, owner } = await newSnapshotKey(s, caller, q.tag);
     const req = {
-      tag: q.tag,
+      tag: key,
       dockerfile: q.dockerfile,
       buildArgs: buildArgs(q.build_args),
       memoryMiB: q.memory_mib,
@@ -62,28 +68,29 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
       warm: q.warm ?? null,
       warmEval: q.warm_eval ?? null,
       warmEvalLanguage: q.warm_eval_language,
-      owner: c.get("caller").tenant,
+      owner,
       maxDiskMiB: caps?.buildDiskMiB ?? null,
     };
-    noteTarget(c, "snapshot", q.tag);
     // A client that hangs up before the snapshot is published cancels the build (snapshots.ts).
     if (q.stream !== "1") {
       return c.json(
-        snapshotView(await s.snapshots.createFromDockerfile({ ...req, signal: hangupSignal(c) }, body)),
+        snapshotView(
+          await s.snapshots.createFromDockerfile({ ...req, signal: hangupSignal(c) }, body),
+          names,
+        ),
         201,
       );
     }
-    if (await s.snapshots.has(q.tag))
-      throw new ForkdError("conflict", `snapshot ${q.tag} already exists`, { tag: q.tag });
     return progressStream(
       c,
       201,
       "snapshot",
-      `snapshot ${q.tag}`,
+      `snapshot ${key}`,
       s.log,
       async (progress, watcher) =>
         snapshotView(
           await s.snapshots.createFromDockerfile({ ...req, signal: watcher.signal }, body, progress),
+          names,
         ),
       "cancel",
     );

@@ -1,7 +1,6 @@
 /** Routes of snapshots: create (optionally streamed), list, inspect, compact, delete, pack, unpack, push and pull. */
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
-import { assertTag } from "../../util/ids.js";
 import type { Services } from "../services.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
 import { Readable } from "node:stream";
@@ -10,7 +9,21 @@ import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { buildCapsOf, checkBuildSize } from "../../access/build-caps.js";
 import { isAdmin } from "../../access/caller.js";
-import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } from "../scope.js";
+import { splitKey } from "../../snapshot/namespace.js";
+import { TENANT_RE } from "../../util/ids.js";
+import {
+  canChange,
+  newSnapshotKey,
+  reserved,
+  noSnapshot,
+  ownedSnapshot,
+  snapshotKey,
+  tagNames,
+  viewerOf,
+  visibleMetas,
+  visiblePending,
+  visibleSnapshot,
+} from "../scope.js";
 import { hangupSignal, progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
@@ -21,10 +34,11 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
 
   app.get("/", async (c) => {
     const caller = c.get("caller");
+    const names = tagNames(caller);
     const all = await s.snapshots.list();
     return c.json({
-      snapshots: all.snapshots.filter((m) => canSee(caller, m.owner)).map(snapshotView),
-      pending: visiblePending(caller, all.pending).map(snapshotStatusView),
+      snapshots: visibleMetas(caller, all.snapshots).map((m) => snapshotView(m, names)),
+      pending: visiblePending(caller, all.pending).map((p) => snapshotStatusView(p, names)),
     });
   });
 
@@ -39,8 +53,12 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     });
     // Exactly one source: an image, or a template (python when neither is named).
     const from = body.image !== undefined ? { image: body.image } : { template: body.template ?? "python" };
+    const caller = c.get("caller");
+    const names = tagNames(caller);
+    noteTarget(c, "snapshot", body.tag);
+    const { key, owner } = await newSnapshotKey(s, caller, body.tag);
     const req = {
-      tag: body.tag,
+      tag: key,
       from,
       startCmd: body.start_cmd ?? null,
       readyCmd: body.ready_cmd ?? null,
@@ -51,60 +69,63 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       nic: body.nic,
       memoryMiB: body.memory_mib,
       vcpus: body.vcpus,
-      owner: c.get("caller").tenant,
+      owner,
     };
-    noteTarget(c, "snapshot", body.tag);
     // A client that hangs up before the snapshot is published cancels its creation (as Ctrl-C
     // stops `docker build`): its parent VM is killed, nothing is published or pre-started.
     if (c.req.query("stream") !== "1")
-      return c.json(snapshotView(await s.snapshots.create({ ...req, signal: hangupSignal(c) })), 201);
+      return c.json(snapshotView(await s.snapshots.create({ ...req, signal: hangupSignal(c) }), names), 201);
     // Refuse a taken tag, an unknown template or an image this daemon cannot pull with a status
     // code, before the stream starts.
-    await s.snapshots.checkCreatable(body.tag, from, req.owner);
+    await s.snapshots.checkCreatable(key, from, req.owner);
     return progressStream(
       c,
       201,
       "snapshot",
-      `snapshot ${body.tag}`,
+      `snapshot ${key}`,
       s.log,
       async (progress, watcher) =>
-        snapshotView(await s.snapshots.create({ ...req, signal: watcher.signal }, progress)),
+        snapshotView(await s.snapshots.create({ ...req, signal: watcher.signal }, progress), names),
       "cancel",
     );
   });
 
   app.get("/:tag", async (c) => {
-    const tag = assertTag(c.req.param("tag"));
+    const tag = c.req.param("tag");
     const caller = c.get("caller");
-    if (!(await s.snapshots.has(tag))) {
-      const p = await s.snapshots.pending(tag);
-      if (p) {
-        if (!canSee(caller, p.owner)) throw noSnapshot(tag);
-        return c.json(snapshotStatusView(p));
-      }
+    const key = await snapshotKey(s, caller, tag);
+    if (!(await s.snapshots.has(key))) {
+      const p = await s.snapshots.pending(key);
+      if (!p) throw noSnapshot(tag);
+      return c.json(snapshotStatusView(p, tagNames(caller)));
     }
-    return c.json(snapshotView((await visibleSnapshot(s, caller, tag)).meta));
+    return c.json(snapshotView((await visibleSnapshot(s, caller, tag)).meta, tagNames(caller)));
   });
 
   app.get("/:tag/info", async (c) => {
-    const tag = assertTag(c.req.param("tag"));
     const caller = c.get("caller");
-    await visibleSnapshot(s, caller, tag);
-    const info = await s.snapshots.info(tag);
+    const names = tagNames(caller);
+    const { key } = await visibleSnapshot(s, caller, c.req.param("tag"));
+    const info = await s.snapshots.info(key);
     // Branches other tenants stacked on a shared snapshot are theirs to know about.
     const { snapshots } = await s.snapshots.list();
-    const visible = new Set(snapshots.filter((m) => canSee(caller, m.owner)).map((m) => m.tag));
-    return c.json({ ...info, dependents: info.dependents.filter((t) => visible.has(t)) });
+    const visible = new Set(visibleMetas(caller, snapshots).map((m) => m.tag));
+    return c.json({
+      ...info,
+      tag: names(info.tag),
+      ancestors: info.ancestors.map(names),
+      dependents: info.dependents.filter((t) => visible.has(t)).map(names),
+    });
   });
 
   app.get("/:tag/pack", async (c) => {
-    const tag = assertTag(c.req.param("tag"));
-    await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt before the stream starts
+    const tag = c.req.param("tag");
+    const { key } = await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt before the stream starts
     // At the reader's pace; a client that hangs up ends the writer (tar, staging directory).
     const body = replyStream(
       (sink) => {
         if (sink.gone) return; // gone before the reply started: nothing is packed
-        s.snapshots.pack(tag, sink.writable()).catch((e: unknown) => {
+        s.snapshots.pack(key, sink.writable()).catch((e: unknown) => {
           if (sink.gone) s.log.info("pack not sent: its client went away", { tag });
           else s.log.warn("pack failed", { tag, error: String(e) });
           sink.fail(e);
@@ -116,7 +137,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       status: 200,
       headers: {
         "content-type": "application/zstd",
-        "content-disposition": `attachment; filename="${tag}.forkd.tar.zst"`,
+        "content-disposition": `attachment; filename="${tag.replace("/", "~")}.forkd.tar.zst"`,
       },
     });
   });
@@ -124,26 +145,32 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   app.post("/unpack", async (c) => {
     const body = bodyStream(c);
     if (!body) throw new ForkdError("invalid_argument", "the request body must be a pack");
-    const r = await s.snapshots.unpack(Readable.from(body), c.get("caller").tenant);
-    noteTarget(c, "published", r.published);
-    return c.json(r, 201);
+    const caller = c.get("caller");
+    const names = tagNames(caller);
+    const r = await s.snapshots.unpack(Readable.from(body), viewerOf(caller));
+    noteTarget(c, "published", r.published.map(names));
+    return c.json({ tag: names(r.tag), published: r.published.map(names) }, 201);
   });
 
   // Synchronous (one JSON reply when done), or ?stream=1: NDJSON progress (api/stream.ts).
   app.post("/:tag/push", async (c) => {
-    const tag = assertTag(c.req.param("tag"));
+    const tag = c.req.param("tag");
     const body = await parseBody(c, Push);
-    await visibleSnapshot(s, c.get("caller"), tag); // 404 / corrupt with a status, before any stream starts
     noteTarget(c, "snapshot", tag);
-    const work = (progress: Progress) =>
-      s.snapshots.push(tag, body.ref, { insecure: body.insecure }, progress);
+    // 404 / corrupt with a status, before any stream starts
+    const { key } = await visibleSnapshot(s, c.get("caller"), tag);
+    const work = async (progress: Progress) => ({
+      ...(await s.snapshots.push(key, body.ref, { insecure: body.insecure }, progress)),
+      tag,
+    });
     if (c.req.query("stream") === "1") return progressStream(c, 200, "result", `push ${tag}`, s.log, work);
     return c.json(await work(() => undefined), 200);
   });
 
   app.post("/pull", async (c) => {
     const body = await parseBody(c, Pull);
-    const owner = c.get("caller").tenant;
+    const caller = c.get("caller");
+    const names = tagNames(caller);
     if (body.tag !== undefined) noteTarget(c, "snapshot", body.tag);
     const req = {
       ...(body.ref !== undefined ? { ref: body.ref } : {}),
@@ -151,28 +178,48 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       ...(body.tag !== undefined ? { tag: body.tag } : {}),
       insecure: body.insecure,
     };
-    const work = (progress: Progress) => s.snapshots.pull(req, owner, progress);
+    const work = async (progress: Progress) => {
+      const r = await s.snapshots.pull(req, viewerOf(caller), progress);
+      return { ...r, tag: names(r.tag), published: r.published.map(names) };
+    };
     if (c.req.query("stream") === "1") return progressStream(c, 201, "result", "pull", s.log, work);
     return c.json(await work(() => undefined), 201);
   });
 
   // The copy belongs to the source's owner: a tenant compacts only its own snapshots.
   app.post("/:tag/compact", async (c) => {
-    const tag = assertTag(c.req.param("tag"));
+    const tag = c.req.param("tag");
     const body = await parseBody(c, Compact);
-    await ownedSnapshot(s, c.get("caller"), tag);
+    const caller = c.get("caller");
     noteTarget(c, "snapshot", body.tag);
-    return c.json(snapshotView(await s.snapshots.compact(tag, body.tag)), 201);
+    const src = await ownedSnapshot(s, caller, tag);
+    // The copy is the source's owner's (it keeps its owner): an admin's copy of a tenant's
+    // snapshot is in that tenant's namespace.
+    const owner = src.meta.owner ?? null;
+    const ns = splitKey(src.key).ns ?? (owner !== null && TENANT_RE.test(owner) ? owner : null);
+    const dest =
+      ns !== null && isAdmin(caller) && splitKey(body.tag).ns === null ? `${ns}/${body.tag}` : body.tag;
+    const { key } = await newSnapshotKey(s, caller, dest);
+    return c.json(snapshotView(await s.snapshots.compact(src.key, key), tagNames(caller)), 201);
   });
 
   app.delete("/:tag", async (c) => {
-    const tag = assertTag(c.req.param("tag"));
+    const tag = c.req.param("tag");
     const q = parseQuery(c, DeleteSnapshotQuery);
     const caller = c.get("caller");
-    if (!isAdmin(caller)) await ownedSnapshot(s, caller, tag);
+    const names = tagNames(caller);
+    let key = tag;
+    if (!isAdmin(caller)) {
+      if (s.snapshots.namespaces.isReserved(splitKey(tag).name)) throw reserved(tag);
+      key = await snapshotKey(s, caller, tag);
+      // A failed or ready one of its own (a shared one: refused, as it is not the caller's to change).
+      const owner = (await s.store.lookup(key))?.owner;
+      if (!canChange(caller, owner))
+        throw new ForkdError("forbidden", `snapshot ${tag} is shared; only an admin may change it`, { tag });
+    }
     const opts = { cascade: truthy(q.cascade), force: truthy(q.force) };
     if (truthy(q.dry_run)) {
-      const plan = await s.snapshots.planDelete(tag, opts);
+      const plan = await s.snapshots.planDelete(key, opts);
       const removed = new Set(plan.inUse);
       const sandboxes = s.sandboxes
         .list()
@@ -181,15 +228,19 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       return c.json({
         tag,
         dry_run: true as const,
-        deletes: plan.deletes,
-        orphaned: plan.orphans,
-        dependents: plan.blockingDependents,
+        deletes: plan.deletes.map(names),
+        orphaned: plan.orphans.map(names),
+        dependents: plan.blockingDependents.map(names),
         sandboxes,
         refused: plan.inUse.length > 0 || plan.blockingDependents.length > 0,
       });
     }
-    const r = await s.snapshots.delete(tag, opts);
-    return c.json({ deleted: tag, ...r });
+    const r = await s.snapshots.delete(key, opts);
+    return c.json({
+      deleted: tag,
+      ...(r.cascaded ? { cascaded: r.cascaded.map(names) } : {}),
+      ...(r.orphaned ? { orphaned: r.orphaned.map(names) } : {}),
+    });
   });
 
   return app;

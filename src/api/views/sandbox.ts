@@ -9,9 +9,10 @@ export type SandboxView = z.infer<typeof schemas.Sandbox>;
 
 const isoOrNull = (at: number | null): string | null => (at === null ? null : new Date(at).toISOString());
 
-export const sandboxView = (s: ReadonlySandbox): SandboxView => ({
+/** `names`: how the caller is shown the store key of its snapshot (api/scope.ts tagNames). */
+export const sandboxView = (s: ReadonlySandbox, names: (key: string) => string = (k) => k): SandboxView => ({
   id: s.record.id,
-  tag: s.record.tag,
+  tag: names(s.record.tag),
   pid: s.record.pid,
   state: s.state,
   created: s.record.created,

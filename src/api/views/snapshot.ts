@@ -2,7 +2,8 @@
  * Snapshots as the API serves them: the one place a snapshot's metadata (meta.json, which keeps
  * its own shape and format version: docs/snapshot-format.md) and a pending write's record become
  * wire views (snake_case, src/api/contract/schemas.ts). Every reply, stream event and result that
- * holds a snapshot goes through here.
+ * holds a snapshot goes through here. Tags are store keys until `names` (the caller's: api/scope.ts
+ * tagNames) shows them as the caller writes them.
  */
 import type { z } from "zod";
 import type { SnapshotMeta } from "../../snapshot/meta.js";
@@ -14,11 +15,13 @@ import type { Snapshot, SnapshotStatus } from "../contract/schemas.js";
 export type SnapshotView = z.infer<typeof Snapshot>;
 export type SnapshotStatusView = z.infer<typeof SnapshotStatus>;
 
+const asKey = (key: string): string => key;
+
 /** A ready snapshot's metadata as served. Optional parts stay absent when the metadata has none. */
-export function snapshotView(m: SnapshotMeta): SnapshotView {
+export function snapshotView(m: SnapshotMeta, names: (key: string) => string = asKey): SnapshotView {
   return {
     format: m.format,
-    tag: m.tag,
+    tag: names(m.tag),
     template: m.template,
     source:
       m.source.kind === "template"
@@ -56,10 +59,10 @@ export function snapshotView(m: SnapshotMeta): SnapshotView {
     timings: { boot_ms: m.timings.bootMs, warm_ms: m.timings.warmMs, freeze_ms: m.timings.freezeMs },
     ...(m.stateFormat !== undefined ? { state_format: m.stateFormat } : {}),
     ...(m.parent !== undefined
-      ? { parent: m.parent && { tag: m.parent.tag, checksum: m.parent.checksum } }
+      ? { parent: m.parent && { tag: names(m.parent.tag), checksum: m.parent.checksum } }
       : {}),
     ...(m.memoryBase !== undefined
-      ? { memory_base: { tag: m.memoryBase.tag, checksum: m.memoryBase.checksum } }
+      ? { memory_base: { tag: names(m.memoryBase.tag), checksum: m.memoryBase.checksum } }
       : {}),
     ...(m.branch !== undefined
       ? {
@@ -92,9 +95,12 @@ export function snapshotView(m: SnapshotMeta): SnapshotView {
 const isErrorCode = (c: string): c is ErrorCode => (ERROR_CODES as readonly string[]).includes(c);
 
 /** A snapshot being written, or failed. A stored code this daemon does not know reads `internal`. */
-export function snapshotStatusView(p: SnapshotPending): SnapshotStatusView {
+export function snapshotStatusView(
+  p: SnapshotPending,
+  names: (key: string) => string = asKey,
+): SnapshotStatusView {
   return {
-    tag: p.tag,
+    tag: names(p.tag),
     status: p.status,
     started: p.started,
     source: p.source,

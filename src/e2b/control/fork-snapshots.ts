@@ -1,5 +1,5 @@
 /**
- * The snapshots behind E2B forks (tag `e2b-fork-…`): a fork's children run from the branch of
+ * The snapshots behind E2B forks (tag `e2b-fork-…`, in the source's tenant's namespace): a fork's children run from the branch of
  * their source, so it stays while one does; once none does (and it is older than a grace period,
  * so a fork between its branch and its children is never raced) it is deleted. Called after
  * kills and forks, never from a timer of its own; a snapshot something else still needs (a
@@ -7,6 +7,7 @@
  */
 import type { Services } from "../../api/services.js";
 import { errorMessage } from "../../util/errors.js";
+import { splitKey } from "../../snapshot/namespace.js";
 
 /** Tags of the snapshots forks are made from (kept out of the snapshot list). */
 export const FORK_TAG_PREFIX = "e2b-fork-";
@@ -16,7 +17,7 @@ const GRACE_MS = 10 * 60_000;
 export async function reapForkSnapshots(s: Services, now = Date.now()): Promise<string[]> {
   const gone: string[] = [];
   for (const m of await s.store.list()) {
-    if (!m.tag.startsWith(FORK_TAG_PREFIX) || now - Date.parse(m.created) < GRACE_MS) continue;
+    if (!splitKey(m.tag).name.startsWith(FORK_TAG_PREFIX) || now - Date.parse(m.created) < GRACE_MS) continue;
     if (s.sandboxes.countByTag(m.tag) > 0) continue;
     try {
       await s.snapshots.delete(m.tag, { cascade: false, force: false });

@@ -7,6 +7,7 @@
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
 import type { Services } from "../../api/services.js";
+import { tagNames } from "../../api/scope.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import { ForkdError } from "../../util/errors.js";
 import { listedView } from "./views.js";
@@ -53,6 +54,7 @@ export async function listSandboxes(
   caller: Caller,
   o: ListOptions,
 ): Promise<{ items: E2bListedSandbox[]; nextToken: string | null; running: number }> {
+  const names = tagNames(caller);
   const states = new Set(
     (o.state ?? "running,paused")
       .split(",")
@@ -76,7 +78,7 @@ export async function listSandboxes(
   const all = mine
     .filter((sb) => states.has(sb.state))
     .filter((sb) => meta.every(([k, v]) => sb.record.metadata?.[k] === v))
-    .filter((sb) => o.template === undefined || sb.record.tag === o.template)
+    .filter((sb) => o.template === undefined || names(sb.record.tag) === o.template)
     .filter((sb) => after === null || Date.parse(sb.record.created) >= after)
     .sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0) * (asc ? 1 : -1));
   let from = 0;
@@ -91,7 +93,7 @@ export async function listSandboxes(
   const more = from + page.length < all.length;
   const cache: MachineCache = new Map();
   return {
-    items: await Promise.all(page.map((sb) => listedView(s, sb, cache))),
+    items: await Promise.all(page.map((sb) => listedView(s, sb, names, cache))),
     nextToken: more && last ? cursorOf(last) : null,
     running,
   };

@@ -10,7 +10,8 @@ import { Hono } from "hono";
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
 import type { Services } from "../../api/services.js";
-import { forkable } from "../../api/scope.js";
+import { forkable, tagNames } from "../../api/scope.js";
+import { keyIn } from "../../snapshot/namespace.js";
 import type { NetworkSpec } from "../../net/policy.js";
 import type { ForkOptions } from "../../sandbox/fork.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
@@ -81,10 +82,11 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     if (b.mcp) throw new ForkdError("invalid_argument", "mcp (the MCP gateway) is not supported");
     if (b.iam?.tokens && Object.keys(b.iam.tokens).length > 0)
       throw new ForkdError("invalid_argument", "iam tokens are not supported");
+    let key: string;
     try {
-      await forkable(s, who, tag);
+      key = await forkable(s, who, tag);
     } catch (e) {
-      if (e instanceof ForkdError && e.code === "not_found")
+      if (e instanceof ForkdError && (e.code === "not_found" || e.code === "invalid_argument"))
         throw new ForkdError("not_found", `template ${tag} not found`, { tag });
       throw e;
     }
@@ -110,7 +112,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const release = s.limits.quota.reserve(who, 1, () => owned(s, who.tenant));
     let r;
     try {
-      r = await s.sandboxes.fork(tag, 1, opts);
+      r = await s.sandboxes.fork(key, 1, opts);
     } finally {
       release();
     }
@@ -224,14 +226,15 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const count = b.count ?? 1;
     const release = s.limits.quota.reserve(who, count, () => owned(s, who.tenant));
     try {
-      // One branch of the running source (it keeps its id and deadline) serves every fork.
+      // One branch of the running source (it keeps its id and deadline) serves every fork; it
+      // is the source's tenant's, in its namespace.
       const br = await s.sandboxes.branch(
         src.record.id,
-        `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`,
+        keyIn(src.record.owner ?? null, `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`),
         true,
         true,
       );
-      noteE2bTarget(c, "snapshot", br.tag);
+      noteE2bTarget(c, "snapshot", tagNames(who)(br.tag));
       s.metrics.branchPause(br.pauseMs / 1000);
       const r = await s.sandboxes.fork(br.tag, count, {
         owner: src.record.owner ?? null,

@@ -9,11 +9,12 @@ import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
-import { canChange, canSee } from "../../api/scope.js";
+import { newBranchKey, ownedSnapshot, tagNames, visibleMetas } from "../../api/scope.js";
+import { splitKey } from "../../snapshot/namespace.js";
 import type { Services } from "../../api/services.js";
 import { ADMIN_ONLY_OWNER } from "../../sandbox/branch.js";
 import { ForkdError } from "../../util/errors.js";
-import { TAG_RE } from "../../util/ids.js";
+import { TAG_RE, isValidKey } from "../../util/ids.js";
 import type { E2bEnv } from "./env.js";
 import { noteE2bTarget } from "./env.js";
 import { readJson, readQuery } from "./parse.js";
@@ -33,10 +34,11 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
 
   app.post("/sandboxes/:sandboxID/snapshots", async (c) => {
     const b = await readJson(c, SnapshotBody, s.limits.body.json);
-    const sb = visibleSandbox(s, c.get("caller"), c.req.param("sandboxID"));
+    const caller = c.get("caller");
+    const sb = visibleSandbox(s, caller, c.req.param("sandboxID"));
     noteE2bTarget(c, "sandbox", sb.record.id);
     const tag = b.name ?? `snap-${randomBytes(6).toString("hex")}`;
-    if (!TAG_RE.test(tag) || tag.startsWith(FORK_TAG_PREFIX))
+    if (!isValidKey(tag) || splitKey(tag).name.startsWith(FORK_TAG_PREFIX))
       throw new ForkdError(
         "invalid_argument",
         `name must match ${TAG_RE.source} (and not start with ${FORK_TAG_PREFIX})`,
@@ -47,22 +49,26 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
         `sandbox ${sb.record.id} is paused: only a running sandbox is snapshotted`,
       );
     noteE2bTarget(c, "snapshot", tag);
+    // In its sandbox's tenant's namespace (a taken or reserved name refused as on forkd's API).
+    const key = await newBranchKey(s, caller, sb.record.owner ?? null, tag);
     // An admin's is the admins' alone: a snapshot of E2B's is its team's, never shared.
-    const r = await s.sandboxes.branch(sb.record.id, tag, true, true);
+    const r = await s.sandboxes.branch(sb.record.id, key, true, true);
     s.metrics.branchPause(r.pauseMs / 1000);
-    return c.json({ snapshotID: r.tag, names: [r.tag] }, 201);
+    const name = tagNames(caller)(r.tag);
+    return c.json({ snapshotID: name, names: [name] }, 201);
   });
 
   app.get("/snapshots", async (c) => {
     const q = readQuery(c, SnapshotListQuery);
     const caller = c.get("caller");
     const name = q.name?.replace(/:default$/, "");
-    const all = (await s.store.list())
-      .filter((m) => m.branch !== undefined && !m.tag.startsWith(FORK_TAG_PREFIX))
-      .filter((m) => canSee(caller, m.owner) && ownedBy(m.owner, caller))
+    const names = tagNames(caller);
+    const all = visibleMetas(caller, await s.store.list())
+      .filter((m) => m.branch !== undefined && !splitKey(m.tag).name.startsWith(FORK_TAG_PREFIX))
+      .filter((m) => ownedBy(m.owner, caller))
       .filter((m) => q.sandboxID === undefined || m.branch?.sandbox === q.sandboxID)
-      .filter((m) => name === undefined || m.tag === name)
-      .map((m) => m.tag)
+      .map((m) => names(m.tag))
+      .filter((t) => name === undefined || t === name)
       .sort();
     const from = q.nextToken ? all.findIndex((t) => t > q.nextToken!) : 0;
     const start = from < 0 ? all.length : from;
@@ -75,19 +81,17 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
   app.delete("/templates/:templateID", async (c) => {
     const tag = c.req.param("templateID").replace(/:default$/, "");
     noteE2bTarget(c, "snapshot", tag);
-    if (!TAG_RE.test(tag)) throw noSnapshot(tag);
+    if (!isValidKey(tag)) throw noSnapshot(tag);
     const caller = c.get("caller");
-    let owner: string | null | undefined;
+    // A reserved name (a tenant's), a shared snapshot: forbidden; one it cannot see: not found.
+    let key: string;
     try {
-      owner = (await s.snapshots.get(tag)).meta.owner;
+      key = (await ownedSnapshot(s, caller, tag)).key;
     } catch (e) {
       if (e instanceof ForkdError && e.code === "not_found") throw noSnapshot(tag);
       throw e;
     }
-    if (!canSee(caller, owner)) throw noSnapshot(tag);
-    if (!canChange(caller, owner))
-      throw new ForkdError("forbidden", `${tag} is shared; only an admin may delete it`);
-    await s.snapshots.delete(tag, { cascade: false, force: false });
+    await s.snapshots.delete(key, { cascade: false, force: false });
     return c.body(null, 204);
   });
 

@@ -7,6 +7,8 @@
  */
 import type { Caller } from "../../access/caller.js";
 import type { Services } from "../../api/services.js";
+import { tagNames } from "../../api/scope.js";
+import type { TagNames } from "../../api/scope.js";
 import { endsAt, expiresAt } from "../../sandbox/sandbox.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import type { E2bContext } from "../context.js";
@@ -65,12 +67,14 @@ const tokenOf = (e: E2bContext, sb: ReadonlySandbox, caller: Caller): string | u
     ? undefined
     : (e.accessTokens.of(sb.record.id, caller.credential) ?? undefined);
 
+/** How the caller is shown its sandbox's snapshot (its tag: api/scope.ts tagNames), and its access token. */
 export function sandboxReply(e: E2bContext, sb: ReadonlySandbox, caller: Caller): E2bSandbox {
+  const names = tagNames(caller);
   const token = tokenOf(e, sb, caller);
   return {
-    templateID: sb.record.tag,
+    templateID: names(sb.record.tag),
     sandboxID: sb.record.id,
-    alias: sb.record.tag,
+    alias: names(sb.record.tag),
     clientID: CLIENT_ID,
     envdVersion: ENVD_VERSION,
     ...(token !== undefined ? { envdAccessToken: token } : {}),
@@ -115,12 +119,13 @@ export type MachineCache = Map<string, Promise<{ cpus: number; memoryMiB: number
 export async function listedView(
   s: Services,
   sb: ReadonlySandbox,
+  names: TagNames,
   cache: MachineCache = new Map(),
 ): Promise<E2bListedSandbox> {
   const m = await machineOf(s, sb, cache);
   return {
-    templateID: sb.record.tag,
-    alias: sb.record.tag,
+    templateID: names(sb.record.tag),
+    alias: names(sb.record.tag),
     sandboxID: sb.record.id,
     clientID: CLIENT_ID,
     startedAt: sb.record.created,
@@ -142,9 +147,10 @@ export async function detailView(
   caller: Caller,
 ): Promise<E2bSandboxDetail> {
   const token = tokenOf(e, sb, caller);
+  const names = tagNames(caller);
   const x = sb.record.e2b;
   return {
-    ...(await listedView(s, sb)),
+    ...(await listedView(s, sb, names)),
     ...(token !== undefined ? { envdAccessToken: token } : {}),
     domain: e.domain,
     allowInternetAccess: x?.allowInternetAccess ?? null,

@@ -1,8 +1,15 @@
 """Controller: the daemon's snapshots, health and version."""
 
+from urllib.parse import quote
+
 from ._transport import Transport
 from .errors import ForkdError
 from .sandbox import fork as _fork_fn
+
+
+def _tag(tag):
+    # a tag in the URL's path: an admin's TENANT/TAG encoded as one segment
+    return "/v1/snapshots/" + quote(tag, safe="")
 
 
 class Controller:
@@ -20,7 +27,7 @@ class Controller:
         return self._t.json("GET", "/v1/snapshots")["snapshots"]
 
     def get_snapshot(self, tag):
-        return self._t.json("GET", "/v1/snapshots/" + tag)
+        return self._t.json("GET", _tag(tag))
 
     def create_snapshot(self, tag, template=None, warm=None, warm_eval=None, memory_mib=None, vcpus=None,
                         on_progress=None, image=None, start_cmd=None, ready_cmd=None, ready_timeout_ms=None,
@@ -54,7 +61,7 @@ class Controller:
         return done
 
     def delete_snapshot(self, tag):
-        self._t.json("DELETE", "/v1/snapshots/" + tag)
+        self._t.json("DELETE", _tag(tag))
 
     def fork(self, snapshot, n, timeout=None, metadata=None, network=None):
         return _fork_fn(snapshot, n, timeout=timeout, metadata=metadata, network=network, **self._conn)
