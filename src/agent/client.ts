@@ -12,7 +12,9 @@
  *
  * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
  * the first request that needs them the client asks the agent (PING, once) and refuses with
- * `unavailable` instead of running the command as root or the cell in Python.
+ * `unavailable` instead of running the command as root or the cell in Python. The same for a
+ * file request as a user: only to an agent whose PING lists the feature `file-user` (an older
+ * one would act as root); callers ask fileUsers() to choose another way for such an agent.
  *
  * Events (from the connection): "close" (the error that ended it), "broken" (it gave up on a
  * guest that corrupts its channel, with the reason), "resynced" (made again after garbage).
@@ -54,6 +56,8 @@ const EVENTS = ["close", "broken", "resynced"] as const;
 export class AgentClient extends EventEmitter {
   /** The agent's PING, asked once (what it supports); cleared if it failed. */
   private features: Promise<PingResult> | null = null;
+  /** The answer of fileUsers() once known (watch() is synchronous: it needs it beforehand). */
+  private fileUserKnown: boolean | null = null;
   /**
    * The sandbox-wide environment (its record's `env`): every exec and cell sees it under the
    * request's own env, which wins on a clash. Set by the sandbox service whenever it hands out the client.
@@ -118,40 +122,66 @@ export class AgentClient extends EventEmitter {
     return gatedExec(this.requireKernels("exec as a user"), () => execCommand(this.conn, req, handlers));
   }
 
-  /** Refuses what an agent older than users and kernels would ignore (it reports no KERNELS). */
-  private async requireKernels(what: string): Promise<void> {
+  /** The agent's PING, asked once (what it supports); asked again if it failed. */
+  private pingOnce(): Promise<PingResult> {
     if (!this.features) {
       const p = ping(this.conn, 10_000);
       this.features = p;
-      p.catch(() => {
-        if (this.features === p) this.features = null;
-      });
-    }
-    if ((await this.features).kernels === null) {
-      throw new ForkdError(
-        "unavailable",
-        `${what} needs a newer guest agent than this sandbox's: make its snapshot again`,
-        { feature: what },
+      p.then(
+        (r) => (this.fileUserKnown = r.features.includes("file-user")),
+        () => {
+          if (this.features === p) this.features = null;
+        },
       );
     }
+    return this.features;
   }
 
-  /** Reads a whole file, refusing one larger than `maxBytes` (the guest decides the size). */
-  readFile(path: string, opts?: { maxBytes?: number; timeoutMs?: number }): Promise<Buffer> {
+  /** Refuses what an agent older than users and kernels would ignore (it reports no KERNELS). */
+  private async requireKernels(what: string): Promise<void> {
+    if ((await this.pingOnce()).kernels === null) throw tooOld(what);
+  }
+
+  /** Whether the agent acts as a named user on file requests (FEATURES file-user). */
+  async fileUsers(): Promise<boolean> {
+    return (await this.pingOnce()).features.includes("file-user");
+  }
+
+  /** Refuses a file request as `user` to an agent that would act as root instead. */
+  private async fileUser(user: string | undefined, what: string): Promise<void> {
+    if (user !== undefined && !(await this.fileUsers())) throw tooOld(`${what} as a user`);
+  }
+
+  /**
+   * Reads a whole file, refusing one larger than `maxBytes` (the guest decides the size); as
+   * `user` (its permissions) where given, else as the agent (root).
+   */
+  async readFile(
+    path: string,
+    opts?: { maxBytes?: number; timeoutMs?: number; user?: string },
+  ): Promise<Buffer> {
+    await this.fileUser(opts?.user, "reading a file");
     return files.readFile(this.conn, path, opts);
   }
 
   /** Streams a file's bytes to `onChunk`, which paces the read (files.ts); resolves with its size. */
-  readFileStream(path: string, onChunk: (chunk: Buffer) => Consumed, timeoutMs?: number): Promise<number> {
-    return files.readFileStream(this.conn, path, onChunk, timeoutMs);
+  async readFileStream(
+    path: string,
+    onChunk: (chunk: Buffer) => Consumed,
+    timeoutMs?: number,
+    user?: string,
+  ): Promise<number> {
+    await this.fileUser(user, "reading a file");
+    return files.readFileStream(this.conn, path, onChunk, timeoutMs, user);
   }
 
-  /** Writes a file atomically in the guest (temp file, fsync, rename). */
-  writeFile(
+  /** Writes a file atomically in the guest (temp file, fsync, rename); as `user`, it is theirs. */
+  async writeFile(
     path: string,
     data: Uint8Array | AsyncIterable<Uint8Array>,
-    opts?: { mode?: number; makeParents?: boolean; timeoutMs?: number },
+    opts?: { mode?: number; makeParents?: boolean; timeoutMs?: number; user?: string },
   ): Promise<number> {
+    await this.fileUser(opts?.user, "writing a file");
     return files.writeFile(this.conn, path, data, opts);
   }
 
@@ -163,31 +193,49 @@ export class AgentClient extends EventEmitter {
     return this.conn.drain();
   }
 
-  stat(path: string, timeoutMs?: number): Promise<FileStat> {
-    return files.stat(this.conn, path, timeoutMs);
+  async stat(path: string, timeoutMs?: number, user?: string): Promise<FileStat> {
+    await this.fileUser(user, "stat");
+    return files.stat(this.conn, path, timeoutMs, user);
   }
 
-  list(path: string, timeoutMs?: number): Promise<DirEntry[]> {
-    return files.list(this.conn, path, timeoutMs);
+  async list(path: string, timeoutMs?: number, user?: string): Promise<DirEntry[]> {
+    await this.fileUser(user, "listing a directory");
+    return files.list(this.conn, path, timeoutMs, user);
   }
 
-  mkdir(path: string, opts?: { parents?: boolean; mode?: number }, timeoutMs?: number): Promise<void> {
+  async mkdir(
+    path: string,
+    opts?: { parents?: boolean; mode?: number; user?: string },
+    timeoutMs?: number,
+  ): Promise<void> {
+    await this.fileUser(opts?.user, "making a directory");
     return files.mkdir(this.conn, path, opts, timeoutMs);
   }
 
-  remove(path: string, opts?: { recursive?: boolean }, timeoutMs?: number): Promise<void> {
+  async remove(
+    path: string,
+    opts?: { recursive?: boolean; user?: string },
+    timeoutMs?: number,
+  ): Promise<void> {
+    await this.fileUser(opts?.user, "removing a file");
     return files.remove(this.conn, path, opts, timeoutMs);
   }
 
-  rename(from: string, to: string, timeoutMs?: number): Promise<void> {
-    return files.rename(this.conn, from, to, timeoutMs);
+  async rename(from: string, to: string, timeoutMs?: number, user?: string): Promise<void> {
+    await this.fileUser(user, "moving a file");
+    return files.rename(this.conn, from, to, timeoutMs, user);
   }
 
   /**
    * Watches a directory (`recursive`: its subdirectories too, also those made later); events
-   * are paced by `onEvent` like exec output (a promise holds them). See watch.ts.
+   * are paced by `onEvent` like exec output (a promise holds them). See watch.ts. With
+   * `opts.user`, fileUsers() must have said yes first (this starts at once).
    */
   watch(path: string, opts: WatchOptions, onEvent: (e: WatchEvent) => Consumed): WatchHandle {
+    if (opts.user !== undefined && this.fileUserKnown !== true) {
+      if (this.fileUserKnown === false) throw tooOld("watching a directory as a user");
+      throw new ForkdError("internal", "watch as a user before fileUsers() answered");
+    }
     return watchDir(this.conn, path, opts, onEvent);
   }
 
@@ -212,3 +260,12 @@ export class AgentClient extends EventEmitter {
     return contextOp(this.conn, language, op);
   }
 }
+
+const tooOld = (what: string): ForkdError =>
+  new ForkdError(
+    "unavailable",
+    `${what} needs a newer guest agent than this sandbox's: make its snapshot again`,
+    {
+      feature: what,
+    },
+  );

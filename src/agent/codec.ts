@@ -102,6 +102,8 @@ export const Tag = {
   EVAL_READY: 46,
   /** PING reply: the kernels the image has, comma-separated (absent: an agent older than kernels). */
   KERNELS: 47,
+  /** PING reply: optional behaviours of the agent, comma-separated (`file-user`; absent: none). */
+  FEATURES: 48,
 } as const;
 
 export type FieldValue = string | Uint8Array | bigint | number;
