@@ -367,8 +367,10 @@ static void on_inotify(void *ctx, int fd, short rev)
 	if (!w)
 		return;
 	if (w->user && fs_become(w->user) < 0) {
+		/* never watch on as root: the watch ends (END once its queue is sent) */
 		logmsg("watch %s: cannot act as its user: %s", w->root, strerror(errno));
-		return; /* the host's CANCEL, or its deadline, ends it */
+		w->ended = 1;
+		return;
 	}
 	for (int rounds = 0; rounds < 4 && !w->ended; rounds++) {
 		ssize_t n = read(fd, buf, sizeof buf);

@@ -886,6 +886,7 @@ def t_file_users(binary, tmp):
     if os.geteuid() != 0:
         print("note: not root; file requests as users skipped")
         return
+    os.chmod(tmp, 0o755)  # the users below must reach their homes
     root, cfg, etc, work = image_dirs(os.path.join(tmp, "fileusers") + "/", None, None)
     alice, bob = os.path.join(root, "home-alice"), os.path.join(root, "home-bob")
     os.chown(alice, 12345, 12345)
