@@ -1,7 +1,11 @@
-/** The console's shell: checks the session, then the navigation, the connection banner and the current page. */
+/**
+ * The console's shell: logs in with the one-time secret `forkd console`'s URL brought (in the
+ * fragment, `#login=S`: never sent to a server, removed from the address at once), checks the
+ * session, then the navigation, the connection banner and the current page.
+ */
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, messageOf } from "./api/http";
-import { logout, whoami } from "./api/session";
+import { loginWithSecret, logout, whoami } from "./api/session";
 import type { ConsoleCaller } from "./api/types";
 import { ConnBanner } from "./components/conn-banner";
 import { Nav } from "./components/nav";
@@ -16,6 +20,14 @@ import type { Route } from "./lib/route";
 import type { LiveState } from "./lib/live-state";
 
 type Session = "checking" | { in: ConsoleCaller["caller"] } | "out" | { error: string };
+
+/** The one-time login secret in the address (`#login=S`), taken out of it; null: none. */
+function takeLoginSecret(): string | null {
+  const m = /^#login=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  if (!m) return null;
+  history.replaceState(null, "", `${location.pathname}${location.search}#/sandboxes`);
+  return m[1] ?? null;
+}
 
 /** Who is logged in, and the logout (the session ends on the server, then the login page). */
 function Who({ caller, onOut }: { caller: ConsoleCaller["caller"]; onOut: () => void }) {
@@ -71,7 +83,8 @@ export function App() {
   const [session, setSession] = useState<Session>("checking");
   const [attempt, setAttempt] = useState(0);
   useEffect(() => {
-    whoami().then(
+    const secret = takeLoginSecret();
+    (secret === null ? whoami() : loginWithSecret(secret)).then(
       (w) => setSession({ in: w.caller }),
       (e: unknown) => setSession(e instanceof ApiError && e.status === 401 ? "out" : { error: messageOf(e) }),
     );

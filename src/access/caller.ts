@@ -11,6 +11,11 @@ export interface Caller {
   limited: boolean;
   /** Sandboxes this caller's tenant may hold at once (null: only the daemon's limit). */
   maxSandboxes: number | null;
+  /**
+   * The credential it came by, as the token store names it (`token:<id>`, `env-admin`): what it
+   * opens is ended when that is revoked (./open-streams.ts). Absent: none (the unix socket).
+   */
+  credential?: string;
 }
 
 /** The unix socket's caller: root on this host, the local admin. */

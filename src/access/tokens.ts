@@ -17,6 +17,7 @@ import { z } from "zod";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import type { Caller } from "./caller.js";
+import { OpenStreams } from "./open-streams.js";
 
 export const TENANT_RE = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 export const TOKEN_ID_RE = /^tok-[a-z2-7]{12}$/;
@@ -80,8 +81,17 @@ export function secretEquals(a: string, b: string): boolean {
   return timingSafeEqual(sha256(a), sha256(b));
 }
 
-/** The tokens file: loaded at start (and on SIGHUP), changed only through create/revoke. */
+/** The credential a token of the file is (Caller.credential, ./open-streams.ts). */
+export const credentialOf = (id: string): string => `token:${id}`;
+
+/**
+ * The tokens file: loaded at start (and on SIGHUP), changed only through create/revoke. A token
+ * revoked (or gone from the file at a reload, or changed there) ends at once everything it opened
+ * (`opened`).
+ */
 export class TokenStore {
+  /** What callers opened with each token, ended when it is revoked. */
+  readonly opened = new OpenStreams();
   private entries: TokenEntry[] = [];
   /** sha256 (hex) → entry. */
   private byHash = new Map<string, TokenEntry>();
@@ -130,8 +140,18 @@ export class TokenStore {
   }
 
   private set(entries: TokenEntry[]): void {
+    const before = this.entries;
     this.entries = entries;
     this.byHash = new Map(entries.map((e) => [e.sha256, e]));
+    // A token no longer there, or no longer the same (its tenant, scope or secret edited by
+    // hand), is revoked: what it opened ends.
+    const now = new Map(entries.map((e) => [e.id, e]));
+    for (const old of before) {
+      const e = now.get(old.id);
+      const same =
+        e !== undefined && e.sha256 === old.sha256 && e.tenant === old.tenant && e.scope === old.scope;
+      if (!same) this.opened.revoke(credentialOf(old.id));
+    }
   }
 
   list(): TokenView[] {
@@ -214,7 +234,14 @@ export class TokenStore {
 }
 
 /** Turns a bearer header into a caller: FORKD_TOKEN is an admin, the file's tokens their entry. */
-const ENV_ADMIN: Caller = { name: "admin", tenant: null, tokenId: null, limited: true, maxSandboxes: null };
+const ENV_ADMIN: Caller = {
+  name: "admin",
+  tenant: null,
+  tokenId: null,
+  limited: true,
+  maxSandboxes: null,
+  credential: "env-admin",
+};
 
 const callerOfEntry = (entry: TokenEntry): Caller => ({
   name: entry.tenant,
@@ -222,6 +249,7 @@ const callerOfEntry = (entry: TokenEntry): Caller => ({
   tokenId: entry.id,
   limited: true,
   maxSandboxes: entry.max_sandboxes ?? null,
+  credential: credentialOf(entry.id),
 });
 
 export class Authenticator {
@@ -254,7 +282,21 @@ export class Authenticator {
     return c.tokenId === null ? "env-admin" : `token:${c.tokenId}`;
   }
 
-  /** The caller of a session's subject now; null once its token is revoked (or FORKD_TOKEN unset). */
+  /**
+   * The credentials whose callers see tenant `tenant`'s sandboxes (null: an admin's): FORKD_TOKEN,
+   * the admin tokens and, for a tenant, its own tokens.
+   */
+  credentialsSeeing(tenant: string | null): string[] {
+    const out = this.adminToken !== undefined ? ["env-admin"] : [];
+    for (const e of this.tokens.list())
+      if (e.scope === "admin" || (tenant !== null && e.tenant === tenant)) out.push(credentialOf(e.id));
+    return out;
+  }
+
+  /**
+   * The caller of a session's subject (a credential: Caller.credential) now; null once its token
+   * is revoked (or FORKD_TOKEN unset).
+   */
   sessionCaller(subject: string): Caller | null {
     if (subject === "env-admin") return this.adminToken !== undefined ? ENV_ADMIN : null;
     if (!subject.startsWith("token:")) return null;

@@ -9,6 +9,13 @@
  *   watch.ts       WATCH: a directory's changes (inotify), streamed
  *   eval-contexts.ts  code contexts of those kernels
  *   identity.ts    IDENTITY and PING
+ *   handover.ts    STREAMS: what an earlier host left in flight in the guest
+ *
+ * A connection to a VM's guest begins with a handover (handover.ts): the guest's stream table
+ * may hold an earlier host's streams (a resume, a daemon restart, a child of a branch), so
+ * nothing is sent until this connection numbers its streams past them; the commands found are
+ * kept for inherited() (the sandbox service takes them over). (A client made without
+ * `handover`, a test's scripted guest, sends its requests at once.)
  *
  * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
  * the first request that needs them the client asks the agent (PING, once) and refuses with
@@ -28,22 +35,32 @@ import { evalCode } from "./eval.js";
 import type { EvalLanguage, EvalOptions, EvalResult } from "./eval.js";
 import { contextOp } from "./eval-contexts.js";
 import type { CodeContext, ContextOp } from "./eval-contexts.js";
-import { execCommand } from "./exec.js";
+import { checkPtySize, execCommand } from "./exec.js";
 import { gatedExec } from "./exec-gate.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "./exec.js";
 import * as files from "./files.js";
 import type { DirEntry, FileStat } from "./files.js";
 import type { Consumed } from "./flow.js";
+import { handover } from "./handover.js";
+import type { InheritedExec } from "./exec.js";
 import { identity, ping } from "./identity.js";
 import type { Identity, PingResult } from "./identity.js";
-import { watchDir } from "./watch.js";
+import { gatedWatch, watchDir } from "./watch.js";
 import type { WatchEvent, WatchHandle, WatchOptions } from "./watch.js";
 
 export type { Consumed } from "./flow.js";
 export type { EvalLanguage, EvalOptions, EvalResult, MimeBundle } from "./eval.js";
 export type { CodeContext, ContextOp } from "./eval-contexts.js";
 export { EVAL_LANGUAGES, parseEvalJson } from "./eval.js";
-export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult, PtySize } from "./exec.js";
+export type {
+  ExecHandle,
+  ExecHandlers,
+  ExecRequest,
+  ExecResult,
+  InheritedExec,
+  InheritedExecInfo,
+  PtySize,
+} from "./exec.js";
 export { EXEC_GRACE_MS, PTY_MAX, checkPtySize } from "./exec.js";
 export type { DirEntry, FileStat } from "./files.js";
 export { guestError } from "./guest-error.js";
@@ -53,11 +70,16 @@ export { WATCH_EVENT_TYPES } from "./watch.js";
 
 const EVENTS = ["close", "broken", "resynced"] as const;
 
+/** How long the handover may take when the first request says nothing shorter. */
+const HANDOVER_MS = 30_000;
+
 export class AgentClient extends EventEmitter {
   /** The agent's PING, asked once (what it supports); cleared if it failed. */
   private features: Promise<PingResult> | null = null;
-  /** The answer of fileUsers() once known (watch() is synchronous: it needs it beforehand). */
-  private fileUserKnown: boolean | null = null;
+  /** The handover (handover.ts), asked before the first request; cleared if it failed. */
+  private hello: Promise<InheritedExec[]> | null = null;
+  /** The inherited commands are handed out once (inherited()). */
+  private inheritedTaken = false;
   /**
    * The sandbox-wide environment (its record's `env`): every exec and cell sees it under the
    * request's own env, which wins on a clash. Set by the sandbox service whenever it hands out the client.
@@ -67,6 +89,7 @@ export class AgentClient extends EventEmitter {
   private constructor(
     readonly socketPath: string,
     private readonly conn: AgentConnection,
+    private readonly handsOver: boolean,
   ) {
     super();
     for (const name of EVENTS) conn.on(name, (...args: unknown[]) => this.emit(name, ...args));
@@ -75,11 +98,17 @@ export class AgentClient extends EventEmitter {
   /**
    * Connects to the agent's socket, retrying while it does not exist yet (QEMU still starting).
    */
-  static async connect(socketPath: string, timeoutMs = 10_000, signal?: AbortSignal): Promise<AgentClient> {
+  static async connect(
+    socketPath: string,
+    timeoutMs = 10_000,
+    signal?: AbortSignal,
+    opts: { handover?: boolean } = {},
+  ): Promise<AgentClient> {
     const socket = await dialUnix(socketPath, timeoutMs, "agent", signal);
     return new AgentClient(
       socketPath,
       new AgentConnection(socket, () => dialUnix(socketPath, 5_000, "agent")),
+      opts.handover === true,
     );
   }
 
@@ -87,8 +116,13 @@ export class AgentClient extends EventEmitter {
    * Wraps an already connected stream (tests: one end of a socketpair to an agent process).
    * Without `redial`, garbage from the guest closes the client for good.
    */
-  static fromSocket(socket: Socket, label = "socket", redial?: () => Promise<Socket>): AgentClient {
-    return new AgentClient(label, new AgentConnection(socket, redial ?? null));
+  static fromSocket(
+    socket: Socket,
+    label = "socket",
+    redial?: () => Promise<Socket>,
+    opts: { handover?: boolean } = {},
+  ): AgentClient {
+    return new AgentClient(label, new AgentConnection(socket, redial ?? null), opts.handover === true);
   }
 
   get closed(): boolean {
@@ -99,17 +133,46 @@ export class AgentClient extends EventEmitter {
     this.conn.close();
   }
 
+  /** Resolves once the handover is done (asked now if it was not: `timeoutMs` bounds it). */
+  private ready(timeoutMs = HANDOVER_MS): Promise<InheritedExec[]> {
+    if (!this.hello) {
+      const p = this.handsOver ? handover(this.conn, Math.max(timeoutMs, 1_000)) : Promise.resolve([]);
+      this.hello = p;
+      p.catch(() => {
+        if (this.hello === p) this.hello = null;
+      });
+    }
+    return this.hello;
+  }
+
+  /** `fn` once the handover is done. */
+  private async gated<T>(timeoutMs: number | undefined, fn: () => Promise<T>): Promise<T> {
+    await this.ready(timeoutMs);
+    return fn();
+  }
+
+  /**
+   * The commands an earlier host left running in the guest (handover.ts), taken over by this
+   * connection: handed out once (later calls get none), for the sandbox service to track.
+   */
+  async inherited(timeoutMs?: number): Promise<InheritedExec[]> {
+    const all = await this.ready(timeoutMs);
+    if (this.inheritedTaken) return [];
+    this.inheritedTaken = true;
+    return all;
+  }
+
   ping(timeoutMs?: number): Promise<PingResult> {
-    return ping(this.conn, timeoutMs);
+    return this.gated(timeoutMs, () => ping(this.conn, timeoutMs));
   }
 
   /** Gives a forked child its own identity: fresh kernel RNG, correct clock, hostname, id. */
   identity(id: Identity, timeoutMs?: number): Promise<void> {
-    return identity(this.conn, id, timeoutMs);
+    return this.gated(timeoutMs, () => identity(this.conn, id, timeoutMs));
   }
 
   sync(timeoutMs?: number): Promise<void> {
-    return files.sync(this.conn, timeoutMs);
+    return this.gated(timeoutMs, () => files.sync(this.conn, timeoutMs));
   }
 
   /** Runs a command; its output is paced by `handlers` (exec.ts). */
@@ -118,38 +181,44 @@ export class AgentClient extends EventEmitter {
       request.internal === true || Object.keys(this.defaultEnv).length === 0
         ? request
         : { ...request, env: { ...this.defaultEnv, ...request.env } };
-    if (req.user === undefined) return execCommand(this.conn, req, handlers);
-    return gatedExec(this.requireKernels("exec as a user"), () => execCommand(this.conn, req, handlers));
+    if (req.pty) checkPtySize(req.pty.rows, req.pty.cols); // refused at once, not once started
+    const gate =
+      req.user === undefined
+        ? this.ready(req.startTimeoutMs).then(() => undefined)
+        : this.requireKernels("exec as a user", req.startTimeoutMs);
+    return gatedExec(gate, () => execCommand(this.conn, req, handlers));
   }
 
-  /** The agent's PING, asked once (what it supports); asked again if it failed. */
-  private pingOnce(): Promise<PingResult> {
+  /** The agent's PING, asked once after the handover (what it supports); asked again if it failed. */
+  private async pingOnce(timeoutMs?: number): Promise<PingResult> {
+    await this.ready(timeoutMs);
     if (!this.features) {
       const p = ping(this.conn, 10_000);
       this.features = p;
-      p.then(
-        (r) => (this.fileUserKnown = r.features.includes("file-user")),
-        () => {
-          if (this.features === p) this.features = null;
-        },
-      );
+      p.catch(() => {
+        if (this.features === p) this.features = null;
+      });
     }
     return this.features;
   }
 
   /** Refuses what an agent older than users and kernels would ignore (it reports no KERNELS). */
-  private async requireKernels(what: string): Promise<void> {
-    if ((await this.pingOnce()).kernels === null) throw tooOld(what);
+  private async requireKernels(what: string, timeoutMs?: number): Promise<void> {
+    if ((await this.pingOnce(timeoutMs)).kernels === null) throw tooOld(what);
   }
 
   /** Whether the agent acts as a named user on file requests (FEATURES file-user). */
-  async fileUsers(): Promise<boolean> {
-    return (await this.pingOnce()).features.includes("file-user");
+  async fileUsers(timeoutMs?: number): Promise<boolean> {
+    return (await this.pingOnce(timeoutMs)).features.includes("file-user");
   }
 
-  /** Refuses a file request as `user` to an agent that would act as root instead. */
-  private async fileUser(user: string | undefined, what: string): Promise<void> {
-    if (user !== undefined && !(await this.fileUsers())) throw tooOld(`${what} as a user`);
+  /**
+   * Waits for the handover, then refuses a file request as `user` to an agent that would act as
+   * root instead.
+   */
+  private async fileGate(user: string | undefined, what: string, timeoutMs?: number): Promise<void> {
+    await this.ready(timeoutMs);
+    if (user !== undefined && !(await this.fileUsers(timeoutMs))) throw tooOld(`${what} as a user`);
   }
 
   /**
@@ -160,7 +229,7 @@ export class AgentClient extends EventEmitter {
     path: string,
     opts?: { maxBytes?: number; timeoutMs?: number; user?: string },
   ): Promise<Buffer> {
-    await this.fileUser(opts?.user, "reading a file");
+    await this.fileGate(opts?.user, "reading a file", opts?.timeoutMs);
     return files.readFile(this.conn, path, opts);
   }
 
@@ -171,7 +240,7 @@ export class AgentClient extends EventEmitter {
     timeoutMs?: number,
     user?: string,
   ): Promise<number> {
-    await this.fileUser(user, "reading a file");
+    await this.fileGate(user, "reading a file", timeoutMs);
     return files.readFileStream(this.conn, path, onChunk, timeoutMs, user);
   }
 
@@ -181,7 +250,7 @@ export class AgentClient extends EventEmitter {
     data: Uint8Array | AsyncIterable<Uint8Array>,
     opts?: { mode?: number; makeParents?: boolean; timeoutMs?: number; user?: string },
   ): Promise<number> {
-    await this.fileUser(opts?.user, "writing a file");
+    await this.fileGate(opts?.user, "writing a file", opts?.timeoutMs);
     return files.writeFile(this.conn, path, data, opts);
   }
 
@@ -194,12 +263,12 @@ export class AgentClient extends EventEmitter {
   }
 
   async stat(path: string, timeoutMs?: number, user?: string): Promise<FileStat> {
-    await this.fileUser(user, "stat");
+    await this.fileGate(user, "stat", timeoutMs);
     return files.stat(this.conn, path, timeoutMs, user);
   }
 
   async list(path: string, timeoutMs?: number, user?: string): Promise<DirEntry[]> {
-    await this.fileUser(user, "listing a directory");
+    await this.fileGate(user, "listing a directory", timeoutMs);
     return files.list(this.conn, path, timeoutMs, user);
   }
 
@@ -208,7 +277,7 @@ export class AgentClient extends EventEmitter {
     opts?: { parents?: boolean; mode?: number; user?: string },
     timeoutMs?: number,
   ): Promise<void> {
-    await this.fileUser(opts?.user, "making a directory");
+    await this.fileGate(opts?.user, "making a directory", timeoutMs);
     return files.mkdir(this.conn, path, opts, timeoutMs);
   }
 
@@ -217,26 +286,25 @@ export class AgentClient extends EventEmitter {
     opts?: { recursive?: boolean; user?: string },
     timeoutMs?: number,
   ): Promise<void> {
-    await this.fileUser(opts?.user, "removing a file");
+    await this.fileGate(opts?.user, "removing a file", timeoutMs);
     return files.remove(this.conn, path, opts, timeoutMs);
   }
 
   async rename(from: string, to: string, timeoutMs?: number, user?: string): Promise<void> {
-    await this.fileUser(user, "moving a file");
+    await this.fileGate(user, "moving a file", timeoutMs);
     return files.rename(this.conn, from, to, timeoutMs, user);
   }
 
   /**
    * Watches a directory (`recursive`: its subdirectories too, also those made later); events
-   * are paced by `onEvent` like exec output (a promise holds them). See watch.ts. With
-   * `opts.user`, fileUsers() must have said yes first (this starts at once).
+   * are paced by `onEvent` like exec output (a promise holds them). See watch.ts. It starts once
+   * the handover is done; with `opts.user`, only on an agent with file users (else `ready`
+   * rejects with `unavailable`).
    */
   watch(path: string, opts: WatchOptions, onEvent: (e: WatchEvent) => Consumed): WatchHandle {
-    if (opts.user !== undefined && this.fileUserKnown !== true) {
-      if (this.fileUserKnown === false) throw tooOld("watching a directory as a user");
-      throw new ForkdError("internal", "watch as a user before fileUsers() answered");
-    }
-    return watchDir(this.conn, path, opts, onEvent);
+    return gatedWatch(this.fileGate(opts.user, "watching a directory", opts.readyTimeoutMs), () =>
+      watchDir(this.conn, path, opts, onEvent),
+    );
   }
 
   /** Runs a cell in the kernel of `language` (default python), in a context, with env vars. */
@@ -246,7 +314,8 @@ export class AgentClient extends EventEmitter {
     language: EvalLanguage = "python",
     opts: EvalOptions = {},
   ): Promise<EvalResult> {
-    if (language !== "python") await this.requireKernels(`eval in ${language}`);
+    if (language !== "python") await this.requireKernels(`eval in ${language}`, timeoutMs);
+    else await this.ready(timeoutMs);
     const env = { ...this.defaultEnv, ...opts.env };
     return evalCode(this.conn, code, timeoutMs, language, {
       ...opts,

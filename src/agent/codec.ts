@@ -17,6 +17,8 @@ export const Msg = {
   WINDOW: 0x04,
   /** The host abandons a stream: the agent stops it without a reply. */
   CANCEL: 0x05,
+  /** A new host takes over: what an earlier one left in flight (handover.ts). */
+  STREAMS: 0x06,
   EXEC: 0x10,
   STDIN: 0x11,
   SIGNAL: 0x12,
@@ -102,8 +104,12 @@ export const Tag = {
   EVAL_READY: 46,
   /** PING reply: the kernels the image has, comma-separated (absent: an agent older than kernels). */
   KERNELS: 47,
+  /** STREAMS reply: a stream in flight (each starts an entry), its kind, whether on a PTY. */
+  STREAM: 48,
+  KIND: 49,
+  PTY: 50,
   /** PING reply: optional behaviours of the agent, comma-separated (`file-user`; absent: none). */
-  FEATURES: 48,
+  FEATURES: 51,
 } as const;
 
 export type FieldValue = string | Uint8Array | bigint | number;

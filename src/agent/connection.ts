@@ -235,6 +235,17 @@ export class AgentConnection extends EventEmitter {
     return this.streams.open(handler, flow);
   }
 
+  /** Takes a stream an earlier host left in flight in the guest (streams.ts claim()). */
+  claim(stream: number, handler: StreamHandler, flow?: StreamFlow): void {
+    if (this.closedError) throw this.closedError;
+    this.streams.claim(stream, handler, flow);
+  }
+
+  /** New streams are numbered past `stream` (the guest has ids up to it in flight). */
+  numberPast(stream: number): void {
+    this.streams.numberPast(stream);
+  }
+
   /** Forgets `stream` (its later frames are dropped) and re-checks the connection's pause. */
   end(stream: number): void {
     this.streams.end(stream);
@@ -302,16 +313,17 @@ export class AgentConnection extends EventEmitter {
 
   /**
    * A request whose stream ends with one OK/END (resolve) or ERROR (reject). `onFrame` sees
-   * intermediate frames (DATA).
+   * intermediate frames (DATA). `on`: a stream of the caller's (HANDOVER_STREAM), not a new one.
    */
   request(
     type: number,
     fields: readonly FieldInput[],
     timeoutMs: number,
     onFrame?: (f: Frame) => void,
+    on?: number,
   ): Promise<Field[]> {
     return new Promise((resolve, reject) => {
-      let stream = 0;
+      let stream = on ?? 0;
       const timer = setTimeout(() => {
         this.streams.end(stream);
         reject(
@@ -325,13 +337,15 @@ export class AgentConnection extends EventEmitter {
         else resolve(fields ?? []);
       };
       try {
-        stream = this.open((f) => {
+        const handler: StreamHandler = (f) => {
           if (f instanceof ForkdError) return finish(f);
           if (f.type === Msg.OK || f.type === Msg.END) return finish(null, f.fields);
           if (f.type === Msg.ERROR) return finish(guestError(f.fields));
           if (onFrame) return onFrame(f);
           throw new ForkdError("agent_protocol", `unexpected frame 0x${f.type.toString(16)} from guest`);
-        });
+        };
+        if (on === undefined) stream = this.open(handler);
+        else this.claim(on, handler);
         this.send(type, stream, fields);
       } catch (e) {
         finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));

@@ -120,7 +120,58 @@ export function execCommand(
   handlers: ExecHandlers = {},
 ): ExecHandle {
   if (req.pty) checkPtySize(req.pty.rows, req.pty.cols);
-  const fields = execFields(req);
+  return bindExec(conn, { req, fields: execFields(req), handlers: () => handlers });
+}
+
+/** A command an earlier host started, in flight in the guest when this connection began (handover.ts). */
+export interface InheritedExecInfo {
+  stream: number;
+  pid: number;
+  /** Its argv, or the shell string it runs (as the guest kept it: at most 2 KiB). */
+  cmd: string[] | string;
+  pty: boolean;
+  stdinOpen: boolean;
+  /** When it started (guest clock), if the guest said. */
+  startedAt: Date | null;
+  /** The guest paces it again with this connection's window. */
+  paced: boolean;
+}
+
+export interface InheritedExec extends InheritedExecInfo {
+  readonly handle: ExecHandle;
+  /** Its output from now on goes to `handlers` (until then it is consumed and dropped). */
+  attach(handlers: ExecHandlers): void;
+}
+
+/** Takes over an inherited command's stream: its output, stdin, signals and exit from now on. */
+export function inheritExec(conn: AgentConnection, info: InheritedExecInfo): InheritedExec {
+  let handlers: ExecHandlers = {};
+  const handle = bindExec(conn, {
+    req: info.pty ? { pty: { rows: 24, cols: 80 } } : {},
+    inherited: info,
+    handlers: () => handlers,
+  });
+  return {
+    ...info,
+    handle,
+    attach: (h) => {
+      handlers = h;
+    },
+  };
+}
+
+interface Binding {
+  req: ExecRequest;
+  /** A new command: the EXEC request's fields. */
+  fields?: FieldInput[];
+  /** Else a command already running on this stream. */
+  inherited?: InheritedExecInfo;
+  handlers: () => ExecHandlers;
+}
+
+/** An exec's stream: a new command's (EXEC sent), or an inherited one's (claimed). */
+function bindExec(conn: AgentConnection, b: Binding): ExecHandle {
+  const { req } = b;
   let resolveStarted!: (v: { pid: number }) => void;
   let rejectStarted!: (e: Error) => void;
   const started = new Promise<{ pid: number }>((res, rej) => {
@@ -128,7 +179,7 @@ export function execCommand(
     rejectStarted = rej;
   });
   started.catch(() => undefined); // observed through `result` too
-  let stream = 0;
+  let stream = b.inherited?.stream ?? 0;
   const result = new Promise<ExecResult>((resolve, reject) => {
     let backstop: PausableTimer | undefined;
     const flow = conn.flow(
@@ -150,10 +201,9 @@ export function execCommand(
       finish(new ForkdError("timeout", msg));
     };
     const startMs = req.startTimeoutMs ?? STARTED_TIMEOUT_MS;
-    const startTimer = setTimeout(
-      () => giveUp(`guest did not start the command within ${startMs} ms`),
-      startMs,
-    );
+    const startTimer = b.inherited
+      ? undefined
+      : setTimeout(() => giveUp(`guest did not start the command within ${startMs} ms`), startMs);
     // The guest enforces the command's timeout; ours is a backstop for a guest that never answers.
     if (req.timeoutMs !== undefined) {
       const ms = req.timeoutMs + EXEC_GRACE_MS;
@@ -163,45 +213,52 @@ export function execCommand(
       const d = field(f.fields, Tag.DATA) ?? Buffer.alloc(0);
       flow.deliver(d.length, consume(fn, d));
     };
-    try {
-      stream = conn.open((f) => {
-        if (f instanceof ForkdError) return finish(f);
-        switch (f.type) {
-          case Msg.STARTED:
-            clearTimeout(startTimer);
-            if (intField(f.fields, Tag.WINDOW) !== undefined) flow.paced = true;
-            if (req.pty && intField(f.fields, Tag.PTY_ROWS) === undefined) {
-              // An agent older than PTYs ignored the size and runs the command on pipes.
-              conn.abandon(stream);
-              return finish(
-                new ForkdError(
-                  "unavailable",
-                  "a command on a PTY needs a newer guest agent than this sandbox's: make its snapshot again",
-                  { feature: "pty" },
-                ),
-              );
-            }
-            return resolveStarted({ pid: intField(f.fields, Tag.PID) ?? -1 });
-          case Msg.STDOUT:
-            return output(f, handlers.onStdout);
-          case Msg.STDERR:
-            return output(f, handlers.onStderr);
-          case Msg.EXIT: {
-            const code = intField(f.fields, Tag.EXIT_CODE);
-            const sig = intField(f.fields, Tag.EXIT_SIGNAL);
-            return finish(null, {
-              exitCode: code ?? null,
-              signal: sig ?? null,
-              timedOut: intField(f.fields, Tag.TIMED_OUT) === 1,
-            });
+    const handler = (f: Frame | ForkdError) => {
+      if (f instanceof ForkdError) return finish(f);
+      switch (f.type) {
+        case Msg.STARTED:
+          if (b.inherited) return; // a STARTED the earlier host was sent
+          clearTimeout(startTimer);
+          if (intField(f.fields, Tag.WINDOW) !== undefined) flow.paced = true;
+          if (req.pty && intField(f.fields, Tag.PTY_ROWS) === undefined) {
+            // An agent older than PTYs ignored the size and runs the command on pipes.
+            conn.abandon(stream);
+            return finish(
+              new ForkdError(
+                "unavailable",
+                "a command on a PTY needs a newer guest agent than this sandbox's: make its snapshot again",
+                { feature: "pty" },
+              ),
+            );
           }
-          case Msg.ERROR:
-            return finish(userError(req, guestError(f.fields)));
-          default:
-            throw new ForkdError("agent_protocol", `unexpected frame 0x${f.type.toString(16)} in exec`);
+          return resolveStarted({ pid: intField(f.fields, Tag.PID) ?? -1 });
+        case Msg.STDOUT:
+          return output(f, b.handlers().onStdout);
+        case Msg.STDERR:
+          return output(f, b.handlers().onStderr);
+        case Msg.EXIT: {
+          const code = intField(f.fields, Tag.EXIT_CODE);
+          const sig = intField(f.fields, Tag.EXIT_SIGNAL);
+          return finish(null, {
+            exitCode: code ?? null,
+            signal: sig ?? null,
+            timedOut: intField(f.fields, Tag.TIMED_OUT) === 1,
+          });
         }
-      }, flow);
-      conn.send(Msg.EXEC, stream, fields);
+        case Msg.ERROR:
+          return finish(userError(req, guestError(f.fields)));
+      }
+      throw new ForkdError("agent_protocol", `unexpected frame 0x${f.type.toString(16)} in exec`);
+    };
+    try {
+      if (b.inherited) {
+        flow.paced = b.inherited.paced;
+        conn.claim(stream, handler, flow);
+        resolveStarted({ pid: b.inherited.pid });
+      } else {
+        stream = conn.open(handler, flow);
+        conn.send(Msg.EXEC, stream, b.fields ?? []);
+      }
     } catch (e) {
       finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));
     }

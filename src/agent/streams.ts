@@ -13,6 +13,12 @@ export type StreamHandler = (frame: Frame | ForkdError) => void;
 /** Requests one connection may have in flight. */
 export const MAX_STREAMS = 1024;
 
+/**
+ * The stream of STREAMS (handover.ts), the first request of every connection: never handed out
+ * for anything else, so it is never in flight in the guest when a new host asks.
+ */
+export const HANDOVER_STREAM = 0xffffffff;
+
 export class StreamTable {
   private readonly handlers = new Map<number, StreamHandler>();
   private readonly flows = new Map<number, StreamFlow>();
@@ -28,12 +34,28 @@ export class StreamTable {
   open(handler: StreamHandler, flow?: StreamFlow): number {
     if (this.handlers.size >= this.max)
       throw new ForkdError("resource_exhausted", "too many agent requests in flight");
-    while (this.handlers.has(this.next) || this.next === 0) this.next = (this.next + 1) >>> 0;
+    while (this.handlers.has(this.next) || this.next === 0 || this.next === HANDOVER_STREAM)
+      this.next = (this.next + 1) >>> 0;
     const id = this.next;
     this.next = (this.next + 1) >>> 0;
     this.handlers.set(id, handler);
     if (flow) this.flows.set(id, flow);
     return id;
+  }
+
+  /**
+   * Takes a stream the guest already has in flight (an earlier host's, handover.ts) for
+   * `handler` (and `flow`): replaces whatever handled it.
+   */
+  claim(id: number, handler: StreamHandler, flow?: StreamFlow): void {
+    this.handlers.set(id, handler);
+    if (flow) this.flows.set(id, flow);
+    else this.flows.delete(id);
+  }
+
+  /** New streams are numbered past `id` (the guest holds ids up to it). */
+  numberPast(id: number): void {
+    if (id >= this.next && id < HANDOVER_STREAM) this.next = (id + 1) >>> 0;
   }
 
   has(id: number): boolean {

@@ -164,3 +164,26 @@ export function watchDir(
   done.catch(() => undefined); // the caller observes it; an unobserved end is not a crash
   return { ready, done, stop: () => stop() };
 }
+
+/** A watch that starts once `gate` resolves (the connection's handover); its failure fails both. */
+export function gatedWatch(gate: Promise<unknown>, start: () => WatchHandle): WatchHandle {
+  let inner: WatchHandle | null = null;
+  let stopped = false;
+  const h = gate.then(() => {
+    inner = start();
+    if (stopped) inner.stop();
+    return inner;
+  });
+  const ready = h.then((w) => w.ready);
+  ready.catch(() => undefined); // observed through `done` too
+  const done = h.then((w) => w.done);
+  done.catch(() => undefined); // the caller observes it; an unobserved end is not a crash
+  return {
+    ready,
+    done,
+    stop: () => {
+      stopped = true;
+      inner?.stop();
+    },
+  };
+}

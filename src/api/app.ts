@@ -24,7 +24,7 @@ import { terminalRoutes } from "./routes/terminal.js";
 import { sandboxConsoleRoutes } from "./routes/sandbox-console.js";
 import { eventRoutes } from "./routes/events.js";
 import { auditRoutes } from "./routes/audit.js";
-import { consoleSessionRoutes } from "./routes/console-session.js";
+import { consoleSessionRoutes, consoleTicketRoutes } from "./routes/console-session.js";
 import { serveAsset } from "../console/assets.js";
 import { buildOpenApi } from "./contract/openapi.js";
 import { poolStateView } from "./views/pool.js";
@@ -114,5 +114,6 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
   app.route("/v1/events", eventRoutes(s));
   app.route("/v1/audit", auditRoutes(s));
   app.route("/v1/console/session", consoleSessionRoutes(s, listener));
+  app.route("/v1/console/ticket", consoleTicketRoutes(s));
   return app;
 }

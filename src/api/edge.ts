@@ -1,23 +1,26 @@
 /**
  * The edge every request passes before any route: it names the request (id, contract route),
  * finds its caller (the unix socket's local admin, or on TCP a bearer token or the web console's
- * session cookie, with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
+ * session (its cookie and the page's key), with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
  * applies the caller's limits (429) and the body's bound (413),
  * and afterwards records the call: latency and failures in the metrics, and an audit line for
- * every mutating call (and WebSocket), refused ones included.
+ * every mutating call (and WebSocket), refused ones included. A streamed reply or a WebSocket is
+ * registered with the credential that opened it, and ended when that is revoked (./revocable.ts).
  */
 import { randomUUID } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
+import type { EndOpened } from "../access/open-streams.js";
 import { rateLimited } from "../access/rate-refusal.js";
 import { auditLine } from "../audit/audit-line.js";
-import { cookieOf } from "../console/sessions.js";
+import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../console/sessions.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
 import { redactNdjson } from "./redact.js";
 import { tooLarge } from "./parse.js";
+import { revocableReply, revocableUpgrade } from "./revocable.js";
 import { actionOf, matchRoute } from "./route-match.js";
 import type { Listener, Services } from "./services.js";
 
@@ -46,17 +49,24 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
       const refused = gate(s, c, caller, match);
       if (refused instanceof Response) return (early = refused);
       release = refused;
+      // What the caller opens is ended when its credential is revoked (a terminal, a stream).
+      const opened = listener.auth?.tokens.opened;
+      const register = (end: EndOpened) => opened?.open(caller.credential, end) ?? (() => undefined);
+      const upgrade = c.env?.wsUpgrade;
+      if (upgrade && caller.credential) revocableUpgrade(upgrade, register);
       await next();
       // A tenant's NDJSON reply names no host path in its messages (./redact.ts).
       const streamed = c.res.body;
       if (streamed && !isAdmin(caller) && NDJSON.test(c.res.headers.get("content-type") ?? ""))
         c.res = new Response(streamed.pipeThrough(redactNdjson(s.info.hostDirs)), c.res);
-      // A streamed reply holds its caller's in-flight slot until it ends or the client goes.
+      // A streamed reply holds its caller's in-flight slot until it ends or the client goes, and
+      // is ended if the credential that opened it is revoked.
       const body = c.res.body;
-      if (release && body && STREAMED.test(c.res.headers.get("content-type") ?? "")) {
-        const done = release;
+      const type = c.res.headers.get("content-type") ?? "";
+      if (body && STREAMED.test(type) && (release || caller.credential)) {
+        const done = release ?? (() => undefined);
         release = null;
-        c.res = new Response(body.pipeThrough(onEnd(done)), c.res);
+        c.res = new Response(body.pipeThrough(revocableReply(type, register, done)), c.res);
       }
       return undefined;
     } finally {
@@ -116,18 +126,29 @@ function callerOf(
 }
 
 /**
- * The console session a request's cookie names (null: none, or not a live one). The cookie is
- * taken as a credential only where a page of another site cannot make the browser send it with
- * effect: a GET or HEAD (whose reply such a page cannot read), a request with the console's
- * `X-Forkd-Console: 1` header (which a cross-site page cannot add without CORS, which the daemon
- * never grants), or a WebSocket upgrade whose Origin is this listener's own. Else 403.
+ * The console session a request names (null: none, or not a live one): its cookie with the
+ * session's key (X-Forkd-Console-Key), or for a GET, HEAD or WebSocket upgrade with a ticket
+ * (`?console_ticket=`, used up here). The cookie alone is nothing: a browser sends it to every
+ * port of this host, a tenant's exposed guest port too (console/sessions.ts). Once named, the
+ * session is a credential only where a page of another site cannot make the browser use it with
+ * effect: a GET or HEAD, a request with the console's `X-Forkd-Console: 1` header (which a
+ * cross-site page cannot add without CORS, which the daemon never grants), or a WebSocket
+ * upgrade whose Origin is this listener's own. Else 403.
  */
 function consoleSession(s: Services, c: ApiContext): { id: string; subject: string } | Response | null {
   if (!s.console) return null;
   const id = cookieOf(c.req.header("cookie"));
-  const session = s.console.sessions.get(id);
-  if (!session || session.subject === null || id === undefined) return null;
+  if (id === undefined) return null;
   const upgrade = c.env?.wsUpgrade !== undefined;
+  const key = c.req.header(KEY_HEADER);
+  const ticket = c.req.query(TICKET_PARAM);
+  const session =
+    key !== undefined
+      ? s.console.sessions.get(id, key)
+      : ticket !== undefined && (upgrade || c.req.method === "GET" || c.req.method === "HEAD")
+        ? s.console.sessions.redeemTicket(id, ticket)
+        : null;
+  if (!session || session.subject === null) return null;
   const host = c.req.header("host");
   const origin = c.req.header("origin");
   const sameOrigin = host !== undefined && (origin === `http://${host}` || origin === `https://${host}`);
@@ -177,20 +198,6 @@ function gate(
   if (a.ok) return a.release;
   c.header("retry-after", String(a.retryAfterS));
   return errorResponse(c, rateLimited(a.reason, a.retryAfterS));
-}
-
-/** A pass-through stream that calls `done` once when it ends, fails or is cancelled. */
-function onEnd(done: () => void): TransformStream<Uint8Array, Uint8Array> {
-  let called = false;
-  const once = () => {
-    if (!called) {
-      called = true;
-      done();
-    }
-  };
-  // `cancel` (the client went away) is called by Node's streams though older typings omit it.
-  const transformer = { flush: once, cancel: once };
-  return new TransformStream<Uint8Array, Uint8Array>(transformer);
 }
 
 function record(s: Services, c: ApiContext, res: Response, caller: Caller, started: Date, t0: number): void {

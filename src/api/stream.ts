@@ -6,8 +6,10 @@
  * A reader slower than the progress loses progress lines, counted (paced-progress.ts), never the
  * final event.
  *
- * The client only watches: if it hangs up, the work is not abandoned. It runs to its end, and
- * its outcome goes to the daemon's log (the work may also record it: `watcher.gone`).
+ * By default the client only watches: if it hangs up, the work is not abandoned (a push, a
+ * pull). It runs to its end, and its outcome goes to the daemon's log (the work may also record
+ * it: `watcher.gone`). With `cancel`, a hang-up is the client's Ctrl-C (a snapshot's creation,
+ * as `docker build`): `watcher.signal` aborts and the work stops and leaves nothing.
  */
 import type { Logger } from "../util/log.js";
 import type { Progress } from "../snapshot/progress.js";
@@ -20,6 +22,21 @@ import { replyStream } from "./reply-stream.js";
 /** Whether anyone still watches the work's progress. */
 export interface Watcher {
   readonly gone: boolean;
+  /** Aborts when the client hangs up, if the work is cancelled then (`cancel`). */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * Aborts when the client of a plain (not streamed) reply hangs up before it is sent: its
+ * connection closes while the work still runs.
+ */
+export function hangupSignal(c: ApiContext): AbortSignal {
+  const ac = new AbortController();
+  const res = c.env?.outgoing;
+  res?.once("close", () => {
+    if (!res.writableFinished) ac.abort();
+  });
+  return ac.signal;
 }
 
 export function progressStream<T>(
@@ -29,11 +46,22 @@ export function progressStream<T>(
   what: string,
   log: Logger,
   work: (progress: Progress, watcher: Watcher) => Promise<T>,
+  onHangup: "go-on" | "cancel" = "go-on",
 ): Response {
   const stream = replyStream(
     (sink) => {
-      sink.onHangup(() => log.info(`${what}: its client went away; it goes on`));
-      const p = Promise.resolve().then(() => work(pacedProgress(sink), sink));
+      const ac = new AbortController();
+      sink.onHangup(() => {
+        log.info(`${what}: its client went away; ${onHangup === "cancel" ? "cancelled" : "it goes on"}`);
+        if (onHangup === "cancel") ac.abort();
+      });
+      const watcher: Watcher = {
+        get gone() {
+          return sink.gone;
+        },
+        signal: ac.signal,
+      };
+      const p = Promise.resolve().then(() => work(pacedProgress(sink), watcher));
       p.then(
         (result) => {
           if (sink.gone) log.info(`${what}: done (its client had gone)`);

@@ -4,7 +4,7 @@
  * and a WebSocket upgrade becomes a spliced pair of sockets. Either side hanging up at any byte
  * ends the other: a browser that goes away ends the daemon-side request, and a daemon reply
  * that breaks off ends the browser's. Hop-by-hop headers and the console's own credentials
- * (Cookie, X-Forkd-Console) are not forwarded.
+ * (Cookie, X-Forkd-Console, X-Forkd-Console-Key) are not forwarded.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import { request } from "node:http";
@@ -15,6 +15,7 @@ import type { Duplex } from "node:stream";
 const DROP = new Set([
   "cookie",
   "x-forkd-console",
+  "x-forkd-console-key",
   "connection",
   "keep-alive",
   "proxy-connection",

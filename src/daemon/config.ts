@@ -13,6 +13,8 @@ import { weakTokenReason } from "../access/tokens.js";
 import { DEFAULT_BODY_LIMITS } from "../api/services.js";
 import type { BodyLimits } from "../api/services.js";
 import { ForkdError } from "../util/errors.js";
+import { DEFAULT_LIMITS } from "../util/listener-guard.js";
+import type { ListenerLimits } from "../util/listener-guard.js";
 
 export interface TcpConfig {
   host: string;
@@ -42,6 +44,8 @@ export interface AccessConfig {
   /** Failed authentication per remote address (TCP). */
   authFailures: AuthFailureLimits;
   audit: { dir: string; maxBytes: number; keep: number };
+  /** Every listener's connection bounds and timeouts (src/util/listener-guard.ts). */
+  listeners: ListenerLimits;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
@@ -105,6 +109,12 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
     tcp,
     e2b,
     adminToken,
+    listeners: {
+      maxConnections,
+      perAddress: int(env, "FORKD_CONNECTIONS_PER_ADDRESS", DEFAULT_LIMITS.perAddress, 1),
+      headersTimeoutMs: int(env, "FORKD_HEADERS_TIMEOUT_MS", DEFAULT_LIMITS.headersTimeoutMs, 100),
+      keepAliveTimeoutMs: int(env, "FORKD_KEEPALIVE_TIMEOUT_MS", DEFAULT_LIMITS.keepAliveTimeoutMs, 100),
+    },
     tokensFile: env.FORKD_TOKENS_FILE || join(dataDir, "tokens.json"),
     body: {
       json: int(env, "FORKD_MAX_JSON_BYTES", d.json, 1024),

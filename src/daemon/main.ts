@@ -12,6 +12,8 @@ import { chmod, mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
+import { guard, httpOptions } from "../util/listener-guard.js";
+import type { ListenerLimits } from "../util/listener-guard.js";
 import { createAdaptorServer } from "@hono/node-server";
 import { AuthFailureLimiter } from "../access/auth-failures.js";
 import { SandboxQuota } from "../access/quota.js";
@@ -44,6 +46,7 @@ import { registrySettings } from "../registry/settings.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { jsonLogger } from "../util/log.js";
 import { QemuDriver } from "../vmm/qemu.js";
+import { JailedTools } from "../vmm/jailed-tools.js";
 import { findJailer, findMemsnap } from "../host/native.js";
 import { NetworkService } from "../net/service.js";
 import { VERSION } from "../version.js";
@@ -124,6 +127,10 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const jailer = await findJailer(env);
   const memsnap = await findMemsnap(env);
   const driver = new QemuDriver(qemu, { jailer, jail });
+  // qemu-img and e2fsck on what guests and tenants wrote run jailed too, from the same uid pool
+  // (src/vmm/jailed-tools.ts).
+  const tools = new JailedTools(jail, jailer);
+  if (!tools.jailed) log.warn("host tools (qemu-img, e2fsck) on guests' disks are not jailed");
   // What changes in sandboxes and snapshots, told as it happens (GET /v1/events).
   const events = new EventBus();
   const store = new SnapshotStore(snapshotsDir(paths), events);
@@ -167,6 +174,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     quarantine,
     crash,
     events,
+    tools,
   });
   const cleaned = await store.recover(quarantine);
   const { adopted, removed, quarantined } = await sandboxes.recover();
@@ -221,6 +229,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
         .map((sb) => sb.record.pid),
     ),
     audit: () => audit.stats,
+    toolRuns: () => tools.runs(),
   });
   // Its builds run in process groups of their own: close() stops them (the group, not just bash).
   const imageBuilder = new ImageBuilder(paths.repoDir, paths.cacheDir, { mirror: env.FORKD_MIRROR, env });
@@ -248,6 +257,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       qemuVersion: qemuVer,
       runDir,
       crash,
+      tools,
     },
     transfer: {
       store,
@@ -299,11 +309,10 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   };
   const servers: Server[] = [];
   const unixApp = createApp(services);
-  const unix = createAdaptorServer({ fetch: unixApp.fetch }) as Server;
+  const unix = unixServer(unixApp, cfg.listeners);
   // WebSockets (the console's terminal) go through the same app: ../api/ws-upgrade.ts.
   const upgradeFailed = (e: unknown) => log.warn("websocket upgrade failed", { error: errorMessage(e) });
   unix.on("upgrade", wsUpgradeHandler(unixApp, upgradeFailed));
-  unix.requestTimeout = 0;
   // The socket must never exist with looser permissions, not even between bind and chmod.
   const oldUmask = process.umask(0o077);
   try {
@@ -317,7 +326,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   let tcpAddress: string | null = null;
   if (cfg.tcp) {
     const tcpApp = createApp(services, { auth });
-    const server = await listenTcp(cfg.tcp, tcpApp);
+    const server = await listenTcp(cfg.tcp, tcpApp, cfg.listeners);
     server.on("upgrade", wsUpgradeHandler(tcpApp, upgradeFailed));
     servers.push(server);
     const a = server.address();
@@ -333,6 +342,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       cfg.e2b,
       createE2bHandler(services, { interpreter: interpreterHandler(services) }),
       createE2bUpgradeHandler(services),
+      cfg.listeners,
     );
     servers.push(server);
     const a = server.address();
@@ -389,22 +399,37 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   };
 }
 
-/** The TCP listener (HTTPS with a certificate): bounded connections, headers within 30 s. */
-async function listenTcp(t: TcpConfig, app: ReturnType<typeof createApp>): Promise<Server> {
+/**
+ * The unix socket's server, guarded (../util/listener-guard.ts) but for the per-address bound:
+ * every peer of the socket is "local", the local admin.
+ */
+export function unixServer(
+  app: { fetch: ReturnType<typeof createApp>["fetch"] },
+  limits: ListenerLimits,
+): Server {
+  const server = createAdaptorServer({ fetch: app.fetch, serverOptions: httpOptions(limits) }) as Server;
+  guard(server, { ...limits, perAddress: limits.maxConnections });
+  return server;
+}
+
+/** The TCP listener (HTTPS with a certificate), guarded (../util/listener-guard.ts). */
+export async function listenTcp(
+  t: TcpConfig,
+  app: { fetch: ReturnType<typeof createApp>["fetch"] },
+  limits: ListenerLimits,
+): Promise<Server> {
   const fetch = app.fetch;
+  const l = { ...limits, maxConnections: t.maxConnections };
   const server = (
     t.tls
       ? createAdaptorServer({
           fetch,
           createServer: createHttpsServer,
-          serverOptions: { cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" },
+          serverOptions: { ...httpOptions(l), cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" },
         })
-      : createAdaptorServer({ fetch })
+      : createAdaptorServer({ fetch, serverOptions: httpOptions(l) })
   ) as Server;
-  // Long uploads and streams are bounded by the body limits and their own timeouts, not here.
-  server.requestTimeout = 0;
-  server.headersTimeout = 30_000;
-  server.maxConnections = t.maxConnections;
+  guard(server, l);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(t.port, t.host, () => resolve());

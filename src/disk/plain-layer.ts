@@ -1,29 +1,52 @@
 /**
  * Whether a qcow2 layer written by someone else (a pack, a jailed VMM) is a plain layer: qcow2,
  * with no external data file, which would make QEMU or qemu-img read and write a host file the
- * layer names. Its backing file is the caller's to replace (rebaseUnsafe).
+ * layer names. Its backing file is the caller's to replace (rebaseUnsafe). `qemu-img info` parses
+ * the header, so it runs jailed (src/vmm/jailed-tools.ts), seeing that file alone.
  */
 import { errorMessage } from "../util/errors.js";
-import { run } from "../util/proc.js";
+import { runTool } from "../vmm/jailed-tools.js";
+import type { ToolRunner } from "../vmm/jailed-tools.js";
 
-/** Why `path` is not a plain qcow2 layer, or null when it is. */
-export async function plainLayerProblem(path: string): Promise<string | null> {
+/** What `qemu-img info` says of a layer: why it is not plain (null: it is), and its virtual size. */
+export interface LayerInfo {
+  problem: string | null;
+  virtualSize: number | null;
+}
+
+export async function layerInfo(tools: ToolRunner, path: string): Promise<LayerInfo> {
   let stdout: string;
   try {
-    ({ stdout } = await run("qemu-img", ["info", "-U", "--output=json", "-f", "qcow2", path], {
+    ({ stdout } = await runTool(tools, "qemu-img", ["info", "-U", "--output=json", "-f", "qcow2", path], {
+      reads: [path],
       timeoutMs: 30_000,
+      maxFileBytes: 0,
+      maxOutputBytes: 256 << 10,
     }));
   } catch (e) {
-    return errorMessage(e);
+    return { problem: errorMessage(e), virtualSize: null };
   }
-  let info: { format?: unknown; "format-specific"?: { data?: Record<string, unknown> } };
+  let info: {
+    format?: unknown;
+    "virtual-size"?: unknown;
+    "format-specific"?: { data?: Record<string, unknown> };
+  };
   try {
     info = JSON.parse(stdout) as typeof info;
   } catch {
-    return "qemu-img info is not JSON";
+    return { problem: "qemu-img info is not JSON", virtualSize: null };
   }
-  if (info.format !== "qcow2") return `format ${JSON.stringify(info.format)}`;
+  const size = info["virtual-size"];
+  const virtualSize = typeof size === "number" && Number.isSafeInteger(size) && size > 0 ? size : null;
+  if (info.format !== "qcow2") return { problem: `format ${JSON.stringify(info.format)}`, virtualSize };
   const data = info["format-specific"]?.data ?? {};
-  if ("data-file" in data || data["data-file-raw"] === true) return "it names an external data file";
-  return null;
+  if ("data-file" in data || data["data-file-raw"] === true)
+    return { problem: "it names an external data file", virtualSize };
+  if (virtualSize === null) return { problem: "it states no virtual size", virtualSize };
+  return { problem: null, virtualSize };
+}
+
+/** Why `path` is not a plain qcow2 layer, or null when it is. */
+export async function plainLayerProblem(tools: ToolRunner, path: string): Promise<string | null> {
+  return (await layerInfo(tools, path)).problem;
 }

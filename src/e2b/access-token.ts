@@ -1,9 +1,14 @@
 /**
- * Per-sandbox envd access tokens (E2B's `envdAccessToken`, sent back as `X-Access-Token`): an
- * HMAC-SHA256 of the sandbox id under a daemon secret, so there is nothing to store per sandbox
- * and a token survives a daemon restart. The secret is 32 random bytes kept as hex in
- * `<data>/e2b-secret` (mode 0600, written atomically once); a file readable by others, or not
- * 32 bytes, stops the daemon.
+ * Per-sandbox envd access tokens (E2B's `envdAccessToken`, sent back as `X-Access-Token`), each
+ * bound to the API key it was handed to: `<key id>.<HMAC-SHA256 of the sandbox id and that key's
+ * credential under a daemon secret>` (`tok-….<hex>` for a token of the tokens file, `admin.<hex>`
+ * for FORKD_TOKEN). Nothing is stored per sandbox and a token survives a daemon restart, yet it
+ * is revocable: it opens its sandbox only while the key it was issued to is valid and may see
+ * that sandbox, so revoking the key (DELETE /v1/tokens/{id}) revokes every access token it was
+ * given, and ends the streams they opened (src/access/open-streams.ts); other keys' tokens of the
+ * same sandbox go on working. The secret is 32 random bytes kept as hex in `<data>/e2b-secret`
+ * (mode 0600, written atomically once); a file readable by others, or not 32 bytes, stops the
+ * daemon.
  */
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { lstat, readFile } from "node:fs/promises";
@@ -13,7 +18,16 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 
 const SECRET_FILE = "e2b-secret";
 /** What the HMAC is over besides the id: a token is only ever an envd access token. */
-const PURPOSE = "forkd e2b envd access token v1\0";
+const PURPOSE = "forkd e2b envd access token v2\0";
+/** The key id of a token as it shows in the token, and back. */
+const LABEL_RE = /^(tok-[a-z2-7]{12}|admin)\.([0-9a-f]{64})$/;
+const labelOf = (credential: string): string | null =>
+  credential === "env-admin"
+    ? "admin"
+    : /^token:tok-[a-z2-7]{12}$/.test(credential)
+      ? credential.slice("token:".length)
+      : null;
+const credentialOfLabel = (label: string): string => (label === "admin" ? "env-admin" : `token:${label}`);
 
 export class AccessTokens {
   private constructor(private readonly secret: Buffer) {
@@ -49,15 +63,36 @@ export class AccessTokens {
     return new AccessTokens(Buffer.from(hex, "hex"));
   }
 
-  /** The access token of sandbox `id`. */
-  of(id: string): string {
-    return createHmac("sha256", this.secret).update(PURPOSE).update(id, "utf8").digest("hex");
+  private mac(id: string, credential: string): string {
+    return createHmac("sha256", this.secret)
+      .update(PURPOSE)
+      .update(id, "utf8")
+      .update("\0")
+      .update(credential, "utf8")
+      .digest("hex");
   }
 
-  /** Whether `presented` is sandbox `id`'s token (constant time). */
-  matches(id: string, presented: string): boolean {
-    const want = Buffer.from(this.of(id), "utf8");
-    const got = Buffer.from(presented, "utf8");
-    return got.length === want.length && timingSafeEqual(got, want);
+  /**
+   * The access token of sandbox `id` for the caller that came by `credential` (Caller.credential);
+   * null for a caller without one (none reaches E2B's API: it needs a key).
+   */
+  of(id: string, credential: string | undefined): string | null {
+    if (credential === undefined) return null;
+    const label = labelOf(credential);
+    return label === null ? null : `${label}.${this.mac(id, credential)}`;
+  }
+
+  /**
+   * The credential `presented` was issued to when it is one of sandbox `id`'s tokens, else null
+   * (constant time in the token's secret part). Whether that credential is still valid is the
+   * caller's to check.
+   */
+  issuedTo(id: string, presented: string): string | null {
+    const m = LABEL_RE.exec(presented);
+    const credential = m ? credentialOfLabel(m[1]!) : "token:tok-aaaaaaaaaaaa";
+    // The same work for a malformed token as for a well-formed one.
+    const want = Buffer.from(this.mac(id, credential), "utf8");
+    const got = Buffer.from(m?.[2] ?? "0".repeat(64), "utf8");
+    return timingSafeEqual(got, want) && m ? credential : null;
   }
 }

@@ -11,8 +11,11 @@
  * request with no credential (E2B's unsecured sandboxes). A sandbox that does not exist, has
  * exited, or is another tenant's is not found, and so is one asked with a credential that does
  * not open it (a wrong or missing access token or key): the same answer in every case, so that
- * the plane tells nothing of which ids exist. Failed credentials count against the caller's
- * address like failed tokens on forkd's TCP listener.
+ * the plane tells nothing of which ids exist. An access token is bound to the API key it was
+ * handed to: once that key is revoked (or may no longer see the sandbox) the token is refused
+ * with 401 (it was a valid token of this sandbox, so saying so tells nothing of which ids exist),
+ * and what it opened has been ended (src/access/open-streams.ts). Failed credentials count
+ * against the caller's address like failed tokens on forkd's TCP listener.
  */
 import type { IncomingMessage } from "node:http";
 import { isAdmin } from "../access/caller.js";
@@ -51,10 +54,26 @@ export function callerOfKey(auth: Authenticator, key: string): Caller | null {
   return key === "" ? null : auth.authenticate(`Bearer ${key}`);
 }
 
-/** The caller a sandbox's access token stands for: its owner (null: an admin's sandbox). */
-export function ownerCaller(sb: ReadonlySandbox): Caller {
+/**
+ * The caller a sandbox's access token stands for: its owner (null: an admin's sandbox), by the
+ * credential the token was issued to (absent: an unsecured sandbox's request without one).
+ */
+export function ownerCaller(sb: ReadonlySandbox, credential?: string): Caller {
   const owner = sb.record.owner ?? null;
-  return { name: owner ?? "admin", tenant: owner, tokenId: null, limited: true, maxSandboxes: null };
+  return {
+    name: owner ?? "admin",
+    tenant: owner,
+    tokenId: null,
+    limited: true,
+    maxSandboxes: null,
+    ...(credential !== undefined ? { credential } : {}),
+  };
+}
+
+/** Whether the caller of `credential` is still valid and may see sandbox `sb`. */
+function credentialOpens(auth: Authenticator, credential: string, sb: ReadonlySandbox): boolean {
+  const holder = auth.sessionCaller(credential);
+  return holder !== null && (isAdmin(holder) || holder.tenant === (sb.record.owner ?? null));
 }
 
 export const e2bOf = (s: Services): E2bContext => {
@@ -95,8 +114,18 @@ export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTa
   const key = apiKeyOf(req);
   if (token !== undefined) {
     // Judged whether or not the sandbox exists (the same work either way).
-    if (!e.accessTokens.matches(t.sandboxId, token) || !sb) throw refuse(true);
-    return { sandbox: sb, caller: ownerCaller(sb) };
+    const credential = e.accessTokens.issuedTo(t.sandboxId, token);
+    if (credential === null || !sb) throw refuse(true);
+    if (!credentialOpens(e.auth, credential, sb)) {
+      s.limits.authFailures.fail(remote);
+      throw new ForkdError(
+        "unauthenticated",
+        "this access token was revoked: the API key it was issued to was revoked; " +
+          "connect to the sandbox again with a valid key for a new one",
+        { reason: "token_revoked" },
+      );
+    }
+    return { sandbox: sb, caller: ownerCaller(sb, credential) };
   }
   if (key !== null) {
     const caller = callerOfKey(e.auth, key);
@@ -108,8 +137,14 @@ export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTa
     return { sandbox: sb, caller };
   }
   if (sb?.record.e2b?.secure === false) return { sandbox: sb, caller: ownerCaller(sb) };
-  // A signed /files URL of envd (the SDK's downloadUrl/uploadUrl) stands for the token.
-  if (sb && signedFileRequest(req, t, e.accessTokens.of(sb.record.id)))
-    return { sandbox: sb, caller: ownerCaller(sb) };
+  // A signed /files URL of envd (the SDK's downloadUrl/uploadUrl) stands for the token it was
+  // signed with: one of the sandbox's tokens of a key that may still see it.
+  if (sb) {
+    const credentials = e.auth.credentialsSeeing(sb.record.owner ?? null);
+    const tokens = credentials.map((c) => e.accessTokens.of(sb.record.id, c) ?? "");
+    const i = signedFileRequest(req, t, tokens);
+    const credential = credentials[i];
+    if (credential !== undefined) return { sandbox: sb, caller: ownerCaller(sb, credential) };
+  }
   throw refuse(true);
 }

@@ -12,7 +12,9 @@ import { connect } from "node:net";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { Services } from "../api/services.js";
+import { COOKIE } from "../console/sessions.js";
 import { errorMessage } from "../util/errors.js";
+import { callerOfKey } from "./auth.js";
 import type { SandboxPortHandler } from "./sandbox-plane.js";
 
 const CONNECT_TIMEOUT_MS = 10_000;
@@ -27,16 +29,83 @@ const DROP = new Set([
   "upgrade",
   "te",
   "trailer",
-  "e2b-sandbox-id",
-  "e2b-sandbox-port",
   "x-access-token",
   "x-api-key",
-  "e2b-traffic-access-token",
+  "x-forkd-console",
+  "x-forkd-console-key",
+]);
+/** Dropped from the guest's reply: hop-by-hop headers (and E2B's own, which are the proxy's). */
+const DROP_REPLY = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "upgrade",
+  "te",
+  "trailer",
 ]);
 
-function forwarded(h: IncomingHttpHeaders): IncomingHttpHeaders {
+/**
+ * What of a request's header `name` (lower case) reaches the guest: `value`, a `Cookie` without
+ * the console's session cookies, or null when it stays here: hop-by-hop and E2B's own headers
+ * (E2b-Sandbox-*, E2B-Traffic-Access-Token), every credential header of ours (X-Access-Token,
+ * X-API-Key, the console's), and an `Authorization: Bearer` whose token is a credential of this
+ * daemon (an API key or a sandbox's access token: it authenticated the request, or could
+ * have). Any other Authorization (Basic, a token of the guest's own app) is the guest's.
+ */
+export function guestHeader(s: Services, sandboxId: string, name: string, value: string): string | null {
+  if (DROP.has(name) || name.startsWith("e2b-")) return null;
+  if (name === "authorization") return isOurBearer(s, sandboxId, value) ? null : value;
+  if (name === "cookie") return withoutConsoleCookies(value);
+  return value;
+}
+
+/** Whether `value` is `Bearer <a credential of this daemon>` (not judgeable without E2B's: yes). */
+function isOurBearer(s: Services, sandboxId: string, value: string): boolean {
+  const m = /^\s*Bearer\s+(\S+)\s*$/i.exec(value);
+  if (!m) return false;
+  const e = s.e2b;
+  if (!e) return true;
+  const token = m[1]!;
+  return (
+    callerOfKey(e.auth, token.length > 512 ? "" : token) !== null ||
+    e.accessTokens.issuedTo(sandboxId, token) !== null
+  );
+}
+
+/** A Cookie header less the web console's session cookies (null when nothing is left). */
+function withoutConsoleCookies(value: string): string | null {
+  const kept = value
+    .split(";")
+    .map((p) => p.trim())
+    .filter((p) => {
+      if (p === "") return false;
+      const eq = p.indexOf("=");
+      const n = (eq < 0 ? p : p.slice(0, eq)).trim();
+      return n !== COOKIE && !n.startsWith(`${COOKIE}_`);
+    });
+  return kept.length === 0 ? null : kept.join("; ");
+}
+
+function forwarded(s: Services, sandboxId: string, h: IncomingHttpHeaders): IncomingHttpHeaders {
   const out: IncomingHttpHeaders = {};
-  for (const [k, v] of Object.entries(h)) if (!DROP.has(k) && v !== undefined) out[k] = v;
+  for (const [k, v] of Object.entries(h)) {
+    if (v === undefined) continue;
+    if (Array.isArray(v)) {
+      const kept = v.flatMap((x) => guestHeader(s, sandboxId, k, x) ?? []);
+      if (kept.length > 0) out[k] = kept;
+    } else {
+      const x = guestHeader(s, sandboxId, k, v);
+      if (x !== null) out[k] = x;
+    }
+  }
+  return out;
+}
+
+function replyHeaders(h: IncomingHttpHeaders): IncomingHttpHeaders {
+  const out: IncomingHttpHeaders = {};
+  for (const [k, v] of Object.entries(h))
+    if (!DROP_REPLY.has(k) && !k.startsWith("e2b-") && v !== undefined) out[k] = v;
   return out;
 }
 
@@ -89,7 +158,7 @@ export function guestPortHandler(s: Services): SandboxPortHandler {
       (addr) => {
         if (res.destroyed) return;
         try {
-          up = relay(req, res, t, addr);
+          up = relay(s, req, res, t, addr);
         } catch (e) {
           closed(errorMessage(e));
         }
@@ -101,6 +170,7 @@ export function guestPortHandler(s: Services): SandboxPortHandler {
 
 /** The upstream request of `req` to `addr`, its reply piped into `res`. */
 function relay(
+  s: Services,
   req: IncomingMessage,
   res: Parameters<SandboxPortHandler>[1],
   t: { sandboxId: string; port: number },
@@ -112,7 +182,7 @@ function relay(
     port: Number(addr.slice(i + 1)),
     method: req.method,
     path: req.url ?? "/",
-    headers: forwarded(req.headers),
+    headers: forwarded(s, t.sandboxId, req.headers),
     timeout: CONNECT_TIMEOUT_MS,
   });
   up.on("socket", (sock) => sock.once("connect", () => up.setTimeout(IDLE_TIMEOUT_MS)));
@@ -128,7 +198,7 @@ function relay(
       return;
     }
     try {
-      res.writeHead(ur.statusCode, forwarded(ur.headers));
+      res.writeHead(ur.statusCode, replyHeaders(ur.headers));
     } catch {
       // A header node will not send (invalid characters): the reply cannot be relayed.
       refused = true;
@@ -151,15 +221,18 @@ function relay(
   return up;
 }
 
-/** Headers of an upgrade kept as sent (names, order, repeats), less E2B's and credentials. */
-function rawHead(req: IncomingMessage): string {
+/** Headers of an upgrade kept as sent (names, order, repeats), less what guestHeader() keeps back. */
+function rawHead(s: Services, sandboxId: string, req: IncomingMessage): string {
   let head = `${req.method ?? "GET"} ${req.url ?? "/"} HTTP/1.1\r\n`;
   const h = req.rawHeaders;
   for (let i = 0; i + 1 < h.length; i += 2) {
     const name = h[i]!;
     const lower = name.toLowerCase();
-    if (lower.startsWith("e2b-") || lower === "x-access-token" || lower === "x-api-key") continue;
-    head += `${name}: ${h[i + 1]!.replace(/[\r\n]/g, "")}\r\n`;
+    // The upgrade's own hop-by-hop headers are what it is: they go as sent.
+    const value =
+      lower === "connection" || lower === "upgrade" ? h[i + 1]! : guestHeader(s, sandboxId, lower, h[i + 1]!);
+    if (value === null) continue;
+    head += `${name}: ${value.replace(/[\r\n]/g, "")}\r\n`;
   }
   return head + "\r\n";
 }
@@ -233,7 +306,7 @@ export function guestPortUpgrade(
         }, o.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS);
         conn.once("connect", () => {
           conn.setTimeout(IDLE_TIMEOUT_MS, () => conn.destroy());
-          conn.write(rawHead(req));
+          conn.write(rawHead(s, t.sandboxId, req));
           if (head.length > 0) conn.write(head);
           socket.pipe(conn);
         });

@@ -6,6 +6,9 @@
  * when it is over one audit line is written for what changes a sandbox: envd's mutating calls
  * (process Start and SendSignal, file uploads, Remove, Move, MakeDir), the code interpreter's
  * mutating methods, and every request and upgrade to a guest's own port (refused ones included).
+ * While it runs it is registered with the credential that opened it (its API key, or the key its
+ * access token was issued to: src/access/open-streams.ts), and cut when that is revoked: an envd
+ * stream, a code interpreter cell, a relay to a guest's port (HTTP or WebSocket).
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
@@ -15,6 +18,7 @@ import { rateLimited } from "../access/rate-refusal.js";
 import { auditLine } from "../audit/audit-line.js";
 import type { Services } from "../api/services.js";
 import type { SandboxAccess } from "./auth.js";
+import { e2bOf } from "./auth.js";
 import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
 import type { SandboxTarget } from "./sandbox-plane.js";
 
@@ -52,6 +56,7 @@ export function planeAction(req: IncomingMessage, t: SandboxTarget, upgrade = fa
 export class PlaneCall {
   private caller: Caller = ANONYMOUS;
   private release: (() => void) | null = null;
+  private unregister: (() => void) | null = null;
   private ended = false;
   private readonly started = new Date();
   private readonly t0 = performance.now();
@@ -62,6 +67,8 @@ export class PlaneCall {
     private readonly req: IncomingMessage,
     private readonly t: SandboxTarget,
     upgrade = false,
+    /** Cuts the request's connection (its credential was revoked). */
+    private readonly cut: () => void = () => req.socket.destroy(),
   ) {
     this.action = planeAction(req, t, upgrade);
   }
@@ -69,7 +76,13 @@ export class PlaneCall {
   /** Takes the slots of the request's caller (throws rate_limited when it has none free). */
   admit(a: SandboxAccess, heavy: boolean): void {
     this.caller = a.caller;
-    if (!a.caller.limited || this.release || this.ended) return;
+    if (this.ended) return;
+    if (!this.unregister)
+      this.unregister = e2bOf(this.s).auth.tokens.opened.open(a.caller.credential, () => {
+        this.end(0, "token_revoked");
+        this.cut();
+      });
+    if (!a.caller.limited || this.release) return;
     const r = this.s.limits.rate.admit(a.caller.tokenId ?? a.caller.name, heavy);
     if (!r.ok) throw rateLimited(r.reason, r.retryAfterS);
     this.release = r.release;
@@ -81,6 +94,8 @@ export class PlaneCall {
     this.ended = true;
     this.release?.();
     this.release = null;
+    this.unregister?.();
+    this.unregister = null;
     if (this.action === null) return;
     this.s.audit.append(
       auditLine({

@@ -9,7 +9,7 @@
  * plane a sandbox that is not running, does not exist, is another tenant's or is asked with a
  * credential that does not open it answers 502, as E2B's proxy answers for a sandbox that is gone
  * (its SDKs read that as "not running"); every error is E2B's `{code, message}`. listenE2b()
- * bounds connections and the time to send headers.
+ * guards the listener (connections per address and overall, header and idle timeouts).
  */
 import type { IncomingMessage, RequestListener, Server, ServerResponse } from "node:http";
 import { STATUS_CODES, createServer as createHttpServer } from "node:http";
@@ -19,6 +19,8 @@ import { getRequestListener } from "@hono/node-server";
 import type { Services } from "../api/services.js";
 import type { TcpConfig } from "../daemon/config.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import { DEFAULT_LIMITS, guard, httpOptions } from "../util/listener-guard.js";
+import type { ListenerLimits } from "../util/listener-guard.js";
 import { authorizeSandbox } from "./auth.js";
 import type { SandboxAccess } from "./auth.js";
 import { createControlApp } from "./control/app.js";
@@ -203,31 +205,25 @@ async function resumeOnce(s: Services, id: string): Promise<void> {
   await s.sandboxes.resume(id, ms === undefined ? {} : { deadlineMs: ms });
 }
 
-/** The listener (HTTPS with a certificate): bounded connections, headers within 30 s. */
+/** The listener (HTTPS with a certificate), guarded (../util/listener-guard.ts). */
 export async function listenE2b(
   t: TcpConfig,
   handler: RequestListener,
   upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void,
+  limits: ListenerLimits = DEFAULT_LIMITS,
 ): Promise<Server> {
+  const l = { ...limits, maxConnections: t.maxConnections };
   const server = t.tls
-    ? createHttpsServer({ cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" }, handler)
-    : createHttpServer(handler);
+    ? createHttpsServer(
+        { ...httpOptions(l), cert: t.tls.cert, key: t.tls.key, minVersion: "TLSv1.2" },
+        handler,
+      )
+    : createHttpServer(httpOptions(l), handler);
   if (upgrade) server.on("upgrade", upgrade);
-  // Long uploads and streams are bounded by the body limits and their own timeouts, not here.
-  server.requestTimeout = 0;
-  server.headersTimeout = 30_000;
-  server.maxConnections = t.maxConnections;
-  server.on("clientError", (err: NodeJS.ErrnoException, socket: Duplex) => {
-    if (!socket.writable || err.code === "ECONNRESET") {
-      socket.destroy();
-      return;
-    }
-    const status =
-      err.code === "HPE_HEADER_OVERFLOW" ? 431 : err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400;
+  // A malformed or timed-out request: E2B's error body, then the connection is destroyed.
+  guard(server, l, (status) => {
     const body = JSON.stringify({ code: status, message: "bad request" });
-    socket.end(
-      `HTTP/1.1 ${status} Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
-    );
+    return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Bad Request"}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`;
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -62,7 +62,7 @@ export async function runChecks(paths: Paths): Promise<Check[]> {
       add({ name, status: "fail", detail: errorMessage(e), fix: NATIVE_FIX });
     }
   }
-  for (const tool of ["qemu-img", "debootstrap", "mkfs.ext4", "cpio", "gcc"]) {
+  for (const tool of ["qemu-img", "e2fsck", "debootstrap", "mkfs.ext4", "cpio", "gcc"]) {
     const ok = await have(tool);
     add({
       name: tool,
@@ -128,11 +128,12 @@ export async function runChecks(paths: Paths): Promise<Check[]> {
   } catch (e) {
     add({ name: "cgroups", status: "warn", detail: errorMessage(e) });
   }
-  // The VMM jail (src/vmm/jail.ts): a uid per VMM and a mount namespace need root.
+  // The VMM jail (src/vmm/jail.ts): a uid per VMM and a mount namespace need root; host tools on
+  // guests' disks (src/vmm/jailed-tools.ts) also get PID and network namespaces of their own.
   const root = process.getuid?.() === 0;
   const ns =
     root &&
-    (await run("unshare", ["-m", "true"]).then(
+    (await run("unshare", ["-m", "-p", "-n", "-f", "true"]).then(
       () => true,
       () => false,
     ));
@@ -144,9 +145,9 @@ export async function runChecks(paths: Paths): Promise<Check[]> {
       : ns
         ? process.env.FORKD_JAIL === "off"
           ? "disabled by FORKD_JAIL=off"
-          : "a uid, mount namespace, cgroup and seccomp filter per VMM"
-        : "cannot create a mount namespace",
-    fix: root && ns ? undefined : "run the daemon as root to jail each VMM",
+          : "a uid, mount namespace, cgroup and seccomp filter per VMM; qemu-img and e2fsck on guests' disks jailed too"
+        : "cannot create mount, PID and network namespaces",
+    fix: root && ns ? undefined : "run the daemon as root to jail each VMM and host tool",
   });
   const images = await readdir(join(paths.cacheDir, "images")).catch(() => [] as string[]);
   add({

@@ -8,6 +8,12 @@
  * grace, so none of its children (tar, mkfs.ext4, e2fsck) outlives it holding the pipes. A build
  * settles when build.sh exits (its output read until its pipes close, or for a bounded time:
  * what is left in its group then is killed), never later.
+ *
+ * build.sh's mkfs.ext4 and e2fsck run as the daemon, not jailed (src/vmm/jailed-tools.ts): they
+ * parse nothing a guest or a tenant wrote. mkfs copies a root tree file by file (a pulled image's
+ * is forkd's own flattening, its entries checked: src/oci/flatten.ts), and e2fsck -n reads the
+ * file system mkfs has just made. A disk a guest wrote (a Dockerfile build's) is checked jailed
+ * (src/image/dockerfile/fsck.ts).
  */
 import { spawn } from "node:child_process";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";

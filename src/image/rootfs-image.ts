@@ -3,6 +3,7 @@
  * shape and more): a flattened root tree, the digest that names it, and the parts of its
  * config a guest honours. Declared here so the builder does not depend on the OCI client.
  */
+import type { Reach } from "../registry/reach.js";
 import type { Progress } from "../snapshot/progress.js";
 
 export interface RootfsImageConfig {
@@ -22,7 +23,12 @@ export interface RootfsImage {
   config: RootfsImageConfig;
 }
 
-/** Resolves an image reference to a pulled image (src/oci/puller.ts's ImagePuller). */
+/**
+ * Resolves an image reference to a pulled image (src/oci/puller.ts's ImagePuller). `reach`: whose
+ * pull it is (a tenant's reaches only what src/registry/reach.ts admits; default the operator's).
+ */
 export interface ImageResolver {
-  ensure(ref: string, progress?: Progress, signal?: AbortSignal): Promise<RootfsImage>;
+  ensure(ref: string, progress?: Progress, signal?: AbortSignal, reach?: Reach): Promise<RootfsImage>;
+  /** Refuses at once a reference `reach` may not pull from (absent: nothing to check). */
+  admit?(ref: string, reach: Reach): Promise<void>;
 }

@@ -25,6 +25,8 @@ export interface MetricsSources {
   pool?(): PoolFigures;
   sharing: SharingProbe;
   audit(): { written: number; dropped: number; failed: number };
+  /** Host tool runs on guests' and tenants' files (src/vmm/jailed-tools.ts), by tool and jail. */
+  toolRuns?: () => Array<{ tool: string; jailed: boolean; runs: number }>;
 }
 
 const SANDBOX_STATES = ["running", "paused", "exited"];
@@ -147,6 +149,18 @@ export class Metrics {
         this.set({ outcome: "failed" }, a.failed);
       },
     });
+    const toolRuns = src.toolRuns;
+    if (toolRuns) {
+      new Gauge({
+        name: "forkd_host_tool_runs",
+        help: "Runs of host tools (qemu-img, e2fsck) on files guests or tenants wrote since start, by tool and whether jailed",
+        labelNames: ["tool", "jailed"],
+        registers,
+        collect() {
+          for (const r of toolRuns()) this.set({ tool: r.tool, jailed: String(r.jailed) }, r.runs);
+        },
+      });
+    }
     this.httpSeconds = new Histogram({
       name: "forkd_http_request_duration_seconds",
       help: "API requests until their reply's headers, by route template, method and status code",

@@ -2,14 +2,18 @@
  * Exposed guest ports: a TCP listener on the host (FORKD_EXPOSE_ADDR, default 127.0.0.1) per
  * port, relaying each connection to the guest through its slot (the slot's address, where the
  * namespace's rules pass it on to the guest). User-mode children outside a slot use QEMU's own
- * hostfwd instead (./attachments/user.ts); this is for those in a slot.
+ * hostfwd instead (./attachments/user.ts); this is for those in a slot. Connections are bounded
+ * overall and per client address.
  */
 import { createServer, connect } from "node:net";
 import type { Server, Socket } from "node:net";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import { ConnectionGate, DEFAULT_LIMITS } from "../util/listener-guard.js";
 
 /** Connections one exposed port relays at once. */
 const MAX_CONNECTIONS = 256;
+/** ... and from one client address (IPv6: one /64). */
+const PER_ADDRESS = Math.min(DEFAULT_LIMITS.perAddress, MAX_CONNECTIONS / 4);
 const CONNECT_TIMEOUT_MS = 10_000;
 
 export class PortRelay {
@@ -33,7 +37,11 @@ export class PortRelay {
     target: { host: string; port: number },
   ): Promise<PortRelay> {
     const sockets = new Set<Socket>();
+    // Bounded overall and per client address (../util/listener-guard.ts): one client cannot take
+    // every connection of the port.
+    const gate = new ConnectionGate({ maxConnections: MAX_CONNECTIONS, perAddress: PER_ADDRESS });
     const server = createServer({ pauseOnConnect: true }, (client) => {
+      if (!gate.admit(client)) return;
       sockets.add(client);
       const upstream = connect({ host: target.host, port: target.port });
       sockets.add(upstream);
@@ -54,7 +62,6 @@ export class PortRelay {
       client.on("error", done).on("close", done);
       upstream.on("error", done).on("close", done);
     });
-    server.maxConnections = MAX_CONNECTIONS;
     const bind = (port: number) =>
       new Promise<void>((resolve, reject) => {
         server.once("error", reject);

@@ -5,13 +5,16 @@
  * layers put in it, later entries replace earlier ones; hard links, symlinks, FIFOs, modes
  * (setuid included), numeric owners, mtimes and xattrs are kept.
  *
- * Layers are untrusted: an entry is refused, naming it, when it would land outside the root
- * (a `..` component), when its parent path goes through a symlink or a non-directory (also one
- * an earlier layer made), when it is a hard link out of the root, to an absolute path, through
- * a symlink or to a directory, or when it is a character or block device; the tree is bounded in
- * bytes and in entries before anything past the bound is written. Files are created with
- * O_EXCL|O_NOFOLLOW after what was there is removed, so nothing is ever written through a link.
- * The caller owns the staging directory and removes it when this throws.
+ * Character and block device nodes (a debootstrap tree's /dev/null, /dev/full, ...) are never
+ * made on the host: each is skipped and counted (what was below it is still replaced, and a
+ * hard link to a skipped node is skipped too); the guest's /dev is the kernel's devtmpfs, which
+ * has its own. Layers are untrusted: an entry is refused, naming it, when it would land outside
+ * the root (a `..` component), when its parent path goes through a symlink or a non-directory
+ * (also one an earlier layer made), or when it is a hard link out of the root, to an absolute
+ * path, through a symlink or to a directory; a skipped device node is checked the same way
+ * first. The tree is bounded in bytes and in entries before anything past the bound is written.
+ * Files are created with O_EXCL|O_NOFOLLOW after what was there is removed, so nothing is ever
+ * written through a link. The caller owns the staging directory and removes it when this throws.
  */
 import { constants } from "node:fs";
 import {
@@ -68,6 +71,8 @@ export interface FlattenResult {
   entries: number;
   /** Extended attributes in namespaces not applied (security.selinux, …). */
   xattrsSkipped: number;
+  /** Character and block device nodes not made (and hard links to them). */
+  devicesSkipped: number;
 }
 
 interface DirMeta {
@@ -98,6 +103,9 @@ class Flattener implements LayerSink {
   private entries = 0;
   private bytes = 0;
   xattrsSkipped = 0;
+  devicesSkipped = 0;
+  /** Paths (relative) of skipped device nodes nothing has replaced since: a hard link to one is skipped. */
+  private readonly skippedDevices = new Set<string>();
   private xattrsSet = 0;
   /** Directories' metadata, applied once every layer is in (children change a dir's mtime). */
   private readonly dirs = new Map<string, DirMeta>();
@@ -158,6 +166,7 @@ class Flattener implements LayerSink {
   private async remove(abs: string, rel: string, isDir: boolean): Promise<void> {
     await rm(abs, { recursive: true, force: true });
     if (!isDir) return;
+    this.forgetSkipped(rel, () => true);
     this.realDirs.clear();
     for (const k of this.dirs.keys()) if (k === rel || k.startsWith(`${rel}/`)) this.dirs.delete(k);
   }
@@ -205,8 +214,6 @@ class Flattener implements LayerSink {
       this.dirs.set("", { mode: e.mode, uid: e.uid, gid: e.gid, mtime: e.mtime });
       return;
     }
-    if (e.type === "char" || e.type === "block")
-      throw this.refuse(e.name, `a ${e.type} device node is not allowed in an image`);
     await this.parents(parts, e.name);
     const parentRel = parts.slice(0, -1).join("/");
     const parentAbs = join(this.o.root, ...parts.slice(0, -1));
@@ -222,6 +229,7 @@ class Flattener implements LayerSink {
       const rel = parentRel ? `${parentRel}/${victim}` : victim;
       const st = await lstatOrNull(join(parentAbs, victim));
       if (st) await this.remove(join(parentAbs, victim), rel, st.isDirectory());
+      this.forgetSkipped(rel, () => true);
       return;
     }
     const rel = parts.join("/");
@@ -230,6 +238,18 @@ class Flattener implements LayerSink {
     // and its own opaque marker in a/ must not remove a/b with what it just wrote.
     for (let i = 1; i <= parts.length; i++) this.layerPaths.add(parts.slice(0, i).join("/"));
     const existing = await lstatOrNull(abs);
+    const linkRel = e.type === "hardlink" ? linkTarget(e.linkname, this.what, e.name).join("/") : null;
+    const toSkipped = linkRel !== null && this.skippedDevices.has(linkRel);
+    if (toSkipped && linkRel === rel) return; // a link to itself: nothing to do
+    if (e.type === "char" || e.type === "block" || toSkipped) {
+      // Never made on the host (a hard link to a skipped node is one too); what it replaces
+      // goes all the same.
+      if (existing) await this.remove(abs, rel, existing.isDirectory());
+      this.skippedDevices.add(rel);
+      this.devicesSkipped++;
+      return;
+    }
+    this.skippedDevices.delete(rel);
     if (e.type === "dir") {
       if (existing && !existing.isDirectory()) await this.remove(abs, rel, false);
       if (!existing || !existing.isDirectory()) await mkdir(abs, { mode: 0o700 });
@@ -302,8 +322,16 @@ class Flattener implements LayerSink {
     }
   }
 
+  /** Skipped device nodes at `rel` or under it that `gone` says are gone (nothing on disk tells). */
+  private forgetSkipped(rel: string, gone: (path: string) => boolean): void {
+    for (const k of this.skippedDevices) {
+      if ((rel === "" || k === rel || k.startsWith(`${rel}/`)) && gone(k)) this.skippedDevices.delete(k);
+    }
+  }
+
   /** Everything under `dirAbs` that an earlier layer made goes; what this layer wrote stays. */
   private async opaque(dirAbs: string, dirRel: string): Promise<void> {
+    this.forgetSkipped(dirRel, (k) => k !== dirRel && !this.layerPaths.has(k));
     const walk = async (abs: string, rel: string): Promise<void> => {
       for (const d of await readdir(abs, { withFileTypes: true })) {
         const r = rel ? `${rel}/${d.name}` : d.name;
@@ -419,6 +447,17 @@ export async function flattenLayers(o: FlattenOptions): Promise<FlattenResult> {
     }
   }
   await f.finishDirs();
+  if (f.devicesSkipped > 0) {
+    o.progress?.(
+      `skipped ${f.devicesSkipped} device node${f.devicesSkipped === 1 ? "" : "s"} (never made on the host; the guest's /dev is its own devtmpfs)`,
+      { phase: "flatten" },
+    );
+  }
   o.progress?.("flattened", { phase: "flatten", done_bytes: total, total_bytes: total });
-  return { sizeBytes: await treeSize(o.root), entries: f.entryCount, xattrsSkipped: f.xattrsSkipped };
+  return {
+    sizeBytes: await treeSize(o.root),
+    entries: f.entryCount,
+    xattrsSkipped: f.xattrsSkipped,
+    devicesSkipped: f.devicesSkipped,
+  };
 }

@@ -7,7 +7,9 @@
  * (flatten.ts) into a staging tree renamed into place by the manifest digest (cache.ts). A
  * second ensure() of a cached image reads its manifest (for a tag: tags move) and nothing else;
  * one by digest makes no request at all. Concurrent ensure()s of one image, or of two sharing a
- * layer, share the work (single flight here; atomic renames between processes).
+ * layer, share the work (single flight here; atomic renames between processes). A tenant's
+ * pull (`reach`) is refused before anything, the cache included, when its registry is not one a
+ * tenant may reach (src/registry/reach.ts), and its every connection is checked again.
  */
 import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
@@ -15,6 +17,8 @@ import { dirname, join } from "node:path";
 import { z } from "zod";
 import { clientFor } from "../registry/client.js";
 import type { RegistryClient, RegistrySettings } from "../registry/client.js";
+import { assertReachable, tenantGuard } from "../registry/reach.js";
+import type { Reach } from "../registry/reach.js";
 import { reference } from "../registry/ref.js";
 import type { Progress } from "../snapshot/progress.js";
 import { fsyncDir } from "../util/atomic.js";
@@ -139,14 +143,24 @@ export class ImagePuller {
     return this.ready;
   }
 
+  /** Refuses `ref` if `reach` may not pull from its registry (before any request or cache hit). */
+  async admit(ref: string, reach: Reach): Promise<void> {
+    if (reach !== "tenant") return;
+    const r = parseImageRef(ref);
+    const guard = this.o.settings.tenant ?? tenantGuard([]);
+    await assertReachable(new URL(`https://${r.apiHost}/`), guard, `image ${r.normalized}`);
+  }
+
   async ensure(
     ref: string,
     progress: Progress = () => undefined,
     signal?: AbortSignal,
+    reach: Reach = "operator",
   ): Promise<PulledImage> {
     const r = parseImageRef(ref);
+    await this.admit(ref, reach);
     await this.init();
-    const client = clientFor(r, this.o.settings, { insecure: false, push: false });
+    const client = clientFor(r, this.o.settings, { insecure: false, push: false, reach });
     progress(`resolving ${r.normalized}`, { phase: "manifest" });
     const top = await this.manifestBytes(client, r, reference(r), null);
     aborted(signal);

@@ -14,6 +14,8 @@ import { ForkdError } from "../util/errors.js";
 import { parseChallenges } from "./challenge.js";
 import type { Challenge } from "./challenge.js";
 import type { CredentialLookup, Credentials } from "./credentials.js";
+import { tenantGuard } from "./reach.js";
+import type { Reach, TenantGuard } from "./reach.js";
 import { DIGEST_RE, isLoopback } from "./ref.js";
 import type { RegistryRef } from "./ref.js";
 import { bodyStream, discard, readLimited, send } from "./transport.js";
@@ -29,6 +31,8 @@ export interface RegistryOptions {
   idleMs: number;
   /** Tokens are asked for push (and pull) access, else pull only. */
   push: boolean;
+  /** A tenant's client: only the addresses this admits (reach.ts), credentials only for named hosts. */
+  tenant?: TenantGuard;
 }
 
 const MAX_ERROR_BODY = 16 << 10;
@@ -44,7 +48,7 @@ export class RegistryClient {
     readonly ref: RegistryRef,
     private readonly o: RegistryOptions,
   ) {
-    this.policy = { insecure: o.insecure };
+    this.policy = { insecure: o.insecure, ...(o.tenant ? { tenant: o.tenant } : {}) };
   }
 
   private get name(): string {
@@ -86,7 +90,9 @@ export class RegistryClient {
   }
 
   private async creds(): Promise<Credentials | null> {
-    if (this.credentials === undefined) this.credentials = await this.o.credentials(this.ref.host);
+    if (this.credentials === undefined) {
+      this.credentials = await this.o.credentials(this.ref.host, { namedOnly: this.o.tenant !== undefined });
+    }
     return this.credentials;
   }
 
@@ -402,13 +408,21 @@ export interface RegistrySettings {
   insecureHosts: string[];
   chunkBytes: number;
   idleMs: number;
+  /**
+   * What a tenant's requests may reach (FORKD_TENANT_REGISTRIES, the host's own addresses);
+   * absent: public addresses only, no registry allowed by name.
+   */
+  tenant?: TenantGuard;
 }
 
-/** A client for `ref`; `insecure` (the request's flag) or a listed host allows plain http. */
+/**
+ * A client for `ref`; `insecure` (the request's flag) or a listed host allows plain http. A
+ * tenant's (`reach`) connects only where reach.ts admits.
+ */
 export function clientFor(
   ref: RegistryRef,
   s: RegistrySettings,
-  o: { insecure: boolean; push: boolean },
+  o: { insecure: boolean; push: boolean; reach?: Reach },
 ): RegistryClient {
   return new RegistryClient(ref, {
     insecure: o.insecure || s.insecureHosts.includes(ref.host) || s.insecureHosts.includes(ref.hostname),
@@ -416,5 +430,6 @@ export function clientFor(
     chunkBytes: s.chunkBytes,
     idleMs: s.idleMs,
     push: o.push,
+    ...(o.reach === "tenant" ? { tenant: s.tenant ?? tenantGuard([]) } : {}),
   });
 }

@@ -3,7 +3,9 @@
  * every registry, or only the hosts in FORKD_REGISTRY_HOSTS), else the `auths` of the Docker
  * client's config.json (`auth` = base64 "user:password", or `username` + `password`).
  * Credential helpers (`credsStore`, `credHelpers`) and identity tokens are not supported.
- * Credentials are only ever sent in answer to a registry's challenge, and never logged.
+ * Credentials are only ever sent in answer to a registry's challenge, and never logged. For a
+ * tenant's request (`namedOnly`) the FORKD_REGISTRY_USER credentials go only to the hosts
+ * FORKD_REGISTRY_HOSTS names: without that list they would go to any registry a tenant names.
  */
 import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
@@ -14,8 +16,11 @@ export interface Credentials {
   password: string;
 }
 
-/** Looks up credentials for a registry host (`host[:port]` as written in the reference). */
-export type CredentialLookup = (host: string) => Promise<Credentials | null>;
+/**
+ * Looks up credentials for a registry host (`host[:port]` as written in the reference);
+ * `namedOnly`: only credentials given for this host by name.
+ */
+export type CredentialLookup = (host: string, o?: { namedOnly?: boolean }) => Promise<Credentials | null>;
 
 const MAX_CONFIG = 1 << 20;
 
@@ -36,9 +41,10 @@ export function credentialsFromEnv(env: NodeJS.ProcessEnv): CredentialLookup {
     .map((h) => normalizeKey(h.trim()))
     .filter((h) => h.length > 0);
   const configPath = join(env.DOCKER_CONFIG ?? join(env.HOME ?? homedir(), ".docker"), "config.json");
-  return async (host) => {
+  return async (host, o) => {
     const key = normalizeKey(host);
-    if (user && password !== undefined && (hosts.length === 0 || hosts.includes(key))) {
+    const forAll = hosts.length === 0 && o?.namedOnly !== true;
+    if (user && password !== undefined && (forAll || hosts.includes(key))) {
       return { username: user, password };
     }
     return fromDockerConfig(configPath, key);

@@ -1,17 +1,30 @@
 /**
- * HTTP for registries and pack URLs, over Node's global fetch: a scheme policy checked on every
- * hop (https, or plain http only where allowed), redirects followed by hand (at most 5, the
- * Authorization header dropped when the origin changes), and an idle timeout that aborts a
- * request making no progress (headers, or a body chunk in either direction).
+ * HTTP for registries and pack URLs, over Node's http and https modules: a scheme policy checked
+ * on every hop (https, or plain http only where allowed), for a tenant's request the addresses it
+ * may connect to (reach.ts: checked on every hop, at connection time), redirects followed by
+ * hand (at most 5, the Authorization header dropped when the origin changes), and an idle
+ * timeout that aborts a request making no progress (headers, or a body chunk in either
+ * direction). Replies are fetch's Response (status, headers, a web stream body); no content
+ * encoding is asked for, so bodies arrive as the server stores them.
  */
+import { request as httpRequest } from "node:http";
+import type { IncomingMessage, RequestOptions } from "node:http";
+import { request as httpsRequest } from "node:https";
+import type { LookupFunction } from "node:net";
 import { Readable, Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadable } from "node:stream/web";
 import { ForkdError, errorMessage } from "../util/errors.js";
+import { VERSION } from "../version.js";
+import { connectCheck } from "./reach.js";
+import type { TenantGuard } from "./reach.js";
 import { isLoopback } from "./ref.js";
 
 export interface SchemePolicy {
   /** Plain http to non-loopback hosts (the user said --insecure, or listed the host). */
   insecure: boolean;
+  /** A tenant's request: only the addresses this guard admits (absent: the operator's, any). */
+  tenant?: TenantGuard;
 }
 
 export function checkScheme(url: URL, policy: SchemePolicy): void {
@@ -87,6 +100,67 @@ const touching = (w: Watchdog) =>
     },
   });
 
+/** Statuses whose reply has no body (fetch's Response refuses one). */
+const NULL_BODY = new Set([204, 205, 304]);
+
+/**
+ * One HTTP exchange: the request (its body streamed or whole) and the reply's head, as a
+ * Response whose body streams the rest. Errors before the head reject; after it they error the
+ * body.
+ */
+function exchange(
+  url: URL,
+  o: {
+    method: string;
+    headers: Record<string, string>;
+    body: Buffer | Readable | undefined;
+    signal: AbortSignal;
+    lookup: LookupFunction | undefined;
+  },
+): Promise<Response> {
+  return new Promise<Response>((resolve, reject) => {
+    const options: RequestOptions = {
+      method: o.method,
+      headers: o.headers,
+      signal: o.signal,
+      // No pooled connection: each is made (and its address checked) for its request.
+      agent: false,
+      ...(o.lookup ? { lookup: o.lookup } : {}),
+    };
+    const onReply = (im: IncomingMessage) => {
+      try {
+        const status = im.statusCode ?? 0;
+        const headers = new Headers();
+        for (let i = 0; i + 1 < im.rawHeaders.length; i += 2) {
+          headers.append(im.rawHeaders[i] ?? "", im.rawHeaders[i + 1] ?? "");
+        }
+        const empty = o.method === "HEAD" || NULL_BODY.has(status);
+        if (empty) im.resume();
+        resolve(
+          new Response(empty ? null : (Readable.toWeb(im) as ReadableStream<Uint8Array>), {
+            status,
+            headers,
+          }),
+        );
+      } catch (e) {
+        im.destroy();
+        reject(new ForkdError("unavailable", `a malformed reply: ${errorMessage(e)}`, {}, e));
+      }
+    };
+    let req;
+    try {
+      req = (url.protocol === "https:" ? httpsRequest : httpRequest)(url, options, onReply);
+    } catch (e) {
+      reject(e instanceof Error ? e : new Error(String(e)));
+      return;
+    }
+    req.on("error", reject); // after the head: a no-op (the body stream reports it)
+    if (o.body === undefined) req.end();
+    else if (Buffer.isBuffer(o.body)) req.end(o.body);
+    else pipeline(o.body, req).catch((e: unknown) => req.destroy(e instanceof Error ? e : undefined));
+  });
+}
+
 /**
  * One request, redirects followed. The caller reads (or cancels) the body and clears the
  * watchdog: see `readLimited` and `bodyStream`.
@@ -98,10 +172,14 @@ export async function send(url: URL, o: SendOptions): Promise<Sent> {
   try {
     for (let hop = 0; ; hop++) {
       checkScheme(current, o.policy);
-      const headers: Record<string, string> = { ...(o.headers ?? {}) };
+      const lookup = o.policy.tenant ? connectCheck(current, o.policy.tenant, o.what) : undefined;
+      const headers: Record<string, string> = {
+        "user-agent": `forkd/${VERSION}`,
+        accept: "*/*",
+        ...(o.headers ?? {}),
+      };
       if (current.origin !== origin) delete headers.authorization;
-      let body: Buffer | ReadableStream<Uint8Array> | undefined;
-      let duplex: "half" | undefined;
+      let body: Buffer | Readable | undefined;
       // A redirected body-carrying request is not replayed to another host.
       const b = hop === 0 ? o.body?.() : undefined;
       if (b) {
@@ -111,19 +189,16 @@ export async function send(url: URL, o: SendOptions): Promise<Sent> {
         else {
           const t = touching(watchdog);
           b.data.on("error", (e) => t.destroy(e));
-          body = Readable.toWeb(b.data.pipe(t)) as ReadableStream<Uint8Array>;
-          duplex = "half";
+          body = b.data.pipe(t);
         }
       }
-      const init: RequestInit & { duplex?: "half" } = {
+      const res = await exchange(current, {
         method: o.method,
         headers,
-        redirect: "manual",
+        body,
         signal: watchdog.signal,
-        ...(body !== undefined ? { body } : {}),
-        ...(duplex ? { duplex } : {}),
-      };
-      const res = await fetch(current, init);
+        lookup,
+      });
       watchdog.touch();
       const loc = res.headers.get("location");
       const redirect = [301, 302, 303, 307, 308].includes(res.status) && loc;
@@ -143,11 +218,13 @@ export async function send(url: URL, o: SendOptions): Promise<Sent> {
   }
 }
 
-/** fetch's errors say "fetch failed"; the reason is in the cause. */
+/** A connection's error as a sentence (fetch's "fetch failed" carries the reason in its cause). */
 export function describeFetchError(e: unknown): string {
   const cause = e instanceof Error ? (e.cause as { code?: string; message?: string } | undefined) : undefined;
   if (cause?.message) return `${cause.code ? `${cause.code}: ` : ""}${cause.message}`;
-  return errorMessage(e);
+  const code = (e as NodeJS.ErrnoException | undefined)?.code;
+  const msg = errorMessage(e);
+  return code && !msg.includes(code) ? `${code}: ${msg}` : msg;
 }
 
 /**

@@ -169,6 +169,8 @@ async function adoptRunning(ctx: SandboxContext, dir: string, record: SandboxRec
   }
   const net = record.network ? ctx.net.adopt(record.network) : null;
   const s = register(ctx, record, dir, vm, agent, net);
+  // The commands its guest runs (the dead daemon's) are tracked again: the handover found them.
+  s.commands.adopt(await agent.inherited(15_000));
   // The threshold still holds in QEMU, but one crossed while no daemon listened went unheard.
   await armDiskLimit(ctx, s).catch((e: unknown) =>
     ctx.log.warn("recover: disk limit not armed", { id, error: errorMessage(e) }),

@@ -17,6 +17,7 @@ import { randomBytes } from "node:crypto";
 import { chmod, chown, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
+import type { ToolRunner } from "../vmm/jailed-tools.js";
 import { linkOrCopy } from "../util/fs.js";
 import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
@@ -61,6 +62,8 @@ export interface BranchDeps {
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
   log: Logger;
+  /** Runs qemu-img on the source's layers (its VMM wrote them), jailed (src/vmm/jailed-tools.ts). */
+  tools: ToolRunner;
 }
 
 export interface BranchStarted {
@@ -110,6 +113,7 @@ export async function branch(
           // Its writes now go to a new top layer: the limit counts the frozen one too.
           newTopLayer: () => armDiskLimit(ctx, s),
           crash: ctx.crash,
+          tools: ctx.tools,
         },
         s,
         name,
@@ -177,7 +181,6 @@ export async function branchSandbox(
       backing: top,
       backingFormat: "qcow2",
       sizeBytes: source.meta.diskSize,
-      unsafe: true,
     });
     // A jailed VMM opens it as its own uid.
     if (vm.owner) await chown(newTop, vm.owner.uid, vm.owner.gid);
@@ -265,6 +268,7 @@ export async function branchSandbox(
       bytes: cap.bytes,
       owner,
       linkUp: (s.record.network?.mode ?? "none") !== "none",
+      within: [s.dir, ...(await store.chainDirs(source)), source.meta.image.dir],
     };
     const done = cap0.written
       .then(() => finish(deps, args))
@@ -338,6 +342,8 @@ interface FinishArgs {
   owner: string | null;
   /** The source's NIC link state, which its device state saved. */
   linkUp: boolean;
+  /** Where its disk chain's files may be: its own directory, its snapshot chain, its image. */
+  within: string[];
 }
 
 /** Builds and publishes the snapshot from what the pause captured (source already running). */
@@ -357,7 +363,13 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     // After earlier branches (or a pause) the source's disk is a chain of layers in its own
     // directory, which goes when it does: flatten them into one layer over the snapshot's disk.
     // (Never rebase the frozen file in place: the running source reads it as a backing file.)
-    await flattenLayers(a.frozen, { path: a.source.files.disk, format: "qcow2" }, files.disk);
+    await flattenLayers(
+      deps.tools,
+      a.frozen,
+      { path: a.source.files.disk, format: "qcow2" },
+      files.disk,
+      a.within,
+    );
   }
   // A diff snapshot keeps the captured diff as its memory (memory.diff: capture wrote it there);
   // the base image's checksum is the one its snapshot recorded, never hashed again here.
@@ -377,7 +389,6 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
     backing: deps.store.filesFor(a.tag).disk,
     backingFormat: "qcow2",
     sizeBytes: a.source.meta.diskSize,
-    unsafe: true,
   });
   await Promise.all([
     chmod(diffOnly ? files.memoryDiff : files.memory, 0o444),

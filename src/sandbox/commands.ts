@@ -2,10 +2,14 @@
  * Commands started through the API that are still running, per sandbox, by guest pid: what
  * lets a client that started a command in the background signal it or feed its stdin later;
  * and the last HISTORY_MAX that ended, with how (the sandbox's command history, in memory: a
- * daemon restart starts it again).
+ * daemon restart starts it again). A pause suspends them (they run on in the saved guest and
+ * stay listed) and the resume takes them over again (command-handle.ts); the commands a new
+ * connection finds in the guest that no one tracked (after a daemon restart, in a child of a
+ * branch) are tracked from then on (adopt()).
  */
-import type { ExecHandle } from "../agent/client.js";
+import type { ExecHandle, ExecHandlers, InheritedExec } from "../agent/client.js";
 import { ForkdError } from "../util/errors.js";
+import { CommandHandle } from "./command-handle.js";
 import { CommandTap } from "./command-tap.js";
 import type { CommandReader } from "./command-tap.js";
 
@@ -16,7 +20,7 @@ export interface RunningCommand {
   stdinOpen: boolean;
   /** Runs on a pseudo-terminal (its size can change). */
   pty: boolean;
-  handle: ExecHandle;
+  handle: CommandHandle;
   /** The readers attached to its output after its start. */
   tap: CommandTap;
 }
@@ -45,16 +49,20 @@ export class CommandTable {
   private readonly ended: EndedCommand[] = [];
 
   /**
-   * Tracks `handle` from its start until it exits; `tap` (whose handlers() fed the exec) carries
-   * its output to the readers attached later (attach()).
+   * Tracks `inner` from its start until it exits; `tap` (whose handlers() fed the exec, as
+   * `handlers`) carries its output to the readers attached later (attach()). Returns the handle
+   * its owner keeps: the same across a pause and resume (command-handle.ts).
    */
   track(
     cmd: string[] | string,
     stdinOpen: boolean,
-    handle: ExecHandle,
+    inner: ExecHandle,
     pty = false,
     tap: CommandTap = new CommandTap(),
-  ): void {
+    handlers: ExecHandlers = tap.handlers({}),
+    started: Date | null = null,
+  ): ExecHandle {
+    const handle = new CommandHandle(inner, handlers);
     handle.result.then(
       (result) => tap.end({ result }),
       (error: unknown) => tap.end({ error }),
@@ -65,7 +73,7 @@ export class CommandTable {
         const c: RunningCommand = {
           pid,
           cmd,
-          started: new Date().toISOString(),
+          started: (started ?? new Date()).toISOString(),
           stdinOpen,
           pty,
           handle,
@@ -80,6 +88,52 @@ export class CommandTable {
       },
       () => undefined,
     );
+    return handle;
+  }
+
+  /**
+   * The sandbox is pausing: its agent connection is about to end while its commands run on in
+   * the saved guest. They stay listed; their owners and readers stay attached.
+   */
+  suspend(): void {
+    for (const c of this.byPid.values()) c.handle.suspend();
+  }
+
+  /**
+   * A new agent connection found `inherited` running in the guest (handover): the suspended
+   * commands among them are bound to it again; one suspended that the guest no longer has
+   * ended unseen; the others (a daemon restart, a child of a branch) are tracked from now on.
+   */
+  adopt(inherited: readonly InheritedExec[]): void {
+    const byPid = new Map(inherited.map((i) => [i.pid, i]));
+    for (const c of [...this.byPid.values()]) {
+      if (!c.handle.suspended) continue;
+      const i = byPid.get(c.pid);
+      byPid.delete(c.pid);
+      if (i) c.handle.rebind(i);
+      else
+        c.handle.lost(
+          new ForkdError(
+            "unavailable",
+            `command ${c.pid} ended while its sandbox was paused; how is unknown`,
+            {
+              pid: c.pid,
+            },
+          ),
+        );
+    }
+    for (const i of byPid.values()) {
+      if (this.byPid.has(i.pid)) continue;
+      const tap = new CommandTap();
+      const handlers = tap.handlers({});
+      i.attach(handlers);
+      this.track(i.cmd, i.stdinOpen, i.handle, i.pty, tap, handlers, i.startedAt);
+    }
+  }
+
+  /** The sandbox ended: every command it still tracks ends with `error` (a suspended one too). */
+  lose(error: unknown): void {
+    for (const c of this.byPid.values()) c.handle.lost(error);
   }
 
   /** Attaches `reader` to a running command's output from now on and its exit; returns the detach. */
@@ -126,9 +180,5 @@ export class CommandTable {
   private remember(e: EndedCommand): void {
     this.ended.push(e);
     if (this.ended.length > HISTORY_MAX) this.ended.splice(0, this.ended.length - HISTORY_MAX);
-  }
-
-  clear(): void {
-    this.byPid.clear();
   }
 }

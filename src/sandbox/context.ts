@@ -13,6 +13,7 @@ import type { VmmDriver } from "../vmm/driver.js";
 import type { LiveCapturer, LiveMode } from "../vmm/live-capture.js";
 import type { MemoryDiffs } from "../vmm/memsnap.js";
 import type { Strays } from "../vmm/strays.js";
+import type { ToolRunner } from "../vmm/jailed-tools.js";
 import type { WarmPool } from "./pool.js";
 import type { SandboxRegistry } from "./registry.js";
 
@@ -47,4 +48,6 @@ export interface SandboxContext {
   readonly crash: CrashPoint;
   readonly live: SandboxRegistry;
   readonly pool: WarmPool;
+  /** Host tools on what VMMs wrote (qemu-img flattening a branch), jailed. */
+  readonly tools: ToolRunner;
 }

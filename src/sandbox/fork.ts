@@ -221,6 +221,8 @@ async function forkOne(
     ctx.crash("fork:before-record");
     await saveRecord(p.dir, record);
     registered = register(ctx, record, p.dir, p.vm, p.agent, net);
+    // A snapshot branched from a sandbox with commands running carries them into each child.
+    registered.commands.adopt(await p.agent.inherited(ctx.readyTimeoutMs));
     await armDiskLimit(ctx, registered);
     return registered;
   } catch (e) {

@@ -69,10 +69,11 @@ async function pauseNow(ctx: SandboxContext, s: Sandbox, vm: Vm, memsnap: Memory
     ctx.crash("pause:recorded");
     // Detached from here: its VMM quitting is not an exit (onExit only acts on the current vm).
     const plain: Sandbox = s;
+    // Its commands run on in the saved guest: the resume's connection takes them over.
+    s.commands.suspend();
     plain.agent?.close();
     plain.vm = null;
     plain.agent = null;
-    s.commands.clear();
     stopped = true;
     await vm.stop(); // quit: flushes and closes its disk
     ctx.crash("pause:after-stop");

@@ -101,6 +101,7 @@ async function resumeNow(
       { hostname: id, sandboxId: id, netUpWaitMs: p.nic && net.linkUp ? NET_UP_WAIT_MS : undefined },
       ctx.readyTimeoutMs,
     );
+    const inherited = await agent.inherited(ctx.readyTimeoutMs);
     await net.start();
     // Relays started: the host ports they answer on.
     const started = record();
@@ -108,6 +109,9 @@ async function resumeNow(
       s.record = started;
       await saveRecord(s.dir, s.record);
     }
+    // Its commands ran on in the saved guest: this connection takes them over (handover). Only
+    // now: a resume that fails before this leaves them suspended, for the next one.
+    s.commands.adopt(inherited);
     markRunning(s, vm, agent, net);
     watchAgent(ctx, s, agent);
     watchVmm(ctx, s, vm);

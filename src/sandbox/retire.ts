@@ -3,6 +3,7 @@
  * stays listed as exited for a while); kill() is a client's DELETE, which also forgets it.
  */
 import { rm } from "node:fs/promises";
+import { ForkdError } from "../util/errors.js";
 import type { SandboxContext } from "./context.js";
 import { markExited, settled } from "./sandbox.js";
 import type { Sandbox } from "./sandbox.js";
@@ -13,7 +14,13 @@ const KILL_WAIT_MS = 60_000;
 /** Stops `s` for `reason` (`kill`: its VMM too), frees its VMM and files; it stays listed as exited. */
 export async function retire(s: Sandbox, reason: string, kill: boolean): Promise<void> {
   if (!markExited(s, reason)) return;
-  s.commands.clear();
+  // Its commands end with it (also those suspended while it was paused).
+  s.commands.lose(
+    new ForkdError("unavailable", `sandbox ${s.record.id} exited: ${reason}`, {
+      id: s.record.id,
+      exit_reason: reason,
+    }),
+  );
   s.agent?.close();
   if (kill) await s.vm?.kill().catch(() => undefined);
   // Its VMM is gone: its slot can go to another child.

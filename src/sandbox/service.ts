@@ -29,6 +29,8 @@ import type { VmmDriver } from "../vmm/driver.js";
 import { forkdLiveCapture } from "../vmm/live-capture.js";
 import type { LiveCapturer, LiveMode } from "../vmm/live-capture.js";
 import { forkdMemsnap } from "../vmm/memsnap.js";
+import { JailedTools } from "../vmm/jailed-tools.js";
+import type { ToolRunner } from "../vmm/jailed-tools.js";
 import type { MemoryDiffs } from "../vmm/memsnap.js";
 import { Strays } from "../vmm/strays.js";
 import { recover } from "./adopt.js";
@@ -93,6 +95,8 @@ export interface SandboxServiceOptions {
   crash?: CrashPoint;
   /** Where sandboxes' creation, state changes and ends are told (src/events/bus.ts). */
   events?: EventSink;
+  /** Runs qemu-img on what VMMs wrote, jailed (default: as the daemon, unjailed: tests). */
+  tools?: ToolRunner;
 }
 
 export class SandboxService {
@@ -118,6 +122,7 @@ export class SandboxService {
       strays: o.strays ?? new Strays([o.driver.binary, ...(o.memsnap ? [o.memsnap] : [])], o.log),
       quarantine: o.quarantine ?? new Quarantine(join(dirname(o.root), "quarantine"), o.log),
       crash: o.crash ?? NO_CRASH,
+      tools: o.tools ?? new JailedTools(null, null),
       live: new SandboxRegistry(o.events),
       pool: new WarmPool(
         { ...poolDefaults(), perTag: o.poolSize ?? 0, ...o.pool },

@@ -11,6 +11,7 @@
 import { chmod, mkdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
+import type { ToolRunner } from "../vmm/jailed-tools.js";
 import { linkOrCopy } from "../util/fs.js";
 import { ForkdError } from "../util/errors.js";
 import { readMeta, sha256File, writeMeta } from "./meta.js";
@@ -20,15 +21,27 @@ import type { Snapshot, SnapshotStore } from "./store.js";
 
 const rootfsOf = (meta: SnapshotMeta): string => join(meta.image.dir, "rootfs.ext4");
 
-/** Writes `out`: the whole disk chain under `top` as one qcow2 layer over the image's rootfs. */
-const flattenToRootfs = (top: string, meta: SnapshotMeta, out: string): Promise<void> =>
-  flattenLayers(top, { path: rootfsOf(meta), format: "raw" }, out);
+/**
+ * Writes `out`: the whole disk chain under `snap`'s disk as one qcow2 layer over the image's
+ * rootfs (VMMs wrote the layers: qemu-img runs jailed, seeing the chain's files alone).
+ */
+const flattenToRootfs = async (
+  tools: ToolRunner,
+  store: SnapshotStore,
+  snap: Snapshot,
+  out: string,
+): Promise<void> =>
+  flattenLayers(tools, snap.files.disk, { path: rootfsOf(snap.meta), format: "raw" }, out, [
+    ...(await store.chainDirs(snap)),
+    snap.meta.image.dir,
+  ]);
 
 /** A new base snapshot `newTag` with `tag`'s state and no parent. */
 export async function compactSnapshot(
   store: SnapshotStore,
   tag: string,
   newTag: string,
+  tools: ToolRunner,
 ): Promise<SnapshotMeta> {
   const src = await store.get(tag);
   const release = await store.claim(newTag);
@@ -46,13 +59,12 @@ export async function compactSnapshot(
     if (src.files.memoryDiff) await applyMemoryDiff(src.files.memory, src.files.memoryDiff, files.memory);
     else await linkOrCopy(src.files.memory, files.memory);
     await linkOrCopy(src.files.vmstate, files.vmstate);
-    await flattenToRootfs(src.files.disk, src.meta, files.disk);
+    await flattenToRootfs(tools, store, src, files.disk);
     await chmod(files.disk, 0o444);
     await createOverlay(files.childDisk, {
       backing: store.filesFor(newTag).disk,
       backingFormat: "qcow2",
       sizeBytes: src.meta.diskSize,
-      unsafe: true,
     });
     const { checksum: _drop, branch: _branch, parent: _parent, memoryBase: _mb, ...rest } = src.meta;
     const { memoryDiff: _md, ...sums } = src.meta.files;
@@ -80,11 +92,11 @@ export async function compactSnapshot(
  * VMs that have the old file open keep it) with the flattened chain, and its metadata loses
  * its parent. Used before a forced delete of the parent.
  */
-export async function flattenInPlace(store: SnapshotStore, snap: Snapshot): Promise<void> {
+export async function flattenInPlace(store: SnapshotStore, snap: Snapshot, tools: ToolRunner): Promise<void> {
   if (!snap.meta.parent) return;
   const tmp = join(snap.files.dir, `.disk-flat-${Date.now().toString(36)}.qcow2`);
   try {
-    await flattenToRootfs(snap.files.disk, snap.meta, tmp);
+    await flattenToRootfs(tools, store, snap, tmp);
     await chmod(tmp, 0o444);
     const disk = await sha256File(tmp);
     const { checksum: _drop, ...rest } = snap.meta;
@@ -178,6 +190,8 @@ export interface DeleteHooks {
    * pool: pre-started VMMs map the image they were started with).
    */
   beforeDelete(tag: string): Promise<void>;
+  /** Runs qemu-img flattening a dependent (force), jailed. */
+  tools: ToolRunner;
 }
 
 /**
@@ -216,7 +230,7 @@ export async function deleteSnapshot(
       await materializeMemory(store, await store.get(t));
     }
     for (const dep of await store.dependents(tag)) {
-      await flattenInPlace(store, await store.get(dep));
+      await flattenInPlace(store, await store.get(dep), hooks.tools);
       orphaned.push(dep);
     }
   }

@@ -5,11 +5,11 @@
  * the memory file. The parent never runs again on that image.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, copyFile, lchown, lstat, mkdir, rename, rm } from "node:fs/promises";
+import { chmod, copyFile, mkdir, rename, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import type { EvalLanguage } from "../agent/eval.js";
-import { createOverlay, rebaseUnsafe, virtualSize } from "../disk/overlay.js";
+import { createOverlay, rawSize, rebaseUnsafe } from "../disk/overlay.js";
 import { plainLayerProblem } from "../disk/plain-layer.js";
 import type { AccelChoice } from "../host/accel.js";
 import type { GuestImage, ImageBuilder } from "../image/builder.js";
@@ -22,6 +22,8 @@ import type { MachineConfig } from "../vmm/config.js";
 import { limitsFor } from "../vmm/limits.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import type { Vm } from "../vmm/vm.js";
+import { takeBack } from "../vmm/jail-files.js";
+import type { ToolRunner } from "../vmm/jailed-tools.js";
 import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta, SnapshotSource } from "./meta.js";
 import { startAndWaitReady } from "./start-ready.js";
@@ -60,7 +62,16 @@ export interface CreateSnapshotRequest {
   warmTimeoutMs?: number;
   /** The tenant it is made for (null or absent: shared, an admin's). */
   owner?: string | null;
+  /**
+   * Aborted: the creation is cancelled (its client went away, as `docker build` stops at
+   * Ctrl-C): the parent VM is killed at once, nothing is published; once published it stays.
+   */
+  signal?: AbortSignal;
 }
+
+/** The error of a creation whose client went away before it was published. */
+export const cancelled = (tag: string): ForkdError =>
+  new ForkdError("conflict", `the creation of snapshot ${tag} was cancelled: its client went away`, { tag });
 
 export interface SnapshotDeps {
   store: SnapshotStore;
@@ -72,6 +83,8 @@ export interface SnapshotDeps {
   runDir: string;
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
+  /** Runs qemu-img on the layers VMs wrote, jailed (src/vmm/jailed-tools.ts). */
+  tools: ToolRunner;
 }
 
 /**
@@ -80,10 +93,11 @@ export interface SnapshotDeps {
  * (not a link to a host file the daemon would chown, hash and make readable, nor a FIFO).
  */
 async function moveOwned(from: string, to: string): Promise<void> {
-  const st = await lstat(from);
-  if (!st.isFile() || st.nlink !== 1)
-    throw new ForkdError("vmm_error", `the parent VM left ${basename(from)} as something other than a file`);
-  await lchown(from, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
+  await takeBack(from, 0o600).catch((e: unknown) => {
+    throw e instanceof ForkdError
+      ? new ForkdError("vmm_error", `the parent VM left ${basename(from)} as something other than a file`)
+      : e;
+  });
   await rename(from, to).catch(async (e: NodeJS.ErrnoException) => {
     if (e.code !== "EXDEV") throw e;
     await copyFile(from, to);
@@ -104,7 +118,11 @@ export async function createSnapshot(
   const runtime = join(deps.runDir, `p-${suffix}`);
   let vm: Vm | null = null;
   let agent: AgentClient | null = null;
+  // Cancelled: the parent dies now, so whatever step waits on it fails at once.
+  const onAbort = () => void vm?.kill().catch(() => undefined);
+  req.signal?.addEventListener("abort", onAbort, { once: true });
   try {
+    if (req.signal?.aborted) throw cancelled(req.tag);
     await mkdir(staging, { recursive: true, mode: 0o700 });
     // A daemon that dies before publishing leaves the tag failed (SnapshotStore.recover), and
     // the next one kills the parent VM still running from run/ (daemon/main.ts).
@@ -124,7 +142,11 @@ export async function createSnapshot(
       disk: join(runtime, "disk.qcow2"),
       vmstate: join(runtime, "vmstate"),
     };
-    await createOverlay(own.disk, { backing: image.rootfs, backingFormat: "raw" });
+    await createOverlay(own.disk, {
+      backing: image.rootfs,
+      backingFormat: "raw",
+      sizeBytes: await rawSize(image.rootfs),
+    });
     const machine: MachineConfig = {
       memoryMiB: req.memoryMiB,
       vcpus: req.vcpus,
@@ -155,6 +177,7 @@ export async function createSnapshot(
       ...(withNic ? { nic: { guest: GUEST_NET, backend: { kind: "none" as const } } } : {}),
       jail: { reads: [image.dir], limits: limitsFor(machine) },
     });
+    if (req.signal?.aborted) throw cancelled(req.tag);
     agent = await vm.connectAgent(10_000);
     await waitReady(deps.driver, vm, agent, req.bootTimeoutMs ?? 180_000, runtime);
     const bootMs = since(t0);
@@ -237,11 +260,12 @@ export async function createSnapshot(
     await moveOwned(own.memory, files.memory);
     await moveOwned(own.disk, files.disk);
     await moveOwned(own.vmstate, files.vmstate);
-    // The layer's header was the VMM's to write: no data file, and the backing file it names is
-    // replaced by the image's (root's qemu-img reads this layer later: compaction, packs).
-    const why = await plainLayerProblem(files.disk);
+    // The layer's header was the VMM's to write: read by a jailed qemu-img, it must name no data
+    // file, and the backing file it names is replaced by the image's (qemu-img reads this layer
+    // later: compaction, packs, branches).
+    const why = await plainLayerProblem(deps.tools, files.disk);
     if (why !== null) throw new ForkdError("vmm_error", `the parent VM's disk layer is not plain: ${why}`);
-    await rebaseUnsafe(files.disk, image.rootfs, "raw");
+    await rebaseUnsafe(deps.tools, files.disk, image.rootfs, "raw", 0o600);
     const freezeMs = since(t2);
 
     progress("freeze: checksumming memory, device state and disk", { phase: "freeze" });
@@ -250,13 +274,13 @@ export async function createSnapshot(
       sha256File(files.vmstate),
       sha256File(files.disk),
     ]);
-    const diskSize = await virtualSize(files.disk);
+    // The image's size, as the layer was made: a size the VMM wrote in its header is not trusted.
+    const diskSize = await rawSize(image.rootfs);
     // Children copy this empty layer; it names the published path of the frozen layer.
     await createOverlay(files.childDisk, {
       backing: deps.store.filesFor(req.tag).disk,
       backingFormat: "qcow2",
       sizeBytes: diskSize,
-      unsafe: true,
     });
     await Promise.all([chmod(files.memory, 0o444), chmod(files.disk, 0o444), chmod(files.vmstate, 0o444)]);
     const meta = await writeMeta(files.meta, {
@@ -286,18 +310,21 @@ export async function createSnapshot(
       ...(withNic ? { nic: nicMeta(GUEST_NET, false) } : {}),
     });
     deps.crash?.("create:before-publish");
+    if (req.signal?.aborted) throw cancelled(req.tag);
     await deps.store.publish(staging, req.tag);
     // Kept until published (see markWriting above); a published tag is complete without it.
     await rm(join(deps.store.filesFor(req.tag).dir, "status.json"), { force: true });
     progress(`snapshot ${req.tag} ready`, { phase: "ready" });
     return meta;
   } catch (e) {
+    if (req.signal?.aborted) throw cancelled(req.tag);
     const tail = await deps.driver.consoleTail(runtime, 1500);
     if (e instanceof ForkdError && tail && e.code !== "conflict") {
       e.details.console_tail = tail;
     }
     throw e;
   } finally {
+    req.signal?.removeEventListener("abort", onAbort);
     agent?.close();
     if (vm) await vm.kill().catch(() => undefined);
     await rm(staging, { recursive: true, force: true });

@@ -49,6 +49,8 @@ export interface DockerfileSnapshotRequest {
   /** The kernel warmEval runs in. */
   warmEvalLanguage: EvalLanguage;
   owner: string | null;
+  /** Aborted: the build and the snapshot are cancelled (create.ts CreateSnapshotRequest.signal). */
+  signal?: AbortSignal;
 }
 
 /** FROM forkd://NAME: the template's image; anything else: `images` (OCI), if there is one. */
@@ -137,6 +139,7 @@ export async function createFromDockerfile(
         accel: deps.create.accel,
         runDir: deps.create.runDir,
         resolve: deps.resolve,
+        tools: deps.create.tools,
         ...(deps.network ? { network: deps.network } : {}),
         ...(deps.pin ? { pin: deps.pin } : {}),
       },
@@ -146,6 +149,7 @@ export async function createFromDockerfile(
         buildArgs: req.buildArgs,
         memoryMiB: req.memoryMiB,
         vcpus: req.vcpus,
+        ...(req.signal ? { signal: req.signal } : {}),
       },
       progress,
     );
@@ -168,6 +172,7 @@ export async function createFromDockerfile(
         memoryMiB: req.memoryMiB,
         vcpus: req.vcpus,
         owner: req.owner,
+        ...(req.signal ? { signal: req.signal } : {}),
       },
       progress,
     );

@@ -33,6 +33,7 @@ import { SnapshotMetaSchema, diffFieldsAgree, sha256File, withSource, writeMeta 
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
 import type { CrashPoint } from "../util/crash.js";
+import type { ToolRunner } from "../vmm/jailed-tools.js";
 
 export const PACK_FORMAT = "forkd-pack/1";
 const SNAPSHOT_FILES = ["meta.json", "memory", "memory.diff", "vmstate", "disk.qcow2"] as const;
@@ -228,6 +229,8 @@ export interface UnpackDeps {
   crash?: CrashPoint;
   /** Pins the image directory in the cache until the snapshots naming it are published. */
   pin?: (path: string) => Promise<boolean>;
+  /** Runs qemu-img on the pack's layers (a tenant wrote them), jailed (src/vmm/jailed-tools.ts). */
+  tools: ToolRunner;
 }
 
 /** What registering a staged pack did. */
@@ -394,8 +397,8 @@ async function installImage(deps: UnpackDeps, staged: string, address: string): 
 const scrub = (text: string, path: string, file: string): string => text.split(path).join(file).slice(0, 300);
 
 /** A pack's disk layer must be a plain qcow2 layer (src/disk/plain-layer.ts); its backing file is replaced by ours. */
-async function checkPackDisk(path: string, file: string): Promise<void> {
-  const why = await plainLayerProblem(path);
+async function checkPackDisk(tools: ToolRunner, path: string, file: string): Promise<void> {
+  const why = await plainLayerProblem(tools, path);
   if (why !== null)
     throw new ForkdError(
       "invalid_argument",
@@ -482,7 +485,11 @@ export async function registerStaged(
     for (const [i, m] of metas.entries()) {
       const tag = localTag(manifest, i, o.as);
       if (!(await store.has(tag))) {
-        await checkPackDisk(join(dir, "snapshots", m.tag, "disk.qcow2"), `snapshots/${m.tag}/disk.qcow2`);
+        await checkPackDisk(
+          deps.tools,
+          join(dir, "snapshots", m.tag, "disk.qcow2"),
+          `snapshots/${m.tag}/disk.qcow2`,
+        );
         local.push(null);
         continue;
       }
@@ -523,13 +530,15 @@ export async function registerStaged(
       try {
         const disk = join(src, "disk.qcow2");
         const backing = parentMeta ? store.filesFor(parentMeta.tag).disk : join(imageDir, "rootfs.ext4");
-        await rebaseUnsafe(disk, backing, parentMeta ? "qcow2" : "raw").catch((e: unknown) => {
-          throw new ForkdError(
-            "invalid_argument",
-            `pack snapshot ${m.tag}: its disk layer is not a usable qcow2 image: ${scrub(errorMessage(e), disk, "disk.qcow2")}`,
-            { file: `snapshots/${m.tag}/disk.qcow2` },
-          );
-        });
+        await rebaseUnsafe(deps.tools, disk, backing, parentMeta ? "qcow2" : "raw", 0o600).catch(
+          (e: unknown) => {
+            throw new ForkdError(
+              "invalid_argument",
+              `pack snapshot ${m.tag}: its disk layer is not a usable qcow2 image: ${scrub(errorMessage(e), disk, "disk.qcow2")}`,
+              { file: `snapshots/${m.tag}/disk.qcow2` },
+            );
+          },
+        );
         const { checksum: _c, ...rest } = m;
         await rm(join(src, "meta.json"));
         const meta = await writeMeta(join(src, "meta.json"), {
@@ -548,7 +557,6 @@ export async function registerStaged(
           backing: store.filesFor(tag).disk,
           backingFormat: "qcow2",
           sizeBytes: m.diskSize,
-          unsafe: true,
         });
         deps.crash?.("unpack:before-publish");
         await store.publish(src, tag);

@@ -12,7 +12,7 @@ import { ForkdError } from "../util/errors.js";
 import type { Logger } from "../util/log.js";
 import { compactSnapshot, deleteSnapshot, planDelete } from "./chain.js";
 import type { DeletePlan } from "./chain.js";
-import { createSnapshot } from "./create.js";
+import { cancelled, createSnapshot } from "./create.js";
 import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
 import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
@@ -30,6 +30,11 @@ import type { PushResult, TransferDeps } from "./push.js";
 import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./store.js";
 import { unpackSnapshot } from "./unpack.js";
 import type { PinScope } from "../cache/pins.js";
+import type { Reach } from "../registry/reach.js";
+
+/** A request's owner as a registry's reach: the admin's (no owner) is the operator's, a tenant's its own. */
+const reachOf = (owner: string | null | undefined): Reach =>
+  owner === null || owner === undefined ? "operator" : "tenant";
 
 /** The daemon's part in the shared cache (src/cache/keeper.ts): pins, and collecting after builds. */
 export interface CacheUse {
@@ -112,12 +117,12 @@ export class SnapshotService {
   }
 
   /**
-   * Refuses a creation at once (a taken tag, an unknown template, images without a puller),
-   * before any work starts.
+   * Refuses a creation at once (a taken tag, an unknown template, images without a puller, an
+   * image a tenant `owner` may not pull), before any work starts.
    */
-  async checkCreatable(tag: string, from: SnapshotFrom): Promise<void> {
+  async checkCreatable(tag: string, from: SnapshotFrom, owner: string | null = null): Promise<void> {
     if ("template" in from) await this.o.create.images.assertKnown(from.template);
-    else if ("image" in from) this.resolver();
+    else if ("image" in from) await this.resolver().admit?.(from.image, reachOf(owner));
     if (await this.o.store.has(tag))
       throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
   }
@@ -131,25 +136,31 @@ export class SnapshotService {
   }
 
   /** The guest image, source and exec defaults of `from`: built (or found cached) now. */
-  private async prepare(from: SnapshotFrom, progress: Progress, pins?: PinScope): Promise<PreparedImage> {
+  private async prepare(
+    from: SnapshotFrom,
+    reach: Reach,
+    progress: Progress,
+    pins?: PinScope,
+    signal?: AbortSignal,
+  ): Promise<PreparedImage> {
     if ("prepared" in from) return from.prepared;
     const onLine = (line: string) => progress(line, { phase: "image" });
     if ("template" in from) {
       await this.o.create.images.assertKnown(from.template);
       progress(`image: ensuring template ${from.template}`, { phase: "image" });
-      const image = await this.o.create.images.ensure(from.template, onLine);
+      const image = await this.o.create.images.ensure(from.template, onLine, undefined, signal);
       return { image, source: { kind: "template", name: from.template } };
     }
     progress(`image: pulling ${from.image}`, { phase: "pull" });
-    let pulled = await this.resolver().ensure(from.image, progress);
+    let pulled = await this.resolver().ensure(from.image, progress, signal, reach);
     // Its tree is read by the image build: pinned until the snapshot is made (once more if it
     // was collected between the pull and the pin).
     if (pins && !(await pins.pin(pulled.rootfs))) {
-      pulled = await this.resolver().ensure(from.image, progress);
+      pulled = await this.resolver().ensure(from.image, progress, signal, reach);
       if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${from.image}`);
     }
     progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
-    const image = await this.o.create.images.ensureFromRootfs(pulled, onLine);
+    const image = await this.o.create.images.ensureFromRootfs(pulled, onLine, undefined, signal);
     const cwd = pulled.config.workingDir;
     return {
       image,
@@ -191,7 +202,7 @@ export class SnapshotService {
             ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
             resolve: defaultResolver(
               this.o.create.images,
-              this.o.images ? this.fromImage(this.o.images, pins) : undefined,
+              this.o.images ? this.fromImage(this.o.images, reachOf(req.owner), pins) : undefined,
             ),
             ...(this.o.buildNetwork ? { network: this.o.buildNetwork } : {}),
             snapshot: (c, p) => this.build(c, p),
@@ -216,11 +227,13 @@ export class SnapshotService {
     // What the snapshot is made from stays pinned in the cache until its meta.json names it.
     const pins = this.o.cache?.scope();
     try {
-      let prepared = await this.prepare(from, progress, pins);
+      const reach = reachOf(req.owner);
+      let prepared = await this.prepare(from, reach, progress, pins, req.signal);
       if (pins && !(await pins.pin(prepared.image.dir))) {
-        prepared = await this.prepare(from, progress, pins); // collected since: built again
+        prepared = await this.prepare(from, reach, progress, pins, req.signal); // collected since: built again
         if (!(await pins.pin(prepared.image.dir))) throw collected(`the guest image ${prepared.image.dir}`);
       }
+      if (req.signal?.aborted) throw cancelled(req.tag);
       const meta = await createSnapshot(this.o.create, { ...rest, ...prepared }, progress);
       this.o.sandboxes.prewarm(meta.tag);
       return meta;
@@ -267,13 +280,16 @@ export class SnapshotService {
     }
   }
 
-  /** Dockerfile FROM of an image reference: pulled, then its guest image built (cached both). */
-  private fromImage(images: ImageResolver, pins?: PinScope): FromResolver {
+  /**
+   * Dockerfile FROM of an image reference: pulled (a tenant's build reaches only what a tenant
+   * may), then its guest image built (cached both).
+   */
+  private fromImage(images: ImageResolver, reach: Reach, pins?: PinScope): FromResolver {
     return async (ref, progress, signal) => {
-      let pulled = await images.ensure(ref, progress, signal);
+      let pulled = await images.ensure(ref, progress, signal, reach);
       // Its tree is read by the image build: pinned (pulled again if collected meanwhile).
       if (pins && !(await pins.pin(pulled.rootfs))) {
-        pulled = await images.ensure(ref, progress, signal);
+        pulled = await images.ensure(ref, progress, signal, reach);
         if (!(await pins.pin(pulled.rootfs))) throw collected(`the pulled image ${ref}`);
       }
       progress(`image: guest image of ${pulled.ref}@${pulled.digest}`, { phase: "image" });
@@ -341,7 +357,7 @@ export class SnapshotService {
 
   /** A new base snapshot `newTag` with `tag`'s state and no parent. */
   compact(tag: string, newTag: string): Promise<SnapshotMeta> {
-    return compactSnapshot(this.o.store, tag, newTag);
+    return compactSnapshot(this.o.store, tag, newTag, this.o.create.tools);
   }
 
   /**
@@ -355,6 +371,7 @@ export class SnapshotService {
     return deleteSnapshot(this.o.store, tag, o, {
       inUse: (t) => this.o.sandboxes.countByTag(t),
       beforeDelete: (t) => this.o.sandboxes.forgetSnapshot(t),
+      tools: this.o.create.tools,
     });
   }
 
@@ -368,6 +385,7 @@ export class SnapshotService {
       ...(pins ? { pin: (path: string) => pins.pin(path) } : {}),
       store: this.o.store,
       cacheDir: this.o.cacheDir,
+      tools: this.o.create.tools,
       maxBytes: this.o.transfer.unpackMaxBytes ?? null,
       accel: this.o.accel,
       owner,

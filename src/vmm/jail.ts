@@ -1,6 +1,7 @@
 /**
  * The jail every VMM process runs in (enforced by native/jailer/forkd-jailer, which this module
- * builds the arguments for, and by QEMU's own seccomp filter, `-sandbox`):
+ * builds the arguments for, and by QEMU's own seccomp filter, `-sandbox`), and the stricter one
+ * of every host tool run on what a guest or a tenant wrote (prepareTool, ./jailed-tools.ts):
  *   - its own unprivileged uid, from a pool, so no VMM can signal, ptrace or read the memory of
  *     another (/proc/PID/mem needs the same uid), nor open another's files (its directory is
  *     0700 and owned by its uid); the pool is the data directory's own (src/vmm/jail-uids.ts), so
@@ -15,7 +16,12 @@
  *   - a cgroup with its resource limits (src/host/cgroups.ts);
  *   - no capabilities and no_new_privs.
  * A daemon that is not root cannot do any of this and runs VMMs as itself (reported by doctor).
+ *
+ * A host tool's jail takes its uid from the same pool, and sees less: a root of its own with
+ * only the host's programs and libraries and the files at hand (no data or cache directory at
+ * all), its own PID namespace (what it starts ends with it) and an empty network namespace.
  */
+import { randomBytes } from "node:crypto";
 import { chmod, chown, readdir, stat } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import type { Cgroups } from "../host/cgroups.js";
@@ -42,6 +48,17 @@ export interface JailSpec {
   /** Files or directories it reads (snapshot chain, guest image). */
   reads: string[];
   limits: VmLimits;
+}
+
+/** What a host tool run jailed sees and may use (prepareTool). */
+export interface ToolJailSpec {
+  /** Files it reads (bound read-only; the caller made them readable by the jail's group). */
+  reads: string[];
+  /** Files it writes (bound read-write; the caller handed them to its uid: ./jail-files.ts). */
+  writes: string[];
+  limits: VmLimits;
+  /** setrlimit(2) bounds of its process (forkd-jailer --rlimit R=N). */
+  rlimits: Partial<Record<"as" | "cpu" | "fsize" | "nofile" | "core", number>>;
 }
 
 export interface JailedLaunch {
@@ -128,6 +145,41 @@ export class Jail {
       for (const r of spec.reads) args.push("--bind-ro", r);
       args.push("--uid", String(uid), "--gid", String(gid));
       if (o.groups.length > 0) args.push("--groups", o.groups.join(","));
+      return { args, uid, release };
+    } catch (e) {
+      await release();
+      throw e;
+    }
+  }
+
+  /**
+   * The jailer's options for one host tool (./jailed-tools.ts): with a jail, a uid of the pool,
+   * a cgroup with `limits`, a root of its own holding only `reads` and `writes` besides the
+   * host's programs and libraries, its own PID and network namespaces; without one (the daemon
+   * is not root), only the rlimits.
+   */
+  async prepareTool(spec: ToolJailSpec): Promise<JailedLaunch> {
+    const args: string[] = [];
+    for (const [k, v] of Object.entries(spec.rlimits))
+      args.push("--rlimit", `${k}=${Math.max(0, Math.floor(v))}`);
+    const o = this.opts;
+    if (!o)
+      return { args, uid: null, release: () => Promise.resolve({ oomKilled: false, memoryLimitMiB: null }) };
+    const name = `tool-${randomBytes(6).toString("hex")}`;
+    let uid: number | null = null;
+    const release = async () => {
+      const verdict = await this.cgroups.verdict(name);
+      await this.cgroups.remove(name).catch(() => undefined);
+      if (uid !== null) this.used.delete(uid);
+      return verdict;
+    };
+    try {
+      for (const d of await this.cgroups.create(name, spec.limits)) args.push("--cgroup", d);
+      uid = this.takeUid();
+      args.push("--new-root", "--new-pid", "--new-net");
+      for (const w of spec.writes) args.push("--bind", w);
+      for (const r of spec.reads) args.push("--bind-ro", r);
+      args.push("--uid", String(uid), "--gid", String(o.gid));
       return { args, uid, release };
     } catch (e) {
       await release();

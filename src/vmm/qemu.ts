@@ -98,7 +98,7 @@ export class QemuVm implements Vm {
   }
 
   connectAgent(timeoutMs: number, signal?: AbortSignal): Promise<AgentClient> {
-    return AgentClient.connect(vmFiles(this.dir).agent, timeoutMs, signal);
+    return AgentClient.connect(vmFiles(this.dir).agent, timeoutMs, signal, { handover: true });
   }
 
   detach(): void {

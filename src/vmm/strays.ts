@@ -1,6 +1,7 @@
 /**
  * Processes a dead daemon left behind: VMMs (QEMU, started through the jailer), and the helpers
- * it ran on their files (forkd-memsnap, qemu-img, tar), still referencing a directory the new
+ * it ran on their files (forkd-memsnap, qemu-img, tar; a jailed qemu-img is its PID namespace's
+ * init under a waiting jailer, and ends with it), still referencing a directory the new
  * daemon is about to remove or re-use (its run/ directory, a snapshot staging directory, a
  * sandbox without a usable record). They are not the new daemon's children, so it cannot wait
  * for them as a parent would: it SIGKILLs them and polls until each is gone.

@@ -10,7 +10,7 @@ import { mkdir, stat } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import type { AgentClient } from "../../src/agent/client.js";
-import { createOverlay } from "../../src/disk/overlay.js";
+import { createOverlay, rawSize } from "../../src/disk/overlay.js";
 import { GUEST_NET } from "../../src/net/guest.js";
 import { ForkdError } from "../../src/util/errors.js";
 import type { MachineConfig, VmLaunch } from "../../src/vmm/config.js";
@@ -77,7 +77,11 @@ export function vmmContract(fx: VmmFixture): { cases: ContractCase[]; cleanup: (
     const d = join(fx.dir, name);
     await mkdir(d, { recursive: true });
     const disk = join(d, "disk.qcow2");
-    await createOverlay(disk, { backing: parentDisk, backingFormat: "qcow2" });
+    await createOverlay(disk, {
+      backing: parentDisk,
+      backingFormat: "qcow2",
+      sizeBytes: await rawSize(fx.rootfs),
+    });
     const launch: VmLaunch = {
       dir: d,
       machine: fx.machine,
@@ -121,7 +125,11 @@ export function vmmContract(fx: VmmFixture): { cases: ContractCase[]; cleanup: (
       async fn() {
         const d = join(fx.dir, "parent");
         await mkdir(d, { recursive: true });
-        await createOverlay(parentDisk, { backing: fx.rootfs, backingFormat: "raw" });
+        await createOverlay(parentDisk, {
+          backing: fx.rootfs,
+          backingFormat: "raw",
+          sizeBytes: await rawSize(fx.rootfs),
+        });
         const parent = track(
           await fx.driver.launch({
             dir: d,
@@ -225,7 +233,11 @@ export function vmmContract(fx: VmmFixture): { cases: ContractCase[]; cleanup: (
         const d = join(fx.dir, "child-nofile");
         await mkdir(d, { recursive: true });
         const disk = join(d, "disk.qcow2");
-        await createOverlay(disk, { backing: parentDisk, backingFormat: "qcow2" });
+        await createOverlay(disk, {
+          backing: parentDisk,
+          backingFormat: "qcow2",
+          sizeBytes: await rawSize(fx.rootfs),
+        });
         const other = track(
           await fx.driver.launch({
             dir: d,
@@ -249,7 +261,6 @@ export function vmmContract(fx: VmmFixture): { cases: ContractCase[]; cleanup: (
         await createOverlay(newTop, {
           backing: launch.disk,
           backingFormat: "qcow2",
-          unsafe: true,
           sizeBytes: 1 << 30,
         });
         assert.equal(await vm.diskTop(), launch.disk);

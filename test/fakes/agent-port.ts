@@ -55,8 +55,11 @@ export class AgentPort {
 
   /** A new host connection; an earlier one is cut. */
   connect(): AgentClient {
-    return AgentClient.fromSocket(this.dial() as unknown as Socket, this.label, () =>
-      Promise.resolve(this.dial() as unknown as Socket),
+    return AgentClient.fromSocket(
+      this.dial() as unknown as Socket,
+      this.label,
+      () => Promise.resolve(this.dial() as unknown as Socket),
+      { handover: true },
     );
   }
 

@@ -35,7 +35,9 @@ export async function startHostAgent(
     python.push("--node", process.execPath, "--evaljs", join(REPO_DIR, "guest/evalsrv/forkd_eval.js"));
   const out = o.stdio ?? "ignore";
   const proc = spawn(bin, ["--fd", "3", "--no-init", ...python], { stdio: ["ignore", out, out, "pipe"] });
-  const agent = AgentClient.fromSocket(proc.stdio[3] as Socket, "agent-under-test");
+  const agent = AgentClient.fromSocket(proc.stdio[3] as Socket, "agent-under-test", undefined, {
+    handover: true,
+  });
   if (o.python || o.node) {
     let ready = false;
     for (let i = 0; i < 100 && !ready; i++) {

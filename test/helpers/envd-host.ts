@@ -13,8 +13,10 @@ import type { AddressInfo } from "node:net";
 import { lstat, mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import type { OpenStreams } from "../../src/access/open-streams.js";
 import type { Services } from "../../src/api/services.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
+import { CommandTap } from "../../src/sandbox/command-tap.js";
 import { CommandTable } from "../../src/sandbox/commands.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { envdHandler } from "../../src/e2b/envd/handler.js";
@@ -22,6 +24,8 @@ import { envdState } from "../../src/e2b/envd/context.js";
 import type { SandboxAccess } from "../../src/e2b/auth.js";
 
 export const SANDBOX_ID = "sb-abcdefghijklmnop";
+/** The credential every request to the host comes by (what a revocation names). */
+export const HOST_CREDENTIAL = "token:tok-hosthosthost";
 
 function fsError(e: unknown, path: string): ForkdError {
   const code = (e as { code?: string }).code;
@@ -160,7 +164,12 @@ export interface EnvdHost {
   home: string;
   /** Leases taken and not yet released. */
   leased: () => number;
+  /** What envd asked of the stand-in agent. */
   log: AgentLog;
+  /** What callers opened, by credential (src/access/open-streams.ts). */
+  opened: OpenStreams;
+  /** Starts a command as forkd's own API does (tracked with the sandbox's commands): its pid. */
+  startTracked(shell: string): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -194,14 +203,14 @@ export async function envdHost(
           },
         };
       },
-      get: () => ({ record }),
+      get: () => ({ record, commands }),
     },
     limits: { body: { upload: 64 << 20 } },
   } as unknown as Services;
   const st = envdState(services);
   if (o.bodyIdleMs !== undefined) st.bodyIdleMs = o.bodyIdleMs;
   const envd = envdHandler(services, st);
-  const access = { sandbox: { record }, caller: {} } as unknown as SandboxAccess;
+  const access = { sandbox: { record }, caller: { credential: HOST_CREDENTIAL } } as unknown as SandboxAccess;
   const server: Server = createServer((req, res) =>
     envd.handle(req, res, { sandboxId: SANDBOX_ID, port: 49983 }, access),
   );
@@ -212,6 +221,12 @@ export async function envdHost(
     home,
     leased: () => leased,
     log,
+    opened: st.opened,
+    startTracked: async (shell) => {
+      const tap = new CommandTap();
+      const fed = tap.handlers({});
+      return (await commands.track(shell, false, agent.exec({ shell }, fed), false, tap, fed).started).pid;
+    },
     close: async () => {
       envd.close();
       server.closeAllConnections();

@@ -575,17 +575,30 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string;
       entry: "h",
       why: /hard link through a symlink \(\/s\)/,
     },
-    "char-device": {
-      layers: [
-        makeTar([dir("dev"), { name: "dev/mem0", type: "char", devmajor: 1, devminor: 1, mode: 0o600 }]),
-      ],
-      entry: "dev/mem0",
-      why: /a char device node is not allowed/,
+    // Device nodes are skipped, not made (deviceTars); one is still checked like any entry first.
+    "device-dotdot": {
+      layers: [makeTar([{ name: "../null", type: "char", devmajor: 1, devminor: 3, mode: 0o666 }])],
+      entry: "../null",
+      why: dotdot,
     },
-    "block-device": {
-      layers: [makeTar([{ name: "sda0", type: "block", devmajor: 8, devminor: 0, mode: 0o600 }])],
-      entry: "sda0",
-      why: /a block device node is not allowed/,
+    "device-through-symlink": {
+      layers: [
+        makeTar([
+          { name: "evil", type: "symlink", linkname: "/nonexistent-forkd-test/dev" },
+          { name: "evil/sda0", type: "block", devmajor: 8, devminor: 0, mode: 0o600 },
+        ]),
+      ],
+      entry: "evil/sda0",
+      why: /its parent \/evil is a symlink/,
+    },
+    "hardlink-to-whited-out-device": {
+      // A skipped node a later layer whited out is gone: a hard link to it links to nothing.
+      layers: [
+        makeTar([dir("dev"), { name: "dev/null", type: "char", devmajor: 1, devminor: 3, mode: 0o666 }]),
+        makeTar([{ name: "dev/.wh.null" }, { name: "h", type: "hardlink", linkname: "dev/null" }]),
+      ],
+      entry: "h",
+      why: /hard link to \/dev\/null, which does not exist/,
     },
   };
 }
@@ -633,13 +646,16 @@ function sh(cmd: string, args: string[]): Promise<void> {
 }
 
 /**
- * The debootstrap tree as an image layer: its /dev device nodes removed (an image has none:
- * the runtime makes /dev), zstd-compressed, with its diff_id. Made once per tarball and kept
- * in `<tmpdir>/forkd-oci-test-images/` (written aside, then renamed).
+ * The debootstrap tree as an image layer, zstd-compressed, with its diff_id. By default its /dev
+ * device nodes are removed (recompressed); with `devNodes` it is the cached tarball as it is, its
+ * /dev/null, /dev/full, ... included (as a rootfs made with debootstrap and pushed would be).
+ * Made once per tarball and kept in `<tmpdir>/forkd-oci-test-images/` (written aside, then
+ * renamed).
  */
 export async function debootstrapLayer(
   cache = "/var/cache/forkd",
   packages: string[] = DEBIAN_PYTHON,
+  o: { devNodes?: boolean } = {},
 ): Promise<{ file: string; compression: "zstd"; diffId: string } | null> {
   const src = await debootstrapTarball(cache, packages);
   if (!src) return null;
@@ -650,8 +666,8 @@ export async function debootstrapLayer(
     .slice(0, 16);
   const out = join(tmpdir(), "forkd-oci-test-images");
   await mkdir(out, { recursive: true });
-  const layer = join(out, `debian-${key}.tar.zst`);
-  const idFile = `${layer}.diffid`;
+  const layer = o.devNodes ? src : join(out, `debian-${key}.tar.zst`);
+  const idFile = o.devNodes ? join(out, `debian-${key}-with-dev.diffid`) : `${layer}.diffid`;
   const ready = await stat(idFile).then(
     () => true,
     () => false,
@@ -661,13 +677,15 @@ export async function debootstrapLayer(
     try {
       await sh("bash", [
         "-c",
-        `set -o pipefail; zstd -dcq "$1" | tar --delete --wildcards './dev/*' > "$2.tar" && sha256sum "$2.tar" | cut -d' ' -f1 > "$2.id" && zstd -q -T2 -3 --rm "$2.tar" -o "$2.zst"`,
+        o.devNodes
+          ? `set -o pipefail; zstd -dcq "$1" | sha256sum | cut -d' ' -f1 > "$2.id"`
+          : `set -o pipefail; zstd -dcq "$1" | tar --delete --wildcards './dev/*' > "$2.tar" && sha256sum "$2.tar" | cut -d' ' -f1 > "$2.id" && zstd -q -T2 -3 --rm "$2.tar" -o "$2.zst"`,
         "bash",
         src,
         tmp,
       ]);
       const diffId = `sha256:${readFileSync(`${tmp}.id`, "utf8").trim()}`;
-      await rename(`${tmp}.zst`, layer);
+      if (!o.devNodes) await rename(`${tmp}.zst`, layer);
       await writeFile(`${tmp}.id2`, diffId);
       await rename(`${tmp}.id2`, idFile);
     } finally {

@@ -4,6 +4,8 @@
  * wrote it. It is strict: a malformed exposition fails the parse.
  */
 import { execFile } from "node:child_process";
+import { rawRequest, readAll } from "./http.js";
+import type { Endpoint } from "./http.js";
 
 export interface PromSample {
   name: string;
@@ -61,3 +63,24 @@ export function value(m: Families, name: string, labels: Record<string, string> 
 /** A histogram's observation count. */
 export const count = (m: Families, name: string, labels: Record<string, string> = {}): number =>
   value(m, `${name}_count`, labels);
+
+/** Host tool runs a daemon counted (forkd_host_tool_runs), jailed and not, by tool. */
+export function hostToolRuns(m: Families): {
+  jailed: Record<string, number>;
+  unjailed: Record<string, number>;
+} {
+  const out = { jailed: {} as Record<string, number>, unjailed: {} as Record<string, number> };
+  for (const s of m.get("forkd_host_tool_runs")?.samples ?? []) {
+    const into = s.labels.jailed === "true" ? out.jailed : out.unjailed;
+    into[s.labels.tool ?? "?"] = Number(s.value);
+  }
+  return out;
+}
+
+/** A daemon's host tool runs (hostToolRuns of its GET /metrics). */
+export async function daemonToolRuns(ep: Endpoint): Promise<ReturnType<typeof hostToolRuns>> {
+  const res = await rawRequest(ep, "GET", "/metrics", undefined, 60_000);
+  const text = (await readAll(res)).toString("utf8");
+  if (res.statusCode !== 200) throw new Error(`GET /metrics: ${res.statusCode}: ${text}`);
+  return hostToolRuns(await parseMetrics(text));
+}

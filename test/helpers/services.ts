@@ -23,6 +23,7 @@ import { SnapshotStore } from "../../src/snapshot/store.js";
 import { BlobCache } from "../../src/snapshot/blobs.js";
 import { registrySettings } from "../../src/registry/settings.js";
 import { QemuDriver } from "../../src/vmm/qemu.js";
+import { JailedTools } from "../../src/vmm/jailed-tools.js";
 
 export const quiet = { info: () => undefined, warn: () => undefined };
 
@@ -60,6 +61,7 @@ export async function testServices(
       accel,
       qemuVersion: "0",
       runDir: join(dir, "run"),
+      tools: new JailedTools(null, null),
     },
     transfer: { store, blobs: new BlobCache(join(dir, "blobs")), registry: registrySettings({}) },
     cacheDir: dir,

@@ -7,6 +7,8 @@
  *   - oversized bodies are 413 (JSON and a streamed upload, declared or not), a burst is 429;
  *   - both SDKs work over HTTPS with a tenant token and see only that tenant's sandboxes;
  *   - /metrics parses with the official Python client's parser and moves with a fork;
+ *   - revoking a token ends at once, with the reason, the event stream, the exec stream and the
+ *     terminal it opened (the command is killed), and nothing another token opened;
  *   - every mutating call made here has its audit line (caller, action, status, result).
  * Every JSON reply is checked against the committed OpenAPI document.
  */
@@ -16,8 +18,10 @@ import { execFile } from "node:child_process";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import { promisify } from "node:util";
+import { WebSocket } from "ws";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
 import { rawRequest, readAll } from "../helpers/http.js";
 import type { Endpoint } from "../helpers/http.js";
@@ -29,6 +33,7 @@ import { count, parseMetrics, value } from "../helpers/prometheus.js";
 import { freePort } from "../helpers/port.js";
 import { steps } from "../helpers/steps.js";
 import { selfSignedCert } from "../helpers/tls.js";
+import { until } from "../helpers/fake-sandboxes.js";
 
 const run = promisify(execFile);
 const ADMIN = "Qm4-tZ8_vX2pLr7wKb9nYc3dHf6jGs1eA";
@@ -339,6 +344,126 @@ step("/metrics: parses, counts the exec, the failures by reason and the memory s
     }) >= 1,
   );
 });
+
+/** A streamed reply read as it comes: its text so far, and whether it ended. */
+function reading(res: IncomingMessage): { res: IncomingMessage; text: () => string; ended: () => boolean } {
+  let text = "";
+  let ended = false;
+  res.setEncoding("utf8");
+  res.on("data", (s: string) => (text += s));
+  res.on("end", () => (ended = true));
+  res.on("error", () => (ended = true));
+  return { res, text: () => text, ended: () => ended };
+}
+
+step(
+  "revoking a token ends what it opened at once, with the reason: events, an exec stream, a terminal",
+  async () => {
+    const made = await call<{ token: string; info: { id: string } }>(
+      "admin",
+      ADMIN,
+      "POST",
+      "/v1/tokens",
+      "/v1/tokens",
+      { tenant: "alice", scope: "tenant" },
+    );
+    assert.equal(made.status, 201);
+    const carol = made.body.token;
+    const open = async (token: string, method: string, path: string, body?: unknown) => {
+      const res = await rawRequest(
+        ep(token),
+        method,
+        path,
+        body === undefined ? undefined : JSON.stringify(body),
+        0,
+        body === undefined ? {} : { "content-type": "application/json" },
+      );
+      assert.equal(res.statusCode, 200);
+      return reading(res);
+    };
+    const events = await open(carol, "GET", "/v1/events");
+    const others = await open(alice, "GET", "/v1/events"); // another token of the same tenant
+    const exec = await open(carol, "POST", `/v1/sandboxes/${sandbox}/exec/stream`, { cmd: "sleep 600" });
+    expected.push(["alice", "POST /v1/sandboxes/{id}/exec/stream", 200]);
+    const ws = new WebSocket(`${base.replace("https:", "wss:")}/v1/sandboxes/${sandbox}/terminal`, {
+      ca: cert,
+      headers: { authorization: `Bearer ${carol}` },
+    });
+    expected.push(["alice", "GET /v1/sandboxes/{id}/terminal", 200]);
+    const frames: Record<string, unknown>[] = [];
+    let out = "";
+    ws.on("message", (m: Buffer, binary) => {
+      if (binary) out += m.toString("utf8");
+      else frames.push(JSON.parse(m.toString("utf8")) as Record<string, unknown>);
+    });
+    const closed = new Promise<{ code: number; reason: string }>((r) =>
+      ws.on("close", (code, reason) => r({ code, reason: reason.toString("utf8") })),
+    );
+    await new Promise<void>((resolve, reject) => {
+      ws.once("open", () => resolve());
+      ws.once("error", reject);
+    });
+    ws.send(Buffer.from("echo term-$((6*7))\n"), { binary: true });
+    await until("the terminal's shell", () => out.includes("term-42"), 120_000);
+    await until("the exec's start", () => exec.text().includes('"started"'), 120_000);
+    await until("the events' state", () => events.text().includes("event: state"), 60_000);
+    await until("the other events' state", () => others.text().includes("event: state"), 60_000);
+    const commands = async () =>
+      (
+        await call<{ commands: { cmd: string }[] }>(
+          "alice",
+          alice,
+          "GET",
+          `/v1/sandboxes/${sandbox}/commands`,
+          "",
+        )
+      ).body.commands.map((c) => c.cmd);
+    assert.ok((await commands()).includes("sleep 600"));
+
+    const revoked = await call(
+      "admin",
+      ADMIN,
+      "DELETE",
+      `/v1/tokens/${made.body.info.id}`,
+      "/v1/tokens/{token_id}",
+    );
+    assert.equal(revoked.status, 200);
+    // Each ends by itself, without any read or write of the client's (the bound only guards a hang).
+    await until("the event stream's end", () => events.ended(), 30_000);
+    await until("the exec stream's end", () => exec.ended(), 30_000);
+    const close = await closed;
+
+    const lastEvent = events.text().trimEnd().split("\n\n").at(-1) ?? "";
+    assert.match(lastEvent, /^event: error\ndata: /);
+    const sse = JSON.parse(lastEvent.split("data: ")[1] ?? "{}") as {
+      error: { code: string; details: { reason: string } };
+    };
+    assert.equal(sse.error.code, "unauthenticated");
+    assert.equal(sse.error.details.reason, "token_revoked");
+    const last = JSON.parse(exec.text().trimEnd().split("\n").at(-1) ?? "{}") as {
+      type: string;
+      error: { code: string; message: string };
+    };
+    assert.equal(last.type, "error");
+    assert.equal(last.error.code, "unauthenticated");
+    assert.match(last.error.message, /was revoked/);
+    assert.equal(close.code, 1008);
+    assert.match(close.reason, /revoked/);
+    const frame = frames.at(-1) as { type?: string; error?: { code: string } } | undefined;
+    assert.equal(frame?.type, "error");
+    assert.equal(frame.error?.code, "unauthenticated");
+    // What they ran does not outlive them; another token's stream goes on.
+    for (let i = 0; (await commands()).includes("sleep 600"); i++) {
+      assert.ok(i < 100, "the exec's command was not killed");
+      await new Promise((r) => setTimeout(r, 500)); // within the caller's rate
+    }
+    const seen = others.text().length;
+    await until("the other stream's next event", () => others.text().length > seen, 30_000);
+    assert.equal(others.ended(), false);
+    others.res.destroy();
+    assert.equal((await call("anonymous", carol, "GET", "/v1/sandboxes", "")).status, 401);
+  },
+);
 
 step("every mutating call made here has one audit line with its caller, action and status", async () => {
   const killed = await call("alice", alice, "DELETE", `/v1/sandboxes/${sandbox}`, "/v1/sandboxes/{id}");

@@ -2,16 +2,19 @@
  * BRANCH with real VMs: a running child that changed memory, disk and processes is branched;
  * grandchildren forked from the branch see its state at branch time and diverge independently;
  * the source keeps running unaffected; repeated branches work; a half-written branch is never
- * forked or listed ready, also across a daemon crash.
+ * forked or listed ready, also across a daemon crash. qemu-img on the layers the sources' VMMs
+ * wrote (a later branch flattens them, a creation checks its parent's) runs jailed.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { ApiError } from "../helpers/http.js";
+import { ApiError, checkResponse, rawRequest } from "../helpers/http.js";
+import { Lines } from "../helpers/lines.js";
 import { isAlive } from "../../src/util/proc.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { steps } from "../helpers/steps.js";
+import { daemonToolRuns } from "../helpers/prometheus.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 
@@ -54,6 +57,51 @@ const fork = async (tag: string, n: number) =>
   (
     await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", { snapshot_tag: tag, n })
   ).sandboxes.map((s) => s.id);
+
+/** A command that prints a numbered line five times a second until it is stopped. */
+const TICKER = "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done";
+
+/** A reply's NDJSON lines (no idle timeout: a pause may hold it quiet). */
+async function lines(method: string, path: string, body?: unknown): Promise<Lines> {
+  const res = await rawRequest(d.ep, method, path, body === undefined ? undefined : JSON.stringify(body), 0, {
+    "content-type": "application/json",
+  });
+  await checkResponse(res);
+  return new Lines(res);
+}
+/** The stdout of `l`'s lines from index `from` on. */
+const textFrom = (l: Lines, from: number) =>
+  l.lines
+    .slice(from)
+    .filter((x) => x.type === "stdout")
+    .map((x) => Buffer.from(x.data as string, "base64").toString())
+    .join("");
+/** `l` gets a new tick (one it did not have at this call). */
+async function ticksOn(l: Lines, what: string): Promise<void> {
+  const from = l.lines.length;
+  await l.until((x) => /tick \d+\n/.test(textFrom(x, from)), what, 120_000);
+}
+const listed = async (id: string) =>
+  (
+    await api<{ commands: { pid: number; cmd: unknown }[] }>("GET", `/v1/sandboxes/${id}/commands`)
+  ).commands.map((c) => [c.pid, c.cmd]);
+/** Several execs in a row after a resume: each starts (no stream id the guest holds is reused). */
+async function execsWork(id: string): Promise<void> {
+  for (let i = 0; i < 5; i++) assert.equal(await sh(id, `echo run ${i}`), `run ${i}\n`);
+}
+/** A reader reattached to `pid`, once it has had a tick. */
+async function reattach(id: string, pid: number): Promise<Lines> {
+  const l = await lines("GET", `/v1/sandboxes/${id}/commands/${pid}/stream`);
+  await ticksOn(l, `a reader reattached to ${pid} in ${id}`);
+  return l;
+}
+/** Signals `pid` and waits for `l` (a reader of it) to see it exit by that signal. */
+async function stop(id: string, pid: number, l: Lines, signal: "SIGTERM" | "SIGKILL"): Promise<void> {
+  await api("POST", `/v1/sandboxes/${id}/commands/${pid}/signal`, { signal });
+  await l.until((x) => x.line("exit") !== undefined, "its exit", 120_000);
+  assert.equal(l.line("exit")?.signal, signal === "SIGTERM" ? 15 : 9);
+  assert.deepEqual(await listed(id), []);
+}
 
 before(async () => {
   d = await makeDaemon({ FORKD_POOL_SIZE: "1" });
@@ -159,6 +207,10 @@ step("the same sandbox branched five times in a row; every branch forks", async 
   assert.ok(h);
   assert.equal(await sh(h, "cat /root/state.txt"), "round6\n");
   for (const id of [g, h]) await api("DELETE", `/v1/sandboxes/${id}`);
+  // b3..b6 were flattened from the source's layers (the earlier branches froze them): jailed.
+  const runs = await daemonToolRuns(d.ep);
+  assert.ok((runs.jailed["qemu-img"] ?? 0) >= 4, JSON.stringify(runs));
+  assert.deepEqual(runs.unjailed, {});
 });
 
 step("a branch of a grandchild stacks on its branch; the stacked-on snapshot cannot be deleted", async () => {
@@ -406,6 +458,63 @@ step("an idle timeout can pause instead of kill", async () => {
   assert.equal(await sh(id, "cat /root/idle.txt"), "idle\n");
   await api("DELETE", `/v1/sandboxes/${id}`);
 });
+
+step(
+  "a command runs on through a pause and resume, a branch's children, a deadline's pause and a daemon restart",
+  async () => {
+    const [c] = await fork("base", 1);
+    assert.ok(c);
+    const owner = await lines("POST", `/v1/sandboxes/${c}/exec/stream`, { cmd: TICKER });
+    await ticksOn(owner, "its first output");
+    const pid = owner.line("started")?.pid as number;
+    await api("POST", `/v1/sandboxes/${c}/pause`);
+    assert.deepEqual(await listed(c), [[pid, TICKER]], "listed while paused: it runs on in the saved guest");
+    await api("POST", `/v1/sandboxes/${c}/resume`);
+    assert.deepEqual(await listed(c), [[pid, TICKER]]);
+    await execsWork(c);
+    await ticksOn(owner, "the output to the client that started it, after the resume");
+    await reattach(c, pid);
+    // A branch taken while it runs: each child runs it too, and tracks it.
+    const b = await api<BranchOut>("POST", `/v1/sandboxes/${c}/branch`, { tag: "with-ticker" });
+    const [g] = await fork(b.tag, 1);
+    assert.ok(g);
+    assert.deepEqual(await listed(g), [[pid, TICKER]]);
+    await execsWork(g);
+    await stop(g, pid, await reattach(g, pid), "SIGKILL");
+    await api("DELETE", `/v1/sandboxes/${g}`);
+    // A daemon restart: the new daemon finds it running in the guest.
+    await d.kill9();
+    await d.start();
+    assert.deepEqual(await listed(c), [[pid, TICKER]]);
+    await execsWork(c);
+    await stop(c, pid, await reattach(c, pid), "SIGTERM");
+    await execsWork(c);
+    await api("DELETE", `/v1/sandboxes/${c}`);
+    // Paused by its deadline (the sweeper), in use: the same.
+    const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", {
+      snapshot_tag: "base",
+      n: 1,
+      deadline_ms: 8_000,
+      on_deadline: "pause",
+    });
+    const p = r.sandboxes[0]?.id ?? "";
+    const o2 = await lines("POST", `/v1/sandboxes/${p}/exec/stream`, { cmd: TICKER });
+    await ticksOn(o2, "its first output");
+    const pid2 = o2.line("started")?.pid as number;
+    const until = Date.now() + 120_000;
+    while ((await api<{ state: string }>("GET", `/v1/sandboxes/${p}`)).state !== "paused") {
+      assert.ok(Date.now() < until, "paused at its deadline");
+      await new Promise((res) => setTimeout(res, 500));
+    }
+    await api("POST", `/v1/sandboxes/${p}/resume`);
+    assert.deepEqual(await listed(p), [[pid2, TICKER]]);
+    await execsWork(p);
+    await ticksOn(o2, "the output to the client that started it, after the resume");
+    await stop(p, pid2, await reattach(p, pid2), "SIGTERM");
+    await o2.until((x) => x.line("exit") !== undefined, "the exit on the stream that started it");
+    await api("DELETE", `/v1/sandboxes/${p}`);
+  },
+);
 
 step("branches outlive their source: later branches' disks do not lean on its directory", async () => {
   await api("DELETE", `/v1/sandboxes/${src}`);

@@ -7,7 +7,8 @@
  *     a resize frame changes what `stty size` says, closing the socket kills the command;
  *   - a tenant's events and terminal do not reach another tenant's sandbox;
  *   - `forkd console`: the printed URL logs in once (refused without the secret and when
- *     reused); the cookie alone does not make a POST (X-Forkd-Console is needed).
+ *     reused); the cookie needs the page's key (a cookie alone is refused), and a POST needs
+ *     X-Forkd-Console too; a terminal opens with a ticket.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -318,95 +319,126 @@ step("a tenant's events and terminal do not reach another tenant's sandbox", asy
 
 let consoleProc: ChildProcess | null = null;
 
-step("forkd console: the printed URL logs in once; a POST needs X-Forkd-Console", async () => {
-  consoleProc = spawn(process.execPath, [CLI, "console"], { env: d.env, stdio: ["pipe", "pipe", "pipe"] });
-  const proc = consoleProc;
-  try {
-    const rl = createInterface({ input: proc.stdout! });
-    const nextLine = () =>
-      new Promise<string>((resolve, reject) => {
-        rl.once("line", resolve);
-        proc.once("exit", (code) => reject(new Error(`forkd console exited (${code})`)));
-      });
-    const first = await nextLine();
-    /** A line on its stdin prints another one-time URL: its secret. */
-    const nextSecret = async () => {
-      const line = nextLine();
-      proc.stdin!.write("\n");
-      return /login\?secret=([\w-]+)$/.exec(await line)?.[1];
-    };
-    const m = /^(http:\/\/127\.0\.0\.1:\d+)\/console\/login\?secret=([\w-]+)$/.exec(first);
-    assert.ok(m, `the first line is the login URL: ${first}`);
-    const origin = m[1] ?? "";
-    const get = (path: string, headers: Record<string, string> = {}, method = "GET", body?: string) =>
-      new Promise<{ status: number; headers: IncomingMessage["headers"]; body: string }>(
-        (resolve, reject) => {
-          const req = request(`${origin}${path}`, { method, headers }, (res) => {
-            void readAll(res).then((b) =>
-              resolve({ status: res.statusCode ?? 0, headers: res.headers, body: b.toString("utf8") }),
-            );
-          });
-          req.on("error", reject);
-          req.end(body);
+step(
+  "forkd console: the printed URL logs in once; the cookie needs the page's key; a POST needs X-Forkd-Console",
+  async () => {
+    consoleProc = spawn(process.execPath, [CLI, "console"], { env: d.env, stdio: ["pipe", "pipe", "pipe"] });
+    const proc = consoleProc;
+    try {
+      const rl = createInterface({ input: proc.stdout! });
+      const nextLine = () =>
+        new Promise<string>((resolve, reject) => {
+          rl.once("line", resolve);
+          proc.once("exit", (code) => reject(new Error(`forkd console exited (${code})`)));
+        });
+      const first = await nextLine();
+      /** A line on its stdin prints another one-time URL: its secret. */
+      const nextSecret = async () => {
+        const line = nextLine();
+        proc.stdin!.write("\n");
+        return /login\?secret=([\w-]+)$/.exec(await line)?.[1];
+      };
+      const m = /^(http:\/\/127\.0\.0\.1:\d+)\/console\/login\?secret=([\w-]+)$/.exec(first);
+      assert.ok(m, `the first line is the login URL: ${first}`);
+      const origin = m[1] ?? "";
+      const get = (path: string, headers: Record<string, string> = {}, method = "GET", body?: string) =>
+        new Promise<{ status: number; headers: IncomingMessage["headers"]; body: string }>(
+          (resolve, reject) => {
+            const req = request(`${origin}${path}`, { method, headers }, (res) => {
+              void readAll(res).then((b) =>
+                resolve({ status: res.statusCode ?? 0, headers: res.headers, body: b.toString("utf8") }),
+              );
+            });
+            req.on("error", reject);
+            req.end(body);
+          },
+        );
+      const without = await get("/console/login");
+      assert.equal(without.status, 401);
+      assert.equal(without.headers["set-cookie"], undefined);
+      const port = new URL(origin).port;
+      /** The page's login: the URL sends it the secret, which it posts for the cookie and key. */
+      const login = async (secret: string) => {
+        const sent = await get(`/console/login?secret=${secret}`);
+        assert.equal(sent.status, 303);
+        assert.equal(sent.headers.location, `/console/#login=${secret}`);
+        const r = await get(
+          "/v1/console/session",
+          { "x-forkd-console": "1", "content-type": "application/json" },
+          "POST",
+          JSON.stringify({ secret }),
+        );
+        assert.equal(r.status, 200, r.body);
+        const cookie = (r.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
+        assert.match(cookie, new RegExp(`^forkd_console_${port}=`), "one cookie per console port");
+        return { cookie, "x-forkd-console-key": (JSON.parse(r.body) as { key: string }).key };
+      };
+      const s1 = await login(m[2] ?? "");
+      const reused = await get(`/console/login?secret=${m[2] ?? ""}`);
+      assert.equal(reused.status, 401, "the secret works once");
+      assert.equal(reused.headers["set-cookie"], undefined);
+
+      const health = await get("/v1/health", s1);
+      assert.equal(health.status, 200);
+      assert.equal((JSON.parse(health.body) as { ok: boolean }).ok, true);
+      assert.equal((await get("/v1/health")).status, 401, "nothing");
+      assert.equal((await get("/v1/health", { cookie: s1.cookie })).status, 401, "the cookie alone");
+      const post = { ...s1, "content-type": "application/json" };
+      const forged = await get(`/v1/sandboxes/${id}/pause`, post, "POST", "{}");
+      assert.equal(forged.status, 403, "no POST without X-Forkd-Console");
+      const stolen = await get(
+        `/v1/sandboxes/${id}/pause`,
+        { cookie: s1.cookie, "x-forkd-console": "1", "content-type": "application/json" },
+        "POST",
+        "{}",
+      );
+      assert.equal(stolen.status, 401, "a cookie replayed without the key");
+      const real = await get(`/v1/sandboxes/${id}/pause`, { ...post, "x-forkd-console": "1" }, "POST");
+      assert.equal(real.status, 200, real.body);
+      assert.equal((JSON.parse(real.body) as { state: string }).state, "paused");
+      const resumed = await get(`/v1/sandboxes/${id}/resume`, { ...post, "x-forkd-console": "1" }, "POST");
+      assert.equal(resumed.status, 200, resumed.body);
+
+      // Logging out ends this server's session: the old cookie and key no longer work.
+      const who = await get("/v1/console/session", s1);
+      assert.equal((JSON.parse(who.body) as { caller: { kind: string } }).caller.kind, "local");
+      const s2 = await login((await nextSecret()) ?? "");
+      assert.equal((await get("/v1/console/session", s2)).status, 200);
+      const out = await get("/v1/console/session", { ...s1, "x-forkd-console": "1" }, "DELETE");
+      assert.equal(out.status, 200, out.body);
+      assert.match(out.headers["set-cookie"]?.[0] ?? "", new RegExp(`^forkd_console_${port}=;.*Max-Age=0`));
+      assert.equal((await get("/v1/health", s1)).status, 401, "the session is ended");
+      assert.equal((await get("/v1/health", s2)).status, 200, "another session is not");
+      const ticket = await get("/v1/console/ticket", { ...s2, "x-forkd-console": "1" }, "POST");
+      assert.equal(ticket.status, 200, ticket.body);
+      const tk = (JSON.parse(ticket.body) as { ticket: string }).ticket;
+
+      // Stopping the console ends its open terminals (and their commands) instead of waiting on them.
+      const t = await terminal(
+        { url: origin },
+        id,
+        `?cmd=${encodeURIComponent("sleep 700")}&console_ticket=${tk}`,
+        {
+          cookie: s2.cookie,
+          origin,
         },
       );
-    const without = await get("/console/login");
-    assert.equal(without.status, 401);
-    assert.equal(without.headers["set-cookie"], undefined);
-    const ok = await get(`/console/login?secret=${m[2] ?? ""}`);
-    assert.equal(ok.status, 303);
-    const cookie = (ok.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
-    const port = new URL(origin).port;
-    assert.match(cookie, new RegExp(`^forkd_console_${port}=`), "one cookie per console port");
-    const reused = await get(`/console/login?secret=${m[2] ?? ""}`);
-    assert.equal(reused.status, 401, "the secret works once");
-    assert.equal(reused.headers["set-cookie"], undefined);
-
-    const health = await get("/v1/health", { cookie });
-    assert.equal(health.status, 200);
-    assert.equal((JSON.parse(health.body) as { ok: boolean }).ok, true);
-    assert.equal((await get("/v1/health")).status, 401, "no cookie");
-    const post = { cookie, "content-type": "application/json" };
-    const forged = await get(`/v1/sandboxes/${id}/pause`, post, "POST", "{}");
-    assert.equal(forged.status, 403, "the cookie alone does not make a POST");
-    const real = await get(`/v1/sandboxes/${id}/pause`, { ...post, "x-forkd-console": "1" }, "POST");
-    assert.equal(real.status, 200, real.body);
-    assert.equal((JSON.parse(real.body) as { state: string }).state, "paused");
-    const resumed = await get(`/v1/sandboxes/${id}/resume`, { ...post, "x-forkd-console": "1" }, "POST");
-    assert.equal(resumed.status, 200, resumed.body);
-
-    // Logging out ends this server's session: the old cookie no longer works.
-    const who = await get("/v1/console/session", { cookie });
-    assert.equal((JSON.parse(who.body) as { caller: { kind: string } }).caller.kind, "local");
-    const second = await get(`/console/login?secret=${(await nextSecret()) ?? ""}`);
-    const cookie2 = (second.headers["set-cookie"]?.[0] ?? "").split(";")[0] ?? "";
-    assert.equal((await get("/v1/console/session", { cookie: cookie2 })).status, 200);
-    const out = await get("/v1/console/session", { cookie, "x-forkd-console": "1" }, "DELETE");
-    assert.equal(out.status, 200, out.body);
-    assert.match(out.headers["set-cookie"]?.[0] ?? "", new RegExp(`^forkd_console_${port}=;.*Max-Age=0`));
-    assert.equal((await get("/v1/health", { cookie })).status, 401, "the session is ended");
-    assert.equal((await get("/v1/health", { cookie: cookie2 })).status, 200, "another session is not");
-
-    // Stopping the console ends its open terminals (and their commands) instead of waiting on them.
-    const t = await terminal({ url: origin }, id, `?cmd=${encodeURIComponent("sleep 700")}`, {
-      cookie: cookie2,
-      origin,
-    });
-    assert.ok("ws" in t, JSON.stringify(t));
-    const running = async () =>
-      (
-        await api<{ commands: { cmd: unknown; pty: boolean }[] }>(d, "GET", `/v1/sandboxes/${id}/commands`)
-      ).commands.some((c) => c.pty && c.cmd === "sleep 700");
-    await until("the console terminal's command", running, 60_000);
-    const exited = new Promise<number | null>((r) =>
-      proc.exitCode !== null ? r(proc.exitCode) : proc.once("exit", r),
-    );
-    proc.kill("SIGTERM");
-    assert.equal(await withTimeout(exited, 30_000, "forkd console exiting with a terminal open"), 0);
-    await t.closed;
-    await until("the terminal's command killed with the console", async () => !(await running()), 60_000);
-  } finally {
-    proc.kill("SIGTERM");
-    await new Promise((r) => (proc.exitCode !== null ? r(null) : proc.once("exit", r)));
-  }
-});
+      assert.ok("ws" in t, JSON.stringify(t));
+      const running = async () =>
+        (
+          await api<{ commands: { cmd: unknown; pty: boolean }[] }>(d, "GET", `/v1/sandboxes/${id}/commands`)
+        ).commands.some((c) => c.pty && c.cmd === "sleep 700");
+      await until("the console terminal's command", running, 60_000);
+      const exited = new Promise<number | null>((r) =>
+        proc.exitCode !== null ? r(proc.exitCode) : proc.once("exit", r),
+      );
+      proc.kill("SIGTERM");
+      assert.equal(await withTimeout(exited, 30_000, "forkd console exiting with a terminal open"), 0);
+      await t.closed;
+      await until("the terminal's command killed with the console", async () => !(await running()), 60_000);
+    } finally {
+      proc.kill("SIGTERM");
+      await new Promise((r) => (proc.exitCode !== null ? r(null) : proc.once("exit", r)));
+    }
+  },
+);

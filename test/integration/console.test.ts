@@ -126,11 +126,14 @@ after(async () => {
 });
 
 step("a login without the one-time secret, or with a wrong one, is refused", async () => {
-  for (const path of ["/console/login", "/console/login?secret=wrong", "/console/"]) {
+  for (const path of ["/console/login", "/console/login?secret=wrong"]) {
     const r = await page.goto(`${origin}${path}`);
     assert.equal(r?.status(), 401, path);
     await page.getByText("login refused").waitFor({ timeout: WAIT });
   }
+  // The front end itself holds no data: it loads, and shows the login page.
+  assert.equal((await page.goto(`${origin}/console/`))?.status(), 200);
+  await page.getByRole("heading", { level: 1, name: "Log in" }).waitFor({ timeout: WAIT });
   const v1 = await fetch(`${origin}/v1/sandboxes`);
   assert.equal(v1.status, 401);
   assert.equal(((await v1.json()) as { error: { code: string } }).error.code, "unauthenticated");
@@ -152,6 +155,34 @@ step("the printed URL logs in once, and a second use of it is refused", async ()
     await other.close();
   }
 });
+
+step(
+  "a stolen session cookie (replayed with X-Forkd-Console: 1, without the page's key) mints no token",
+  async () => {
+    // What a tenant's server on another port of this host gets from the browser: the cookie.
+    const [cookie] = await ctx.cookies();
+    assert.ok(cookie, "the session cookie");
+    const stolen = `${cookie.name}=${cookie.value}`;
+    const key = await page.evaluate<string | null>("sessionStorage.getItem('forkd_console_key')");
+    assert.ok(key);
+    const tokens = async () => (await api<{ tokens: unknown[] }>("GET", "/v1/tokens")).tokens.length;
+    const before = await tokens();
+    const mint = (headers: Record<string, string>) =>
+      fetch(`${origin}/v1/tokens`, {
+        method: "POST",
+        headers: { ...headers, "x-forkd-console": "1", "content-type": "application/json" },
+        body: JSON.stringify({ tenant: "mallory", scope: "admin" }),
+      });
+    const replayed = await mint({ cookie: stolen });
+    assert.equal(replayed.status, 401);
+    assert.equal((await fetch(`${origin}/v1/sandboxes`, { headers: { cookie: stolen } })).status, 401);
+    assert.equal(await tokens(), before, "no token was minted");
+    // The cookie with the page's key is the session (the page itself goes on working below).
+    const minted = await mint({ cookie: stolen, "x-forkd-console-key": key });
+    assert.equal(minted.status, 201);
+    assert.equal(await tokens(), before + 1);
+  },
+);
 
 step("a sandbox forked through the API appears in the list without a reload", async () => {
   const r = await api<{ sandboxes: { id: string }[] }>("POST", "/v1/sandboxes", {
@@ -282,11 +313,14 @@ step("deleting the branch shows the dry run first, then removes its node", async
 step("a dropped event stream says so, reconnects, and the list comes back", async () => {
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Sandboxes" }).click();
   await row(src).waitFor({ timeout: WAIT });
-  // The browser's next try gets an error reply from the proxy (the daemon is down): EventSource
-  // gives up after one of those, so the page must open a new one itself.
-  const refused = page.waitForResponse((r) => r.url().endsWith("/v1/events") && r.status() >= 500, {
-    timeout: WAIT,
-  });
+  // The page's next try (a new EventSource, with a new ticket) gets an error reply from the
+  // proxy (the daemon is down); it must go on opening new ones itself.
+  const refused = page.waitForResponse(
+    (r) => new URL(r.url()).pathname === "/v1/events" && r.status() >= 500,
+    {
+      timeout: WAIT,
+    },
+  );
   await d.kill9();
   await page.getByRole("alert").getByText("connection lost — reconnecting").waitFor({ timeout: WAIT });
   await refused;
@@ -319,10 +353,15 @@ step("the header says who is logged in; logging out ends the session", async () 
   await page.getByLabel("Logged in as").getByText("local admin").waitFor({ timeout: WAIT });
   const [cookie] = await ctx.cookies();
   assert.ok(cookie, "the session cookie");
+  const key = await page.evaluate<string | null>("sessionStorage.getItem('forkd_console_key')");
+  assert.ok(key, "the session's key, kept by the page");
+  const creds = { cookie: `${cookie.name}=${cookie.value}`, "x-forkd-console-key": key };
+  assert.equal((await fetch(`${origin}/v1/sandboxes`, { headers: creds })).status, 200);
   await page.getByRole("button", { name: "Log out" }).click();
   await page.getByRole("heading", { level: 1, name: "Log in" }).waitFor({ timeout: WAIT });
-  // The old cookie is dead on the server, not only cleared in this browser.
-  const r = await fetch(`${origin}/v1/sandboxes`, { headers: { cookie: `${cookie.name}=${cookie.value}` } });
+  // The old session is dead on the server, not only cleared in this browser.
+  const r = await fetch(`${origin}/v1/sandboxes`, { headers: creds });
   assert.equal(r.status, 401);
+  assert.equal(await page.evaluate<string | null>("sessionStorage.getItem('forkd_console_key')"), null);
   assert.equal(await page.getByRole("button", { name: "Log out" }).count(), 0);
 });

@@ -5,7 +5,8 @@
  * build VM; a changed COPY'd file reruns only its step and the later ones; a failing RUN reports
  * its output and exit code and leaves no snapshot; a Dockerfile FROM an image in a loopback
  * registry (a static busybox tree: no Python) runs its COPY and RUN in that image and records
- * the pulled image as the build's base.
+ * the pulled image as the build's base. The host tools the build runs on the disks its VM wrote
+ * (qemu-img, e2fsck) run jailed.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -22,6 +23,7 @@ import { checkedRequest } from "../helpers/contract.js";
 import { CLI, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { steps } from "../helpers/steps.js";
+import { daemonToolRuns } from "../helpers/prometheus.js";
 import { busyboxTar, pushImage } from "../helpers/oci-images.js";
 import { startRegistry } from "../helpers/registry.js";
 import type { TestRegistry } from "../helpers/registry.js";
@@ -132,6 +134,13 @@ step("forkd snapshot --dockerfile builds an image a fork has the files and confi
   assert.ok(!lines.some((l) => l.startsWith("NONCE=")), "ARG values are not part of the image's env");
   assert.ok(lines.includes("cwd=/app"), out);
   assert.ok(lines.includes('cmd=["python3","-V"]'), out);
+});
+
+step("the build ran qemu-img and e2fsck on what its VM wrote jailed, never as the daemon", async () => {
+  const runs = await daemonToolRuns(d.ep);
+  assert.ok((runs.jailed["qemu-img"] ?? 0) >= 2, `jailed: ${JSON.stringify(runs)}`); // commit rebase, flatten
+  assert.ok((runs.jailed.e2fsck ?? 0) >= 1, `jailed: ${JSON.stringify(runs)}`);
+  assert.deepEqual(runs.unjailed, {});
 });
 
 step("an unchanged rebuild reuses every step and boots no build VM", async () => {

@@ -348,7 +348,7 @@ step(
   async () => {
     const p = await create();
     const q = await create();
-    assert.match(tokenOf(p), /^[0-9a-f]{64}$/);
+    assert.match(tokenOf(p), /^tok-[a-z2-7]{12}\.[0-9a-f]{64}$/, "bound to the key it was given to");
     assert.notEqual(tokenOf(p), tokenOf(q));
     const ok = await plane(p.sandboxId, { "X-Access-Token": tokenOf(p) });
     assert.ok(ok.status !== 401 && ok.status !== 502, `${ok.status} ${ok.body}`);

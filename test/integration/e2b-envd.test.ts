@@ -5,16 +5,20 @@
  * CommandExitError, background handles, list, connect, stdin, kill), files (text and bytes,
  * ownership by the user, list with depth, exists, info, rename, makeDir, remove, watchDir, all
  * as the user: root's files refused to it, read as root,
- * signed upload and download URLs routed by Host), PTY (create, input, resize, kill), and
+ * signed upload and download URLs routed by Host), PTY (create, input, resize, kill),
  * clients that hang up mid-stream (Start, Connect, WatchDir) without the daemon or the process
- * minding.
+ * minding, an API key revoked: the access token it was given refused, its streams ended, and
+ * commands that run through a pause and resume (asked, or at the sandbox's timeout: E2B's
+ * auto-pause): listed, connected to, killed; every run after them starts.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
 import { CommandExitError, NotFoundError, Sandbox, SandboxError, FileType } from "e2b";
-import { startE2bDaemon } from "../helpers/e2b.js";
+import type { CommandHandle } from "e2b";
+import { E2B_TENANT, startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
+import { apiRequest } from "../helpers/http.js";
 import { steps } from "../helpers/steps.js";
 
 let e: E2bDaemon;
@@ -357,3 +361,117 @@ step("clients hanging up mid-stream: the process runs on, the daemon serves on",
   const r = await sbx.commands.run("echo still-here");
   assert.equal(r.stdout, "still-here\n");
 });
+
+step(
+  "revoking an API key: the access token it was given is a 401 and its streams end; others' work on",
+  async () => {
+    const rest = <T>(method: string, path: string) =>
+      apiRequest<T>(e.daemon.ep, method, path, undefined, 60_000);
+    const ids = async () =>
+      (await rest<{ tokens: { id: string }[] }>("GET", "/v1/tokens")).tokens.map((t) => t.id);
+    const before = await ids();
+    const key = await e.keyFor(E2B_TENANT);
+    const [id] = (await ids()).filter((x) => !before.includes(x));
+    assert.ok(id);
+    const mine = await Sandbox.connect(sbx.sandboxId, { apiKey: key });
+    const token = (mine as unknown as { envdAccessToken: string }).envdAccessToken;
+    assert.notEqual(
+      token,
+      (sbx as unknown as { envdAccessToken: string }).envdAccessToken,
+      "each key its own",
+    );
+    // Streams opened with it: a background command (Start's stream) and a directory watch.
+    const bg = await mine.commands.run("sleep 600", { background: true });
+    let watchEnded: unknown = "not yet";
+    const w = await mine.files.watchDir("/home/user", () => undefined, {
+      onExit: (err) => {
+        watchEnded = err;
+      },
+    });
+    const ended = bg.wait().then(
+      () => "exited",
+      (err: unknown) => err,
+    );
+    await rest("DELETE", `/v1/tokens/${id}`);
+    // Each ends by itself (the bound only guards a hang).
+    const result = await Promise.race([
+      ended,
+      new Promise((r) => setTimeout(() => r("still running"), 60_000)),
+    ]);
+    assert.ok(result instanceof Error, `the command's stream: ${String(result)}`);
+    await waitFor("the watch's end", () => watchEnded !== "not yet");
+    await w.stop().catch(() => undefined);
+    // The token is refused as revoked (not as a missing sandbox), through the SDK and raw.
+    await assert.rejects(mine.commands.run("true"), (err: Error) => err.name === "AuthenticationError");
+    const refused = await raw("GET", "/health", {
+      "e2b-sandbox-id": sbx.sandboxId,
+      "e2b-sandbox-port": "49983",
+      "x-access-token": token,
+    });
+    assert.equal(refused.status, 401, refused.body.toString());
+    assert.match(refused.body.toString(), /access token was revoked/);
+    // The process itself is the sandbox's (E2B's envd keeps it too); the other key's handle works.
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid));
+    await sbx.commands.kill(bg.pid);
+    assert.equal((await sbx.commands.run("echo other-key")).stdout, "other-key\n");
+  },
+);
+
+/** A command that prints a numbered line five times a second until it is stopped. */
+const TICKER = "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done";
+
+/**
+ * After a resume, background command `h` (started before the pause) is listed; a handle
+ * connected now gets its later output, and so does `h`; it is killed; several runs all start.
+ */
+async function keptThroughPause(s: Sandbox, h: CommandHandle) {
+  assert.ok(
+    (await s.commands.list()).some((p) => p.pid === h.pid),
+    "listed after the resume",
+  );
+  for (let i = 0; i < 5; i++) assert.equal((await s.commands.run(`echo run ${i}`)).stdout, `run ${i}\n`);
+  const other = await s.commands.connect(h.pid, { timeoutMs: 0 });
+  const seen = other.stdout.length;
+  await waitFor("output to a handle connected after the resume", () =>
+    /tick \d+\n/.test(other.stdout.slice(seen)),
+  );
+  const before = h.stdout.length;
+  await waitFor("output to the handle from before the pause", () =>
+    /tick \d+\n/.test(h.stdout.slice(before)),
+  );
+  assert.equal(await s.commands.kill(h.pid), true);
+  await assert.rejects(
+    other.wait(),
+    (err: unknown) => err instanceof CommandExitError && /killed/.test(err.error ?? ""),
+  );
+  assert.ok(!(await s.commands.list()).some((p) => p.pid === h.pid), "gone once killed");
+  assert.equal((await s.commands.run("echo after")).stdout, "after\n");
+}
+
+step("pause and resume with a command running: listed, connected to, killed; every run starts", async () => {
+  const h = await sbx.commands.run(TICKER, { background: true, timeoutMs: 0 });
+  await waitFor("its output", () => h.stdout.includes("tick 2"));
+  assert.equal(await sbx.pause(), true);
+  await Sandbox.connect(sbx.sandboxId, { timeoutMs: 900_000 });
+  await keptThroughPause(sbx, h);
+});
+
+step(
+  "E2B's auto-pause (a timeout that pauses) with a command running: the same after it resumes",
+  async () => {
+    const p = await Sandbox.create(e.template, {
+      timeoutMs: 8_000,
+      requestTimeoutMs: 300_000,
+      lifecycle: { onTimeout: "pause", autoResume: false },
+    });
+    try {
+      const h = await p.commands.run(TICKER, { background: true, timeoutMs: 0 });
+      await waitFor("its output", () => h.stdout.includes("tick 2"));
+      await waitFor("the pause at its timeout", async () => (await p.getInfo()).state === "paused", 180_000);
+      await Sandbox.connect(p.sandboxId, { timeoutMs: 900_000 });
+      await keptThroughPause(p, h);
+    } finally {
+      await p.kill().catch(() => undefined);
+    }
+  },
+);

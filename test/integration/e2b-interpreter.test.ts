@@ -4,13 +4,14 @@
  * E2B_API_URL / E2B_SANDBOX_URL): cells keep state, logs stream while a cell runs (onStdout),
  * errors, a value's text, a matplotlib chart as PNG, contexts, JavaScript, bash, envs (per cell
  * and the sandbox's, from Sandbox.create's envs), an unsupported language, and a client that
- * hangs up mid-stream (the daemon goes on and the next cell runs: the cut cell was interrupted);
- * then forkd's own REST for contexts, context_id/env on eval and eval/stream. One daemon, the
+ * hangs up mid-stream (the daemon goes on and the next cell runs: the cut cell was interrupted),
+ * a cell that prints nothing (its `timeoutMs` holds: the reply is committed at once), a sandbox
+ * killed during such a cell (the SDK's "sandbox was killed" error); then forkd's own REST for contexts, context_id/env on eval and eval/stream. One daemon, the
  * E2B-style snapshot (python, user `user`) and a node one.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
-import { NotFoundError, Sandbox } from "@e2b/code-interpreter";
+import { NotFoundError, Sandbox, TimeoutError } from "@e2b/code-interpreter";
 import { startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
 import { apiRequest, rawRequest, readAll } from "../helpers/http.js";
@@ -181,6 +182,41 @@ step("a client hanging up mid-stream: the cell is interrupted, the next one runs
   assert.equal(next.error, undefined, next.error?.traceback);
   assert.equal(next.text, "False", "the cut cell was interrupted, not left to run");
   assert.equal((await py.runCode("x")).text, "20", "the kernel kept its state");
+});
+
+step(
+  "a cell that prints nothing: its timeoutMs holds (the SDK's timeout error); the next cell runs",
+  async () => {
+    await assert.rejects(py.runCode("import time; time.sleep(30)", { timeoutMs: 3_000 }), (err: unknown) => {
+      assert.ok(err instanceof TimeoutError, String(err));
+      assert.match(err.message, /Execution timed out/, "the cell's own timeout, not the request's");
+      return true;
+    });
+    assert.equal((await py.runCode("x")).text, "20");
+  },
+);
+
+step("a sandbox killed during a cell that prints nothing: the SDK's 'sandbox was killed' error", async () => {
+  const k = await create(e.template);
+  const cell = k.runCode("open('/tmp/cell-started', 'w').close()\nimport time\ntime.sleep(600)", {
+    timeoutMs: 0,
+  });
+  cell.catch(() => undefined);
+  // Killed once the cell runs (it made its file).
+  for (let i = 0; ; i++) {
+    const r = await api<{ exit_code: number }>("POST", `/v1/sandboxes/${k.sandboxId}/exec`, {
+      cmd: "test -e /tmp/cell-started",
+    });
+    if (r.exit_code === 0) break;
+    assert.ok(i < 1000, "the cell never started");
+    await new Promise((res) => setTimeout(res, 200));
+  }
+  await Sandbox.kill(k.sandboxId);
+  await assert.rejects(cell, (err: unknown) => {
+    assert.ok(err instanceof TimeoutError, String(err));
+    assert.match(err.message, /sandbox was killed/);
+    return true;
+  });
 });
 
 step("forkd's own REST: contexts, context_id and env on eval, and eval/stream", async () => {

@@ -3,7 +3,8 @@
  * data directory and an empty image cache, then forked there. Tampered and path-escaping
  * archives are refused and leave nothing behind; a pack with a planted root filesystem under the
  * real image hash never becomes the image a later snapshot boots; a tiny archive that expands to
- * gigabytes is refused before it writes them; invalid metadata is a 400.
+ * gigabytes is refused before it writes them; invalid metadata is a 400. The packs' disk layers
+ * (a tenant wrote them) are read by qemu-img jailed, never as the daemon.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -19,6 +20,7 @@ import { steps } from "../helpers/steps.js";
 import { forgePack } from "../helpers/forge-pack.js";
 import { peakGrowth } from "../helpers/disk-usage.js";
 import { sha256File } from "../../src/snapshot/meta.js";
+import { daemonToolRuns } from "../helpers/prometheus.js";
 
 const sh$ = promisify(execFile);
 const { step, failed } = steps();
@@ -162,6 +164,20 @@ step("a tampered or path-escaping pack is refused and leaves nothing behind", as
       /not a plain file/,
     ],
     [
+      // A disk layer that is not one: the jailed qemu-img says so (counted below).
+      "not a qcow2 layer",
+      await repack("notqcow2", async (d) => {
+        const disk = join(d, "snapshots", "pbase", "disk.qcow2");
+        await writeFile(disk, "not a disk\n");
+        const m = JSON.parse(await readFile(join(d, "manifest.json"), "utf8")) as {
+          files: Record<string, { size: number; sha256: string }>;
+        };
+        m.files["snapshots/pbase/disk.qcow2"] = await sha256File(disk);
+        await writeFile(join(d, "manifest.json"), JSON.stringify(m));
+      }),
+      /not a usable disk layer: .*qemu-img info .*failed/,
+    ],
+    [
       "path escape",
       await repack("escape", async (d) => writeFile(join(d, "escape.txt"), "x"), [
         "-P",
@@ -177,6 +193,10 @@ step("a tampered or path-escaping pack is refused and leaves nothing behind", as
     assert.match(r.stderr, want, `${what}: ${r.stderr}`);
     assert.deepEqual(await bState(), before, `${what}: nothing left behind`);
   }
+  // Every qemu-img b ran (this layer's, the unpack before) ran jailed.
+  const runs = await daemonToolRuns(b.ep);
+  assert.ok((runs.jailed["qemu-img"] ?? 0) >= 3, JSON.stringify(runs));
+  assert.deepEqual(runs.unjailed, {});
   // Where `../escape.txt` would land if extracted in the unpack's staging directory.
   await assert.rejects(stat(join(b.dataDir, "snapshots", "escape.txt")), "nothing was written outside");
 });

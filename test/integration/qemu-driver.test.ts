@@ -11,7 +11,7 @@ import { mkdir, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AgentClient } from "../../src/agent/client.js";
-import { createOverlay } from "../../src/disk/overlay.js";
+import { createOverlay, rawSize } from "../../src/disk/overlay.js";
 import { chooseAccel } from "../../src/host/accel.js";
 import { REPO_DIR, defaultPaths } from "../../src/host/paths.js";
 import { findJailer, findMemsnap } from "../../src/host/native.js";
@@ -68,6 +68,7 @@ async function startChild(name: string): Promise<{ vm: QemuVm; agent: AgentClien
   await createOverlay(join(childDir, "disk.qcow2"), {
     backing: join(dir, "parent", "disk.qcow2"),
     backingFormat: "qcow2",
+    sizeBytes: await rawSize(image.rootfs),
   });
   const vm = await driver.launch({
     dir: childDir,

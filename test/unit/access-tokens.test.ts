@@ -11,6 +11,7 @@ import { chmod, mkdtemp, readFile, rm, stat, symlink, writeFile } from "node:fs/
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ANONYMOUS } from "../../src/access/caller.js";
+import { OpenStreams, revokedError } from "../../src/access/open-streams.js";
 import {
   Authenticator,
   TokenStore,
@@ -53,6 +54,7 @@ test("tokens: created once, stored as sha256 only (0600), found again after a re
       tokenId: a.entry.id,
       limited: true,
       maxSandboxes: 3,
+      credential: `token:${a.entry.id}`,
     });
     assert.equal(auth.authenticate(`Bearer ${b.token}`)?.tenant, null, "admin scope sees every tenant");
     assert.equal(auth.authenticate(`Bearer ${ADMIN}`)?.name, "admin");
@@ -97,6 +99,64 @@ test("tokens file: writable by others, a symlink, or invalid is refused; the tok
     await chmod(path, 0o600);
     await assert.rejects(store.load(), /is invalid/);
     assert.ok(store.find(token), "a bad file does not drop the tokens already loaded");
+  } finally {
+    await done();
+  }
+});
+
+test("open streams: ended once with the reason when their credential is revoked, others kept; an end by itself unregisters", () => {
+  const opened = new OpenStreams();
+  const ended: string[] = [];
+  const a1 = opened.open("token:tok-aaaaaaaaaaaa", (why) => ended.push(`a1 ${why.code} ${why.message}`));
+  opened.open("token:tok-aaaaaaaaaaaa", () => {
+    throw new Error("a broken socket");
+  });
+  opened.open("token:tok-aaaaaaaaaaaa", () => ended.push("a3"));
+  opened.open("token:tok-bbbbbbbbbbbb", () => ended.push("b"));
+  opened.open(undefined, () => ended.push("never")); // no credential: nothing is kept
+  assert.equal(opened.count("token:tok-aaaaaaaaaaaa"), 3);
+  a1();
+  a1();
+  assert.equal(opened.count("token:tok-aaaaaaaaaaaa"), 2);
+  const second = opened.open("token:tok-aaaaaaaaaaaa", (why) =>
+    ended.push(`a4 ${String(why.details.reason)}`),
+  );
+  assert.equal(opened.revoke("token:tok-aaaaaaaaaaaa"), 3, "one failing to end spares none of the others");
+  assert.deepEqual(ended, ["a3", "a4 token_revoked"]);
+  second(); // its own end after the revocation: nothing more
+  assert.equal(opened.revoke("token:tok-aaaaaaaaaaaa"), 0);
+  assert.equal(opened.count("token:tok-bbbbbbbbbbbb"), 1);
+  assert.match(revokedError("token:tok-aaaaaaaaaaaa").message, /tok-aaaaaaaaaaaa\) was revoked/);
+});
+
+test("tokens: a revoke, or a reload without the token (or with it changed), ends what it opened", async () => {
+  const { dir, done } = await tmp();
+  try {
+    const path = join(dir, "tokens.json");
+    const store = new TokenStore(path);
+    const a = await store.create({ tenant: "alice", scope: "tenant" });
+    const b = await store.create({ tenant: "bob", scope: "tenant" });
+    const c = await store.create({ tenant: "carol", scope: "tenant" });
+    const auth = new Authenticator(store);
+    const ended: string[] = [];
+    const open = (token: string, name: string) =>
+      store.opened.open(auth.authenticate(`Bearer ${token}`)?.credential, (why) =>
+        ended.push(`${name}: ${why.code}`),
+      );
+    open(a.token, "a");
+    open(b.token, "b");
+    open(c.token, "c");
+    await store.revoke(a.entry.id);
+    assert.deepEqual(ended, ["a: unauthenticated"]);
+    // The file edited by hand and reloaded (SIGHUP): b gone, c's tenant changed.
+    const file = JSON.parse(await readFile(path, "utf8")) as { tokens: { id: string; tenant: string }[] };
+    file.tokens = file.tokens.filter((t) => t.id !== b.entry.id);
+    for (const t of file.tokens) t.tenant = "mallory";
+    await writeFile(path, JSON.stringify(file), { mode: 0o600 });
+    await store.load();
+    assert.deepEqual(ended, ["a: unauthenticated", "b: unauthenticated", "c: unauthenticated"]);
+    assert.equal(auth.authenticate(`Bearer ${c.token}`)?.tenant, "mallory");
+    assert.deepEqual(auth.credentialsSeeing("mallory"), [`token:${c.entry.id}`]);
   } finally {
     await done();
   }

@@ -6,7 +6,7 @@ import * as schemas from "../../src/api/contract/schemas.js";
 import { commandView } from "../../src/api/views/command.js";
 import { networkView } from "../../src/api/views/network.js";
 import { sandboxView } from "../../src/api/views/sandbox.js";
-import type { ExecHandle } from "../../src/agent/client.js";
+import type { CommandHandle } from "../../src/sandbox/command-handle.js";
 import type { NetworkRecord } from "../../src/net/service.js";
 import { CommandTap } from "../../src/sandbox/command-tap.js";
 import { newSandbox } from "../../src/sandbox/sandbox.js";
@@ -121,7 +121,7 @@ test("network mode none shows no egress policy", () => {
 });
 
 test("a running command's view", () => {
-  const handle = {} as ExecHandle;
+  const handle = {} as CommandHandle;
   const v = commandView({
     pid: 7,
     cmd: ["sleep", "9"],

@@ -75,7 +75,6 @@ async function snapshot(
     backing: join(imageDir, "rootfs.ext4"),
     backingFormat: "raw",
     sizeBytes: 64 * MIB,
-    unsafe: true,
   });
 }
 
@@ -93,7 +92,6 @@ async function layer(
     backing,
     backingFormat: format,
     sizeBytes: 64 * MIB,
-    unsafe: true,
   });
   await writeFile(join(dir, "step.json"), "{}\n");
   await age(dir, ageMs);

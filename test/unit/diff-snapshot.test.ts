@@ -6,10 +6,10 @@
  * build a full image = base + diff (byte for byte); a pack carries the base's image and the
  * diffs and registers them on another store, checked against the metadata.
  */
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, mkdtemp, readFile, rename, rm, stat, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -27,8 +27,12 @@ import { registerStaged, stagePack, parsePackManifest } from "../../src/snapshot
 import { memoryDiffFile, SnapshotStore } from "../../src/snapshot/store.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { fakeMeta } from "../helpers/snapshots.js";
+import { testTools } from "../helpers/tools.js";
 
 const sh = promisify(execFile);
+// qemu-img on the layers runs as the daemon runs it: jailed when root.
+const { tools, release } = await testTools();
+after(release);
 const PSZ = 4096;
 const PAGES = 1024;
 
@@ -232,7 +236,7 @@ test("compact of a diff snapshot is a base with a full image", async () => {
   const s = await scratch();
   try {
     await chain(s);
-    const flat = await compactSnapshot(s.store, "b2", "b2-flat");
+    const flat = await compactSnapshot(s.store, "b2", "b2-flat", tools);
     assert.equal(flat.memoryBase, undefined);
     assert.equal(flat.files.memoryDiff, undefined);
     assert.equal(flat.format, SNAPSHOT_FORMAT);
@@ -250,7 +254,11 @@ test("a forced delete of a memory base gives every diff under it a full image fi
   try {
     await chain(s);
     const drained: string[] = [];
-    const hooks = { inUse: () => 0, beforeDelete: (t: string) => Promise.resolve(void drained.push(t)) };
+    const hooks = {
+      inUse: () => 0,
+      beforeDelete: (t: string) => Promise.resolve(void drained.push(t)),
+      tools,
+    };
     const r = await deleteSnapshot(s.store, "base", { cascade: false, force: true }, hooks);
     assert.deepEqual(r.orphaned, ["b1"]);
     assert.ok(drained.includes("b2"), "the pool of a snapshot whose memory is rewritten is drained");
@@ -276,6 +284,7 @@ test("a forced delete of a memory base gives every diff under it a full image fi
           {
             inUse: (tag) => (tag === "b2" ? 1 : 0),
             beforeDelete: () => Promise.resolve(),
+            tools,
           },
         ),
         /b2 has 1 running/,
@@ -296,7 +305,7 @@ test("cascade removes the diffs with their base", async () => {
       s.store,
       "base",
       { cascade: true, force: false },
-      { inUse: () => 0, beforeDelete: () => Promise.resolve() },
+      { inUse: () => 0, beforeDelete: () => Promise.resolve(), tools },
     );
     assert.deepEqual(r.cascaded, ["b2", "b1"]);
     assert.deepEqual(await s.store.list(), []);
@@ -328,8 +337,15 @@ test("a pack of a diff branch carries its base's image and the diffs, and regist
         ),
       /exactly one of memory and memory.diff/,
     );
+    // An unpack's files come from a tar, one link each; stagePack links the store's: copied, so
+    // registering (which hands each disk layer to a jailed qemu-img) leaves the source's alone.
+    for (const tag of manifest.chain) {
+      const disk = join(dir, "snapshots", tag, "disk.qcow2");
+      await copyFile(disk, `${disk}.copy`);
+      await rename(`${disk}.copy`, disk);
+    }
     const reg = await registerStaged(
-      { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null },
+      { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null, tools },
       dir,
       { as: "copy" },
     );
@@ -364,7 +380,10 @@ test("a pack whose diff snapshot names a memory base with another image is refus
     mf.files["snapshots/b1/meta.json"] = await sha256File(p);
     await writeFile(join(dir, "manifest.json"), JSON.stringify(mf));
     await assert.rejects(
-      registerStaged({ store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null }, dir),
+      registerStaged(
+        { store: t.store, cacheDir: join(t.root, "cache"), accel: "tcg", owner: null, tools },
+        dir,
+      ),
       /memory base base has another image/,
     );
     assert.deepEqual(await t.store.list(), [], "nothing registered");

@@ -2,15 +2,20 @@
  * The check of a freshly built root filesystem (no VM; mke2fs and debugfs make the disks): a
  * clean ext4 passes, and so does one whose only fault is what a mounted ext4 leaves (stale
  * superblock free totals); one e2fsck had to repair (blocks in use marked free, a wrong link
- * count) fails the build with e2fsck's findings, where exit 1 used to be accepted.
+ * count) fails the build with e2fsck's findings, where exit 1 used to be accepted. e2fsck runs
+ * as the daemon runs it (jailed when root), and the image is the daemon's again after.
  */
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { copyFile, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { copyFile, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { checkBuiltFilesystem, unexpectedFixes } from "../../src/image/dockerfile/fsck.js";
+import { testTools } from "../helpers/tools.js";
+
+const { tools, release } = await testTools();
+after(release);
 
 const PATH = `${process.env.PATH ?? ""}:/sbin:/usr/sbin`;
 const sh = (cmd: string, args: string[]) =>
@@ -31,14 +36,16 @@ test("a built root filesystem e2fsck had to repair fails the build", async () =>
     sh("debugfs", ["-w", "-R", `freeb ${first} 50`, img("freed")]);
     sh("debugfs", ["-w", "-R", "sif f links_count 5", img("links")]);
 
-    await checkBuiltFilesystem(img("clean"));
-    await checkBuiltFilesystem(img("stale")); // e2fsck exits 1, the fix is the expected one
+    await checkBuiltFilesystem(tools, img("clean"));
+    await checkBuiltFilesystem(tools, img("stale")); // e2fsck exits 1, the fix is the expected one
+    const st = await stat(img("stale"));
+    assert.deepEqual([st.uid, st.mode & 0o7777], [process.getuid?.() ?? 0, 0o644], "taken back");
     for (const [n, re] of [
       ["freed", /Block bitmap differences/],
       ["links", /ref count is 5, should be 1/],
     ] as const) {
       await assert.rejects(
-        checkBuiltFilesystem(img(n)),
+        checkBuiltFilesystem(tools, img(n)),
         (e: Error & { code?: string; details?: { fsck_exit?: number } }) => {
           assert.equal(e.code, "image_error", e.message);
           assert.equal(e.details?.fsck_exit, 1);

@@ -12,7 +12,7 @@ import type { IncomingMessage } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AuthFailureLimiter } from "../../src/access/auth-failures.js";
-import { Authenticator, E2B_KEY_RE, TokenStore } from "../../src/access/tokens.js";
+import { Authenticator, E2B_KEY_RE, TokenStore, credentialOf } from "../../src/access/tokens.js";
 import type { Services } from "../../src/api/services.js";
 import { readAccessConfig } from "../../src/daemon/config.js";
 import { AccessTokens } from "../../src/e2b/access-token.js";
@@ -98,23 +98,31 @@ test("keys: --e2b makes e2b_ + 64 hex digits, stored as sha256 only, scoped to i
   }
 });
 
-test("access tokens: HMAC of the id, stable across a reopen of the data dir's 0600 secret", async () => {
+test("access tokens: bound to a key, HMAC of the id and the key's credential, stable across a reopen of the 0600 secret", async () => {
   const { dir, done } = await tmp();
   try {
     const t1 = await AccessTokens.open(dir);
     const st = await stat(join(dir, "e2b-secret"));
     assert.equal(st.mode & 0o777, 0o600);
-    const a = t1.of("sb-aaaaaaaaaaaaaaaa");
-    assert.match(a, /^[0-9a-f]{64}$/);
-    assert.notEqual(a, t1.of("sb-bbbbbbbbbbbbbbbb"), "each sandbox its own");
+    const key = "token:tok-abcdefghijkl";
+    const a = t1.of("sb-aaaaaaaaaaaaaaaa", key) ?? "";
+    assert.match(a, /^tok-abcdefghijkl\.[0-9a-f]{64}$/);
+    assert.notEqual(a, t1.of("sb-bbbbbbbbbbbbbbbb", key), "each sandbox its own");
+    const other = t1.of("sb-aaaaaaaaaaaaaaaa", "token:tok-bbbbbbbbbbbb") ?? "";
+    assert.notEqual(other, a, "each key its own");
+    assert.match(t1.of("sb-aaaaaaaaaaaaaaaa", "env-admin") ?? "", /^admin\.[0-9a-f]{64}$/);
+    assert.equal(t1.of("sb-aaaaaaaaaaaaaaaa", undefined), null, "no credential, no token");
     const t2 = await AccessTokens.open(dir);
-    assert.equal(t2.of("sb-aaaaaaaaaaaaaaaa"), a, "the same after a restart");
-    assert.ok(t2.matches("sb-aaaaaaaaaaaaaaaa", a));
-    assert.ok(!t2.matches("sb-bbbbbbbbbbbbbbbb", a));
-    assert.ok(!t2.matches("sb-aaaaaaaaaaaaaaaa", a.slice(0, 63)));
-    assert.ok(!t2.matches("sb-aaaaaaaaaaaaaaaa", ""));
-    const other = AccessTokens.fromSecret(Buffer.alloc(32, 7));
-    assert.notEqual(other.of("sb-aaaaaaaaaaaaaaaa"), a, "another daemon's secret, another token");
+    assert.equal(t2.of("sb-aaaaaaaaaaaaaaaa", key), a, "the same after a restart");
+    assert.equal(t2.issuedTo("sb-aaaaaaaaaaaaaaaa", a), key);
+    assert.equal(t2.issuedTo("sb-aaaaaaaaaaaaaaaa", other), "token:tok-bbbbbbbbbbbb");
+    assert.equal(t2.issuedTo("sb-bbbbbbbbbbbbbbbb", a), null);
+    assert.equal(t2.issuedTo("sb-aaaaaaaaaaaaaaaa", a.slice(0, -1)), null);
+    // Another key's id on this key's MAC does not pass for it.
+    assert.equal(t2.issuedTo("sb-aaaaaaaaaaaaaaaa", a.replace("tok-abcdefghijkl", "tok-bbbbbbbbbbbb")), null);
+    assert.equal(t2.issuedTo("sb-aaaaaaaaaaaaaaaa", ""), null);
+    const elsewhere = AccessTokens.fromSecret(Buffer.alloc(32, 7));
+    assert.notEqual(elsewhere.of("sb-aaaaaaaaaaaaaaaa", key), a, "another daemon's secret, another token");
     await chmod(join(dir, "e2b-secret"), 0o644);
     await assert.rejects(AccessTokens.open(dir), /chmod 600/);
   } finally {
@@ -149,14 +157,18 @@ test("authorizeSandbox: secure needs its access token; keys of its tenant; other
   try {
     const store = new TokenStore(join(dir, "tokens.json"));
     await store.load();
-    const alice = (await store.create({ tenant: "alice", scope: "tenant", e2b: true })).token;
+    const aliceKey = await store.create({ tenant: "alice", scope: "tenant", e2b: true });
+    const alice = aliceKey.token;
     const bob = (await store.create({ tenant: "bob", scope: "tenant", e2b: true })).token;
-    const tokens = AccessTokens.fromSecret(Buffer.alloc(32, 1));
+    const root = await store.create({ tenant: "ops", scope: "admin", e2b: true });
+    const aliceTwo = await store.create({ tenant: "alice", scope: "tenant", e2b: true });
+    const keys = AccessTokens.fromSecret(Buffer.alloc(32, 1));
+    const tokens = { of: (id: string) => keys.of(id, credentialOf(aliceKey.entry.id)) ?? "" };
     const sec = sandbox("sb-aaaaaaaaaaaaaaaa", "alice", true);
     const open = sandbox("sb-bbbbbbbbbbbbbbbb", "alice", false);
     const rest = sandbox("sb-cccccccccccccccc", "alice", undefined);
     const gone = sandbox("sb-dddddddddddddddd", "alice", true, "exited");
-    const s = fakeServices([sec, open, rest, gone], new Authenticator(store), tokens);
+    const s = fakeServices([sec, open, rest, gone], new Authenticator(store), keys);
     const code = (f: () => unknown): string => {
       try {
         f();
@@ -192,6 +204,22 @@ test("authorizeSandbox: secure needs its access token; keys of its tenant; other
       code(() => authorizeSandbox(s, request({}), { sandboxId: "../etc", port: 49983 })),
       "not_found",
     );
+    // Each key's token opens it (an admin key's too), and stands for that key's credential.
+    const two = keys.of(sec.record.id, credentialOf(aliceTwo.entry.id)) ?? "";
+    const ops = keys.of(sec.record.id, credentialOf(root.entry.id)) ?? "";
+    assert.equal(at(sec, { "x-access-token": ops }), "ok");
+    assert.equal(
+      authorizeSandbox(s, request({ "x-access-token": two }), { sandboxId: sec.record.id, port: 49983 })
+        .caller.credential,
+      credentialOf(aliceTwo.entry.id),
+    );
+    // Revoking the key revokes the access tokens it was given (401: it was a valid token), and
+    // only those.
+    await store.revoke(aliceKey.entry.id);
+    assert.equal(at(sec, { "x-access-token": tokens.of(sec.record.id) }), "unauthenticated");
+    assert.equal(at(sec, { "x-access-token": two }), "ok", "another key's token goes on working");
+    await store.revoke(root.entry.id);
+    assert.equal(at(sec, { "x-access-token": ops }), "unauthenticated");
   } finally {
     await done();
   }

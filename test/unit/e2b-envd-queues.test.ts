@@ -7,12 +7,16 @@ import {
   MAX_BUFFERED,
   MAX_BUFFERED_BYTES,
   MAX_PER_SANDBOX,
+  MAX_PER_TENANT,
+  MAX_TENANT_BYTES,
   MAX_TOTAL_BYTES,
+  MAX_WATCHERS,
   Watchers,
   eventBytes,
 } from "../../src/e2b/envd/watchers.js";
 import { FilesystemEventSchema } from "../../src/e2b/envd/gen/filesystem/filesystem_pb.js";
 import { endEvent } from "../../src/e2b/envd/process-table.js";
+import { ForkdError } from "../../src/util/errors.js";
 
 test("event queue: bounded by bytes, room() once read, keepalives while idle, drained then ended", async () => {
   const q = new EventQueue<string>(10);
@@ -46,9 +50,12 @@ test("watchers: at most MAX_PER_SANDBOX per sandbox, events bounded, idle ones r
   try {
     let released = 0;
     const ids = [];
-    for (let i = 0; i < MAX_PER_SANDBOX; i++) ids.push(w.reserve("sb-a", () => released++));
-    assert.throws(() => w.reserve("sb-a", () => undefined), /too many watchers/);
-    const other = w.reserve("sb-b", () => released++);
+    for (let i = 0; i < MAX_PER_SANDBOX; i++) ids.push(w.reserve("sb-a", "alice", () => released++));
+    assert.throws(
+      () => w.reserve("sb-a", "alice", () => undefined),
+      /too many watchers: at most 64 per sandbox/,
+    );
+    const other = w.reserve("sb-b", "alice", () => released++);
     const first = ids[0]!;
     for (let i = 0; i < MAX_BUFFERED + 5; i++) first.push(create(FilesystemEventSchema, { name: `f${i}` }));
     assert.throws(() => w.take("sb-a", first.id), /5 events .* were lost/, "the loss is said first");
@@ -70,7 +77,7 @@ test("watchers: events bounded in bytes per watcher and over all watchers; losse
   const w = new Watchers(60_000);
   try {
     const big = (i: number) => create(FilesystemEventSchema, { name: `${i}-`.padEnd(8000, "x") });
-    const one = w.reserve("sb-a", () => undefined);
+    const one = w.reserve("sb-a", "alice", () => undefined);
     for (let i = 0; i < 1000; i++) one.push(big(i));
     assert.throws(() => w.take("sb-a", one.id), /events .* were lost/);
     const kept = w.take("sb-a", one.id);
@@ -80,11 +87,11 @@ test("watchers: events bounded in bytes per watcher and over all watchers; losse
     assert.equal(kept.at(-1)?.name.split("-")[0], "999", "the newest are kept");
     assert.deepEqual(w.take("sb-a", one.id), [], "nothing more was lost");
 
-    // Many full watchers: the total stays bounded.
+    // Many full watchers of several tenants: the total stays bounded.
     const all = [];
     for (let i = 0; i < 48; i++) {
-      const x = w.reserve(`sb-${i % 2 ? "b" : "c"}`, () => undefined);
-      all.push({ sb: `sb-${i % 2 ? "b" : "c"}`, x });
+      const x = w.reserve(`sb-${i % 6}`, `t${i % 6}`, () => undefined);
+      all.push({ sb: `sb-${i % 6}`, x });
       for (let j = 0; j < 300; j++) x.push(big(j));
     }
     let total = 0;
@@ -98,6 +105,69 @@ test("watchers: events bounded in bytes per watcher and over all watchers; losse
     }
     assert.ok(total <= MAX_TOTAL_BYTES, `${total} bytes over all watchers`);
     assert.ok(total > MAX_TOTAL_BYTES / 2, "most of the total was kept");
+  } finally {
+    w.close();
+  }
+});
+
+test("watchers: each tenant has its own budget (count and bytes) under the daemon's; one exhausting its own stops nobody else", () => {
+  const w = new Watchers(60_000);
+  try {
+    // Tenant A takes every watcher it can, over as many sandboxes as it likes.
+    const a: { sb: string; x: ReturnType<Watchers["reserve"]> }[] = [];
+    let refusal: unknown = null;
+    for (let sb = 0; sb < MAX_WATCHERS / MAX_PER_SANDBOX && refusal === null; sb++)
+      for (let i = 0; i < MAX_PER_SANDBOX; i++) {
+        try {
+          a.push({ sb: `sb-a${sb}`, x: w.reserve(`sb-a${sb}`, "alice", () => undefined) });
+        } catch (e) {
+          refusal = e;
+          break;
+        }
+      }
+    assert.equal(a.length, MAX_PER_TENANT, "A got its budget, not the daemon's");
+    assert.ok(refusal instanceof ForkdError);
+    assert.equal(refusal.code, "resource_exhausted");
+    assert.match(refusal.message, /this tenant's sandboxes have 128, at most 128/);
+    assert.equal(refusal.details.budget, "tenant");
+    // B (and an admin's sandboxes) are not affected.
+    const b = w.reserve("sb-b", "bob", () => undefined);
+    w.reserve("sb-admin", null, () => undefined);
+    // Bytes: A's watchers, all full (past the daemon's byte bound if it had no budget of its
+    // own), do not make B's events drop.
+    const big = (i: number) => create(FilesystemEventSchema, { name: `${i}-`.padEnd(8000, "x") });
+    for (const { x } of a) for (let i = 0; i < 300; i++) x.push(big(i));
+    for (let i = 0; i < 100; i++) b.push(big(i));
+    assert.equal(w.take("sb-b", b.id).length, 100, "none of B's events lost");
+    let kept = 0;
+    for (const { sb, x } of a) {
+      try {
+        w.take(sb, x.id);
+      } catch {
+        // the loss, said; the rest follows
+      }
+      kept += w.take(sb, x.id).reduce((n, e) => n + eventBytes(e), 0);
+    }
+    assert.ok(kept <= MAX_TENANT_BYTES, `${kept} bytes kept for one tenant`);
+  } finally {
+    w.close();
+  }
+});
+
+test("watchers: the daemon's cap holds over all tenants, with a clear error; a removal frees the tenant's budget", () => {
+  const w = new Watchers(60_000, { perTenant: 3, total: 5 });
+  try {
+    const a = [0, 1, 2].map(() => w.reserve("sb-a", "alice", () => undefined));
+    assert.throws(
+      () => w.reserve("sb-a2", "alice", () => undefined),
+      /this tenant's sandboxes have 3, at most 3/,
+    );
+    w.reserve("sb-b", "bob", () => undefined);
+    w.reserve("sb-b", "bob", () => undefined);
+    assert.throws(() => w.reserve("sb-c", "carol", () => undefined), /too many watchers on this host \(5\)/);
+    w.remove("sb-a", a[0]!.id);
+    w.reserve("sb-c", "carol", () => undefined);
+    assert.throws(() => w.reserve("sb-a", "alice", () => undefined), /on this host/);
   } finally {
     w.close();
   }

@@ -9,7 +9,7 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Process } from "../../src/e2b/envd/gen/process/process_pb.js";
 import { Filesystem, FileType } from "../../src/e2b/envd/gen/filesystem/filesystem_pb.js";
-import { SANDBOX_ID, envdHost } from "../helpers/envd-host.js";
+import { HOST_CREDENTIAL, SANDBOX_ID, envdHost } from "../helpers/envd-host.js";
 import type { EnvdHost } from "../helpers/envd-host.js";
 
 let host: EnvdHost;
@@ -67,6 +67,19 @@ test("background command: list, stdin, connect from a second handle, kill", asyn
   await assert.rejects(h.wait(), CommandExitError);
   await assert.rejects(other.wait(), CommandExitError);
   assert.equal(await sbx.commands.kill(h.pid), false, "a process that is gone is not found");
+});
+
+test("a command forkd's own API started: listed, connected to and killed through envd", async () => {
+  const pid = await host.startTracked("i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.05; done");
+  const listed = (await sbx.commands.list()).find((p) => p.pid === pid);
+  assert.ok(listed, "listed");
+  assert.equal(listed.cmd, "/bin/sh");
+  assert.deepEqual(listed.args.slice(0, 1), ["-c"]);
+  const h = await sbx.commands.connect(pid, { timeoutMs: 0 });
+  await waitFor(() => /tick \d+\n/.test(h.stdout));
+  assert.equal(await sbx.commands.kill(pid), true);
+  await assert.rejects(h.wait(), CommandExitError);
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === pid));
 });
 
 test("a process whose stream's client hung up keeps running; the stream's lease is freed", async () => {
@@ -151,6 +164,57 @@ for (const binary of [false, true]) {
   });
 }
 
+/** Bytes that are no protobuf message: field 1 of wire type 7 (there is none), then junk. */
+const NOT_PROTOBUF = Buffer.from([0x0f, 0xff, 0xff, 0xff]);
+const envelope = (flags: number, data: Buffer) => {
+  const h = Buffer.alloc(5);
+  h[0] = flags;
+  h.writeUInt32BE(data.length, 1);
+  return Buffer.concat([h, data]);
+};
+
+test("a malformed binary Connect body is invalid_argument (400), not internal", async () => {
+  // Unary (application/proto): HTTP 400 with Connect's JSON error.
+  const unary = await fetch(`${host.url}/filesystem.Filesystem/Stat`, {
+    method: "POST",
+    headers: { "content-type": "application/proto", "connect-protocol-version": "1" },
+    body: NOT_PROTOBUF,
+  });
+  assert.equal(unary.status, 400);
+  assert.equal(((await unary.json()) as { code: string }).code, "invalid_argument");
+  // Server streaming (application/connect+proto): the end of stream names invalid_argument.
+  const streamed = await fetch(`${host.url}/process.Process/Start`, {
+    method: "POST",
+    headers: { "content-type": "application/connect+proto", "connect-protocol-version": "1" },
+    body: envelope(0, NOT_PROTOBUF),
+  });
+  assert.equal(streamed.status, 200);
+  const bytes = Buffer.from(await streamed.arrayBuffer());
+  assert.equal(bytes[0], 0x02, "an end-of-stream envelope");
+  const end = JSON.parse(bytes.subarray(5, 5 + bytes.readUInt32BE(1)).toString()) as {
+    error?: { code: string };
+  };
+  assert.equal(end.error?.code, "invalid_argument");
+  // gRPC-web: its trailer says status 3 (INVALID_ARGUMENT).
+  const web = await fetch(`${host.url}/filesystem.Filesystem/Stat`, {
+    method: "POST",
+    headers: { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
+    body: envelope(0, NOT_PROTOBUF),
+  });
+  const webBytes = Buffer.from(await web.arrayBuffer());
+  const status =
+    web.headers.get("grpc-status") ?? /grpc-status: ?(\d+)/.exec(webBytes.toString("latin1"))?.[1];
+  assert.equal(status, "3");
+  // A well-formed binary message on the same routes still works.
+  const ok = await fetch(`${host.url}/filesystem.Filesystem/Stat`, {
+    method: "POST",
+    headers: { "content-type": "application/proto", "connect-protocol-version": "1" },
+    body: Buffer.concat([Buffer.from([0x0a, host.home.length]), Buffer.from(host.home)]),
+  });
+  assert.equal(ok.status, 200);
+  assert.equal(ok.headers.get("content-type"), "application/proto");
+});
+
 test("watchDir (streamed) and the polling watchers see a new file", async () => {
   await sbx.files.makeDir("w");
   const seen: string[] = [];
@@ -170,6 +234,21 @@ test("watchDir (streamed) and the polling watchers see a new file", async () => 
   await assert.rejects(fs.getWatcherEvents({ watcherId }), /not found/);
   await h.stop();
   await waitFor(() => host.leased() === 0);
+});
+
+test("a polling watcher is removed (its lease released) when the credential that made it is revoked", async () => {
+  await sbx.files.makeDir("rw");
+  const fs = createClient(Filesystem, createConnectTransport({ baseUrl: host.url, httpVersion: "1.1" }));
+  const leased = host.leased();
+  const { watcherId } = await fs.createWatcher({ path: "rw" });
+  assert.equal(host.leased(), leased + 1);
+  assert.equal(host.opened.revoke(HOST_CREDENTIAL), 1);
+  assert.equal(host.leased(), leased, "its lease released");
+  await assert.rejects(fs.getWatcherEvents({ watcherId }), /not found/);
+  // One removed by its client is no longer registered.
+  const again = await fs.createWatcher({ path: "rw" });
+  await fs.removeWatcher({ watcherId: again.watcherId });
+  assert.equal(host.opened.count(HOST_CREDENTIAL), 0);
 });
 
 test("StreamInput (client streaming over HTTP/1.1) feeds a process's stdin; keepalives while idle", async () => {

@@ -233,3 +233,119 @@ test("guest ports: an upgrade the guest never answers is a 504 in time; a refuse
     await g.close();
   }
 });
+
+test("guest ports: the credential that opened the sandbox never reaches the guest (HTTP and WebSocket); the guest's own Authorization does", async () => {
+  // A guest that echoes the headers it got: as the body of a reply, and after an upgrade's 101.
+  const guest = createServer((req, res) => {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify(req.headers));
+  });
+  guest.on("upgrade", (req, sock: Socket) => {
+    sock.end(
+      `HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n${JSON.stringify(req.headers)}`,
+    );
+  });
+  const gport = await listen(guest);
+  const KEY = "e2b_0123456789abcdef0123456789abcdef01234567";
+  const ACCESS = "ea_sandbox-access-token";
+  const services = {
+    sandboxes: { get: () => ({ record: { network: { ports: { "9000": `127.0.0.1:${gport}` } } } }) },
+    e2b: {
+      auth: {
+        authenticate: (h: string | undefined) =>
+          h === `Bearer ${KEY}`
+            ? { name: "t", tenant: "a", tokenId: "tok1", limited: true, maxSandboxes: null }
+            : null,
+      },
+      accessTokens: { matches: (id: string, t: string) => id === ID && t === ACCESS },
+    },
+  } as unknown as Services;
+  const handler = guestPortHandler(services);
+  const front = createServer((req, res) =>
+    handler(req, res, { sandboxId: ID, port: 9000 }, {} as SandboxAccess),
+  );
+  front.on("upgrade", (req, sock: Socket, head: Buffer) =>
+    guestPortUpgrade(services, req, sock, head, { sandboxId: ID, port: 9000 }),
+  );
+  const fport = await listen(front);
+  const viaHttp = (headers: Record<string, string>) =>
+    new Promise<Record<string, string>>((resolve, reject) => {
+      const r = request({ host: "127.0.0.1", port: fport, path: "/", headers }, (res) => {
+        let body = "";
+        res.on("data", (d: Buffer) => (body += d.toString()));
+        res.on("end", () => resolve(JSON.parse(body) as Record<string, string>));
+      });
+      r.on("error", reject);
+      r.end();
+    });
+  const viaUpgrade = (headers: Record<string, string>) =>
+    new Promise<Record<string, string>>((resolve, reject) => {
+      const sock = connect(fport, "127.0.0.1", () => {
+        const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
+        sock.write(
+          `GET /ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: echo\r\n${lines.join("")}\r\n`,
+        );
+      });
+      let got = "";
+      sock.on("data", (d: Buffer) => (got += d.toString()));
+      sock.on("error", reject);
+      sock.on("close", () => {
+        const at = got.indexOf("\r\n\r\n");
+        try {
+          resolve(JSON.parse(got.slice(at + 4)) as Record<string, string>);
+        } catch (e) {
+          reject(new Error(`no echo in ${JSON.stringify(got)}: ${String(e)}`));
+        }
+      });
+    });
+  try {
+    for (const [how, send] of [
+      ["HTTP", viaHttp],
+      ["WebSocket", viaUpgrade],
+    ] as const) {
+      // The tenant's API key as a bearer, the sandbox's token in both of E2B's headers, the
+      // console's cookies and header: none of it reaches the guest; the app's own cookie does.
+      const seen = await send({
+        authorization: `Bearer ${KEY}`,
+        "x-api-key": KEY,
+        "x-access-token": ACCESS,
+        "e2b-traffic-access-token": ACCESS,
+        cookie: "forkd_console=s1; app=1; forkd_console_4242=s2",
+        "x-forkd-console": "1",
+        "x-forkd-console-key": "k",
+        "x-app": "kept",
+      });
+      for (const h of [
+        "authorization",
+        "x-api-key",
+        "x-access-token",
+        "e2b-traffic-access-token",
+        "x-forkd-console",
+        "x-forkd-console-key",
+      ])
+        assert.equal(seen[h], undefined, `${how}: ${h} reached the guest`);
+      assert.equal(seen.cookie, "app=1", how);
+      assert.equal(seen["x-app"], "kept", how);
+      assert.ok(!JSON.stringify(seen).includes(KEY) && !JSON.stringify(seen).includes(ACCESS), how);
+      // The access token as a bearer is ours too.
+      assert.equal((await send({ authorization: `Bearer ${ACCESS}` })).authorization, undefined, how);
+      // The guest's own schemes and tokens pass.
+      assert.equal(
+        (await send({ authorization: "Basic dXNlcjpwdw==" })).authorization,
+        "Basic dXNlcjpwdw==",
+        how,
+      );
+      assert.equal(
+        (await send({ authorization: "Bearer app-own-token" })).authorization,
+        "Bearer app-own-token",
+        how,
+      );
+      assert.equal((await send({ cookie: "forkd_console=s1" })).cookie, undefined, how);
+    }
+  } finally {
+    front.closeAllConnections();
+    guest.closeAllConnections();
+    await new Promise<void>((r) => front.close(() => r()));
+    await new Promise<void>((r) => guest.close(() => r()));
+  }
+});

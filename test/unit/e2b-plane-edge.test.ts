@@ -15,7 +15,7 @@ import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RateLimiter } from "../../src/access/rate-limit.js";
-import { Authenticator, TokenStore } from "../../src/access/tokens.js";
+import { Authenticator, TokenStore, credentialOf } from "../../src/access/tokens.js";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
 import { DEFAULT_BODY_LIMITS, NO_METRICS } from "../../src/api/services.js";
 import type { Services } from "../../src/api/services.js";
@@ -58,7 +58,8 @@ async function setup() {
 
   const store = new TokenStore(join(dir, "tokens.json"));
   await store.load();
-  const key = (await store.create({ tenant: "alice", scope: "tenant", e2b: true })).token;
+  const created = await store.create({ tenant: "alice", scope: "tenant", e2b: true });
+  const key = created.token;
   const accessTokens = AccessTokens.fromSecret(Buffer.alloc(32, 7));
   const sb = {
     record: {
@@ -94,7 +95,7 @@ async function setup() {
     createE2bUpgradeHandler(services, { handshakeTimeoutMs: 2_000 }),
   );
   const port = (server.address() as AddressInfo).port;
-  const token = accessTokens.of(ID);
+  const token = accessTokens.of(ID, credentialOf(created.entry.id)) ?? "";
 
   const call = (
     o: { id?: string; port?: number; method?: string; path?: string; headers?: Record<string, string> } = {},
@@ -150,6 +151,10 @@ async function setup() {
 
   return {
     key,
+    keyId: created.entry.id,
+    store,
+    accessTokens,
+    port,
     token,
     failures,
     audited,
@@ -256,6 +261,68 @@ test("sandbox plane: a WebSocket to a guest port through the listener; refusals 
     assert.deepEqual(ups, [101, 502, 502]);
     // Nothing held: the next request gets the caller's one slot.
     assert.equal((await t.call({ headers: auth })).status, 200);
+  } finally {
+    await t.done();
+  }
+});
+
+test("sandbox plane: revoking a key cuts what its access tokens opened (a relayed stream, a WebSocket), then 401", async () => {
+  const t = await setup();
+  try {
+    const auth = { "x-access-token": t.token };
+    // A relayed stream, its body held by the guest.
+    const stream = new Promise<{ status: number; body: string; cut: boolean }>((resolve, reject) => {
+      const r = request(
+        {
+          host: "127.0.0.1",
+          port: t.port,
+          path: "/slow",
+          headers: { "e2b-sandbox-id": ID, "e2b-sandbox-port": "9000", ...auth },
+        },
+        (res) => {
+          let body = "";
+          res.on("data", (d: Buffer) => (body += d.toString()));
+          res.on("error", () => undefined);
+          res.on("close", () => resolve({ status: res.statusCode ?? 0, body, cut: !res.complete }));
+        },
+      );
+      r.on("error", reject);
+      r.end();
+    });
+    while (t.held.length === 0) await settle();
+    t.failures.length = 0;
+    await t.store.revoke(t.keyId);
+    const cut = await stream;
+    assert.equal(cut.status, 200);
+    assert.equal(cut.body, "started\n");
+    assert.equal(cut.cut, true, "the stream was cut, not ended as if whole");
+    const refused = await t.call({ headers: auth });
+    assert.equal(refused.status, 401, refused.body);
+    assert.match(refused.body, /access token was revoked/);
+    assert.deepEqual(t.failures, ["127.0.0.1"], "a revoked token counts as a failed authentication");
+    assert.ok(
+      t.audited.some((r) => r.action === "e2b:port GET /slow" && r.result === "token_revoked"),
+      "the cut is audited",
+    );
+
+    // Another key's token of the same sandbox: its WebSocket is cut when that key is revoked.
+    const other = await t.store.create({ tenant: "alice", scope: "tenant", e2b: true });
+    const token2 = t.accessTokens.of(ID, credentialOf(other.entry.id)) ?? "";
+    assert.equal((await t.call({ headers: { "x-access-token": token2 } })).status, 200);
+    const sock = connect(t.port, "127.0.0.1");
+    sock.on("error", () => undefined);
+    let got = "";
+    sock.on("data", (d: Buffer) => (got += d.toString()));
+    const closed = new Promise<void>((r) => sock.on("close", () => r()));
+    sock.write(
+      `GET /ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: echo\r\n` +
+        `e2b-sandbox-id: ${ID}\r\ne2b-sandbox-port: 9000\r\nx-access-token: ${token2}\r\n\r\nping`,
+    );
+    while (!got.endsWith("ping")) await settle();
+    assert.match(got, /^HTTP\/1\.1 101 /);
+    await t.store.revoke(other.entry.id);
+    await closed; // cut by the revocation (the test's own timeout guards a hang)
+    assert.equal((await t.call({ headers: { "x-access-token": token2 } })).status, 401);
   } finally {
     await t.done();
   }

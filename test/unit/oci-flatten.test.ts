@@ -1,6 +1,7 @@
 /**
  * Flatten semantics on in-process layers (no registry, no VM): whiteouts, opaque directories,
- * hard links, symlinks, modes, owners, mtimes, xattrs; every hostile layer refused naming its
+ * hard links, symlinks, modes, owners, mtimes, xattrs; device nodes skipped and counted (never
+ * made on the host), the rest of their image kept; every hostile layer refused naming its
  * entry, with nothing written outside the root; the byte and entry bounds.
  */
 import { after, test } from "node:test";
@@ -28,7 +29,8 @@ after(async () => {
 async function flatten(
   tars: Buffer[],
   limits = BIG,
-): Promise<{ dir: string; root: string; sizeBytes: number }> {
+  progress?: (line: string) => void,
+): Promise<{ dir: string; root: string; sizeBytes: number; devicesSkipped: number }> {
   const dir = await mkdtemp(join(tmpdir(), "forkd-oci-flatten-"));
   made.push(dir);
   const root = join(dir, "root");
@@ -40,8 +42,8 @@ async function flatten(
     layers.push({ path: p, digest: sha256(t), size: t.length });
   }
   try {
-    const r = await flattenLayers({ root, layers, limits });
-    return { dir, root, sizeBytes: r.sizeBytes };
+    const r = await flattenLayers({ root, layers, limits, ...(progress ? { progress } : {}) });
+    return { dir, root, sizeBytes: r.sizeBytes, devicesSkipped: r.devicesSkipped };
   } catch (e) {
     (e as { dir?: string }).dir = dir;
     throw e;
@@ -129,6 +131,53 @@ test("flatten: an opaque marker keeps what its own layer wrote under a parent th
   await rm(dir, { recursive: true, force: true });
 });
 
+test("flatten: device nodes (a debootstrap tree's /dev) are skipped and counted; the rest of the image is kept", async () => {
+  const char = (name: string, minor: number) =>
+    ({ name, type: "char", devmajor: 1, devminor: minor, mode: 0o666 }) as const;
+  const lines: string[] = [];
+  const { root, devicesSkipped } = await flatten(
+    [
+      makeTar([
+        { name: "./", type: "dir", mode: 0o755 },
+        { name: "./dev/", type: "dir", mode: 0o755 },
+        char("./dev/null", 3),
+        char("./dev/zero", 5),
+        char("./dev/full", 7),
+        { name: "./dev/sda", type: "block", devmajor: 8, devminor: 0, mode: 0o660 },
+        { name: "./dev/null-again", type: "hardlink", linkname: "./dev/null" },
+        { name: "./dev/fd", type: "symlink", linkname: "/proc/self/fd" },
+        { name: "./dev/initctl", type: "fifo", mode: 0o600 },
+        { name: "./etc/", type: "dir", mode: 0o755 },
+        { name: "./etc/hostname", data: "deb\n" },
+        { name: "./etc/was-a-file", data: "lower\n" },
+        { name: "./srv/", type: "dir", mode: 0o755 },
+        { name: "./srv/was-a-dir/", type: "dir", mode: 0o755 },
+        { name: "./srv/was-a-dir/f", data: "lower\n" },
+      ]),
+      // A node replaces what a lower layer had there, file or directory, as any entry does.
+      makeTar([char("etc/was-a-file", 3), char("srv/was-a-dir", 3)]),
+    ],
+    BIG,
+    (line) => lines.push(line),
+  );
+  assert.equal(devicesSkipped, 7);
+  assert.ok(
+    lines.includes("skipped 7 device nodes (never made on the host; the guest's /dev is its own devtmpfs)"),
+    lines.join("\n"),
+  );
+  assert.deepEqual((await readdir(join(root, "dev"))).sort(), ["fd", "initctl"]);
+  assert.equal(await readlink(join(root, "dev/fd")), "/proc/self/fd");
+  assert.ok((await lstat(join(root, "dev/initctl"))).isFIFO(), "a FIFO is kept");
+  assert.equal(await readFile(join(root, "etc/hostname"), "utf8"), "deb\n");
+  for (const p of ["etc/was-a-file", "srv/was-a-dir"])
+    await assert.rejects(lstat(join(root, p)), { code: "ENOENT" }, `${p} must be gone`);
+  // Nothing anywhere in the tree is a device.
+  const out = execFileSync("find", [root, "(", "-type", "c", "-o", "-type", "b", ")", "-print"], {
+    encoding: "utf8",
+  });
+  assert.equal(out, "");
+});
+
 test("flatten: every hostile layer is refused, naming its entry, and nothing lands outside the root", async () => {
   const outside = "/tmp/forkd-oci-hostile-" + process.pid;
   for (const [name, h] of Object.entries(hostileTars())) {
@@ -202,6 +251,33 @@ test("layer reader: truncated, corrupt and unsupported tars are refused; pax xat
   r.finish();
   assert.deepEqual(entries[0]?.xattrs.get("user.bin"), bin);
   assert.equal(entries[1]?.name, `${"d/".repeat(80)}f`);
+
+  // Device nodes and FIFOs reach the sink (it decides what it admits); with data they are refused.
+  entries.length = 0;
+  const nodes = new LayerReader(sink, "t");
+  await nodes.push(
+    makeTar([
+      { name: "./dev/full", type: "char", devmajor: 1, devminor: 7, mode: 0o666 },
+      { name: "./dev/sda", type: "block", devmajor: 8, devminor: 0, mode: 0o660 },
+      { name: "./dev/initctl", type: "fifo", mode: 0o600 },
+    ]),
+  );
+  nodes.finish();
+  assert.deepEqual(
+    entries.map((e) => [e.name, e.type, e.size]),
+    [
+      ["./dev/full", "char", 0],
+      ["./dev/sda", "block", 0],
+      ["./dev/initctl", "fifo", 0],
+    ],
+  );
+  const withData = makeTar([{ name: "c", data: "xyz" }]);
+  withData[156] = "3".charCodeAt(0);
+  withData.fill(0x20, 148, 156);
+  let s3 = 0;
+  for (let i = 0; i < 512; i++) s3 += withData[i] ?? 0;
+  withData.write(s3.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
+  await assert.rejects(new LayerReader(sink, "t").push(withData), /entry "c": a char entry with data/);
 
   const full = makeTar([{ name: "f", data: Buffer.alloc(2000) }]);
   const cut = new LayerReader(sink, "t");

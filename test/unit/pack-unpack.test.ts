@@ -5,7 +5,7 @@
  * expand past their manifest or the limit are refused before they are written; bad metadata,
  * broken archives and odd members are clear 400s that leave nothing behind.
  */
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -25,8 +25,12 @@ import { unpackSnapshot } from "../../src/snapshot/unpack.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { forgePack } from "../helpers/forge-pack.js";
 import { fakeMeta } from "../helpers/snapshots.js";
+import { testTools } from "../helpers/tools.js";
 
 const sh = promisify(execFile);
+// qemu-img on the packs' layers runs as the daemon runs it: jailed when root.
+const { tools, release } = await testTools();
+after(release);
 const H = "ab".repeat(32); // the build hash every fake pack claims
 
 async function scratch(): Promise<{ root: string; deps: UnpackDeps; done: () => Promise<void> }> {
@@ -35,7 +39,7 @@ async function scratch(): Promise<{ root: string; deps: UnpackDeps; done: () => 
   const store = new SnapshotStore(join(root, "snapshots"));
   return {
     root,
-    deps: { store, cacheDir: join(root, "cache"), accel: "tcg", owner: null },
+    deps: { store, cacheDir: join(root, "cache"), accel: "tcg", owner: null, tools },
     done: () => rm(root, { recursive: true, force: true }),
   };
 }

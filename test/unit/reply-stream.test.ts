@@ -2,7 +2,8 @@
  * A streamed reply's body survives its client: writes, ends and failures after a hang-up are
  * dropped (never thrown), the work hears of the hang-up once (also when the client left before
  * the reply started, which the HTTP server never reports to the body), the reply is paced by its
- * reader, and a Node writer into it (a pipeline) is ended when the client goes.
+ * reader, and a Node writer into it (a pipeline) is ended when the client goes; a streamed reply
+ * whose credential is revoked ends with its reason and stops its work (src/api/revocable.ts).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -16,6 +17,8 @@ import { Hono } from "hono";
 import type { HttpBindings } from "@hono/node-server";
 import { replyStream } from "../../src/api/reply-stream.js";
 import type { ReplySink } from "../../src/api/reply-stream.js";
+import { OpenStreams } from "../../src/access/open-streams.js";
+import { revocableReply } from "../../src/api/revocable.js";
 
 const dec = new TextDecoder();
 const bytes = (s: string) => new TextEncoder().encode(s);
@@ -273,4 +276,60 @@ test("over HTTP: a client gone before the reply started is reported to the work"
     server.closeAllConnections();
     await new Promise((r) => server.close(r));
   }
+});
+
+test("revocable replies: NDJSON ends with an error line (after a cut line), SSE with an error event, bytes are cut; the work hears a hang-up", async () => {
+  const opened = new OpenStreams();
+  const run = async (type: string, chunks: string[]) => {
+    let hungUp = 0;
+    let done = 0;
+    let sink: ReplySink | null = null;
+    const body = replyStream((s) => {
+      sink = s;
+      s.onHangup(() => hungUp++);
+      for (const c of chunks) s.write(bytes(c));
+    }).pipeThrough(
+      revocableReply(
+        type,
+        (end) => opened.open("token:tok-aaaaaaaaaaaa", end),
+        () => done++,
+      ),
+    );
+    const reader = body.getReader();
+    let text = "";
+    const read = (async () => {
+      for (;;) {
+        const r = await reader.read();
+        if (r.done) return "ended";
+        text += dec.decode(r.value);
+      }
+    })().catch((e: unknown) => e);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(opened.revoke("token:tok-aaaaaaaaaaaa"), 1);
+    const how = await read;
+    await new Promise((r) => setImmediate(r));
+    assert.equal(done, 1, "its slot freed once");
+    assert.equal(hungUp, 1, "the work feeding it is told, as for a hang-up");
+    assert.equal((sink as ReplySink | null)?.gone, true);
+    assert.equal(opened.count("token:tok-aaaaaaaaaaaa"), 0);
+    return { how, text };
+  };
+  const nd = await run("application/x-ndjson", ['{"type":"started","pid":7}\n', '{"type":"stdout","da']);
+  assert.equal(nd.how, "ended");
+  const lines = nd.text.split("\n");
+  assert.equal(lines.length, 4, nd.text);
+  assert.equal(lines[1], '{"type":"stdout","da', "a cut line is left as it was, on its own");
+  const last = JSON.parse(lines[2] ?? "") as {
+    type: string;
+    error: { code: string; details: { reason: string } };
+  };
+  assert.equal(last.type, "error");
+  assert.equal(last.error.code, "unauthenticated");
+  assert.equal(last.error.details.reason, "token_revoked");
+  const sse = await run("text/event-stream; charset=utf-8", ["id: 1\nevent: state\ndata: {}\n\n"]);
+  assert.equal(sse.how, "ended");
+  assert.match(sse.text, /\n\nevent: error\ndata: \{"error":\{"code":"unauthenticated",[^\n]*\n\n$/);
+  const bin = await run("application/octet-stream", ["half a file"]);
+  assert.ok(bin.how instanceof Error, "a byte stream is cut, never ended as if whole");
+  assert.equal(bin.text, "half a file");
 });

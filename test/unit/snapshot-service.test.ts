@@ -15,6 +15,7 @@ import { SnapshotService } from "../../src/snapshot/service.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { QemuDriver } from "../../src/vmm/qemu.js";
+import { JailedTools } from "../../src/vmm/jailed-tools.js";
 import { fakeSnapshot } from "../helpers/snapshots.js";
 import { quiet } from "../helpers/services.js";
 
@@ -39,6 +40,7 @@ before(async () => {
       accel,
       qemuVersion: "0",
       runDir: join(dir, "run"),
+      tools: new JailedTools(null, null),
     },
     transfer: { store, blobs: new BlobCache(join(dir, "blobs")), registry: registrySettings({}) },
     cacheDir: dir,

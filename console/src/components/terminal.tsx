@@ -20,39 +20,53 @@ export function Terminal({ id }: { id: string }) {
     term.loadAddon(fit);
     term.open(el);
     fit.fit();
-    const ws = new WebSocket(terminalUrl(id, term.rows, term.cols));
-    ws.binaryType = "arraybuffer";
     const enc = new TextEncoder();
-    ws.onopen = () => {
-      setStatus("connected");
-      term.focus();
-    };
-    ws.onmessage = (m: MessageEvent<ArrayBuffer | string>) => {
-      if (typeof m.data !== "string") return term.write(new Uint8Array(m.data));
-      try {
-        const c = JSON.parse(m.data) as {
-          type?: string;
-          exit_code?: number | null;
-          error?: { message?: string };
+    let ws: WebSocket | null = null;
+    let disposed = false;
+    // The WebSocket cannot send the session's key: its URL carries a fresh ticket instead.
+    terminalUrl(id, term.rows, term.cols).then(
+      (url) => {
+        if (disposed) return;
+        const sock = new WebSocket(url);
+        ws = sock;
+        sock.binaryType = "arraybuffer";
+        sock.onopen = () => {
+          setStatus("connected");
+          term.focus();
         };
-        if (c.type === "exit") setStatus(`exited with code ${c.exit_code ?? "?"}`);
-        if (c.type === "error") setStatus(`exited: ${c.error?.message ?? "error"}`);
-      } catch {
-        /* not a control frame */
-      }
-    };
-    ws.onclose = (e) => setStatus((s) => (s.startsWith("exited") ? s : `closed (${e.code})`));
-    const data = term.onData((d) => ws.readyState === WebSocket.OPEN && ws.send(enc.encode(d)));
+        sock.onmessage = (m: MessageEvent<ArrayBuffer | string>) => {
+          if (typeof m.data !== "string") return term.write(new Uint8Array(m.data));
+          try {
+            const c = JSON.parse(m.data) as {
+              type?: string;
+              exit_code?: number | null;
+              error?: { message?: string };
+            };
+            if (c.type === "exit") setStatus(`exited with code ${c.exit_code ?? "?"}`);
+            if (c.type === "error") setStatus(`exited: ${c.error?.message ?? "error"}`);
+          } catch {
+            /* not a control frame */
+          }
+        };
+        sock.onclose = (e) => setStatus((s) => (s.startsWith("exited") ? s : `closed (${e.code})`));
+      },
+      (e: unknown) => {
+        if (!disposed) setStatus(`closed (${e instanceof Error ? e.message : String(e)})`);
+      },
+    );
+    const open = (): WebSocket | null => (ws !== null && ws.readyState === WebSocket.OPEN ? ws : null);
+    const data = term.onData((d) => open()?.send(enc.encode(d)));
     const resize = term.onResize(({ rows, cols }) => {
-      if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "resize", rows, cols }));
+      open()?.send(JSON.stringify({ type: "resize", rows, cols }));
     });
     const observer = new ResizeObserver(() => fit.fit());
     observer.observe(el);
     return () => {
+      disposed = true;
       observer.disconnect();
       data.dispose();
       resize.dispose();
-      ws.close();
+      ws?.close();
       term.dispose();
     };
   }, [id, session]);

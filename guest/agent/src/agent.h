@@ -18,6 +18,7 @@
 /* Request types (host to guest). */
 enum {
 	T_PING = 0x01, T_IDENTITY = 0x02, T_SYNC = 0x03, T_WINDOW = 0x04, T_CANCEL = 0x05,
+	T_STREAMS = 0x06, /* a new host takes over: what is in flight (handover.c) */
 	T_EXEC = 0x10, T_STDIN = 0x11, T_SIGNAL = 0x12, T_RESIZE = 0x13,
 	T_READ = 0x20, T_WRITE_OPEN = 0x21, T_WRITE_DATA = 0x22, T_WRITE_END = 0x23,
 	T_LIST = 0x24, T_STAT = 0x25, T_MKDIR = 0x26, T_REMOVE = 0x27, T_RENAME = 0x28, T_WATCH = 0x29,
@@ -43,7 +44,8 @@ enum {
 	F_ERRNO = 37, F_MESSAGE = 38, F_SIZE = 39, F_MTIME_NS = 40, F_FILE_TYPE = 41,
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
 	F_KERNELS = 47,
-	F_FEATURES = 48, /* PING reply: optional behaviours of this agent, comma-separated */
+	F_STREAM = 48, F_KIND = 49, F_PTY = 50, /* STREAMS reply: each STREAM starts an entry */
+	F_FEATURES = 51, /* PING reply: optional behaviours of this agent, comma-separated */
 };
 
 /* ---- proto.c: fields of a received frame ---- */
@@ -123,6 +125,7 @@ void flow_used(struct stream *s, size_t n);
 void flow_window(const struct msg *m);  /* T_WINDOW */
 void flow_cancel(const struct msg *m);  /* T_CANCEL: EXEC, READ or WRITE */
 void flow_disconnected(void);           /* the host that gave the credits is gone */
+void flow_repace(struct stream *s, int64_t window); /* paced again with a fresh window (STREAMS) */
 
 /* ---- port.c ---- */
 void port_setup(const char *path, int fd);
@@ -184,6 +187,10 @@ int exec_reaped(pid_t pid, int status);
 void exec_poll(int64_t now);
 size_t exec_stdin_backlog(void);
 void exec_cancel(struct stream *s); /* kill the group, forget the stream, no reply */
+void exec_describe(struct stream *s); /* STREAMS: its PID, STDIN, PTY, TIME_NS, command, WINDOW */
+
+/* ---- handover.c ---- */
+void streams_handover(const struct msg *m); /* T_STREAMS */
 
 /* ---- files.c ---- */
 /* READ, WRITE_OPEN, LIST, STAT, MKDIR, REMOVE, RENAME, WATCH: as USER when the request names

@@ -12,11 +12,13 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
 
 #define DRAIN_BUDGET (1024 * 1024) /* per pipe, after the main process exited */
+#define CMD_KEEP 2048 /* bytes of a command's SHELL or ARGs kept for STREAMS */
 
 struct exec {
 	struct stream s;
@@ -31,6 +33,10 @@ struct exec {
 	int pty;                   /* on a pseudo-terminal: out_fd is its master, in_fd a dup */
 	int pty_eof;               /* every slave closed (EIO): the master stays open until the
 				    * exit, closing it would hang up (SIGHUP) a command exiting */
+	int64_t started_ns;        /* CLOCK_REALTIME at its start */
+	uint8_t *cmd;              /* its SHELL, or its ARGs each ended by a NUL (at most CMD_KEEP) */
+	uint32_t cmd_len;
+	int shell;
 };
 
 void free_strv(char **v)
@@ -164,6 +170,52 @@ static int pty_size(const struct msg *m, int64_t *rows, int64_t *cols)
 	return 1;
 }
 
+/* Keeps (a bounded copy of) the command for STREAMS: a shell string, or the argv. */
+static void keep_command(struct exec *e, char **argv, int shell)
+{
+	size_t n = 0;
+	e->shell = shell;
+	if (!(e->cmd = malloc(CMD_KEEP)))
+		return;
+	for (char **a = shell ? argv + 2 : argv; *a && n < CMD_KEEP; a++) {
+		size_t len = strlen(*a) + !shell; /* an ARG's NUL ends it */
+		if (len > CMD_KEEP - n)
+			len = CMD_KEEP - n;
+		memcpy(e->cmd + n, *a, len);
+		n += len;
+		if (shell)
+			break;
+	}
+	e->cmd_len = (uint32_t)n;
+}
+
+static void exec_free(struct exec *e)
+{
+	free(e->cmd);
+	free(e);
+}
+
+void exec_describe(struct stream *s)
+{
+	struct exec *e = (struct exec *)s;
+	fb_i64(F_PID, e->pid);
+	fb_i64(F_STDIN, e->in_fd >= 0 && !e->in_eof);
+	if (e->pty)
+		fb_i64(F_PTY, 1);
+	fb_i64(F_TIME_NS, e->started_ns);
+	if (e->shell)
+		fb_bytes(F_SHELL, e->cmd, e->cmd_len);
+	else
+		for (uint32_t off = 0; off < e->cmd_len;) {
+			const uint8_t *end = memchr(e->cmd + off, 0, e->cmd_len - off);
+			uint32_t len = end ? (uint32_t)(end - (e->cmd + off)) : e->cmd_len - off;
+			fb_bytes(F_ARG, e->cmd + off, len);
+			off += len + 1;
+		}
+	if (e->s.flow)
+		fb_i64(F_WINDOW, e->s.credit);
+}
+
 void exec_start(const struct msg *m)
 {
 	char **argv = NULL, **env = NULL, *cwd = NULL, *s = NULL, *spec = NULL;
@@ -223,6 +275,8 @@ void exec_start(const struct msg *m)
 				goto out;
 			}
 	}
+
+	keep_command(e, argv, r > 0);
 
 	/* the user: USER, else the image's default user */
 	if ((r = field_cstr(m, F_USER, "USER", &spec)) < 0)
@@ -290,6 +344,9 @@ void exec_start(const struct msg *m)
 	closefd(&p_in[0]);
 	closefd(&p_out[1]);
 	closefd(&p_err[1]);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	e->started_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 	e->pty = pty;
 	e->in_fd = p_in[1];
 	e->out_fd = p_out[0];
@@ -329,7 +386,7 @@ out:
 	free(u);
 	if (e) {
 		stream_del(&e->s);
-		free(e);
+		exec_free(e);
 	}
 }
 
@@ -571,7 +628,7 @@ void exec_cancel(struct stream *s)
 	closefd(&e->err_fd);
 	stdin_drop(e);
 	stream_del(&e->s);
-	free(e);
+	exec_free(e);
 }
 
 void exec_poll(int64_t now)
@@ -584,7 +641,7 @@ void exec_poll(int64_t now)
 		if (e->exited) {
 			if (drain(e)) {
 				stream_del(&e->s);
-				free(e);
+				exec_free(e);
 			} /* else: outq full, retried after the next POLLOUT */
 			continue;
 		}

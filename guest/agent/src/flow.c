@@ -91,3 +91,9 @@ void flow_disconnected(void)
 			s->flow = 0; /* commands keep running; their output is discarded */
 	}
 }
+
+void flow_repace(struct stream *s, int64_t window)
+{
+	s->flow = 1;
+	s->credit = window < CREDIT_MAX ? window : CREDIT_MAX;
+}

@@ -166,6 +166,7 @@ void dispatch(const struct msg *m)
 	case T_SYNC: sync(); send_simple(RP_OK, m->stream); break;
 	case T_WINDOW: flow_window(m); break;
 	case T_CANCEL: flow_cancel(m); break;
+	case T_STREAMS: streams_handover(m); break;
 	case T_EXEC: exec_start(m); break;
 	case T_STDIN: exec_stdin(m); break;
 	case T_SIGNAL: exec_signal(m); break;

@@ -24,7 +24,7 @@ EVALSRV = os.path.join(HERE, "..", "..", "evalsrv", "forkd_eval.py")
 PYTHON = "/usr/bin/python3"
 
 # types
-PING, IDENTITY, SYNC, WINDOW, CANCEL = 0x01, 0x02, 0x03, 0x04, 0x05
+PING, IDENTITY, SYNC, WINDOW, CANCEL, STREAMS = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
 EXEC, STDIN, SIGNAL, RESIZE = 0x10, 0x11, 0x12, 0x13
 READ, WRITE_OPEN, WRITE_DATA, WRITE_END = 0x20, 0x21, 0x22, 0x23
 LIST, STAT, MKDIR, REMOVE, RENAME, WATCH, EVAL = 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x30
@@ -37,10 +37,11 @@ SEED, TIME_NS, HOSTNAME, SANDBOX_ID, SIGNAL_F, WINDOW_F, USER, LANGUAGE = 13, 14
 PTY_ROWS, PTY_COLS, RECURSIVE, EVENT = 23, 24, 25, 26
 VERSION, PID, EXIT_CODE, EXIT_SIGNAL, TIMED_OUT, ERRNO, MESSAGE = 32, 33, 34, 35, 36, 37, 38
 SIZE, MTIME_NS, FILE_TYPE, NAME, JSON_F, UPTIME_MS, EVAL_READY, KERNELS = 39, 40, 41, 42, 44, 45, 46, 47
-FEATURES = 48
+STREAM_F, KIND, PTY_F = 48, 49, 50
+FEATURES = 51
 INT_TAGS = {TIMEOUT_MS, STDIN_F, MODE, FLAGS, TIME_NS, SIGNAL_F, WINDOW_F, VERSION, PID, EXIT_CODE,
             EXIT_SIGNAL, TIMED_OUT, ERRNO, SIZE, MTIME_NS, FILE_TYPE, UPTIME_MS, EVAL_READY,
-            PTY_ROWS, PTY_COLS, RECURSIVE}
+            PTY_ROWS, PTY_COLS, RECURSIVE, STREAM_F, KIND, PTY_F}
 MAX_FRAME = 1024 * 1024 + 64
 
 
@@ -417,6 +418,74 @@ def t_cancel_exec(a):
     quiet(a, s, 0.3)
     out, _, ex, _ = a.run([(ARG, "echo"), (ARG, "reused")], timeout=10)
     check(out == b"reused\n", out)
+
+
+def streams(a, window=0):
+    """STREAMS on the host's reserved stream: {id: {tag: [values]}} of what is in flight."""
+    s = 0xFFFFFFFF
+    a.send(STREAMS, s, [(WINDOW_F, window)] if window else [])
+    f = a.recv(s)
+    check(f.type == OK, "STREAMS: %r" % f)
+    out, cur = {}, None
+    for t, v in f.fields:
+        if t == STREAM_F:
+            cur = out.setdefault(v, {})
+        elif cur is not None:
+            cur.setdefault(t, []).append(v)
+    return out
+
+
+def t_streams(a, tmp):
+    """STREAMS: what an earlier host left in flight, as a new host takes over."""
+    path = os.path.join(tmp, "handover.bin")
+    with open(path, "wb") as f:
+        f.write(os.urandom(200000))
+    d = os.path.join(tmp, "handover")
+    os.mkdir(d)
+    # The earlier host's: a command (paced, its window used up), a shell command with stdin,
+    # a read stalled on its window, a write half done.
+    cmd = a.stream()
+    a.send(EXEC, cmd, [(ARG, "sh"), (ARG, "-c"), (ARG, "head -c 5000 /dev/zero; sleep 30"),
+                       (WINDOW_F, 1000)])
+    check(a.recv(cmd).type == STARTED, "started")
+    take(a, cmd, 1000)
+    sh = a.stream()
+    a.send(EXEC, sh, [(SHELL, "cat; echo bye"), (STDIN_F, 1)])
+    pid_sh = a.recv(sh).get(PID)
+    rd = a.stream()
+    a.send(READ, rd, [(PATH, path), (WINDOW_F, 1000)])
+    take(a, rd, 1000)
+    wr = a.stream()
+    a.send(WRITE_OPEN, wr, [(PATH, os.path.join(d, "f"))])
+    a.send(WRITE_DATA, wr, [(DATA_F, b"x" * 100)])
+    t0 = time.time_ns()
+    got = streams(a, window=1 << 20)
+    check(set(got) == {cmd, sh}, "listed %r" % sorted(got))
+    c = got[cmd]
+    check(c[KIND] == [1] and c[PID][0] > 0 and c[STDIN_F] == [0], "command %r" % c)
+    check(c[ARG] == [b"sh", b"-c", b"head -c 5000 /dev/zero; sleep 30"] and SHELL not in c, c)
+    check(c[WINDOW_F] == [1 << 20], "paced again with the new window: %r" % c[WINDOW_F])
+    check(0 < t0 - c[TIME_NS][0] < 60 * 10**9, "start time %r" % c[TIME_NS])
+    g = got[sh]
+    check(g[PID] == [pid_sh] and g[STDIN_F] == [1] and g[SHELL] == [b"cat; echo bye"], g)
+    # The read and the write are gone (the temporary file too); the command's output flows
+    # again under the new window, and its stream id is still taken.
+    check(os.listdir(d) == [], "write left %r" % os.listdir(d))
+    quiet(a, rd, 0.3)
+    rest = take(a, cmd, 4000)
+    check(data_of(rest) == 4000, "output after the handover")
+    a.send(EXEC, cmd, [(ARG, "true")])
+    expect_error(a.recv(cmd), 16, "a new EXEC on a stream still in flight")
+    # The new host drives what it took over: stdin, signals.
+    a.send(STDIN, sh, [(DATA_F, b"hi\n")])
+    a.send(STDIN, sh)
+    frames = a.until_end(sh)
+    out = b"".join(f.get(DATA_F) for f in frames if f.type == STDOUT)
+    check(out == b"hi\nbye\n" and frames[-1].type == EXIT, frames)
+    a.send(SIGNAL, cmd, [(SIGNAL_F, 9)])
+    frames = a.until_end(cmd)
+    check(frames[-1].type == EXIT and frames[-1].get(EXIT_SIGNAL) == 9, frames[-1])
+    check(streams(a) == {}, "nothing left in flight")
 
 
 def t_cancel_write(a, tmp):
@@ -1168,6 +1237,7 @@ def main():
                  ("window read", lambda: t_window_read(a, tmp)),
                  ("cancel exec", lambda: t_cancel_exec(a)),
                  ("cancel write", lambda: t_cancel_write(a, tmp)),
+                 ("streams", lambda: t_streams(a, tmp)),
                  ("protocol errors", lambda: t_protocol_errors(a)),
                  ("pty", lambda: t_pty(a)),
                  ("watch", lambda: t_watch(a, tmp)),

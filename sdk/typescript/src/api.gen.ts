@@ -821,10 +821,27 @@ export interface paths {
         /** Who the web console is logged in as (401: nobody; the unix socket: the local admin) */
         get: operations["consoleSession"];
         put?: never;
-        /** Log the web console in (TCP listener): the token is checked like a bearer token and the reply sets the session cookie `forkd_console` (HttpOnly, SameSite=Strict), valid while the token is */
+        /** Log the web console in (TCP listener): the token is checked like a bearer token; the reply sets the session cookie `forkd_console` (HttpOnly, SameSite=Strict) and gives the page the session's `key`, which every call must send as `X-Forkd-Console-Key` (the cookie alone opens nothing); valid while the token is */
         post: operations["consoleLogin"];
-        /** Log the web console out (ends the cookie's session) */
+        /** Log the web console out (ends the session of the cookie and key sent) */
         delete: operations["consoleLogout"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/console/ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A single-use ticket (60 s) for the console session of the cookie and key sent: a GET or a WebSocket upgrade may bring it as `?console_ticket=` instead of the key (EventSource, WebSocket and download links cannot send a header) */
+        post: operations["consoleTicket"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1842,6 +1859,27 @@ export interface components {
                 /** @description The token's id */
                 token: string | null;
             };
+        };
+        ConsoleLoggedIn: {
+            caller: {
+                /**
+                 * @description local: the unix socket (or `forkd console`)
+                 * @enum {string}
+                 */
+                kind: "local" | "token" | "admin";
+                name: string;
+                /** @description null: an admin (sees every tenant's sandboxes) */
+                tenant: string | null;
+                admin: boolean;
+                /** @description The token's id */
+                token: string | null;
+            };
+            /** @description The session's key: sent as X-Forkd-Console-Key with every call; kept by the page, not in a cookie */
+            key: string;
+        };
+        ConsoleTicket: {
+            /** @description Single use, 60 s: `?console_ticket=` on a GET or a WebSocket upgrade */
+            ticket: string;
         };
     };
     responses: never;
@@ -5192,13 +5230,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Log the web console in (TCP listener): the token is checked like a bearer token and the reply sets the session cookie `forkd_console` (HttpOnly, SameSite=Strict), valid while the token is */
+            /** @description Log the web console in (TCP listener): the token is checked like a bearer token; the reply sets the session cookie `forkd_console` (HttpOnly, SameSite=Strict) and gives the page the session's `key`, which every call must send as `X-Forkd-Console-Key` (the cookie alone opens nothing); valid while the token is */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ConsoleCaller"];
+                    "application/json": components["schemas"]["ConsoleLoggedIn"];
                 };
             };
             /** @description payload_too_large: the body is over its bound (json) */
@@ -5241,7 +5279,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Log the web console out (ends the cookie's session) */
+            /** @description Log the web console out (ends the session of the cookie and key sent) */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -5251,6 +5289,55 @@ export interface operations {
                         /** @constant */
                         ok: true;
                     };
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    consoleTicket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A single-use ticket (60 s) for the console session of the cookie and key sent: a GET or a WebSocket upgrade may bring it as `?console_ticket=` instead of the key (EventSource, WebSocket and download links cannot send a header) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleTicket"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */

@@ -603,18 +603,31 @@ export const ROUTES: RouteSpec[] = [
     method: "post",
     path: "/v1/console/session",
     summary:
-      "Log the web console in (TCP listener): the token is checked like a bearer token and the reply sets " +
-      "the session cookie `forkd_console` (HttpOnly, SameSite=Strict), valid while the token is",
+      "Log the web console in (TCP listener): the token is checked like a bearer token; the reply sets " +
+      "the session cookie `forkd_console` (HttpOnly, SameSite=Strict) and gives the page the session's " +
+      "`key`, which every call must send as `X-Forkd-Console-Key` (the cookie alone opens nothing); " +
+      "valid while the token is",
     tag: "access",
     public: true,
     body: json(S.ConsoleLogin),
-    responses: { 200: json(S.ConsoleCaller) },
+    responses: { 200: json(S.ConsoleLoggedIn) },
+  },
+  {
+    operationId: "consoleTicket",
+    method: "post",
+    path: "/v1/console/ticket",
+    summary:
+      "A single-use ticket (60 s) for the console session of the cookie and key sent: a GET or a WebSocket " +
+      "upgrade may bring it as `?console_ticket=` instead of the key (EventSource, WebSocket and download " +
+      "links cannot send a header)",
+    tag: "access",
+    responses: { 200: json(S.ConsoleTicket) },
   },
   {
     operationId: "consoleLogout",
     method: "delete",
     path: "/v1/console/session",
-    summary: "Log the web console out (ends the cookie's session)",
+    summary: "Log the web console out (ends the session of the cookie and key sent)",
     tag: "access",
     public: true,
     responses: { 200: json(z.object({ ok: z.literal(true) })) },

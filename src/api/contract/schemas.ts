@@ -1352,3 +1352,19 @@ export const ConsoleCaller = named(
   }),
   "ConsoleCaller",
 );
+export const ConsoleLoggedIn = named(
+  ConsoleCaller.extend({
+    key: z
+      .string()
+      .describe(
+        "The session's key: sent as X-Forkd-Console-Key with every call; kept by the page, not in a cookie",
+      ),
+  }),
+  "ConsoleLoggedIn",
+);
+export const ConsoleTicket = named(
+  z.object({
+    ticket: z.string().describe("Single use, 60 s: `?console_ticket=` on a GET or a WebSocket upgrade"),
+  }),
+  "ConsoleTicket",
+);

@@ -1,15 +1,17 @@
 /**
  * The web console's session on the daemon's TCP listener: POST /v1/console/session exchanges a
- * bearer token (checked like one, failures limited per address like the edge's) for the
- * session cookie, bound to that token (the edge re-checks it on each request: a revoked token
- * ends its sessions); GET says who is logged in; DELETE logs out. On the unix socket every
- * caller is the local admin, so GET answers that and POST needs no token.
+ * bearer token (checked like one, failures limited per address like the edge's) for a session
+ * bound to that token (the edge re-checks it on each request: a revoked token ends its
+ * sessions): the cookie, and in the reply's body the key the page sends with every call (the
+ * cookie alone opens nothing: console/sessions.ts); GET says who is logged in; DELETE logs out;
+ * POST /v1/console/ticket gives a single-use ticket for a URL (EventSource, WebSocket, download).
+ * On the unix socket every caller is the local admin, so GET answers that and POST needs no token.
  */
 import { Hono } from "hono";
 import { ANONYMOUS, LOCAL, isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
 import { Authenticator } from "../../access/tokens.js";
-import { cookieOf, setCookie } from "../../console/sessions.js";
+import { KEY_HEADER, cookieOf, setCookie } from "../../console/sessions.js";
 import { ForkdError } from "../../util/errors.js";
 import { ConsoleLogin } from "../contract/schemas.js";
 import type { ApiContext, ApiEnv } from "../env.js";
@@ -72,16 +74,32 @@ export function consoleSessionRoutes(s: Services, listener: Listener): Hono<ApiE
       s.limits.authFailures.fail(remote);
       throw new ForkdError("unauthenticated", "wrong token");
     }
-    const sid = s.console.sessions.open(Authenticator.sessionSubject(caller));
-    c.header("set-cookie", setCookie(sid, secure(c)));
+    const opened = s.console.sessions.open(Authenticator.sessionSubject(caller));
+    c.header("set-cookie", setCookie(opened.id, secure(c)));
     c.header("cache-control", "no-store");
-    return c.json(callerView(caller));
+    return c.json({ ...(callerView(caller) as object), key: opened.key });
   });
 
   app.delete("/", (c) => {
-    s.console?.sessions.close(cookieOf(c.req.header("cookie")));
+    // Only the page that holds the session (its key too) ends it; a cookie alone does nothing.
+    const id = cookieOf(c.req.header("cookie"));
+    if (s.console?.sessions.get(id, c.req.header(KEY_HEADER))) s.console.sessions.close(id);
     c.header("set-cookie", setCookie(null, secure(c)));
     return c.json({ ok: true });
+  });
+
+  return app;
+}
+
+/** POST /v1/console/ticket: a single-use ticket (60 s) for this console session's URLs. */
+export function consoleTicketRoutes(s: Services): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
+  app.post("/", (c) => {
+    const ticket = s.console?.sessions.ticket(cookieOf(c.req.header("cookie")), c.req.header(KEY_HEADER));
+    if (!ticket)
+      throw new ForkdError("unauthenticated", "a ticket is for a console session (its cookie and key)");
+    c.header("cache-control", "no-store");
+    return c.json({ ticket });
   });
 
   return app;

@@ -60,10 +60,12 @@ export function startCommand(
 ): ExecHandle {
   const req = toRequest(body);
   const tap = new CommandTap();
-  const h = withStartExplained(agent, req, agent.exec(req, tap.handlers(handlers)), explain);
+  const fed = tap.handlers(handlers);
+  const inner = withStartExplained(agent, req, agent.exec(req, fed), explain);
   // A terminal's input stays open unless the request's stdin was all of it.
   const keepOpen = body.keep_stdin_open || (body.pty !== undefined && body.stdin === undefined);
-  commands.track(body.cmd, keepOpen, h, body.pty !== undefined, tap);
+  // The handle that lasts: through a pause and resume its output keeps going to `fed`.
+  const h = commands.track(body.cmd, keepOpen, inner, body.pty !== undefined, tap, fed);
   if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
   if (body.stdin !== undefined && !keepOpen) h.closeStdin();
   return h;

@@ -6,7 +6,7 @@ import { BuildSnapshotQuery } from "../contract/schemas.js";
 import { bodyStream, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
-import { progressStream } from "../stream.js";
+import { hangupSignal, progressStream } from "../stream.js";
 import { snapshotView } from "../views/snapshot.js";
 
 function buildArgs(raw: string | undefined): Record<string, string> {
@@ -61,13 +61,26 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
       owner: c.get("caller").tenant,
     };
     noteTarget(c, "snapshot", q.tag);
+    // A client that hangs up before the snapshot is published cancels the build (snapshots.ts).
     if (q.stream !== "1") {
-      return c.json(snapshotView(await s.snapshots.createFromDockerfile(req, body)), 201);
+      return c.json(
+        snapshotView(await s.snapshots.createFromDockerfile({ ...req, signal: hangupSignal(c) }, body)),
+        201,
+      );
     }
     if (await s.snapshots.has(q.tag))
       throw new ForkdError("conflict", `snapshot ${q.tag} already exists`, { tag: q.tag });
-    return progressStream(c, 201, "snapshot", `snapshot ${q.tag}`, s.log, async (progress, watcher) =>
-      snapshotView(await s.snapshots.createFromDockerfile(req, body, progress, () => watcher.gone)),
+    return progressStream(
+      c,
+      201,
+      "snapshot",
+      `snapshot ${q.tag}`,
+      s.log,
+      async (progress, watcher) =>
+        snapshotView(
+          await s.snapshots.createFromDockerfile({ ...req, signal: watcher.signal }, body, progress),
+        ),
+      "cancel",
     );
   });
 

@@ -10,7 +10,7 @@ import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { isAdmin } from "../../access/caller.js";
 import { canSee, noSnapshot, ownedSnapshot, visiblePending, visibleSnapshot } from "../scope.js";
-import { progressStream } from "../stream.js";
+import { hangupSignal, progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 import type { Progress } from "../../snapshot/progress.js";
@@ -48,14 +48,22 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
       owner: c.get("caller").tenant,
     };
     noteTarget(c, "snapshot", body.tag);
-    if (c.req.query("stream") !== "1") return c.json(snapshotView(await s.snapshots.create(req)), 201);
+    // A client that hangs up before the snapshot is published cancels its creation (as Ctrl-C
+    // stops `docker build`): its parent VM is killed, nothing is published or pre-started.
+    if (c.req.query("stream") !== "1")
+      return c.json(snapshotView(await s.snapshots.create({ ...req, signal: hangupSignal(c) })), 201);
     // Refuse a taken tag, an unknown template or an image this daemon cannot pull with a status
     // code, before the stream starts.
-    await s.snapshots.checkCreatable(body.tag, from);
-    // A creation whose client stopped watching still ends: ready, or failed with its reason in
-    // the pending list (the client can no longer be told).
-    return progressStream(c, 201, "snapshot", `snapshot ${body.tag}`, s.log, async (progress, watcher) =>
-      snapshotView(await s.snapshots.create(req, progress, () => watcher.gone)),
+    await s.snapshots.checkCreatable(body.tag, from, req.owner);
+    return progressStream(
+      c,
+      201,
+      "snapshot",
+      `snapshot ${body.tag}`,
+      s.log,
+      async (progress, watcher) =>
+        snapshotView(await s.snapshots.create({ ...req, signal: watcher.signal }, progress)),
+      "cancel",
     );
   });
 

@@ -121,7 +121,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     }
     s.metrics.fork(sb.record.timings.totalMs / 1000);
     noteE2bTarget(c, "sandboxes", [sb.record.id]);
-    return c.json(sandboxReply(e2bOf(s), sb), 201);
+    return c.json(sandboxReply(e2bOf(s), sb, caller(c)), 201);
   };
   app.post("/sandboxes", create(false));
   app.post("/v2/sandboxes", create(true));
@@ -152,7 +152,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   });
 
   app.get("/sandboxes/:sandboxID", async (c) =>
-    c.json(await detailView(s, e2bOf(s), visibleSandbox(s, caller(c), idOf(c)))),
+    c.json(await detailView(s, e2bOf(s), visibleSandbox(s, caller(c), idOf(c)), caller(c))),
   );
 
   app.delete("/sandboxes/:sandboxID", async (c) => {
@@ -193,7 +193,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     if (sb.state !== "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already running`);
     const id = sb.record.id;
     await s.sandboxes.resume(id, { deadlineMs: (b.timeout ?? V1_TIMEOUT_S) * 1000 });
-    return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
+    return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id), caller(c)), 201);
   });
 
   // Connect: 200 for a running sandbox (its deadline only ever extended), 201 for one resumed.
@@ -206,10 +206,10 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const ms = (b.timeout ?? V2_TIMEOUT_S) * 1000;
     if (sb.state === "paused") {
       await s.sandboxes.resume(id, { deadlineMs: ms });
-      return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id)), 201);
+      return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id), caller(c)), 201);
     }
     await extend(s, sb, ms);
-    return c.json(sandboxReply(e2bOf(s), sb), 200);
+    return c.json(sandboxReply(e2bOf(s), sb, caller(c)), 200);
   };
   app.post("/sandboxes/:sandboxID/connect", connect(false));
   app.post("/v2/sandboxes/:sandboxID/connect", connect(true));
@@ -261,7 +261,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
           const sb = r.sandboxes[next++];
           if (sb) {
             s.metrics.fork(sb.record.timings.totalMs / 1000);
-            out[i] = { sandbox: sandboxReply(e, sb) };
+            out[i] = { sandbox: sandboxReply(e, sb, who) };
           }
         }
       }

@@ -2,8 +2,10 @@
  * Sandboxes as E2B's control plane shows them (its openapi's Sandbox, ListedSandbox and
  * SandboxDetail), from forkd's records: templateID is the snapshot tag, startedAt the creation,
  * endAt its deadline (else its lifetime's end, else when its idle timeout would end it, else a
- * day from now: a forkd sandbox with neither has no end), envdAccessToken its derived token.
+ * day from now: a forkd sandbox with neither has no end), envdAccessToken its derived token for
+ * the caller's API key (src/e2b/access-token.ts: revoking the key revokes it).
  */
+import type { Caller } from "../../access/caller.js";
 import type { Services } from "../../api/services.js";
 import { endsAt, expiresAt } from "../../sandbox/sandbox.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
@@ -54,12 +56,17 @@ export interface E2bSandboxDetail extends E2bListedSandbox {
 
 const DAY_MS = 24 * 3600_000;
 
-/** Whether a sandbox of this record answers to an access token in replies (all but `secure: false`). */
-const tokenOf = (e: E2bContext, sb: ReadonlySandbox): string | undefined =>
-  sb.record.e2b?.secure === false ? undefined : e.accessTokens.of(sb.record.id);
+/**
+ * The access token of a sandbox for this caller's key (all but `secure: false` sandboxes show one
+ * in replies; a caller without a credential, which E2B's API never has, gets none).
+ */
+const tokenOf = (e: E2bContext, sb: ReadonlySandbox, caller: Caller): string | undefined =>
+  sb.record.e2b?.secure === false
+    ? undefined
+    : (e.accessTokens.of(sb.record.id, caller.credential) ?? undefined);
 
-export function sandboxReply(e: E2bContext, sb: ReadonlySandbox): E2bSandbox {
-  const token = tokenOf(e, sb);
+export function sandboxReply(e: E2bContext, sb: ReadonlySandbox, caller: Caller): E2bSandbox {
+  const token = tokenOf(e, sb, caller);
   return {
     templateID: sb.record.tag,
     sandboxID: sb.record.id,
@@ -128,8 +135,13 @@ export async function listedView(
   };
 }
 
-export async function detailView(s: Services, e: E2bContext, sb: ReadonlySandbox): Promise<E2bSandboxDetail> {
-  const token = tokenOf(e, sb);
+export async function detailView(
+  s: Services,
+  e: E2bContext,
+  sb: ReadonlySandbox,
+  caller: Caller,
+): Promise<E2bSandboxDetail> {
+  const token = tokenOf(e, sb, caller);
   const x = sb.record.e2b;
   return {
     ...(await listedView(s, sb)),

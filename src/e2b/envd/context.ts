@@ -1,10 +1,12 @@
 /**
  * What every envd call is given: the daemon's services, the envd state shared by its calls
- * (processes, watchers, accounts), and per request the sandbox it targets (a Connect context
- * value set by the handler from the sandbox plane's routing).
+ * (processes, watchers, accounts, what callers opened), and per request the sandbox it targets,
+ * its owner and the call's credential (Connect context values set by the handler from the
+ * sandbox plane's routing and authorization).
  */
 import { createContextKey } from "@connectrpc/connect";
 import type { HandlerContext } from "@connectrpc/connect";
+import { OpenStreams } from "../../access/open-streams.js";
 import type { Services } from "../../api/services.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { ForkdError } from "../../util/errors.js";
@@ -19,16 +21,34 @@ export interface EnvdState {
   processes: ProcessTable;
   watchers: Watchers;
   accounts: Accounts;
+  /** What callers opened, by credential: a polling watcher is removed when its maker's is revoked. */
+  opened: OpenStreams;
   /** How long an upload may send nothing before it is ended (files-http.ts; tests shorten it). */
   bodyIdleMs?: number;
 }
 
 export function envdState(s: Services): EnvdState {
-  return { s, processes: new ProcessTable(), watchers: new Watchers(), accounts: new Accounts() };
+  return {
+    s,
+    processes: new ProcessTable(),
+    watchers: new Watchers(),
+    accounts: new Accounts(),
+    opened: s.e2b?.auth.tokens.opened ?? new OpenStreams(),
+  };
 }
 
 /** The sandbox a Connect call targets (set by handler.ts). */
 export const SANDBOX_ID = createContextKey<string>("", { description: "envd: the target sandbox" });
+
+/** Whose the target sandbox is, and the credential the call came by (set by handler.ts). */
+export interface CallAccess {
+  owner: string | null;
+  credential: string | undefined;
+}
+export const CALL_ACCESS = createContextKey<CallAccess>(
+  { owner: null, credential: undefined },
+  { description: "envd: the target sandbox's owner and the call's credential" },
+);
 
 export function sandboxOf(ctx: HandlerContext): string {
   const id = ctx.values.get(SANDBOX_ID);

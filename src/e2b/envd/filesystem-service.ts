@@ -8,7 +8,7 @@ import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { ForkdError } from "../../util/errors.js";
 import type { EnvdState } from "./context.js";
-import { keepaliveMs, leaseAs, sandboxOf, withLease } from "./context.js";
+import { CALL_ACCESS, keepaliveMs, leaseAs, sandboxOf, withLease } from "./context.js";
 import { findEntries, statEntry } from "./entry-info.js";
 import { agentUser, resolvePath } from "./accounts.js";
 import { toConnectError } from "./errors.js";
@@ -143,13 +143,27 @@ export function filesystemService(st: EnvdState): FilesystemImpl {
       }
       const { lease, account } = leased;
       const id = sandboxOf(ctx);
+      const access = ctx.values.get(CALL_ACCESS);
       let w: ReturnType<EnvdState["watchers"]["reserve"]>;
+      // Removed (its lease released) when it is, or when the credential that made it is revoked.
+      let unregister = (): void => undefined;
       try {
-        w = st.watchers.reserve(id, lease.release);
+        w = st.watchers.reserve(id, access.owner, () => {
+          unregister();
+          lease.release();
+        });
       } catch (e) {
         lease.release();
         throw toConnectError(e);
       }
+      const watcherId = w.id;
+      unregister = st.opened.open(access.credential, () => {
+        try {
+          st.watchers.remove(id, watcherId);
+        } catch {
+          /* already removed */
+        }
+      });
       try {
         const dir = resolvePath(requirePath(req.path), account);
         const h = await startWatch(

@@ -5,12 +5,19 @@
  * sandbox and authorized by the E2B listener (sandbox-plane.ts).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { createContextValues } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Code, ConnectError, createConnectRouter, createContextValues } from "@connectrpc/connect";
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from "@connectrpc/connect-node";
 import type { Services } from "../../api/services.js";
 import { ForkdError } from "../../util/errors.js";
 import type { SandboxPortHandler } from "../sandbox-plane.js";
-import { SANDBOX_ID, envdState } from "./context.js";
+import { checkedBinaryBody } from "./binary-input.js";
+import { CALL_ACCESS, SANDBOX_ID, envdState } from "./context.js";
+import type { CallAccess } from "./context.js";
 import type { EnvdState } from "./context.js";
 import { download, sendError, upload } from "./files-http.js";
 import { filesystemService } from "./filesystem-service.js";
@@ -28,22 +35,47 @@ export interface EnvdHandler {
 }
 
 export function envdHandler(s: Services, st: EnvdState = envdState(s)): EnvdHandler {
-  const targets = new WeakMap<IncomingMessage, string>();
-  const rpc = connectNodeAdapter({
-    routes: (router) => {
-      router.service(Process, processService(st));
-      router.service(Filesystem, filesystemService(st));
-    },
+  // connect-node's adapter, with each binary message decoded first (./binary-input.ts: one that
+  // does not decode is invalid_argument, not the library's internal).
+  const router = createConnectRouter({
     readMaxBytes: READ_MAX_BYTES,
-    contextValues: (req) => createContextValues().set(SANDBOX_ID, targets.get(req as IncomingMessage) ?? ""),
-    fallback: (req, res) => {
+    acceptCompression: [compressionGzip, compressionBrotli],
+  });
+  router.service(Process, processService(st));
+  router.service(Filesystem, filesystemService(st));
+  const procedures = new Map(router.handlers.map((h) => [h.requestPath, h]));
+  const rpc = (req: IncomingMessage, res: ServerResponse, id: string, access: CallAccess): void => {
+    const procedure = procedures.get((req.url ?? "").split("?")[0] ?? "");
+    if (!procedure) {
       req.resume();
       sendError(
-        res as ServerResponse,
+        res,
         new ForkdError("not_found", `no route ${req.method ?? ""} ${(req.url ?? "").split("?")[0]}`),
       );
-    },
-  });
+      return;
+    }
+    const u = universalRequestFromNodeRequest(
+      req,
+      res,
+      undefined,
+      createContextValues().set(SANDBOX_ID, id).set(CALL_ACCESS, access),
+    );
+    const body =
+      typeof u.body === "object" && u.body !== null && Symbol.asyncIterator in u.body
+        ? checkedBinaryBody(u.body, {
+            schema: procedure.method.input,
+            contentType: u.header.get("content-type"),
+            contentEncoding: u.header.get("content-encoding"),
+            maxBytes: READ_MAX_BYTES,
+          })
+        : u.body;
+    procedure({ ...u, body })
+      .then((r) => universalResponseToNodeResponse(r, res))
+      .catch((e: unknown) => {
+        // A reply that broke off (the client went, or the stream failed midway): cut here too.
+        if (ConnectError.from(e).code !== Code.Aborted) res.destroy();
+      });
+  };
 
   const files = (req: IncomingMessage, res: ServerResponse, url: URL, id: string): void => {
     const run = async () => {
@@ -81,8 +113,7 @@ export function envdHandler(s: Services, st: EnvdState = envdState(s)): EnvdHand
     }
     if (url.pathname === "/files" && (req.method === "GET" || req.method === "POST"))
       return files(req, res, url, id);
-    targets.set(req, id);
-    rpc(req, res);
+    rpc(req, res, id, { owner: sb.sandbox.record.owner ?? null, credential: sb.caller.credential });
   };
 
   return { handle, close: () => st.watchers.close() };

@@ -10,6 +10,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ExecRequest } from "../../agent/client.js";
 import { withStartExplained } from "../../agent/exec-start.js";
 import { ForkdError } from "../../util/errors.js";
+import { CommandTap } from "../../sandbox/command-tap.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { resolvePath } from "./accounts.js";
 import type { EnvdState } from "./context.js";
@@ -89,10 +90,61 @@ async function* follow(
   }
 }
 
+/**
+ * A command the sandbox tracks that envd did not start (forkd's API started it, or a restarted
+ * daemon found it running in the guest): an envd process from now on, fed by a reader of its
+ * output (which never holds it back). Null: the sandbox tracks no such command.
+ */
+function fromCommands(st: EnvdState, sandboxId: string, pid: number): EnvdProcess | null {
+  const table = st.s.sandboxes.get(sandboxId).commands;
+  let c;
+  try {
+    c = table.get(pid);
+  } catch {
+    return null;
+  }
+  const argv = typeof c.cmd === "string" ? ["/bin/sh", "-c", c.cmd] : c.cmd;
+  const p = new EnvdProcess(
+    { cmd: argv[0] ?? "", args: argv.slice(1), envs: {} },
+    undefined,
+    c.pty,
+    false,
+    c.handle,
+  );
+  p.stdinOpen = c.stdinOpen;
+  p.pid = pid;
+  st.processes.add(sandboxId, p);
+  const out = c.pty ? "pty" : "stdout";
+  const over = (fn: () => void) => {
+    fn();
+    st.processes.remove(sandboxId, p);
+  };
+  table.attach(pid, {
+    output: (stream, d) => {
+      void p.output(stream === "stdout" ? out : "stderr", d);
+      return true;
+    },
+    drained: () => Promise.resolve(),
+    exit: (r) => over(() => p.finish(endEvent(r))),
+    error: (e) => over(() => p.fail(e)),
+    cut: () =>
+      over(() => p.fail(new ForkdError("resource_exhausted", `process ${pid}'s reader fell behind`))),
+  });
+  return p;
+}
+
 export function processService(st: EnvdState): ProcessImpl {
   const find = (ctx: HandlerContext, sel: ProcessSelector | undefined) => {
     try {
-      return st.processes.find(sandboxOf(ctx), selectorOf(sel));
+      const id = sandboxOf(ctx);
+      const s = selectorOf(sel);
+      try {
+        return st.processes.find(id, s);
+      } catch (e) {
+        const p = s.pid !== undefined ? fromCommands(st, id, s.pid) : null;
+        if (!p) throw e;
+        return p;
+      }
     } catch (e) {
       throw toConnectError(e);
     }
@@ -131,15 +183,15 @@ export function processService(st: EnvdState): ProcessImpl {
         );
         const proc = p;
         const out = proc.pty ? "pty" : "stdout";
-        const h = withStartExplained(
-          lease.agent,
-          er,
-          lease.agent.exec(er, {
-            onStdout: (d) => proc.output(out, d),
-            onStderr: (d) => proc.output("stderr", d),
-          }),
-          lease.explain,
-        );
+        // Tracked with the sandbox's commands (forkd's API lists it too): the handle lasts
+        // through a pause and resume, its output still going to this process's streams.
+        const tap = new CommandTap();
+        const fed = tap.handlers({
+          onStdout: (d) => proc.output(out, d),
+          onStderr: (d) => proc.output("stderr", d),
+        });
+        const inner = withStartExplained(lease.agent, er, lease.agent.exec(er, fed), lease.explain);
+        const h = lease.commands.track([cfg.cmd, ...cfg.args], proc.stdinOpen, inner, proc.pty, tap, fed);
         proc.exec = h;
         started = h.started.then((s) => {
           proc.pid = s.pid;
@@ -188,7 +240,12 @@ export function processService(st: EnvdState): ProcessImpl {
     },
 
     async list(_req, ctx) {
-      const processes = st.processes.list(sandboxOf(ctx)).map((p) => ({
+      const id = sandboxOf(ctx);
+      // Every command the sandbox runs, as E2B's envd lists what it started.
+      const known = new Set(st.processes.list(id).map((p) => p.pid));
+      for (const c of st.s.sandboxes.get(id).commands.list())
+        if (!known.has(c.pid)) fromCommands(st, id, c.pid);
+      const processes = st.processes.list(id).map((p) => ({
         pid: p.pid,
         tag: p.tag,
         config: { cmd: p.config.cmd, args: p.config.args, envs: p.config.envs, cwd: p.config.cwd },

@@ -51,15 +51,19 @@ export function signatureValid(
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-/** Whether `req` is a GET (read) or POST (write) of envd's /files signed for `accessToken`. */
+/**
+ * Which of `accessTokens` (a sandbox's tokens, one per API key that may have been given one)
+ * signed `req`, a GET (read) or POST (write) of envd's /files: its index, or -1.
+ */
 export function signedFileRequest(
   req: IncomingMessage,
   t: { port: number },
-  accessToken: string,
+  accessTokens: readonly string[],
   nowMs = Date.now(),
-): boolean {
-  if (t.port !== 49983 || (req.method !== "GET" && req.method !== "POST")) return false;
+): number {
+  if (t.port !== 49983 || (req.method !== "GET" && req.method !== "POST")) return -1;
   const url = new URL(req.url ?? "/", "http://envd");
-  if (url.pathname !== "/files") return false;
-  return signatureValid(url, req.method === "GET" ? "read" : "write", accessToken, nowMs);
+  if (url.pathname !== "/files" || !url.searchParams.has("signature")) return -1;
+  const op = req.method === "GET" ? "read" : "write";
+  return accessTokens.findIndex((token) => token !== "" && signatureValid(url, op, token, nowMs));
 }

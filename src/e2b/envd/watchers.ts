@@ -1,9 +1,12 @@
 /**
  * envd's polling watchers (CreateWatcher / GetWatcherEvents / RemoveWatcher): a watch whose
- * events wait in a bounded buffer until polled. Bounded in number (per sandbox and in all), its
- * events in number and bytes per watcher and in bytes over all watchers (past a bound the
- * oldest are dropped, and the next poll says how many were lost before it returns the rest),
- * and one not polled for IDLE_MS is removed (its watch stopped, its sandbox lease released).
+ * events wait in a bounded buffer until polled. Bounded in number (per sandbox, per tenant and
+ * in all), its events in number and bytes per watcher and in bytes per tenant and over all
+ * watchers (past a bound the oldest of the pushing watcher are dropped, and the next poll says
+ * how many were lost before it returns the rest), and one not polled for IDLE_MS is removed (its
+ * watch stopped, its sandbox lease released). The tenant is the sandbox's owner (an admin's
+ * sandboxes count as one more tenant): one tenant's watchers can never take the whole daemon's
+ * budget, so the others can always create theirs.
  */
 import { randomUUID } from "node:crypto";
 import type { WatchHandle } from "../../agent/watch.js";
@@ -16,12 +19,37 @@ export const MAX_BUFFERED = 10_000;
 export const MAX_BUFFERED_BYTES = 2 << 20;
 export const MAX_TOTAL_BYTES = 64 << 20;
 export const MAX_PER_SANDBOX = 64;
-const MAX_WATCHERS = 1024;
+/** Watchers, and bytes of events, of one tenant's sandboxes at once. */
+export const MAX_PER_TENANT = 128;
+export const MAX_TENANT_BYTES = 16 << 20;
+/** Watchers over all tenants. */
+export const MAX_WATCHERS = 1024;
 /** A watcher nobody polled for this long is removed. */
 export const IDLE_MS = 5 * 60_000;
 
+/** The budgets (tests make them small). */
+export interface WatcherBounds {
+  perSandbox: number;
+  perTenant: number;
+  total: number;
+  tenantBytes: number;
+  totalBytes: number;
+}
+
+const BOUNDS: WatcherBounds = {
+  perSandbox: MAX_PER_SANDBOX,
+  perTenant: MAX_PER_TENANT,
+  total: MAX_WATCHERS,
+  tenantBytes: MAX_TENANT_BYTES,
+  totalBytes: MAX_TOTAL_BYTES,
+};
+
+/** A tenant's key in the budgets: its name, or "" for an admin's sandboxes. */
+const tenantKey = (owner: string | null): string => owner ?? "";
+
 interface Watcher {
   sandboxId: string;
+  tenant: string;
   handle: WatchHandle | null;
   release: () => void;
   events: FilesystemEvent[];
@@ -54,22 +82,66 @@ export class Watchers {
 
   /** Bytes of events buffered over all watchers. */
   private total = 0;
+  /** Watchers and bytes of events buffered per tenant (tenantKey). */
+  private readonly tenants = new Map<string, { watchers: number; bytes: number }>();
 
   private readonly sweep: NodeJS.Timeout;
+  private readonly bounds: WatcherBounds;
 
-  constructor(private readonly idleMs = IDLE_MS) {
+  constructor(
+    private readonly idleMs = IDLE_MS,
+    bounds: Partial<WatcherBounds> = {},
+  ) {
+    this.bounds = { ...BOUNDS, ...bounds };
     this.sweep = setInterval(() => this.expire(), Math.min(idleMs, 60_000));
     this.sweep.unref();
   }
 
-  /** Reserves a watcher for `sandboxId`; `release` is called when it is removed. */
-  reserve(sandboxId: string, release: () => void): { id: string; push: (e: FilesystemEvent) => void } {
+  private tenant(key: string): { watchers: number; bytes: number } {
+    let t = this.tenants.get(key);
+    if (!t) this.tenants.set(key, (t = { watchers: 0, bytes: 0 }));
+    return t;
+  }
+
+  /**
+   * Reserves a watcher for `sandboxId`, a sandbox of `owner` (null: an admin's); `release` is
+   * called when it is removed. Refused (resource_exhausted, saying which budget) past the
+   * sandbox's, the tenant's or the daemon's.
+   */
+  reserve(
+    sandboxId: string,
+    owner: string | null,
+    release: () => void,
+  ): { id: string; push: (e: FilesystemEvent) => void } {
     this.expire();
+    const b = this.bounds;
     const mine = [...this.byId.values()].filter((w) => w.sandboxId === sandboxId).length;
-    if (mine >= MAX_PER_SANDBOX || this.byId.size >= MAX_WATCHERS)
-      throw new ForkdError("resource_exhausted", `too many watchers (${MAX_PER_SANDBOX} per sandbox)`);
+    if (mine >= b.perSandbox)
+      throw new ForkdError("resource_exhausted", `too many watchers: at most ${b.perSandbox} per sandbox`, {
+        budget: "sandbox",
+        limit: b.perSandbox,
+      });
+    const key = tenantKey(owner);
+    const t = this.tenant(key);
+    if (t.watchers >= b.perTenant)
+      throw new ForkdError(
+        "resource_exhausted",
+        `too many watchers: this tenant's sandboxes have ${t.watchers}, at most ${b.perTenant}; remove some (RemoveWatcher) first`,
+        { budget: "tenant", limit: b.perTenant },
+      );
+    if (this.byId.size >= b.total)
+      throw new ForkdError(
+        "resource_exhausted",
+        `too many watchers on this host (${b.total}); try again later`,
+        {
+          budget: "daemon",
+          limit: b.total,
+        },
+      );
+    t.watchers++;
     const id = randomUUID();
     const w: Watcher = {
+      tenant: key,
       sandboxId,
       handle: null,
       release,
@@ -86,9 +158,11 @@ export class Watchers {
       push: (e) => {
         if (!this.byId.has(id)) return;
         const n = eventBytes(e);
+        const t = this.tenant(w.tenant);
         w.events.push(e);
         w.sizes.push(n);
         w.bytes += n;
+        t.bytes += n;
         this.total += n;
         let drop = 0;
         let dropped = 0;
@@ -96,13 +170,15 @@ export class Watchers {
           drop < w.events.length &&
           (w.events.length - drop > MAX_BUFFERED ||
             w.bytes - dropped > MAX_BUFFERED_BYTES ||
-            this.total - dropped > MAX_TOTAL_BYTES)
+            t.bytes - dropped > b.tenantBytes ||
+            this.total - dropped > b.totalBytes)
         )
           dropped += w.sizes[drop++] ?? 0;
         if (drop === 0) return;
         w.events.splice(0, drop);
         w.sizes.splice(0, drop);
         w.bytes -= dropped;
+        t.bytes -= dropped;
         this.total -= dropped;
         w.lost += drop;
       },
@@ -146,6 +222,8 @@ export class Watchers {
 
   private clear(w: Watcher): void {
     this.total -= w.bytes;
+    const t = this.tenants.get(w.tenant);
+    if (t) t.bytes -= w.bytes;
     w.events = [];
     w.sizes = [];
     w.bytes = 0;
@@ -154,21 +232,21 @@ export class Watchers {
   remove(sandboxId: string, id: string): void {
     const w = this.byId.get(id);
     if (!w || w.sandboxId !== sandboxId) throw new ForkdError("not_found", `watcher ${id} not found`);
+    this.drop(id, w);
+  }
+
+  private drop(id: string, w: Watcher): void {
     this.byId.delete(id);
     this.clear(w);
+    const t = this.tenants.get(w.tenant);
+    if (t && --t.watchers <= 0) this.tenants.delete(w.tenant);
     w.handle?.stop();
     w.release();
   }
 
   /** Removes the watchers nobody polled for idleMs. */
   expire(now = Date.now()): void {
-    for (const [id, w] of this.byId)
-      if (now - w.polledAt > this.idleMs) {
-        this.byId.delete(id);
-        this.clear(w);
-        w.handle?.stop();
-        w.release();
-      }
+    for (const [id, w] of this.byId) if (now - w.polledAt > this.idleMs) this.drop(id, w);
   }
 
   /** Stops every watcher (daemon shutdown). */

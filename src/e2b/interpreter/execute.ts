@@ -3,8 +3,13 @@
  * bash, as a command), answered with E2B's NDJSON stream (messages.ts) while it runs: its stdout
  * and stderr as they come, then its results, its error, its execution count, end_of_execution.
  *
- * A failure before the first line is a plain HTTP error (404 for an unknown context, 400 for a
- * language forkd has no kernel for); after it, an error line and end_of_execution. A client that
+ * The reply is committed (200 and its headers) as soon as the request is accepted, before the
+ * cell's first output, as E2B's server does: the SDK's `timeoutMs` counts from the headers, so
+ * a cell that prints nothing would otherwise never time out. A failure before that is a plain
+ * HTTP error (404 for an unknown context, 400 for a language forkd has no kernel for); after
+ * it, an error line and end_of_execution. A sandbox that ends under its cell (killed, or paused)
+ * cuts the connection, as E2B's does when its VM goes: the SDK then finds the sandbox not
+ * running and says it was killed. A client that
  * hangs up mid-stream interrupts its cell (SIGINT, as at a timeout: the kernel keeps its state,
  * and a cell still waiting behind another is dropped): nobody can read its results any more, and
  * a runaway cell an SDK gave up on (its `timeoutMs`) would otherwise hold the kernel and queue
@@ -15,6 +20,7 @@ import { z } from "zod";
 import { CellEnv } from "../../api/contract/schemas.js";
 import type { Services } from "../../api/services.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
+import type { EvalLanguage } from "../../agent/client.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { readJsonBody } from "./body.js";
 import { parseE2bContextId, runnerOf } from "./context-ids.js";
@@ -49,6 +55,9 @@ export async function execute(
     const runner = ctx ? ctx.language : runnerOf(body.language);
     const env = body.env_vars ?? undefined; // over the sandbox's own (AgentClient.defaultEnv)
     lease = s.sandboxes.lease(sb.sandbox.record.id);
+    if (ctx && !(await contextExists(lease, ctx)))
+      throw new ForkdError("not_found", `Context ${String(body.context_id)} not found`);
+    reply.start();
     if (runner === "bash") await runBash(lease, body.code, env, reply);
     else {
       const r = await lease.agent.eval(body.code, CELL_TIMEOUT_MS, runner, {
@@ -62,6 +71,10 @@ export async function execute(
     reply.end();
   } catch (e) {
     const err = lease ? await lease.explain(e) : e;
+    if (reply.started && !running(s, sb.sandbox.record.id)) {
+      reply.cut();
+      return;
+    }
     if (reply.started || (err instanceof ForkdError && err.code === "timeout")) {
       const name = err instanceof ForkdError && err.code === "timeout" ? "TimeoutError" : "ExecutionError";
       reply.line(errorLine(name, errorMessage(err), ""));
@@ -72,6 +85,41 @@ export async function execute(
     }
   } finally {
     lease?.release();
+  }
+}
+
+/** How long a context's check may hold the reply: a kernel busy with a cell answers it only after that. */
+const CONTEXT_CHECK_MS = 2_000;
+
+/**
+ * Whether the kernel has context `ctx` (E2B's server knows its contexts before it streams). A
+ * kernel that does not say within CONTEXT_CHECK_MS (busy) is taken at its word later: the
+ * cell's own error line then says the context is unknown.
+ */
+async function contextExists(
+  lease: Lease,
+  ctx: { language: EvalLanguage; kernelId: string },
+): Promise<boolean> {
+  if (ctx.kernelId === "default") return true;
+  const listed = lease.agent
+    .contexts(ctx.language, { op: "list" })
+    .then((cs) => cs.some((c) => c.id === ctx.kernelId));
+  let timer: NodeJS.Timeout | undefined;
+  const busy = new Promise<boolean>((r) => (timer = setTimeout(() => r(true), CONTEXT_CHECK_MS)));
+  try {
+    return await Promise.race([listed, busy]);
+  } finally {
+    clearTimeout(timer);
+    listed.catch(() => undefined);
+  }
+}
+
+/** Whether sandbox `id` still runs (a cell cut because it does not is a cut connection). */
+function running(s: Services, id: string): boolean {
+  try {
+    return s.sandboxes.get(id).state === "running";
+  } catch {
+    return false;
   }
 }
 

@@ -1,8 +1,11 @@
 /**
  * A streamed NDJSON reply on a node:http response that survives its client: the status and
- * headers go with the first line (so a failure before any line can still be a plain HTTP error),
- * lines written after the client hung up are dropped, and `signal` aborts when it hangs up
- * before the reply ended. `drained()` lets a producer that can wait be paced by its reader.
+ * headers go out with start() (at once, before any line: a client's timeout of the body starts
+ * there, as E2B's server commits its stream once the request is accepted) or else with the
+ * first line (a failure before either can still be a plain HTTP error), lines written after the
+ * client hung up are dropped, and `signal` aborts when it hangs up before the reply ended.
+ * `drained()` lets a producer that can wait be paced by its reader; cut() ends the connection
+ * the way a VM that died under the stream would.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 
@@ -38,13 +41,25 @@ export class NdjsonReply {
     return this.res.headersSent;
   }
 
+  /** Commits the reply: its status and headers go out now. */
+  start(): void {
+    if (this.ended || this.gone || this.res.headersSent) return;
+    this.res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
+    this.res.flushHeaders();
+  }
+
   /** Queues one line; true while the client wants more now. */
   line(value: unknown): boolean {
     if (this.ended || this.gone) return false;
-    if (!this.res.headersSent) {
-      this.res.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
-    }
+    this.start();
     return this.res.write(JSON.stringify(value) + "\n");
+  }
+
+  /** Ends the connection without ending the reply (what its client sees when a sandbox dies). */
+  cut(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.res.destroy();
   }
 
   /** Resolves once the client wants more, or is gone. */

@@ -18,7 +18,7 @@ import type { BaseSource } from "../../snapshot/meta.js";
 import { mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
-import { createOverlay, rebaseUnsafe } from "../../disk/overlay.js";
+import { createOverlay, rawSize, rebaseUnsafe } from "../../disk/overlay.js";
 import type { AccelChoice } from "../../host/accel.js";
 import type { Attachment } from "../../net/attachments/attachment.js";
 import { GUEST_NET, guestNetArg } from "../../net/guest.js";
@@ -29,6 +29,7 @@ import { defaultCpu, kernelCmdline } from "../../vmm/config.js";
 import type { MachineConfig } from "../../vmm/config.js";
 import type { VmmDriver } from "../../vmm/driver.js";
 import type { Vm } from "../../vmm/vm.js";
+import type { ToolRunner } from "../../vmm/jailed-tools.js";
 import type { GuestImage } from "../builder.js";
 import { commitChain } from "./commit-chain.js";
 import { BuildContext, hashItems } from "./context.js";
@@ -67,6 +68,8 @@ export interface DockerfileDeps {
    * image) until the caller's snapshot is made; false: it was collected (src/cache/pins.ts).
    */
   pin?: (path: string) => Promise<boolean>;
+  /** Runs qemu-img and e2fsck on the layers the build VM wrote, jailed (src/vmm/jailed-tools.ts). */
+  tools: ToolRunner;
 }
 
 export interface DockerfileBuildRequest {
@@ -207,6 +210,8 @@ export async function buildDockerfile(
       work,
       imagesDir: cache.imagesDir(),
       extra: { from: from.ref, source: base.source, config: p.config },
+      tools: deps.tools,
+      within: [cache.root],
     });
     await cache.setResult(finalKey, address);
     return await installed(address);
@@ -253,7 +258,13 @@ async function runSteps(
   const runtime = join(deps.runDir, `b-${work.slice(-12)}`);
   await mkdir(runtime, { recursive: true, mode: 0o700 });
   const layerFile = (i: number) => join(work, `step-${i}.qcow2`);
-  await createOverlay(layerFile(first), { backing: parentLayer.path, backingFormat: parentLayer.format });
+  // Every layer of the chain has the base image's size: no layer the VM wrote is opened to learn it.
+  const sizeBytes = await rawSize(image.rootfs);
+  await createOverlay(layerFile(first), {
+    backing: parentLayer.path,
+    backingFormat: parentLayer.format,
+    sizeBytes,
+  });
   const machine: MachineConfig = {
     memoryMiB: req.memoryMiB ?? 512,
     vcpus: req.vcpus ?? 1,
@@ -264,6 +275,9 @@ async function runSteps(
   let agent: AgentClient | null = null;
   let net: Attachment | null = null;
   const frozen: number[] = [];
+  // Cancelled (its client went away): the build VM dies now, so the step in progress ends too.
+  const onAbort = () => void vm?.kill().catch(() => undefined);
+  req.signal?.addEventListener("abort", onAbort, { once: true });
   try {
     if (deps.network) {
       try {
@@ -290,6 +304,7 @@ async function runSteps(
       },
       net?.binary ? { binary: net.binary } : {},
     );
+    if (req.signal?.aborted) throw new ForkdError("conflict", "the build was cancelled");
     agent = await vm.connectAgent(10_000);
     await waitAgent(vm, agent, 180_000, () => deps.driver.consoleTail(runtime, 800));
     if (net && !net.linkUp) await vm.setLink(false);
@@ -311,14 +326,15 @@ async function runSteps(
       await k.run(agent);
       await agent.sync();
       // Freeze the step's layer live: the VM writes on into a new empty layer over it.
-      await createOverlay(layerFile(i + 1), { backing: layerFile(i), backingFormat: "qcow2" });
+      await createOverlay(layerFile(i + 1), { backing: layerFile(i), backingFormat: "qcow2", sizeBytes });
       await vm.pause();
       await vm.freezeDisk(layerFile(i + 1));
       await vm.resume();
       frozen.push(i);
       progress(`step ${i + 1}/${keyed.length}: done in ${Math.round(since(t))} ms`, { phase: "step" });
     }
-  } catch (e) {
+  } catch (err) {
+    const e = req.signal?.aborted ? new ForkdError("conflict", "the build was cancelled") : err;
     if (e instanceof ForkdError && vm) {
       const tail = await deps.driver.consoleTail(runtime, 1500);
       if (tail && e.code === "vmm_error") e.details.console_tail = tail;
@@ -332,6 +348,7 @@ async function runSteps(
   return commitFrozen();
 
   async function stop(): Promise<void> {
+    req.signal?.removeEventListener("abort", onAbort);
     agent?.close();
     if (vm) await vm.kill().catch(() => undefined);
     await net?.release().catch(() => undefined);
@@ -349,7 +366,7 @@ async function runSteps(
       return { key: k.key, file: layerFile(i), info: { line: k.line, what: k.what } };
     });
     return commitChain(cache, layers, parentLayer.path, (file, backing) =>
-      rebaseUnsafe(file, backing, "qcow2"),
+      rebaseUnsafe(deps.tools, file, backing, "qcow2"),
     );
   }
 }

@@ -5,10 +5,13 @@
  * mounted): those are expected. Anything else it fixes means the layers were not one
  * consistent disk (a bug, e.g. a layer rebased onto the wrong parent), so the build fails with
  * e2fsck's output instead of installing an image e2fsck patched up.
+ *
+ * The file system is what a tenant's build wrote: e2fsck runs jailed (src/vmm/jailed-tools.ts),
+ * seeing that image alone, and may not grow it.
  */
-import { execFile } from "node:child_process";
+import { stat } from "node:fs/promises";
 import { ForkdError } from "../../util/errors.js";
-import { childEnv } from "../../util/proc.js";
+import type { ToolRunner } from "../../vmm/jailed-tools.js";
 
 /** The superblock totals a mounted ext4 leaves stale (not the per-group counts). */
 const EXPECTED_FIX = /^Free (blocks|inodes) count wrong \(\d+, counted=\d+\)\.$/;
@@ -28,31 +31,22 @@ export function unexpectedFixes(output: string): string[] {
 }
 
 /** e2fsck -fy `image`: exit 0, or 1 with only the expected fixes; else an image_error. */
-export function checkBuiltFilesystem(image: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      "e2fsck",
-      ["-f", "-y", image],
-      {
-        timeout: 600_000,
-        maxBuffer: 16 << 20,
-        env: { ...childEnv(), PATH: `${childEnv().PATH ?? ""}:/sbin:/usr/sbin` },
-      },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === "number" ? err.code : -1) : 0;
-        const unexpected = code === 1 ? unexpectedFixes(stdout) : [];
-        if (code === 0 || (code === 1 && unexpected.length === 0)) return resolve();
-        const why =
-          code === 1
-            ? `e2fsck had to fix the built root filesystem (${unexpected.slice(0, 5).join("; ")})`
-            : `e2fsck of the built root filesystem failed (exit ${code})`;
-        reject(
-          new ForkdError("image_error", `${why}: ${(stdout + stderr).slice(-800)}`, {
-            fsck_exit: code,
-            ...(unexpected.length ? { fsck_fixes: unexpected.slice(0, 20) } : {}),
-          }),
-        );
-      },
-    );
+export async function checkBuiltFilesystem(tools: ToolRunner, image: string, mode = 0o644): Promise<void> {
+  const { code, stdout, stderr } = await tools.exec("e2fsck", ["-f", "-y", image], {
+    writes: [image],
+    mode,
+    timeoutMs: 600_000,
+    maxFileBytes: (await stat(image)).size,
+    maxOutputBytes: 16 << 20,
+  });
+  const unexpected = code === 1 ? unexpectedFixes(stdout) : [];
+  if (code === 0 || (code === 1 && unexpected.length === 0)) return;
+  const why =
+    code === 1
+      ? `e2fsck had to fix the built root filesystem (${unexpected.slice(0, 5).join("; ")})`
+      : `e2fsck of the built root filesystem failed (exit ${code})`;
+  throw new ForkdError("image_error", `${why}: ${(stdout + stderr).slice(-800)}`, {
+    fsck_exit: code,
+    ...(unexpected.length ? { fsck_fixes: unexpected.slice(0, 20) } : {}),
   });
 }

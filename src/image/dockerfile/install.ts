@@ -1,7 +1,8 @@
 /**
  * A finished build's disk chain installed as a guest image: flattened to one raw ext4
  * (`qemu-img convert`), its journal replayed and checked (`e2fsck`, fsck.ts: a fix beyond what a
- * mounted ext4 leaves behind fails the build), the base image's kernel and
+ * mounted ext4 leaves behind fails the build), both jailed (src/vmm/jailed-tools.ts: the chain is
+ * what the build VM wrote, the tools see its files alone), the base image's kernel and
  * initramfs beside it, a manifest.json, all under `<cache>/dockerfile/images/<address>/` where
  * the address is the image's content address (image/content.ts), renamed into place complete.
  */
@@ -11,7 +12,8 @@ import { chmod, mkdir, open, rename, rm, stat, writeFile } from "node:fs/promise
 import { join } from "node:path";
 import { fsyncDir } from "../../util/atomic.js";
 import { exists, linkOrCopy } from "../../util/fs.js";
-import { run } from "../../util/proc.js";
+import { convertToRaw } from "../../disk/overlay.js";
+import type { ToolRunner } from "../../vmm/jailed-tools.js";
 import type { GuestImage } from "../builder.js";
 import { imageAddress } from "../content.js";
 import type { FileSum } from "../content.js";
@@ -41,6 +43,10 @@ export interface InstallRequest {
   imagesDir: string;
   /** Recorded in manifest.json. */
   extra: Record<string, unknown>;
+  /** Runs qemu-img and e2fsck jailed. */
+  tools: ToolRunner;
+  /** Where the chain's layers may be (the step cache's layers, `work`): layer-chain.ts. */
+  within: string[];
 }
 
 /** Returns the installed image's content address. */
@@ -48,8 +54,8 @@ export async function installImage(r: InstallRequest): Promise<string> {
   const dir = join(r.work, "image");
   await mkdir(dir, { mode: 0o755 });
   const rootfs = join(dir, "rootfs.ext4");
-  await run("qemu-img", ["convert", "-U", "-q", "-O", "raw", r.top, rootfs], { timeoutMs: 3_600_000 });
-  await checkBuiltFilesystem(rootfs);
+  await convertToRaw(r.tools, r.top, rootfs, [...r.within, r.work, r.base.rootfs]);
+  await checkBuiltFilesystem(r.tools, rootfs);
   await linkOrCopy(r.base.kernel, join(dir, "vmlinuz"));
   await linkOrCopy(r.base.initrd, join(dir, "initrd.img"));
   const [vmlinuz, initrd, fs] = await Promise.all([
