@@ -19,7 +19,9 @@
  *
  * An agent older than exec users and kernels ignores USER and LANGUAGE (unknown fields): before
  * the first request that needs them the client asks the agent (PING, once) and refuses with
- * `unavailable` instead of running the command as root or the cell in Python.
+ * `unavailable` instead of running the command as root or the cell in Python. The same for a
+ * file request as a user: only to an agent whose PING lists the feature `file-user` (an older
+ * one would act as root); callers ask fileUsers() to choose another way for such an agent.
  *
  * Events (from the connection): "close" (the error that ended it), "broken" (it gave up on a
  * guest that corrupts its channel, with the reason), "resynced" (made again after garbage).
@@ -187,8 +189,8 @@ export class AgentClient extends EventEmitter {
     return gatedExec(gate, () => execCommand(this.conn, req, handlers));
   }
 
-  /** Refuses what an agent older than users and kernels would ignore (it reports no KERNELS). */
-  private async requireKernels(what: string, timeoutMs?: number): Promise<void> {
+  /** The agent's PING, asked once after the handover (what it supports); asked again if it failed. */
+  private async pingOnce(timeoutMs?: number): Promise<PingResult> {
     await this.ready(timeoutMs);
     if (!this.features) {
       const p = ping(this.conn, 10_000);
@@ -197,32 +199,59 @@ export class AgentClient extends EventEmitter {
         if (this.features === p) this.features = null;
       });
     }
-    if ((await this.features).kernels === null) {
-      throw new ForkdError(
-        "unavailable",
-        `${what} needs a newer guest agent than this sandbox's: make its snapshot again`,
-        { feature: what },
-      );
-    }
+    return this.features;
   }
 
-  /** Reads a whole file, refusing one larger than `maxBytes` (the guest decides the size). */
-  readFile(path: string, opts?: { maxBytes?: number; timeoutMs?: number }): Promise<Buffer> {
-    return this.gated(opts?.timeoutMs, () => files.readFile(this.conn, path, opts));
+  /** Refuses what an agent older than users and kernels would ignore (it reports no KERNELS). */
+  private async requireKernels(what: string, timeoutMs?: number): Promise<void> {
+    if ((await this.pingOnce(timeoutMs)).kernels === null) throw tooOld(what);
+  }
+
+  /** Whether the agent acts as a named user on file requests (FEATURES file-user). */
+  async fileUsers(timeoutMs?: number): Promise<boolean> {
+    return (await this.pingOnce(timeoutMs)).features.includes("file-user");
+  }
+
+  /**
+   * Waits for the handover, then refuses a file request as `user` to an agent that would act as
+   * root instead.
+   */
+  private async fileGate(user: string | undefined, what: string, timeoutMs?: number): Promise<void> {
+    await this.ready(timeoutMs);
+    if (user !== undefined && !(await this.fileUsers(timeoutMs))) throw tooOld(`${what} as a user`);
+  }
+
+  /**
+   * Reads a whole file, refusing one larger than `maxBytes` (the guest decides the size); as
+   * `user` (its permissions) where given, else as the agent (root).
+   */
+  async readFile(
+    path: string,
+    opts?: { maxBytes?: number; timeoutMs?: number; user?: string },
+  ): Promise<Buffer> {
+    await this.fileGate(opts?.user, "reading a file", opts?.timeoutMs);
+    return files.readFile(this.conn, path, opts);
   }
 
   /** Streams a file's bytes to `onChunk`, which paces the read (files.ts); resolves with its size. */
-  readFileStream(path: string, onChunk: (chunk: Buffer) => Consumed, timeoutMs?: number): Promise<number> {
-    return this.gated(timeoutMs, () => files.readFileStream(this.conn, path, onChunk, timeoutMs));
+  async readFileStream(
+    path: string,
+    onChunk: (chunk: Buffer) => Consumed,
+    timeoutMs?: number,
+    user?: string,
+  ): Promise<number> {
+    await this.fileGate(user, "reading a file", timeoutMs);
+    return files.readFileStream(this.conn, path, onChunk, timeoutMs, user);
   }
 
-  /** Writes a file atomically in the guest (temp file, fsync, rename). */
-  writeFile(
+  /** Writes a file atomically in the guest (temp file, fsync, rename); as `user`, it is theirs. */
+  async writeFile(
     path: string,
     data: Uint8Array | AsyncIterable<Uint8Array>,
-    opts?: { mode?: number; makeParents?: boolean; timeoutMs?: number },
+    opts?: { mode?: number; makeParents?: boolean; timeoutMs?: number; user?: string },
   ): Promise<number> {
-    return this.gated(opts?.timeoutMs, () => files.writeFile(this.conn, path, data, opts));
+    await this.fileGate(opts?.user, "writing a file", opts?.timeoutMs);
+    return files.writeFile(this.conn, path, data, opts);
   }
 
   /**
@@ -233,32 +262,49 @@ export class AgentClient extends EventEmitter {
     return this.conn.drain();
   }
 
-  stat(path: string, timeoutMs?: number): Promise<FileStat> {
-    return this.gated(timeoutMs, () => files.stat(this.conn, path, timeoutMs));
+  async stat(path: string, timeoutMs?: number, user?: string): Promise<FileStat> {
+    await this.fileGate(user, "stat", timeoutMs);
+    return files.stat(this.conn, path, timeoutMs, user);
   }
 
-  list(path: string, timeoutMs?: number): Promise<DirEntry[]> {
-    return this.gated(timeoutMs, () => files.list(this.conn, path, timeoutMs));
+  async list(path: string, timeoutMs?: number, user?: string): Promise<DirEntry[]> {
+    await this.fileGate(user, "listing a directory", timeoutMs);
+    return files.list(this.conn, path, timeoutMs, user);
   }
 
-  mkdir(path: string, opts?: { parents?: boolean; mode?: number }, timeoutMs?: number): Promise<void> {
-    return this.gated(timeoutMs, () => files.mkdir(this.conn, path, opts, timeoutMs));
+  async mkdir(
+    path: string,
+    opts?: { parents?: boolean; mode?: number; user?: string },
+    timeoutMs?: number,
+  ): Promise<void> {
+    await this.fileGate(opts?.user, "making a directory", timeoutMs);
+    return files.mkdir(this.conn, path, opts, timeoutMs);
   }
 
-  remove(path: string, opts?: { recursive?: boolean }, timeoutMs?: number): Promise<void> {
-    return this.gated(timeoutMs, () => files.remove(this.conn, path, opts, timeoutMs));
+  async remove(
+    path: string,
+    opts?: { recursive?: boolean; user?: string },
+    timeoutMs?: number,
+  ): Promise<void> {
+    await this.fileGate(opts?.user, "removing a file", timeoutMs);
+    return files.remove(this.conn, path, opts, timeoutMs);
   }
 
-  rename(from: string, to: string, timeoutMs?: number): Promise<void> {
-    return this.gated(timeoutMs, () => files.rename(this.conn, from, to, timeoutMs));
+  async rename(from: string, to: string, timeoutMs?: number, user?: string): Promise<void> {
+    await this.fileGate(user, "moving a file", timeoutMs);
+    return files.rename(this.conn, from, to, timeoutMs, user);
   }
 
   /**
    * Watches a directory (`recursive`: its subdirectories too, also those made later); events
-   * are paced by `onEvent` like exec output (a promise holds them). See watch.ts.
+   * are paced by `onEvent` like exec output (a promise holds them). See watch.ts. It starts once
+   * the handover is done; with `opts.user`, only on an agent with file users (else `ready`
+   * rejects with `unavailable`).
    */
   watch(path: string, opts: WatchOptions, onEvent: (e: WatchEvent) => Consumed): WatchHandle {
-    return gatedWatch(this.ready(opts.readyTimeoutMs), () => watchDir(this.conn, path, opts, onEvent));
+    return gatedWatch(this.fileGate(opts.user, "watching a directory", opts.readyTimeoutMs), () =>
+      watchDir(this.conn, path, opts, onEvent),
+    );
   }
 
   /** Runs a cell in the kernel of `language` (default python), in a context, with env vars. */
@@ -283,3 +329,12 @@ export class AgentClient extends EventEmitter {
     return contextOp(this.conn, language, op);
   }
 }
+
+const tooOld = (what: string): ForkdError =>
+  new ForkdError(
+    "unavailable",
+    `${what} needs a newer guest agent than this sandbox's: make its snapshot again`,
+    {
+      feature: what,
+    },
+  );

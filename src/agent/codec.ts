@@ -108,6 +108,8 @@ export const Tag = {
   STREAM: 48,
   KIND: 49,
   PTY: 50,
+  /** PING reply: optional behaviours of the agent, comma-separated (`file-user`; absent: none). */
+  FEATURES: 51,
 } as const;
 
 export type FieldValue = string | Uint8Array | bigint | number;

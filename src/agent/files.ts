@@ -1,6 +1,8 @@
 /**
  * Files in the guest: whole and streamed reads (paced by the consumer, flow.ts), atomic writes
- * (temp file, fsync, rename in the guest), stat, list, mkdir, remove, rename, and SYNC.
+ * (temp file, fsync, rename in the guest), stat, list, mkdir, remove, rename, and SYNC. Each as
+ * the agent (root), or as `user` (the agent checks and makes it as that user's: USER; only to an
+ * agent with FEATURES file-user, which the client checks).
  */
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { PausableTimer } from "../util/pausable-timer.js";
@@ -25,11 +27,15 @@ export interface DirEntry extends FileStat {
 
 const FILE_TYPES = { 1: "file", 2: "dir", 3: "symlink", 4: "other" } as const;
 
+/** The USER field of a file request (none: the agent itself). */
+export const userField = (user: string | undefined): FieldInput[] =>
+  user === undefined ? [] : [[Tag.USER, user]];
+
 /** Reads a whole file, refusing one larger than `maxBytes` (the guest decides the size). */
 export async function readFile(
   conn: AgentConnection,
   path: string,
-  opts: { maxBytes?: number; timeoutMs?: number } = {},
+  opts: { maxBytes?: number; timeoutMs?: number; user?: string } = {},
 ): Promise<Buffer> {
   const max = opts.maxBytes ?? 256 << 20;
   const chunks: Buffer[] = [];
@@ -43,6 +49,7 @@ export async function readFile(
       chunks.push(Buffer.from(chunk));
     },
     opts.timeoutMs,
+    opts.user,
   );
   return Buffer.concat(chunks, total);
 }
@@ -58,6 +65,7 @@ export function readFileStream(
   path: string,
   onChunk: (chunk: Buffer) => Consumed,
   timeoutMs = 120_000,
+  user?: string,
 ): Promise<number> {
   return new Promise<number>((resolve, reject) => {
     let stream = 0;
@@ -101,10 +109,7 @@ export function readFileStream(
           r = Promise.resolve(r).catch((e: unknown) => stop(e instanceof Error ? e : new Error(String(e))));
         flow.deliver(d.length, r);
       }, flow);
-      conn.send(Msg.READ, stream, [
-        [Tag.PATH, path],
-        [Tag.WINDOW, WINDOW],
-      ]);
+      conn.send(Msg.READ, stream, [[Tag.PATH, path], [Tag.WINDOW, WINDOW], ...userField(user)]);
     } catch (e) {
       finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));
     }
@@ -119,7 +124,7 @@ export async function writeFile(
   conn: AgentConnection,
   path: string,
   data: Uint8Array | AsyncIterable<Uint8Array>,
-  opts: { mode?: number; makeParents?: boolean; timeoutMs?: number } = {},
+  opts: { mode?: number; makeParents?: boolean; timeoutMs?: number; user?: string } = {},
 ): Promise<number> {
   const timeoutMs = opts.timeoutMs ?? 120_000;
   let stream = 0;
@@ -147,6 +152,7 @@ export async function writeFile(
       const fields: FieldInput[] = [[Tag.PATH, path]];
       if (opts.mode !== undefined) fields.push([Tag.MODE, opts.mode]);
       if (opts.makeParents) fields.push([Tag.FLAGS, 1]);
+      fields.push(...userField(opts.user));
       conn.send(Msg.WRITE_OPEN, stream, fields);
     } catch (e) {
       finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));
@@ -184,16 +190,18 @@ export async function stat(
   conn: AgentConnection,
   path: string,
   timeoutMs = DEFAULT_TIMEOUT_MS,
+  user?: string,
 ): Promise<FileStat> {
-  return toStat(await conn.request(Msg.STAT, [[Tag.PATH, path]], timeoutMs));
+  return toStat(await conn.request(Msg.STAT, [[Tag.PATH, path], ...userField(user)], timeoutMs));
 }
 
 export async function list(
   conn: AgentConnection,
   path: string,
   timeoutMs = DEFAULT_TIMEOUT_MS,
+  user?: string,
 ): Promise<DirEntry[]> {
-  const f = await conn.request(Msg.LIST, [[Tag.PATH, path]], timeoutMs);
+  const f = await conn.request(Msg.LIST, [[Tag.PATH, path], ...userField(user)], timeoutMs);
   const entries: DirEntry[] = [];
   let group: Field[] | null = null;
   const flush = () => {
@@ -213,10 +221,10 @@ export async function list(
 export async function mkdir(
   conn: AgentConnection,
   path: string,
-  opts: { parents?: boolean; mode?: number } = {},
+  opts: { parents?: boolean; mode?: number; user?: string } = {},
   timeoutMs = DEFAULT_TIMEOUT_MS,
 ): Promise<void> {
-  const fields: FieldInput[] = [[Tag.PATH, path]];
+  const fields: FieldInput[] = [[Tag.PATH, path], ...userField(opts.user)];
   if (opts.mode !== undefined) fields.push([Tag.MODE, opts.mode]);
   if (opts.parents) fields.push([Tag.FLAGS, 1]);
   await conn.request(Msg.MKDIR, fields, timeoutMs);
@@ -225,10 +233,10 @@ export async function mkdir(
 export async function remove(
   conn: AgentConnection,
   path: string,
-  opts: { recursive?: boolean } = {},
+  opts: { recursive?: boolean; user?: string } = {},
   timeoutMs = DEFAULT_TIMEOUT_MS,
 ): Promise<void> {
-  const fields: FieldInput[] = [[Tag.PATH, path]];
+  const fields: FieldInput[] = [[Tag.PATH, path], ...userField(opts.user)];
   if (opts.recursive) fields.push([Tag.FLAGS, 1]);
   await conn.request(Msg.REMOVE, fields, timeoutMs);
 }
@@ -238,15 +246,9 @@ export async function rename(
   from: string,
   to: string,
   timeoutMs = DEFAULT_TIMEOUT_MS,
+  user?: string,
 ): Promise<void> {
-  await conn.request(
-    Msg.RENAME,
-    [
-      [Tag.PATH, from],
-      [Tag.PATH2, to],
-    ],
-    timeoutMs,
-  );
+  await conn.request(Msg.RENAME, [[Tag.PATH, from], [Tag.PATH2, to], ...userField(user)], timeoutMs);
 }
 
 /** Flushes the guest's filesystems (SYNC) so a snapshot of its disk is whole. */

@@ -1,7 +1,8 @@
 /**
  * Who the guest is: IDENTITY gives a forked child its own (fresh kernel RNG, the clock, hostname,
  * sandbox id, its pids limit, waiting for carrier), PING asks the agent for its own (protocol
- * version, uptime, whether the warm kernels are ready, which kernels the image has).
+ * version, uptime, whether the warm kernels are ready, which kernels the image has, which
+ * optional behaviours the agent has).
  */
 import { randomBytes } from "node:crypto";
 import { Msg, Tag, intField, strField } from "./codec.js";
@@ -13,6 +14,8 @@ export interface PingResult {
   evalReady: boolean;
   /** The kernels the image has ("python", "javascript"); null: the agent predates kernels (python only). */
   kernels: string[] | null;
+  /** Optional behaviours it has (`file-user`: file requests act as a named user); empty for older agents. */
+  features: string[];
 }
 
 export interface Identity {
@@ -25,15 +28,16 @@ export interface Identity {
 }
 
 const KERNEL_RE = /^[a-z]{1,32}$/;
+const FEATURE_RE = /^[a-z][a-z-]{0,31}$/;
 
-/** PING's KERNELS ("python,javascript"; guest-sent: only well-formed names are kept). */
-function kernelList(s: string | undefined): string[] | null {
+/** A PING list: KERNELS ("python,javascript") or FEATURES (guest-sent: only well-formed names are kept). */
+function nameList(s: string | undefined, re: RegExp): string[] | null {
   if (s === undefined) return null;
   return s === ""
     ? []
     : s
         .split(",")
-        .filter((k) => KERNEL_RE.test(k))
+        .filter((k) => re.test(k))
         .slice(0, 16);
 }
 
@@ -43,7 +47,8 @@ export async function ping(conn: AgentConnection, timeoutMs = 5_000): Promise<Pi
     version: intField(f, Tag.VERSION) ?? 0,
     uptimeMs: intField(f, Tag.UPTIME_MS) ?? 0,
     evalReady: intField(f, Tag.EVAL_READY) === 1,
-    kernels: kernelList(strField(f, Tag.KERNELS)),
+    kernels: nameList(strField(f, Tag.KERNELS), KERNEL_RE),
+    features: nameList(strField(f, Tag.FEATURES), FEATURE_RE) ?? [],
   };
 }
 

@@ -11,6 +11,7 @@ import { DEFAULT_TIMEOUT_MS } from "./connection.js";
 import type { AgentConnection } from "./connection.js";
 import { WINDOW, isThenable } from "./flow.js";
 import type { Consumed } from "./flow.js";
+import { userField } from "./files.js";
 import { guestError } from "./guest-error.js";
 
 export const WATCH_EVENT_TYPES = ["create", "write", "remove", "rename", "chmod", "overflow"] as const;
@@ -37,6 +38,8 @@ export interface WatchHandle {
 
 export interface WatchOptions {
   recursive?: boolean;
+  /** Watch as this user (its permissions, also for directories added later); none: the agent (root). */
+  user?: string;
   /** How long the guest has to answer the WATCH (default 30 s). */
   readyTimeoutMs?: number;
 }
@@ -152,6 +155,7 @@ export function watchDir(
         [Tag.PATH, path],
         [Tag.RECURSIVE, opts.recursive ? 1 : 0],
         [Tag.WINDOW, WINDOW],
+        ...userField(opts.user),
       ]);
     } catch (e) {
       finish(e instanceof ForkdError ? e : new ForkdError("internal", errorMessage(e)));

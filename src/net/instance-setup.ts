@@ -8,6 +8,7 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import { GUEST_NET } from "./guest.js";
 import { orphanInstances, recordOwner } from "./owners.js";
 import { cidrContains, parseCidr } from "./policy.js";
+import type { AllowRule } from "./policy.js";
 import { SlotPool, teardownInstance } from "./pool.js";
 import type { Logger } from "../util/log.js";
 import { blockText, hostIfPrefix, instanceId, instanceOf } from "./slots.js";
@@ -22,6 +23,8 @@ export interface InstanceSetupOptions {
   resolver: string | null;
   /** Host TCP ports no sandbox may reach (the daemon's API). */
   protectedPorts: number[];
+  /** Host destinations the operator opened to sandboxes (FORKD_NET_HOST_ALLOW). */
+  hostOpen: AllowRule[];
   /** Slots made ahead, and at most. */
   warm: number;
   max: number;
@@ -48,6 +51,7 @@ export async function setUpInstance(o: InstanceSetupOptions): Promise<{ inst: Ne
     guest: GUEST_NET,
     resolver: o.resolver,
     protectedPorts: o.protectedPorts,
+    hostOpen: o.hostOpen,
     warm: Math.min(o.warm, o.max),
     log: o.log,
   });

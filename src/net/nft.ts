@@ -5,12 +5,19 @@
  * moment without rules, also when a restarted daemon rewrites the rules of running children.
  *
  * Host table `inet forkd_<id>` (the policy; in the host namespace, out of the VMM's reach):
- *   input    from any slot veth: replies, else the slot's host chain hI (allow-listed /32s),
- *            never the daemon's TCP ports; everything else rejected
+ *   input    from any slot veth: replies, else to_host
  *   forward  into a slot: replies only (so slots never reach each other, and nothing outside
- *            opens a connection to one); out of a slot: replies, else its egress chain sI,
- *            else rejected
+ *            opens a connection to one); out of a slot: replies; else, redirected by the host
+ *            (DNAT: a port the host publishes) to_host; else its egress chain sI; else rejected
+ *   to_host  a slot's new connection to the host itself (any address of the host: the kernel
+ *            routes it to input, whatever the interface and whenever the address was added) or
+ *            to what the host redirected: never the daemon's TCP ports, else the slot's host
+ *            chain hI, else rejected. The tenant's egress chain sI is never consulted here:
+ *            hI holds DNS to the resolver and, only where the operator opened host
+ *            destinations (FORKD_NET_HOST_ALLOW, chain host_open), the slot's policy leading
+ *            there; matched on the connection's original destination (before any DNAT)
  *   postrouting  slot block → anywhere else: masquerade
+ * IPv6 from a slot is dropped on both paths (the guest has none; slots have it disabled).
  * Slot namespace table `ip forkd` (plumbing; the guest sits behind the tap):
  *   guest → veth0 masqueraded to the slot's address; DNS to 10.0.2.3 DNATed to the host's
  *   resolver (passed or refused by the host's policy); exposed ports DNATed from the slot's
@@ -18,7 +25,7 @@
  */
 import type { GuestNet } from "./guest.js";
 import { guestSubnet } from "./guest.js";
-import type { Egress } from "./policy.js";
+import type { AllowRule, Egress } from "./policy.js";
 import type { NetInstance, Slot } from "./slots.js";
 import { blockText, hostIfPrefix, slotOf, tableName } from "./slots.js";
 
@@ -30,14 +37,30 @@ const REJECT = "reject with icmpx type admin-prohibited";
 const portSet = (ports: Array<[number, number]>): string =>
   `{ ${ports.map(([lo, hi]) => (lo === hi ? String(lo) : `${lo}-${hi}`)).join(", ")} }`;
 
+/** What every slot's rules depend on besides its own policy. */
+export interface RuleContext {
+  /** The host's resolver, for DNS (null: no DNS for slots). */
+  resolver: string | null;
+  /** Whether the operator opened any host destination (chain host_open is not empty). */
+  hostOpen: boolean;
+}
+
 export interface HostTableOptions {
   /** TCP ports of the host no slot may reach whatever its policy (the daemon's API). */
   protectedPorts: number[];
   /** The host's resolver, for DNS (null: no DNS for slots). */
   resolver: string | null;
+  /** Host destinations the operator opened to sandboxes (FORKD_NET_HOST_ALLOW; ./host-access.ts). */
+  hostOpen: AllowRule[];
   /** Policies of slots in use (their chains are filled; every other slot's chain is empty). */
   policies: Map<number, Egress>;
 }
+
+/** Matches a connection's original destination (as the slot asked, before any DNAT). */
+const toOriginal = (r: AllowRule): string =>
+  r.ports
+    ? `ct original ip daddr ${r.cidr} meta l4proto { tcp, udp } ct original proto-dst ${portSet(r.ports)}`
+    : `ct original ip daddr ${r.cidr}`;
 
 /** The whole host table: every slot's chains exist from the start (empty = nothing allowed). */
 export function hostTable(inst: NetInstance, o: HostTableOptions): string {
@@ -58,11 +81,20 @@ export function hostTable(inst: NetInstance, o: HostTableOptions): string {
     `  chain slot_to_host {`,
     `    ct state established,related accept`,
     `    meta nfproto != ipv4 drop`,
+    `    jump to_host`,
+    `    ${REJECT}`,
+    `  }`,
+    `  chain to_host {`,
     ...(o.protectedPorts.length > 0
-      ? [`    tcp dport ${portSet(o.protectedPorts.map((p) => [p, p]))} reject with tcp reset`]
+      ? [
+          `    tcp dport ${portSet(o.protectedPorts.map((p) => [p, p]))} reject with tcp reset`,
+          `    meta l4proto tcp ct original proto-dst ${portSet(o.protectedPorts.map((p) => [p, p]))} reject with tcp reset`,
+        ]
       : []),
     `    iifname vmap ${vmap("h")}`,
-    `    ${REJECT}`,
+    `  }`,
+    `  chain host_open {`,
+    ...o.hostOpen.map((r) => `    ${toOriginal(r)} accept`),
     `  }`,
     `  chain forward {`,
     `    type filter hook forward priority filter; policy accept;`,
@@ -73,6 +105,10 @@ export function hostTable(inst: NetInstance, o: HostTableOptions): string {
     `  chain slot_out {`,
     `    ct state established,related accept`,
     `    meta nfproto != ipv4 drop`,
+    // Redirected by the host (a published port on one of its addresses): the host's, not the
+    // egress policy's, whatever address it now leads to.
+    `    ct status dnat jump to_host`,
+    `    ct status dnat ${REJECT}`,
     `    iifname vmap ${vmap("s")}`,
     `    ${REJECT}`,
     `  }`,
@@ -81,9 +117,10 @@ export function hostTable(inst: NetInstance, o: HostTableOptions): string {
     `    ip saddr ${blockText(inst)} oifname != ${ifs} masquerade`,
     `  }`,
   ];
+  const ctx: RuleContext = { resolver: o.resolver, hostOpen: o.hostOpen.length > 0 };
   for (const s of slots) {
     const p = o.policies.get(s.index);
-    const { egress, host } = p ? slotRules(p, o.resolver) : { egress: [], host: [] };
+    const { egress, host } = p ? slotRules(p, ctx) : { egress: [], host: [] };
     lines.push(`  chain s${s.index} {`, ...egress.map((r) => `    ${r}`), `  }`);
     lines.push(`  chain h${s.index} {`, ...host.map((r) => `    ${r}`), `  }`);
   }
@@ -91,42 +128,41 @@ export function hostTable(inst: NetInstance, o: HostTableOptions): string {
   return lines.join("\n") + "\n";
 }
 
-/** One slot's policy as rules: `egress` for its chain sI (forwarded), `host` for hI (to the host). */
-export function slotRules(e: Egress, resolver: string | null): { egress: string[]; host: string[] } {
+/**
+ * One slot's policy as rules: `egress` for its chain sI (forwarded), `host` for hI (to the host
+ * itself, or redirected by it): DNS to the resolver, and only with host destinations opened by
+ * the operator, the policy's own reach into them (egress `allow`: all of them; `list`: each
+ * entry, jumping to host_open, which accepts what the operator opened).
+ */
+export function slotRules(e: Egress, ctx: RuleContext): { egress: string[]; host: string[] } {
   const egress: string[] = [];
   const host: string[] = [];
-  if (e.dns && resolver) {
+  if (e.dns && ctx.resolver) {
+    egress.push(`ip daddr ${ctx.resolver} meta l4proto { tcp, udp } th dport 53 accept`);
     // Also to the host's chain: the resolver may be one of the host's own addresses.
-    const dns = `ip daddr ${resolver} meta l4proto { tcp, udp } th dport 53 accept`;
-    egress.push(dns);
-    host.push(dns);
+    host.push(toOriginal({ cidr: `${ctx.resolver}/32`, ports: [[53, 53]] }) + " accept");
   }
   if (e.mode === "allow") {
     if (!e.dns) egress.push(`meta l4proto { tcp, udp } th dport 53 ${REJECT}`);
     egress.push(`ip daddr @never ${REJECT}`, `accept`);
+    if (ctx.hostOpen) host.push(`jump host_open`);
   } else if (e.mode === "list") {
     for (const r of e.allow) {
-      const rule = r.ports
-        ? `ip daddr ${r.cidr} meta l4proto { tcp, udp } th dport ${portSet(r.ports)} accept`
-        : `ip daddr ${r.cidr} accept`;
-      egress.push(rule);
-      // The host's own services only by an explicit single address: a wide entry such as
-      // 0.0.0.0/0 port 443 means "the internet's port 443", not the host's.
-      if (r.cidr.endsWith("/32")) host.push(rule);
+      egress.push(
+        r.ports
+          ? `ip daddr ${r.cidr} meta l4proto { tcp, udp } th dport ${portSet(r.ports)} accept`
+          : `ip daddr ${r.cidr} accept`,
+      );
+      if (ctx.hostOpen) host.push(`${toOriginal(r)} jump host_open`);
     }
   }
   return { egress, host };
 }
 
 /** Replaces the rules of slot `index` (one transaction; nothing is allowed while it is free). */
-export function slotPolicy(
-  inst: NetInstance,
-  index: number,
-  e: Egress | null,
-  resolver: string | null,
-): string {
+export function slotPolicy(inst: NetInstance, index: number, e: Egress | null, ctx: RuleContext): string {
   const t = tableName(inst);
-  const { egress, host } = e ? slotRules(e, resolver) : { egress: [], host: [] };
+  const { egress, host } = e ? slotRules(e, ctx) : { egress: [], host: [] };
   return (
     [
       `flush chain inet ${t} s${index}`,

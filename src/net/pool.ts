@@ -11,9 +11,9 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import type { Logger } from "../util/log.js";
 import type { GuestNet } from "./guest.js";
 import { hostTable, nsTable, slotPolicy } from "./nft.js";
-import type { NsTableOptions } from "./nft.js";
+import type { NsTableOptions, RuleContext } from "./nft.js";
 import { forgetOwner, OWNERS_DIR } from "./owners.js";
-import type { Egress } from "./policy.js";
+import type { AllowRule, Egress } from "./policy.js";
 import type { NetInstance, Slot } from "./slots.js";
 import { hostIfPrefix, slotIndexOfNetns, slotOf, tableName } from "./slots.js";
 import { conntrackFlush, inNetns, ip, ipBatch, listLinks, listNetns, nft } from "./sys.js";
@@ -29,6 +29,8 @@ export interface SlotPoolOptions {
   resolver: string | null;
   /** Host TCP ports no slot may reach (the daemon's API). */
   protectedPorts: number[];
+  /** Host destinations the operator opened to sandboxes (FORKD_NET_HOST_ALLOW). */
+  hostOpen: AllowRule[];
   /** Free slots kept ready. */
   warm: number;
   log: Logger;
@@ -60,9 +62,12 @@ export class SlotPool {
    * resolver whatever the policy (the host's rules decide whether it passes).
    */
   private readonly idle: NsTableOptions;
+  /** What every slot's rules depend on besides its policy. */
+  private readonly rules: RuleContext;
 
   constructor(private readonly o: SlotPoolOptions) {
     this.idle = { backend: "tap", dnsTo: o.resolver, expose: [] };
+    this.rules = { resolver: o.resolver, hostOpen: o.hostOpen.length > 0 };
   }
 
   private host(script: string): Promise<unknown> {
@@ -199,7 +204,7 @@ export class SlotPool {
     this.busy.set(index, use);
     const s = slotOf(this.o.inst, index);
     try {
-      await this.host(slotPolicy(this.o.inst, index, use.egress, this.o.resolver));
+      await this.host(slotPolicy(this.o.inst, index, use.egress, this.rules));
       if (!sameNs(use.ns, this.idle)) await nft(nsTable(this.o.guest, s, use.ns), s.netns);
     } catch (e) {
       this.release(index);
@@ -216,7 +221,7 @@ export class SlotPool {
   async setPolicy(index: number, egress: Egress): Promise<void> {
     const use = this.busy.get(index);
     if (!use) throw new ForkdError("conflict", `network slot ${index} is not in use`);
-    await this.host(slotPolicy(this.o.inst, index, egress, this.o.resolver));
+    await this.host(slotPolicy(this.o.inst, index, egress, this.rules));
     this.busy.set(index, { ...use, egress });
     await forgetHostFlows(slotOf(this.o.inst, index));
   }
@@ -242,7 +247,7 @@ export class SlotPool {
     const s = slotOf(this.o.inst, index);
     void (async () => {
       try {
-        await this.host(slotPolicy(this.o.inst, index, null, this.o.resolver));
+        await this.host(slotPolicy(this.o.inst, index, null, this.rules));
         if (!sameNs(use.ns, this.idle)) await nft(nsTable(this.o.guest, s, this.idle), s.netns);
         await conntrackFlush(["-F"], s.netns);
         await forgetHostFlows(s);

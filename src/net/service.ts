@@ -25,6 +25,7 @@ import type { NetCapabilities } from "./capability.js";
 import type { PortRelay } from "./expose.js";
 import { GUEST_NET, sameGuestNet } from "./guest.js";
 import type { GuestNet } from "./guest.js";
+import { parseHostAllow } from "./host-access.js";
 import { setUpInstance } from "./instance-setup.js";
 import { parseIpv4 } from "./policy.js";
 import type { Egress, NetMode, NetworkSpec } from "./policy.js";
@@ -73,6 +74,14 @@ export class NetworkService {
         `FORKD_EXPOSE_ADDR must be an IPv4 address (got ${exposeAddr})`,
       );
     }
+    // Parsed before anything is set up: a mistyped opening stops the daemon, never widens it.
+    const hostOpen = parseHostAllow(env.FORKD_NET_HOST_ALLOW);
+    if (hostOpen.length > 0)
+      o.log.warn("network: the operator opened host destinations to sandboxes (FORKD_NET_HOST_ALLOW)", {
+        open: hostOpen.map((r) =>
+          r.ports ? `${r.cidr}:${r.ports.map(([a, b]) => (a === b ? a : `${a}-${b}`)).join(",")}` : r.cidr,
+        ),
+      });
     const warm = intEnv(env, "FORKD_NET_SLOTS", 4);
     const max = intEnv(env, "FORKD_NET_MAX_SLOTS", 64);
     let pool: SlotPool | null = null;
@@ -85,6 +94,7 @@ export class NetworkService {
           log: o.log,
           resolver: caps.resolver,
           protectedPorts: o.protectedPorts,
+          hostOpen,
           warm,
           max,
           ownersDir: o.ownersDir,

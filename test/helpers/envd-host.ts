@@ -1,8 +1,9 @@
 /**
  * envd's handler served on 127.0.0.1 over a stand-in for a sandbox's guest agent that runs
  * commands and touches files on this host (in a temporary home): E2B's own SDK and a Connect
- * client drive envd's wire without a VM. Commands ignore `user` (they run as the test's user);
- * the guest's integration test covers that.
+ * client drive envd's wire without a VM. Commands and file requests ignore `user` (they run as
+ * the test's user; each file request's user is recorded); the guest's integration test covers
+ * that. `fileUsers: false` stands for an agent older than file users (envd then uses helpers).
  */
 import { spawn } from "node:child_process";
 import { watch as watchFs } from "node:fs";
@@ -35,13 +36,23 @@ function fsError(e: unknown, path: string): ForkdError {
   return new ForkdError("guest_error", `${path}: ${String(code)}`);
 }
 
+/** What envd asked of the stand-in agent: each exec's argv and user, each read's path and user. */
+export interface AgentLog {
+  execs: Array<{ argv: string[]; user: string | undefined }>;
+  reads: Array<{ path: string; user: string | undefined }>;
+}
+
 /** The guest agent's methods envd uses, on this host. */
-function hostAgent(home: string) {
-  const ids = `${process.getuid?.() ?? 0}:${process.getgid?.() ?? 0}`;
+function hostAgent(home: string, log: AgentLog, o: { fileUsers: boolean; userUid?: number }) {
+  const ids = `${o.userUid ?? process.getuid?.() ?? 0}:${process.getgid?.() ?? 0}`;
   const passwd = `root:x:0:0:root:/root:/bin/bash\nuser:x:${ids}::${home}:/bin/bash\nother:x:${ids}::${home}/other:/bin/bash\n`;
   return {
+    async fileUsers() {
+      return o.fileUsers;
+    },
     exec(req: ExecRequest, h: ExecHandlers = {}): ExecHandle {
       const [cmd = "/bin/false", ...args] = req.argv ?? ["/bin/sh", "-c", req.shell ?? ""];
+      log.execs.push({ argv: [cmd, ...args], user: req.user });
       const child = spawn(cmd, args, {
         cwd: req.cwd,
         env: { PATH: process.env.PATH ?? "/usr/bin:/bin", ...req.env },
@@ -80,7 +91,8 @@ function hostAgent(home: string) {
       if (path === "/etc/passwd") return Buffer.from(passwd);
       return readFile(path);
     },
-    async readFileStream(path: string, onChunk: (c: Buffer) => unknown) {
+    async readFileStream(path: string, onChunk: (c: Buffer) => unknown, _t?: number, user?: string) {
+      log.reads.push({ path, user });
       const b = await readFile(path).catch((e: unknown) => {
         throw fsError(e, path);
       });
@@ -152,6 +164,8 @@ export interface EnvdHost {
   home: string;
   /** Leases taken and not yet released. */
   leased: () => number;
+  /** What envd asked of the stand-in agent. */
+  log: AgentLog;
   /** What callers opened, by credential (src/access/open-streams.ts). */
   opened: OpenStreams;
   /** Starts a command as forkd's own API does (tracked with the sandbox's commands): its pid. */
@@ -159,10 +173,17 @@ export interface EnvdHost {
   close(): Promise<void>;
 }
 
-/** `bodyIdleMs`: how long an upload may stall (envd's default otherwise). */
-export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHost> {
+/**
+ * `bodyIdleMs`: how long an upload may stall (envd's default otherwise); `userUid`: the uid of
+ * the accounts `user` and `other` (default the test's own); `fileUsers`: whether the agent acts
+ * as users on files (default yes).
+ */
+export async function envdHost(
+  o: { bodyIdleMs?: number; userUid?: number; fileUsers?: boolean } = {},
+): Promise<EnvdHost> {
   const home = await mkdtemp(join(tmpdir(), "forkd-envd-"));
-  const agent = hostAgent(home);
+  const log: AgentLog = { execs: [], reads: [] };
+  const agent = hostAgent(home, log, { fileUsers: o.fileUsers ?? true, userUid: o.userUid });
   const commands = new CommandTable();
   let leased = 0;
   const record = { id: SANDBOX_ID, env: { FROM_SANDBOX: "yes" } };
@@ -199,6 +220,7 @@ export async function envdHost(o: { bodyIdleMs?: number } = {}): Promise<EnvdHos
     url: `http://127.0.0.1:${port}`,
     home,
     leased: () => leased,
+    log,
     opened: st.opened,
     startTracked: async (shell) => {
       const tap = new CommandTap();

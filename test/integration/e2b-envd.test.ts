@@ -3,7 +3,8 @@
  * the E2B-style snapshot of test/helpers/e2b.ts, one sandbox for most steps): commands (streamed
  * stdout/stderr callbacks, envs, cwd, the default user vs root, exit errors as
  * CommandExitError, background handles, list, connect, stdin, kill), files (text and bytes,
- * ownership by the user, list with depth, exists, info, rename, makeDir, remove, watchDir,
+ * ownership by the user, list with depth, exists, info, rename, makeDir, remove, watchDir, all
+ * as the user: root's files refused to it, read as root,
  * signed upload and download URLs routed by Host), PTY (create, input, resize, kill),
  * clients that hang up mid-stream (Start, Connect, WatchDir) without the daemon or the process
  * minding, an API key revoked: the access token it was given refused, its streams ended, and
@@ -13,7 +14,7 @@
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
-import { CommandExitError, NotFoundError, Sandbox, FileType } from "e2b";
+import { CommandExitError, NotFoundError, Sandbox, SandboxError, FileType } from "e2b";
 import type { CommandHandle } from "e2b";
 import { E2B_TENANT, startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
@@ -182,6 +183,54 @@ step(
     await assert.rejects(sbx.files.write("/etc/forbidden", "x"), "the user may not write as root");
   },
 );
+
+step("files are read, moved, removed and watched as the user: root's stay root's (403)", async () => {
+  // E2B's SDK has no error class of its own for an envd 403: a SandboxError naming the status.
+  // (403 from /files; the Connect services' permission_denied: "7: ... Operation not permitted".)
+  const denied = (x: unknown) => {
+    if (x instanceof SandboxError && /403|Permission denied|Operation not permitted/.test(x.message))
+      return true;
+    throw x;
+  };
+  await assert.rejects(sbx.files.read("/etc/shadow"), denied, "/etc/shadow as user");
+  assert.match(await sbx.files.read("/etc/shadow", { user: "root" }), /^root:/m);
+  // A signed download URL acts as its signed user; raw envd with username=user the same.
+  const host = `49983-${sbx.sandboxId}.e2b.test`;
+  const signedUrl = new URL(await sbx.downloadUrl("/etc/shadow", { useSignatureExpiration: 120 }));
+  const got = await raw("GET", signedUrl.pathname + signedUrl.search, { host });
+  assert.equal(got.status, 403, got.body.toString());
+  assert.match(got.body.toString(), /"code":403/);
+  const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+  const asUser = await raw("GET", "/files?path=%2Fetc%2Fshadow&username=user", {
+    host,
+    "x-access-token": token,
+  });
+  assert.equal(asUser.status, 403, asUser.body.toString());
+  const asRoot = await raw("GET", "/files?path=%2Fetc%2Fshadow", {
+    host,
+    "x-access-token": token,
+    authorization: "Basic cm9vdDo=",
+  });
+  assert.equal(asRoot.status, 200, asRoot.body.toString());
+  assert.match(asRoot.body.toString(), /^root:/m);
+  // The user's own file, unreadable to others, is readable to the user.
+  await sbx.files.write("private.txt", "mine");
+  await sbx.commands.run("chmod 600 /home/user/private.txt");
+  assert.equal(await sbx.files.read("private.txt"), "mine");
+  assert.equal((await sbx.files.getInfo("private.txt")).owner, "user");
+  // root's files: not moved, not removed, their directory not watched, by the user.
+  await sbx.files.write("/tmp/root-only.txt", "r", { user: "root" });
+  await assert.rejects(sbx.files.rename("/tmp/root-only.txt", "/tmp/taken.txt"), denied, "rename");
+  await assert.rejects(sbx.files.remove("/tmp/root-only.txt"), denied, "remove");
+  assert.equal(await sbx.files.read("/tmp/root-only.txt", { user: "root" }), "r");
+  await assert.rejects(
+    sbx.files.watchDir("/root", () => undefined),
+    (x: unknown) => x instanceof SandboxError,
+    "watching root's home as user",
+  );
+  const w = await sbx.files.watchDir("/root", () => undefined, { user: "root" });
+  await w.stop();
+});
 
 step("files.watchDir: a file made in the watched directory is reported", async () => {
   await sbx.files.makeDir("watched");

@@ -58,6 +58,14 @@ const ALLOWED_PORT = 18081;
 const DENIED_PORT = 18082;
 /** An echo server outside: a connection that stays open across a policy change. */
 const ECHO_PORT = 18083;
+/**
+ * A port of the host's "published" to the outside's allowed server by a DNAT rule of the test's
+ * own (as a container runtime publishes a container's port on every host address).
+ */
+const PUBLISHED_PORT = 18084;
+const DNAT_TABLE = `${OUT_NS.replaceAll("-", "_")}_dnat`;
+/** An address given to a host interface while the daemon runs. */
+const LATE_HOST_IP = `10.252.${OUT_NET}.9`;
 let servers: ChildProcess | null = null;
 let hostService: Server | null = null;
 let hostServicePort = 0;
@@ -241,6 +249,19 @@ serve(${ALLOWED_PORT}, "allowed-server")
   await new Promise<void>((r) => hostService?.listen(0, "0.0.0.0", () => r()));
   const a = hostService.address();
   hostServicePort = typeof a === "object" && a ? a.port : 0;
+  await run("nft", ["-f", "-"], {
+    input: `table ip ${DNAT_TABLE} {
+  chain pre {
+    type nat hook prerouting priority dstnat; policy accept;
+    ip daddr ${OUTSIDE_GW} tcp dport ${PUBLISHED_PORT} dnat to ${OUTSIDE}:${ALLOWED_PORT}
+  }
+  chain out {
+    type nat hook output priority -100; policy accept;
+    ip daddr ${OUTSIDE_GW} tcp dport ${PUBLISHED_PORT} dnat to ${OUTSIDE}:${ALLOWED_PORT}
+  }
+}
+`,
+  });
   d = await makeDaemon({ FORKD_NET_SLOTS: "2", FORKD_POOL_SIZE: "1" });
 });
 
@@ -249,6 +270,7 @@ after(async () => {
   await d?.destroy(failed);
   servers?.kill("SIGKILL");
   hostService?.close();
+  await run("nft", ["delete", "table", "ip", DNAT_TABLE]).catch(() => undefined);
   await run("ip", ["netns", "del", OUT_NS]).catch(() => undefined);
   await run("ip", ["link", "del", OUT_HOST_IF]).catch(() => undefined);
 });
@@ -339,6 +361,52 @@ step("the host's own services are out of reach even with egress allow", async ()
   assert.ok((await readLine(`127.0.0.1:${hostServicePort}`)) === "host-service", "the host service runs");
   const r = await probe(sid("c"), targets);
   for (const t of targets) assert.match(r.get(t) ?? "", /^FAIL/, `${t} from a child`);
+});
+
+step("a tenant's allow-list never opens the host's addresses nor another sandbox's", async () => {
+  // The host's addresses: the test's veth (a non-loopback address of a host interface), one
+  // given to it only now, the slots' host ends, and any other global address of the host.
+  await run("ip", ["addr", "add", `${LATE_HOST_IP}/32`, "dev", OUT_HOST_IF]);
+  // The address the host's default route leaves from (its main interface's), when it has one.
+  const via = await run("ip", ["-4", "-o", "route", "get", "192.0.2.1"]).catch(() => ({ stdout: "" }));
+  const other = /\bsrc (\d+\.\d+\.\d+\.\d+)/.exec(via.stdout)?.[1];
+  const slotB = await slotAddr(sid("b"));
+  const hostIps = [OUTSIDE_GW, LATE_HOST_IP, slotB.hostAddr, ...(other ? [other] : [])];
+  const h = await spawnOne("h", {
+    mode: "netns",
+    egress: {
+      mode: "list",
+      allow: [
+        ...hostIps.map((ip) => ({ cidr: `${ip}/32` })),
+        { cidr: `${slotB.nsAddr}/32` },
+        { cidr: `${OUTSIDE}/32`, ports: [ALLOWED_PORT] },
+      ],
+    },
+  });
+  const own = await slotAddr(h.id);
+  const targets = [...hostIps, own.hostAddr].map((ip) => `${ip}:${hostServicePort}`);
+  const published = `${OUTSIDE_GW}:${PUBLISHED_PORT}`;
+  const sibling = `${slotB.nsAddr}:8000`;
+  assert.equal(await readLine(`${OUTSIDE_GW}:${hostServicePort}`), "host-service", "the host service runs");
+  assert.equal(await readLine(published), "allowed-server", "the published port leads outside");
+  let r = await probe(h.id, [...targets, published, sibling, `${OUTSIDE}:${ALLOWED_PORT}`]);
+  assert.equal(r.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server", "the list is in force");
+  for (const t of [...targets, published, sibling]) assert.match(r.get(t) ?? "", /^FAIL/, `${t} from h`);
+  // The same when the list comes later (E2B's updateNetwork takes this path too: setEgress).
+  await api<View>("POST", `/v1/sandboxes/${h.id}/egress`, {
+    mode: "list",
+    allow: [{ cidr: `${OUTSIDE_GW}/32` }, { cidr: "0.0.0.0/0", ports: [hostServicePort, PUBLISHED_PORT] }],
+  });
+  r = await probe(h.id, [
+    `${OUTSIDE_GW}:${hostServicePort}`,
+    published,
+    `${own.hostAddr}:${hostServicePort}`,
+  ]);
+  for (const [t, res] of r) assert.match(res, /^FAIL/, `${t} from h after the change`);
+  // Egress allow reaches the outside's server, but not through the host's published port.
+  r = await probe(sid("c"), [`${OUTSIDE}:${ALLOWED_PORT}`, published]);
+  assert.equal(r.get(`${OUTSIDE}:${ALLOWED_PORT}`), "OPEN allowed-server");
+  assert.match(r.get(published) ?? "", /^FAIL/, "a DNAT of the host's is the host's");
 });
 
 step("an exposed guest port answers on the host, and getHost() says where", async () => {
@@ -668,5 +736,38 @@ step(
     const names = (await run("ip", ["netns", "list"])).stdout;
     assert.doesNotMatch(names, new RegExp(`^${stray}\\b`, "m"));
     await api("DELETE", `/v1/sandboxes/${sid("k")}`);
+  },
+);
+
+step(
+  "only the operator opens a host address (FORKD_NET_HOST_ALLOW), to sandboxes whose policy names it",
+  async () => {
+    const service = `${OUTSIDE_GW}:${hostServicePort}`;
+    const published = `${OUTSIDE_GW}:${PUBLISHED_PORT}`;
+    const own = await slotAddr(sid("h"));
+    const notOpened = [`${LATE_HOST_IP}:${hostServicePort}`, `${own.hostAddr}:${hostServicePort}`];
+    await d.kill9();
+    d.env.FORKD_NET_HOST_ALLOW = `${OUTSIDE_GW}:${hostServicePort},${PUBLISHED_PORT}`;
+    await d.start();
+    // h (re-adopted) lists OUTSIDE_GW/32 and 0.0.0.0/0 on both ports (the step above).
+    let r = await probe(sid("h"), [service, published, ...notOpened]);
+    assert.equal(r.get(service), "OPEN host-service");
+    assert.equal(
+      r.get(published),
+      "OPEN allowed-server",
+      "the published port, opened on its original address",
+    );
+    for (const t of notOpened) assert.match(r.get(t) ?? "", /^FAIL/, `${t}: not opened by the operator`);
+    // The tenant's policy still decides for its sandbox: a list without the host, then allow.
+    await api<View>("POST", `/v1/sandboxes/${sid("h")}/egress`, {
+      mode: "list",
+      allow: [{ cidr: `${OUTSIDE}/32`, ports: [ALLOWED_PORT] }],
+    });
+    r = await probe(sid("h"), [service, published]);
+    for (const [t, res] of r) assert.match(res, /^FAIL/, `${t}: not in h's list`);
+    await api<View>("POST", `/v1/sandboxes/${sid("h")}/egress`, { mode: "allow" });
+    r = await probe(sid("h"), [service, ...notOpened]);
+    assert.equal(r.get(service), "OPEN host-service");
+    for (const t of notOpened) assert.match(r.get(t) ?? "", /^FAIL/, `${t} under egress allow`);
   },
 );

@@ -2,7 +2,7 @@
  * The client's side of exec users and kernels against a scripted guest: the USER and LANGUAGE
  * fields on the wire, PING's KERNELS, and an agent older than them (its PING has no KERNELS),
  * which would ignore USER and LANGUAGE: the client refuses instead of running the command as
- * root or the cell in Python.
+ * root or the cell in Python. The same for file requests as a user (PING's FEATURES file-user).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -23,6 +23,7 @@ async function withGuest(
   kernels: string | null,
   fn: (a: AgentClient, seen: Frame[]) => Promise<void>,
   evalError?: { errno: number; message: string },
+  features?: string,
 ) {
   const dir = await mkdtemp(join(tmpdir(), "forkd-features-"));
   const path = join(dir, "agent.sock");
@@ -37,6 +38,7 @@ async function withGuest(
         [Tag.EVAL_READY, 1],
       ];
       if (kernels !== null) fields.push([Tag.KERNELS, kernels]);
+      if (features !== undefined) fields.push([Tag.FEATURES, features]);
       send(Msg.OK, fields);
     } else if (f.type === Msg.EXEC) {
       send(Msg.STARTED, [[Tag.PID, 7]]);
@@ -50,6 +52,17 @@ async function withGuest(
         [Tag.MESSAGE, evalError.message],
       ]);
     } else if (f.type === Msg.EVAL) send(Msg.OK, [[Tag.JSON, EVAL_JSON]]);
+    else if (f.type === Msg.READ) {
+      send(Msg.DATA, [[Tag.DATA, "abc"]]);
+      send(Msg.END, [[Tag.SIZE, 3]]);
+    } else if (f.type === Msg.STAT)
+      send(Msg.OK, [
+        [Tag.FILE_TYPE, 1],
+        [Tag.SIZE, 3],
+      ]);
+    else if (f.type === Msg.WRITE_END) send(Msg.OK, [[Tag.SIZE, 3]]);
+    else if (f.type === Msg.WATCH) send(Msg.OK);
+    else if (f.type !== Msg.WRITE_OPEN && f.type !== Msg.WRITE_DATA && f.type !== Msg.CANCEL) send(Msg.OK);
   };
   const server = createServer((sock) => {
     const dec = new FrameDecoder();
@@ -149,4 +162,79 @@ test("the guest's ENOENT for an eval (no interpreter, no kernel source) is unava
     },
     { errno: 2, message },
   );
+});
+
+test("file requests as a user carry USER to an agent with FEATURES file-user; root's carry none", async () => {
+  await withGuest(
+    "python",
+    async (agent, seen) => {
+      assert.equal(Tag.FEATURES, 51);
+      assert.deepEqual((await agent.ping()).features, ["file-user", "later-thing"]);
+      assert.equal(await agent.fileUsers(), true);
+      assert.equal((await agent.readFile("/etc/shadow", { user: "user" })).toString(), "abc");
+      assert.equal((await agent.stat("/x", undefined, "user")).size, 3);
+      await agent.list("/d", undefined, "user");
+      await agent.mkdir("/d/e", { parents: true, user: "user" });
+      await agent.remove("/d", { recursive: true, user: "user" });
+      await agent.rename("/a", "/b", undefined, "user");
+      assert.equal(await agent.writeFile("/f", Buffer.from("abc"), { user: "user" }), 3);
+      const w = agent.watch("/d", { user: "user" }, () => undefined);
+      await w.ready;
+      w.stop();
+      await agent.stat("/x");
+      const files = seen.filter(
+        (f) => f.type !== Msg.PING && f.type !== Msg.WRITE_DATA && f.type !== Msg.CANCEL,
+      );
+      assert.deepEqual(
+        files.map((f) => f.type),
+        [
+          Msg.READ,
+          Msg.STAT,
+          Msg.LIST,
+          Msg.MKDIR,
+          Msg.REMOVE,
+          Msg.RENAME,
+          Msg.WRITE_OPEN,
+          Msg.WRITE_END,
+          Msg.WATCH,
+          Msg.STAT,
+        ],
+      );
+      for (const f of files.slice(0, 9))
+        if (f.type !== Msg.WRITE_END)
+          assert.equal(strField(f.fields, Tag.USER), "user", `0x${f.type.toString(16)}`);
+      assert.equal(strField(files[9]!.fields, Tag.USER), undefined, "without a user: the agent's own (root)");
+    },
+    undefined,
+    "file-user,later-thing,Bad Name",
+  );
+});
+
+test("an agent older than file users: a file request as a user is unavailable and never sent", async () => {
+  await withGuest("python", async (agent, seen) => {
+    const old = (x: unknown) =>
+      x instanceof ForkdError && x.code === "unavailable" && /newer guest agent/.test(x.message);
+    const w0 = () => agent.watch("/d", { user: "user" }, () => undefined).ready;
+    await assert.rejects(w0(), old, "a watch asked before anything else waits for the agent's answer");
+    assert.equal(await agent.fileUsers(), false);
+    assert.deepEqual((await agent.ping()).features, []);
+    await assert.rejects(agent.readFile("/etc/shadow", { user: "user" }), old);
+    await assert.rejects(
+      agent.readFileStream("/etc/shadow", () => undefined, undefined, "user"),
+      old,
+    );
+    await assert.rejects(agent.stat("/x", undefined, "user"), old);
+    await assert.rejects(agent.list("/x", undefined, "user"), old);
+    await assert.rejects(agent.mkdir("/x", { user: "user" }), old);
+    await assert.rejects(agent.remove("/x", { user: "user" }), old);
+    await assert.rejects(agent.rename("/x", "/y", undefined, "user"), old);
+    await assert.rejects(agent.writeFile("/x", Buffer.from("a"), { user: "user" }), old);
+    await assert.rejects(w0(), old);
+    // as root (no user), the old agent serves files as before
+    assert.equal((await agent.readFile("/etc/hostname")).toString(), "abc");
+    assert.deepEqual(
+      types(seen).filter((t) => t !== Msg.PING),
+      [Msg.READ],
+    );
+  });
 });

@@ -2,7 +2,8 @@
  * envd's /files routes and lease discipline against hostile or broken clients, over the host
  * stand-in for the guest agent (test/helpers/envd-host.ts): a signed URL does only what it was
  * signed for, multipart parts are streamed, a client that hangs up or stalls mid-upload frees
- * its lease, a failed process start frees its lease.
+ * its lease, a failed process start frees its lease; a download names its user to the agent,
+ * or, with an agent older than file users, is read by `cat` run as the user.
  */
 import { test, after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -203,5 +204,40 @@ test("process.Start with a cwd it cannot resolve fails and frees its lease", asy
     );
     await new Promise((r) => setTimeout(r, 50));
     assert.equal(host.leased(), 0, `no lease kept after a start with cwd ${JSON.stringify(cwd.slice(0, 8))}`);
+  }
+});
+
+test("a download as a user other than root: the agent reads it as the user; an older agent's is cat as the user", async () => {
+  for (const fileUsers of [true, false]) {
+    const h = await envdHost({ userUid: 4242, fileUsers });
+    try {
+      const path = join(h.home, "data.txt");
+      await writeFile(path, "the user's bytes");
+      const r = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = request(
+          new URL(`/files?path=${encodeURIComponent(path)}&username=user`, h.url),
+          (res) => {
+            let body = "";
+            res.setEncoding("utf8");
+            res.on("data", (d: string) => (body += d));
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on("error", reject);
+        req.end();
+      });
+      assert.equal(r.status, 200, r.body);
+      assert.equal(r.body, "the user's bytes");
+      const cat = h.log.execs.find((e) => e.argv[0] === "cat");
+      if (fileUsers) {
+        assert.deepEqual(h.log.reads, [{ path, user: "user" }], "the agent's READ names the user");
+        assert.equal(cat, undefined);
+      } else {
+        assert.deepEqual(h.log.reads, [], "an agent that would read as root is not asked to");
+        assert.deepEqual(cat, { argv: ["cat", "--", path], user: "user" });
+      }
+    } finally {
+      await h.close();
+    }
   }
 });

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { GUEST_NET, guestNetArg, guestSubnet } from "../../src/net/guest.js";
 import { hostTable, nsTable, slotPolicy, slotRules } from "../../src/net/nft.js";
+import { parseHostAllow } from "../../src/net/host-access.js";
 import { parseNetwork } from "../../src/net/policy.js";
 import { instanceId, instanceOf, slotIndexOfNetns, slotOf } from "../../src/net/slots.js";
 import { ForkdError } from "../../src/util/errors.js";
@@ -13,6 +14,9 @@ import { run } from "../../src/util/proc.js";
 import { netdevArg, nicArg, qemuArgs } from "../../src/vmm/config.js";
 
 const RESOLVER = "192.0.2.53";
+/** No host destination opened (the default), and some opened by the operator. */
+const CLOSED = { resolver: RESOLVER, hostOpen: false };
+const OPENED = { resolver: RESOLVER, hostOpen: true };
 const inst = instanceOf("ab12", 8, {});
 const egress = (n: Parameters<typeof parseNetwork>[0]) => parseNetwork(n).egress;
 
@@ -83,57 +87,88 @@ test("QEMU: the same device on every backend; none is a hub port, tap has no vne
 });
 
 test("egress rules: deny allows nothing; allow keeps out loopback/link-local/multicast; DNS only to the resolver", () => {
-  assert.deepEqual(slotRules(egress({ mode: "netns", egress: { mode: "deny" } }), RESOLVER), {
+  assert.deepEqual(slotRules(egress({ mode: "netns", egress: { mode: "deny" } }), CLOSED), {
     egress: [],
     host: [],
   });
-  const allow = slotRules(egress({ mode: "netns" }), RESOLVER);
+  const allow = slotRules(egress({ mode: "netns" }), CLOSED);
   assert.deepEqual(allow.egress, [
     `ip daddr ${RESOLVER} meta l4proto { tcp, udp } th dport 53 accept`,
     "ip daddr @never reject with icmpx type admin-prohibited",
     "accept",
   ]);
   // The host itself: only its resolver, never "everything".
-  assert.deepEqual(allow.host, [`ip daddr ${RESOLVER} meta l4proto { tcp, udp } th dport 53 accept`]);
-  const noDns = slotRules(egress({ mode: "netns", egress: { mode: "allow", dns: false } }), RESOLVER);
+  assert.deepEqual(allow.host, [
+    `ct original ip daddr ${RESOLVER}/32 meta l4proto { tcp, udp } ct original proto-dst { 53 } accept`,
+  ]);
+  const noDns = slotRules(egress({ mode: "netns", egress: { mode: "allow", dns: false } }), CLOSED);
   assert.equal(
     noDns.egress[0],
     "meta l4proto { tcp, udp } th dport 53 reject with icmpx type admin-prohibited",
   );
-  assert.deepEqual(slotRules(egress({ mode: "netns" }), null).egress.slice(0, 1), [
-    "ip daddr @never reject with icmpx type admin-prohibited",
+  assert.deepEqual(noDns.host, []);
+  assert.deepEqual(
+    slotRules(egress({ mode: "netns" }), { resolver: null, hostOpen: false }).egress.slice(0, 1),
+    ["ip daddr @never reject with icmpx type admin-prohibited"],
+  );
+  // With host destinations opened by the operator, "allow" reaches them (and only them).
+  assert.deepEqual(slotRules(egress({ mode: "netns", egress: { mode: "allow", dns: false } }), OPENED).host, [
+    "jump host_open",
   ]);
 });
 
-test("list rules: one accept per entry; only single addresses open the host's own ports", () => {
-  const r = slotRules(
-    egress({
-      mode: "netns",
-      egress: {
-        mode: "list",
-        allow: [
-          { cidr: "0.0.0.0/0", ports: [443] },
-          { cidr: "192.0.2.10", ports: ["8000-8100", 22] },
-          { cidr: "198.51.100.0/24" },
-        ],
-      },
-    }),
-    RESOLVER,
-  );
+test("list rules: one accept per entry; the host's own addresses never, whatever the list", () => {
+  const list = egress({
+    mode: "netns",
+    egress: {
+      mode: "list",
+      allow: [
+        { cidr: "0.0.0.0/0", ports: [443] },
+        { cidr: "192.0.2.10", ports: ["8000-8100", 22] },
+        { cidr: "198.51.100.0/24" },
+      ],
+    },
+  });
+  const r = slotRules(list, CLOSED);
   assert.deepEqual(r.egress, [
     "ip daddr 0.0.0.0/0 meta l4proto { tcp, udp } th dport { 443 } accept",
     "ip daddr 192.0.2.10/32 meta l4proto { tcp, udp } th dport { 8000-8100, 22 } accept",
     "ip daddr 198.51.100.0/24 accept",
   ]);
-  assert.deepEqual(r.host, [
-    "ip daddr 192.0.2.10/32 meta l4proto { tcp, udp } th dport { 8000-8100, 22 } accept",
+  // A single address of the host's, or any entry, opens nothing of the host's: only the operator does.
+  assert.deepEqual(r.host, []);
+  // Opened by the operator: each entry leads to what the operator opened (both must allow it),
+  // on the connection's original destination.
+  assert.deepEqual(slotRules(list, OPENED).host, [
+    "ct original ip daddr 0.0.0.0/0 meta l4proto { tcp, udp } ct original proto-dst { 443 } jump host_open",
+    "ct original ip daddr 192.0.2.10/32 meta l4proto { tcp, udp } ct original proto-dst { 8000-8100, 22 } jump host_open",
+    "ct original ip daddr 198.51.100.0/24 jump host_open",
   ]);
+});
+
+test("FORKD_NET_HOST_ALLOW: CIDR[:PORTS] entries separated by spaces; anything malformed refused", () => {
+  assert.deepEqual(parseHostAllow(undefined), []);
+  assert.deepEqual(parseHostAllow("  "), []);
+  assert.deepEqual(parseHostAllow("10.0.0.5:3128 192.168.1.0/24:5432,8000-8100\t203.0.113.7"), [
+    { cidr: "10.0.0.5/32", ports: [[3128, 3128]] },
+    {
+      cidr: "192.168.1.0/24",
+      ports: [
+        [5432, 5432],
+        [8000, 8100],
+      ],
+    },
+    { cidr: "203.0.113.7/32" },
+  ]);
+  for (const bad of ["10.0.0.5:", "10.0.0.5:80,", "10.1.2.3/8", "host.example:80", "10.0.0.5:0", "::1"])
+    assert.throws(() => parseHostAllow(bad), ForkdError, bad);
 });
 
 test("host table: every slot's chains, replies only into slots, daemon ports refused, masquerade", async () => {
   const script = hostTable(inst, {
     protectedPorts: [8443],
     resolver: RESOLVER,
+    hostOpen: [],
     policies: new Map([[2, egress({ mode: "netns" })]]),
   });
   const lines = script.split("\n").map((l) => l.trim());
@@ -153,6 +188,32 @@ test("host table: every slot's chains, replies only into slots, daemon ports ref
     /oifname "fkab12h\*" ct state established,related accept\n\s+oifname "fkab12h\*" drop/,
   );
   assert.match(script, /tcp dport \{ 8443 \} reject with tcp reset/);
+  // To the host (input) and redirected by it (DNAT, in forward): the host's decision, before
+  // and without the slot's egress chain; IPv6 dropped on both paths.
+  const chain = (name: string) => script.slice(script.indexOf(`chain ${name} {`)).split("}\n")[0] ?? "";
+  assert.match(
+    chain("slot_to_host"),
+    /established,related accept\n\s+meta nfproto != ipv4 drop\n\s+jump to_host\n\s+reject/,
+  );
+  assert.match(
+    chain("slot_out"),
+    /meta nfproto != ipv4 drop\n\s+ct status dnat jump to_host\n\s+ct status dnat reject[^\n]*\n\s+iifname vmap \{[^}]*jump s0/,
+  );
+  assert.doesNotMatch(chain("to_host"), /jump s\d/);
+  assert.match(chain("to_host"), /ct original proto-dst \{ 8443 \} reject with tcp reset/);
+  assert.doesNotMatch(chain("host_open"), /accept/, "nothing opened");
+  const h2 = script.slice(script.indexOf("chain h2 {"), script.indexOf("chain s3 {"));
+  assert.deepEqual(
+    h2
+      .split("\n")
+      .map((l) => l.trim())
+      .filter((l) => l !== "" && l !== "}"),
+    [
+      "chain h2 {",
+      `ct original ip daddr ${RESOLVER}/32 meta l4proto { tcp, udp } ct original proto-dst { 53 } accept`,
+    ],
+    "egress allow reaches nothing of the host's but its resolver",
+  );
   assert.match(script, /ip saddr 10\.\d+\.\d+\.0\/22 oifname != "fkab12h\*" masquerade/);
   const s2 = script.slice(script.indexOf("chain s2 {"), script.indexOf("chain h2 {"));
   assert.match(s2, /ip daddr @never reject/);
@@ -163,20 +224,30 @@ test("host table: every slot's chains, replies only into slots, daemon ports ref
 });
 
 test("slot policy updates flush both chains in one transaction", async () => {
-  const text = slotPolicy(
-    inst,
-    5,
-    egress({ mode: "netns", egress: { mode: "list", allow: [{ cidr: "192.0.2.10" }] } }),
-    RESOLVER,
-  );
-  assert.deepEqual(text.trim().split("\n"), [
+  const list = egress({ mode: "netns", egress: { mode: "list", allow: [{ cidr: "192.0.2.10" }] } });
+  assert.deepEqual(slotPolicy(inst, 5, list, CLOSED).trim().split("\n"), [
     "flush chain inet forkd_ab12 s5",
     "flush chain inet forkd_ab12 h5",
     "add rule inet forkd_ab12 s5 ip daddr 192.0.2.10/32 accept",
-    "add rule inet forkd_ab12 h5 ip daddr 192.0.2.10/32 accept",
   ]);
-  assert.equal(slotPolicy(inst, 5, null, RESOLVER).trim().split("\n").length, 2);
-  const table = hostTable(inst, { protectedPorts: [], resolver: RESOLVER, policies: new Map() });
+  const text = slotPolicy(inst, 5, list, OPENED);
+  assert.deepEqual(text.trim().split("\n").slice(2), [
+    "add rule inet forkd_ab12 s5 ip daddr 192.0.2.10/32 accept",
+    "add rule inet forkd_ab12 h5 ct original ip daddr 192.0.2.10/32 jump host_open",
+  ]);
+  assert.equal(slotPolicy(inst, 5, null, CLOSED).trim().split("\n").length, 2);
+  const hostOpen = parseHostAllow("192.0.2.10:8080 198.51.100.0/24");
+  const table = hostTable(inst, {
+    protectedPorts: [8443],
+    resolver: RESOLVER,
+    hostOpen,
+    policies: new Map(),
+  });
+  const open = table.slice(table.indexOf("chain host_open {")).split("}\n")[0] ?? "";
+  assert.match(
+    open,
+    /ct original ip daddr 192\.0\.2\.10\/32 meta l4proto \{ tcp, udp \} ct original proto-dst \{ 8080 \} accept\n\s+ct original ip daddr 198\.51\.100\.0\/24 accept/,
+  );
   const checked = await nftChecks(table + text);
   if (checked !== true) process.stderr.write(`(nft -c skipped: ${checked})\n`);
 });

@@ -45,6 +45,7 @@ enum {
 	F_NAME = 42, F_JSON = 44, F_UPTIME_MS = 45, F_EVAL_READY = 46,
 	F_KERNELS = 47,
 	F_STREAM = 48, F_KIND = 49, F_PTY = 50, /* STREAMS reply: each STREAM starts an entry */
+	F_FEATURES = 51, /* PING reply: optional behaviours of this agent, comma-separated */
 };
 
 /* ---- proto.c: fields of a received frame ---- */
@@ -146,6 +147,11 @@ struct user {
  * (ENOENT unknown user or group, EINVAL bad spec) and a message in msg. */
 int user_resolve(const char *spec, struct user *u, char *msg, size_t msglen);
 int user_become(const struct user *u); /* in a child: setgroups, setgid, setuid */
+/* The agent's own file-system credentials (fsuid, fsgid, groups) become u's until fs_restore():
+ * a file request with USER is checked by the kernel as u's and what it makes is u's. 0, or -1
+ * with errno (nothing changed). The agent is single-threaded: nothing else runs meanwhile. */
+int fs_become(const struct user *u);
+void fs_restore(void);
 
 /* ---- config.c: the image's config (<config dir>/env and /config) ---- */
 void config_load(void);
@@ -187,15 +193,14 @@ void exec_describe(struct stream *s); /* STREAMS: its PID, STDIN, PTY, TIME_NS, 
 void streams_handover(const struct msg *m); /* T_STREAMS */
 
 /* ---- files.c ---- */
-void file_read(const struct msg *m);
-void file_write_open(const struct msg *m);
+/* READ, WRITE_OPEN, LIST, STAT, MKDIR, REMOVE, RENAME, WATCH: as USER when the request names
+ * one (fs_become around it), else as the agent (root). */
+void file_request(const struct msg *m);
+/* The user the file request being handled acts as (NULL: the agent itself); a request that
+ * goes on after it returns (a write's rename, a watch's later directories) keeps a copy. */
+extern const struct user *g_fs_user;
 void file_write_data(const struct msg *m);
 void file_write_end(const struct msg *m);
-void file_list(const struct msg *m);
-void file_stat(const struct msg *m);
-void file_mkdir(const struct msg *m);
-void file_remove(const struct msg *m);
-void file_rename(const struct msg *m);
 void files_poll(int64_t now);
 void file_read_cancel(struct stream *s); /* close, forget the stream, no reply */
 void file_write_cancel(struct stream *s); /* remove the temporary file, forget the stream */

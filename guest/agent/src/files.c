@@ -1,4 +1,5 @@
-/* File operations: READ, WRITE_*, LIST, STAT, MKDIR, REMOVE, RENAME. */
+/* File operations: READ, WRITE_*, LIST, STAT, MKDIR, REMOVE, RENAME; each as the request's
+ * USER when it names one (file_request), else as the agent itself (root). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -25,7 +26,55 @@ struct wfile { /* WRITE_OPEN .. WRITE_END */
 	int err;       /* first errno, reported at WRITE_END */
 	int64_t size;
 	char *tmp, *path;
+	struct user *user; /* WRITE_OPEN's USER (NULL: the agent): the rename is done as it too */
 };
+
+const struct user *g_fs_user;
+
+static void file_read(const struct msg *m);
+static void file_write_open(const struct msg *m);
+static void file_list(const struct msg *m);
+static void file_stat(const struct msg *m);
+static void file_mkdir(const struct msg *m);
+static void file_remove(const struct msg *m);
+static void file_rename(const struct msg *m);
+
+void file_request(const struct msg *m)
+{
+	char *spec = NULL, msg[512];
+	struct user u;
+	int r = field_cstr(m, F_USER, "USER", &spec);
+	if (r < 0)
+		return;
+	if (r > 0) {
+		if (user_resolve(spec, &u, msg, sizeof msg) < 0) {
+			send_error(m->stream, errno, "%s", msg);
+			free(spec);
+			return;
+		}
+		if (fs_become(&u) < 0) {
+			send_error(m->stream, errno, "cannot act as user '%.200s': %s", spec, strerror(errno));
+			free(spec);
+			return;
+		}
+		free(spec);
+		g_fs_user = &u;
+	}
+	switch (m->type) {
+	case T_READ: file_read(m); break;
+	case T_WRITE_OPEN: file_write_open(m); break;
+	case T_LIST: file_list(m); break;
+	case T_STAT: file_stat(m); break;
+	case T_MKDIR: file_mkdir(m); break;
+	case T_REMOVE: file_remove(m); break;
+	case T_RENAME: file_rename(m); break;
+	case T_WATCH: watch_start(m); break;
+	}
+	if (g_fs_user) {
+		g_fs_user = NULL;
+		fs_restore();
+	}
+}
 
 /* PATH (or PATH2) field, required: 1 ok, 0 error sent. */
 static int get_path(const struct msg *m, uint8_t tag, char **out)
@@ -96,7 +145,7 @@ static void stat_fields(const struct stat *st)
 
 /* ---- READ ---- */
 
-void file_read(const struct msg *m)
+static void file_read(const struct msg *m)
 {
 	char *path;
 	struct stat st;
@@ -190,7 +239,7 @@ void file_read_cancel(struct stream *s)
 
 /* ---- WRITE ---- */
 
-void file_write_open(const struct msg *m)
+static void file_write_open(const struct msg *m)
 {
 	char *path, *tmp = NULL;
 	int64_t mode, flags;
@@ -226,6 +275,13 @@ void file_write_open(const struct msg *m)
 		fail(m, "chmod", path);
 		goto out;
 	}
+	if (g_fs_user) {
+		if (!(w->user = malloc(sizeof *w->user))) {
+			send_error(m->stream, ENOMEM, "out of memory");
+			goto out;
+		}
+		*w->user = *g_fs_user;
+	}
 	w->s = (struct stream){ .id = m->stream, .kind = K_WRITE };
 	w->fd = fd;
 	w->tmp = tmp;
@@ -240,6 +296,8 @@ out:
 		close(fd);
 		unlink(tmp);
 	}
+	if (w)
+		free(w->user);
 	free(w);
 	free(tmp);
 	free(path);
@@ -256,6 +314,7 @@ static void wfile_free(struct wfile *w)
 	stream_del(&w->s);
 	free(w->tmp);
 	free(w->path);
+	free(w->user);
 	free(w);
 }
 
@@ -303,10 +362,23 @@ void file_write_end(const struct msg *m)
 			e = errno;
 		}
 		w->fd = -1;
-		if (r < 0 || rename(w->tmp, w->path) < 0) {
-			if (r < 0)
-				errno = e;
-			fail(m, r < 0 ? "fsync" : "rename", w->path);
+		const char *op = "fsync";
+		if (r == 0) {
+			/* as the user who opened it: replacing w->path needs its own right to */
+			op = "rename";
+			if (w->user && fs_become(w->user) < 0) {
+				r = -1;
+				e = errno;
+			} else {
+				if ((r = rename(w->tmp, w->path)) < 0)
+					e = errno;
+				if (w->user)
+					fs_restore();
+			}
+		}
+		if (r < 0) {
+			errno = e;
+			fail(m, op, w->path);
 			unlink(w->tmp);
 		} else {
 			fb_begin(RP_OK, m->stream);
@@ -324,7 +396,7 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-void file_list(const struct msg *m)
+static void file_list(const struct msg *m)
 {
 	char *path, **names = NULL;
 	size_t n = 0, cap = 0;
@@ -377,7 +449,7 @@ out:
 	free(path);
 }
 
-void file_stat(const struct msg *m)
+static void file_stat(const struct msg *m)
 {
 	char *path;
 	struct stat st;
@@ -395,7 +467,7 @@ void file_stat(const struct msg *m)
 
 /* ---- MKDIR / REMOVE / RENAME ---- */
 
-void file_mkdir(const struct msg *m)
+static void file_mkdir(const struct msg *m)
 {
 	char *path;
 	int64_t mode, flags;
@@ -451,7 +523,7 @@ static int remove_at(int dirfd, const char *name)
 	return unlinkat(dirfd, name, AT_REMOVEDIR);
 }
 
-void file_remove(const struct msg *m)
+static void file_remove(const struct msg *m)
 {
 	char *path;
 	int64_t flags;
@@ -469,7 +541,7 @@ void file_remove(const struct msg *m)
 	free(path);
 }
 
-void file_rename(const struct msg *m)
+static void file_rename(const struct msg *m)
 {
 	char *a, *b;
 	if (!get_path(m, F_PATH, &a))

@@ -145,6 +145,8 @@ static void ping(const struct msg *m)
 	char kernels[64];
 	size_t n = eval_kernels(kernels, sizeof kernels);
 	fb_bytes(F_KERNELS, kernels, n);
+	static const char features[] = "file-user";
+	fb_bytes(F_FEATURES, features, sizeof features - 1);
 	fb_end();
 }
 
@@ -169,16 +171,16 @@ void dispatch(const struct msg *m)
 	case T_STDIN: exec_stdin(m); break;
 	case T_SIGNAL: exec_signal(m); break;
 	case T_RESIZE: exec_resize(m); break;
-	case T_READ: file_read(m); break;
-	case T_WRITE_OPEN: file_write_open(m); break;
+	case T_READ:
+	case T_WRITE_OPEN:
+	case T_LIST:
+	case T_STAT:
+	case T_MKDIR:
+	case T_REMOVE:
+	case T_RENAME:
+	case T_WATCH: file_request(m); break;
 	case T_WRITE_DATA: file_write_data(m); break;
 	case T_WRITE_END: file_write_end(m); break;
-	case T_LIST: file_list(m); break;
-	case T_STAT: file_stat(m); break;
-	case T_MKDIR: file_mkdir(m); break;
-	case T_REMOVE: file_remove(m); break;
-	case T_RENAME: file_rename(m); break;
-	case T_WATCH: watch_start(m); break;
 	case T_EVAL: eval_request(m); break;
 	case T_EVAL_INTERRUPT: eval_interrupt(m); break;
 	default: send_error(m->stream, ENOSYS, "unknown request type 0x%02x", m->type);

@@ -1,7 +1,9 @@
 /*
  * Users of the image: a user SPEC (`name`, `uid`, `name:group`, `uid:gid`, like Docker's USER)
  * resolved against the image's own /etc/passwd and /etc/group (the agent is static: no NSS),
- * and the switch to that user in a child before it execs.
+ * the switch to that user in a child before it execs, and the agent's own file-system
+ * credentials switched to a user's around a file request (setfsuid: the kernel checks that
+ * request's opens, creations and removals as the user's, and what it makes is the user's).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -182,4 +185,44 @@ int user_become(const struct user *u)
 	if (setgroups((size_t)u->ngroups, u->groups) < 0 || setgid(u->gid) < 0 || setuid(u->uid) < 0)
 		return -1;
 	return 0;
+}
+
+/* The agent's own supplementary groups, saved at the first switch (-1: not yet). */
+static gid_t g_own_groups[USER_GROUPS_MAX];
+static int g_own_ngroups = -1;
+
+int fs_become(const struct user *u)
+{
+	if (geteuid() != 0) { /* host tests as an ordinary user: only "yourself" works */
+		if (u->uid == geteuid() && u->gid == getegid())
+			return 0;
+		errno = EPERM;
+		return -1;
+	}
+	if (g_own_ngroups < 0) {
+		int n = getgroups(USER_GROUPS_MAX, g_own_groups);
+		g_own_ngroups = n < 0 ? 0 : n;
+	}
+	if (setgroups((size_t)u->ngroups, u->groups) < 0)
+		return -1;
+	setfsgid(u->gid);
+	setfsuid(u->uid);
+	/* setfsuid reports no error: an invalid id asks for the current one */
+	if ((uid_t)setfsuid((uid_t)-1) != u->uid || (gid_t)setfsgid((gid_t)-1) != u->gid) {
+		fs_restore();
+		errno = EPERM;
+		return -1;
+	}
+	return 0;
+}
+
+void fs_restore(void)
+{
+	if (geteuid() != 0)
+		return;
+	/* back to fsuid 0: the kernel gives the file-system capabilities back to the effective set */
+	setfsuid(0);
+	setfsgid(getegid());
+	if (setgroups((size_t)(g_own_ngroups > 0 ? g_own_ngroups : 0), g_own_groups) < 0)
+		logmsg("fs_restore: setgroups: %s", strerror(errno));
 }

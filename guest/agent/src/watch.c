@@ -53,6 +53,7 @@ struct watch {
 	int lost;          /* the queue overflowed: events are dropped until its marker is sent */
 	char *root;        /* the watched path: what an overflow marker names (never copied, so a
 			    * marker needs no memory: one is always queued when events are lost) */
+	struct user *user; /* WATCH's USER (NULL: the agent): directories made later are added as it */
 	struct wdir *dirs; /* sorted by wd */
 	size_t ndirs, capdirs;
 	struct event q[QUEUE_MAX];
@@ -365,16 +366,24 @@ static void on_inotify(void *ctx, int fd, short rev)
 	char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
 	if (!w)
 		return;
+	if (w->user && fs_become(w->user) < 0) {
+		/* never watch on as root: the watch ends (END once its queue is sent) */
+		logmsg("watch %s: cannot act as its user: %s", w->root, strerror(errno));
+		w->ended = 1;
+		return;
+	}
 	for (int rounds = 0; rounds < 4 && !w->ended; rounds++) {
 		ssize_t n = read(fd, buf, sizeof buf);
 		if (n <= 0)
-			return;
+			break;
 		for (char *p = buf; p < buf + n;) {
 			const struct inotify_event *ev = (const struct inotify_event *)p;
 			on_event(w, ev);
 			p += sizeof *ev + ev->len;
 		}
 	}
+	if (w->user)
+		fs_restore();
 }
 
 /* ---- requests ---- */
@@ -390,6 +399,7 @@ static void watch_free(struct watch *w)
 		close(w->fd);
 	stream_del(&w->s);
 	free(w->root);
+	free(w->user);
 	free(w);
 }
 
@@ -423,16 +433,27 @@ void watch_start(const struct msg *m)
 		send_error(m->stream, ENOMEM, "out of memory");
 		goto out;
 	}
+	if (g_fs_user && !(w->user = malloc(sizeof *w->user))) {
+		free(w->root);
+		free(w);
+		w = NULL;
+		send_error(m->stream, ENOMEM, "out of memory");
+		goto out;
+	}
+	if (g_fs_user)
+		*w->user = *g_fs_user;
 	w->s = (struct stream){ .id = m->stream, .kind = K_WATCH };
 	w->fd = -1;
 	w->recursive = recursive == 1;
 	if (!flow_init(&w->s, m)) {
+		free(w->user);
 		free(w->root);
 		free(w);
 		w = NULL;
 		goto out;
 	}
 	if (stream_add(&w->s) < 0) {
+		free(w->user);
 		free(w->root);
 		free(w);
 		w = NULL;

@@ -38,6 +38,7 @@ PTY_ROWS, PTY_COLS, RECURSIVE, EVENT = 23, 24, 25, 26
 VERSION, PID, EXIT_CODE, EXIT_SIGNAL, TIMED_OUT, ERRNO, MESSAGE = 32, 33, 34, 35, 36, 37, 38
 SIZE, MTIME_NS, FILE_TYPE, NAME, JSON_F, UPTIME_MS, EVAL_READY, KERNELS = 39, 40, 41, 42, 44, 45, 46, 47
 STREAM_F, KIND, PTY_F = 48, 49, 50
+FEATURES = 51
 INT_TAGS = {TIMEOUT_MS, STDIN_F, MODE, FLAGS, TIME_NS, SIGNAL_F, WINDOW_F, VERSION, PID, EXIT_CODE,
             EXIT_SIGNAL, TIMED_OUT, ERRNO, SIZE, MTIME_NS, FILE_TYPE, UPTIME_MS, EVAL_READY,
             PTY_ROWS, PTY_COLS, RECURSIVE, STREAM_F, KIND, PTY_F}
@@ -197,6 +198,7 @@ def t_ping(a):
     f = a.call(PING)
     check(f.type == OK and f.get(VERSION) == 1 and f.get(UPTIME_MS) >= 0, f)
     check(f.get(KERNELS) == b"python", "kernels %r" % f.get(KERNELS))
+    check(b"file-user" in f.get(FEATURES, b"").split(b","), "features %r" % f.get(FEATURES))
     deadline = time.time() + 20
     while a.call(PING).get(EVAL_READY) != 1:
         check(time.time() < deadline, "eval server never became ready")
@@ -948,6 +950,100 @@ def t_users(binary, tmp):
         a.close()
 
 
+def t_file_users(binary, tmp):
+    """File requests with USER are checked, and what they make is owned, as that user's."""
+    if os.geteuid() != 0:
+        print("note: not root; file requests as users skipped")
+        return
+    os.chmod(tmp, 0o755)  # the users below must reach their homes
+    root, cfg, etc, work = image_dirs(os.path.join(tmp, "fileusers") + "/", None, None)
+    alice, bob = os.path.join(root, "home-alice"), os.path.join(root, "home-bob")
+    os.chown(alice, 12345, 12345)
+    os.chmod(alice, 0o700)
+    os.chown(bob, 23456, 100)
+    secret = os.path.join(work, "shadow")
+    write(secret, "root's secret", 0o600)
+    mine = os.path.join(alice, "mine")
+    write(mine, "alice's own", 0o600)
+    os.chown(mine, 12345, 12345)
+    a = Agent(binary, BASE_ARGS + ["--config-dir", cfg, "--etc-dir", etc])
+
+    def read(path, user=None):
+        frames = a.until_end(_send(a, READ, [(PATH, path)] + ([(USER, user)] if user else [])))
+        if frames[-1].type == ERROR:
+            return frames[-1]
+        return b"".join(f.get(DATA_F) for f in frames[:-1])
+
+    def as_(user, op, fields):
+        return a.call(op, fields + [(USER, user)])
+
+    try:
+        # reads: the user's permissions, root's as root (named or not)
+        f = read(secret, "alice")
+        expect_error(f, 13, "alice reads root's 0600 file")
+        check(b"Permission denied" in f.get(MESSAGE), f.get(MESSAGE))
+        check(read(secret, "root") == b"root's secret", "root reads it")
+        check(read(secret) == b"root's secret", "no USER: the agent (root)")
+        check(read(mine, "alice") == b"alice's own", "alice reads her file")
+        expect_error(read(mine, "bob"), 13, "bob reads alice's file")
+        expect_error(read(mine, "mallory"), 2, "unknown user")
+        expect_error(read(mine, ":x"), 22, "bad user spec")
+        # writes: made as the user (parents too); refused where the user may not write
+        target = os.path.join(bob, "new", "dir", "f.txt")
+        s = a.stream()
+        a.send(WRITE_OPEN, s, [(PATH, target), (FLAGS, 1), (USER, "bob")])
+        a.send(WRITE_DATA, s, [(DATA_F, b"bob's")])
+        a.send(WRITE_END, s)
+        check(a.until_end(s)[-1].type == OK, "bob writes in his home")
+        for p in (target, os.path.dirname(target), os.path.join(bob, "new")):
+            st = os.stat(p)
+            check((st.st_uid, st.st_gid) == (23456, 100), "%s owned by %d:%d" % (p, st.st_uid, st.st_gid))
+        s = a.stream()
+        a.send(WRITE_OPEN, s, [(PATH, os.path.join(work, "by-bob")), (USER, "bob")])
+        expect_error(a.recv(s), 13, "bob writes into root's directory")
+        s = a.stream()
+        a.send(WRITE_OPEN, s, [(PATH, secret), (USER, "alice")])
+        expect_error(a.recv(s), 13, "alice replaces root's file")
+        check(open(secret).read() == "root's secret", "root's file intact")
+        # stat, list, mkdir, remove, rename: as the user
+        expect_error(as_("bob", STAT, [(PATH, mine)]), 13, "bob stats in alice's 0700 home")
+        check(as_("alice", STAT, [(PATH, mine)]).type == OK, "alice stats her file")
+        expect_error(as_("bob", LIST, [(PATH, alice)]), 13, "bob lists alice's home")
+        check(as_("alice", LIST, [(PATH, alice)]).all(NAME) == [b"mine"], "alice lists her home")
+        check(as_("bob", MKDIR, [(PATH, os.path.join(bob, "made"))]).type == OK, "bob's mkdir")
+        check(os.stat(os.path.join(bob, "made")).st_uid == 23456, "bob's directory is bob's")
+        expect_error(as_("bob", MKDIR, [(PATH, os.path.join(work, "nope"))]), 13, "mkdir in root's")
+        expect_error(as_("bob", REMOVE, [(PATH, secret)]), 13, "bob removes root's file")
+        expect_error(as_("bob", RENAME, [(PATH, secret), (PATH2, os.path.join(bob, "stolen"))]), 13,
+                     "bob moves root's file")
+        check(os.path.exists(secret), "root's file still there")
+        check(as_("bob", REMOVE, [(PATH, os.path.join(bob, "new")), (FLAGS, 1)]).type == OK, "rm -r")
+        # watch: as the user, also for directories added later
+        expect_error(as_("bob", WATCH, [(PATH, alice)]), 13, "bob watches alice's home")
+        s = a.stream()
+        a.send(WATCH, s, [(PATH, alice), (RECURSIVE, 1), (USER, "alice")])
+        check(a.recv(s).type == OK, "alice watches her home")
+        private = os.path.join(alice, "private")
+        os.mkdir(private, 0o700)  # root's: alice may not read it
+        check(watch_events(a, s, 1) == [("create", private, 2)], "the private directory")
+        open(os.path.join(private, "hidden"), "w").close()
+        open(os.path.join(alice, "seen"), "w").close()
+        evs = watch_events(a, s, 1)
+        check(evs == [("create", os.path.join(alice, "seen"), 1)], "not watched as alice: %r" % evs)
+        a.send(CANCEL, s)
+        # the agent is itself again: root's file, a root exec, a root-owned write
+        check(read(secret) == b"root's secret", "root again")
+        out, _, ex, _ = a.run([(SHELL, "id -u; id -G")])
+        check(out == b"0\n0\n", "exec as root after file requests as users: %r" % out)
+        s = a.stream()
+        a.send(WRITE_OPEN, s, [(PATH, os.path.join(work, "by-root"))])
+        a.send(WRITE_END, s)
+        check(a.until_end(s)[-1].type == OK and os.stat(os.path.join(work, "by-root")).st_uid == 0,
+              "a write without USER is root's")
+    finally:
+        a.close()
+
+
 def t_config_bounds(binary, tmp):
     """A huge env file is cut at its bound (the cut entry dropped), a garbage config ignored."""
     big = b"A=1\0" + b"B=" + b"y" * (2 << 20) + b"\0C=3\0"
@@ -1150,6 +1246,7 @@ def main():
                  ("eval", lambda: t_eval(a, have_numpy)),
                  ("identity", lambda: t_identity(binary)),
                  ("users", lambda: t_users(binary, tmp)),
+                 ("file users", lambda: t_file_users(binary, tmp)),
                  ("config bounds", lambda: t_config_bounds(binary, tmp)),
                  ("kernels", lambda: t_kernels(binary, tmp)),
                  ("broken kernels", lambda: t_broken_kernels(binary, tmp)),

@@ -83,6 +83,17 @@ export class Accounts {
   }
 }
 
+/**
+ * Whom a file request for `account` names to the guest agent: nobody for root (the agent acts
+ * as root itself), the account's name where the agent acts as users (FEATURES file-user), null
+ * for an older agent, which would act as root: the caller then goes through helper commands
+ * run as the user (exec honours users on every agent envd serves).
+ */
+export async function agentUser(agent: AgentClient, account: Account): Promise<string | undefined | null> {
+  if (account.uid === 0) return undefined;
+  return (await agent.fileUsers()) ? account.name : null;
+}
+
 /** `path` made absolute for `account`: relative to its home, `~` and `~/x` too; normalized. */
 export function resolvePath(path: string, account: Account): string {
   if (path.includes("\0")) throw new ForkdError("invalid_argument", "path contains a NUL byte");

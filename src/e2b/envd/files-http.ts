@@ -3,7 +3,10 @@
  * when asked), POST /files uploads one as application/octet-stream (also gzip-encoded) or
  * several as multipart/form-data (streamed part by part), replacing each atomically and
  * creating its parents. Paths resolve against the user's home (`username`, else the Basic user,
- * else `user`) and a file written as a user is that user's (the parents it needed too).
+ * else `user`), and each file is read and written as that user, as commands run: the guest
+ * agent opens it with the user's credentials (USER on READ and WRITE_OPEN), so a file the user
+ * may not read is refused (403, EACCES) and one written is the user's (the parents it needed
+ * too). An agent older than that is driven through helper commands run as the user instead.
  *
  * A signed URL (a `signature` parameter: the SDK's downloadUrl/uploadUrl, checked by auth.ts)
  * does exactly what was signed: it acts as the signed `username` (a Basic header is ignored)
@@ -16,12 +19,13 @@ import { PassThrough, Readable } from "node:stream";
 import { createGunzip, createGzip } from "node:zlib";
 import type { AgentClient } from "../../agent/client.js";
 import type { Lease } from "../../sandbox/lease.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError, errorMessage } from "../../util/errors.js";
 import type { Account } from "./accounts.js";
-import { requestedUser, resolvePath } from "./accounts.js";
+import { agentUser, requestedUser, resolvePath } from "./accounts.js";
 import type { EnvdState } from "./context.js";
+import { findEntries } from "./entry-info.js";
 import { httpError } from "./errors.js";
-import { helperExec } from "./helper-env.js";
+import { helperExec, helperSh } from "./helper-env.js";
 import { fileParts } from "./multipart.js";
 
 const MAX_FILES = 1000;
@@ -116,25 +120,10 @@ function drain(req: IncomingMessage, max: number, idleMs: number): void {
   req.resume();
 }
 
-/** Runs a small shell script in the guest (as `user`); fails with its stderr. */
-async function sh(agent: AgentClient, user: string, script: string, args: string[]): Promise<void> {
-  let err = "";
-  const h = agent.exec(
-    helperExec({ argv: ["/bin/sh", "-c", script, "sh", ...args], user, timeoutMs: 30_000 }),
-    { onStderr: (d) => void (err.length < 4096 && (err += d.toString("utf8"))) },
-  );
-  const r = await h.result;
-  if (r.exitCode === 0) return;
-  if (/Permission denied/.test(err))
-    throw new ForkdError("forbidden", `permission denied: ${err.trim().slice(0, 300)}`, {
-      errno_name: "EACCES",
-    });
-  throw new ForkdError("guest_error", err.trim().slice(0, 500) || `exit ${r.exitCode}`);
-}
-
 /**
- * Writes one file as `account`: as a user other than root, its parents are made and its
- * directory's permission checked as that user first, and the new file is given to it after.
+ * Writes one file as `account`: by the agent as that user (the kernel checks the directory, and
+ * the file and the parents it made are the user's). An agent older than that writes as root
+ * after a check run as the user, then gives the file to the user.
  */
 async function writeAs(
   agent: AgentClient,
@@ -144,19 +133,79 @@ async function writeAs(
 ): Promise<void> {
   if (path.endsWith("/") || path === "/")
     throw new ForkdError("invalid_argument", `path ${path} is a directory`);
-  if (account.uid !== 0) {
-    await sh(
-      agent,
-      account.name,
-      'd=$(dirname -- "$1"); [ -d "$d" ] || mkdir -p -- "$d" || exit 1; ' +
-        '[ -w "$d" ] || { echo "$d: Permission denied" >&2; exit 1; }; ' +
-        '[ ! -e "$1" ] || [ -w "$1" ] || { echo "$1: Permission denied" >&2; exit 1; }',
-      [path],
-    );
+  const user = await agentUser(agent, account);
+  if (user !== null) {
+    await agent.writeFile(path, data, { makeParents: true, user });
+    return;
   }
+  await helperSh(
+    agent,
+    account.name,
+    'd=$(dirname -- "$1"); [ -d "$d" ] || mkdir -p -- "$d" || exit 1; ' +
+      '[ -w "$d" ] || { echo "$d: Permission denied" >&2; exit 1; }; ' +
+      '[ ! -e "$1" ] || [ -w "$1" ] || { echo "$1: Permission denied" >&2; exit 1; }',
+    [path],
+  );
   await agent.writeFile(path, data, { makeParents: true });
-  if (account.uid !== 0)
-    await sh(agent, "root", 'chown -h -- "$2:$3" "$1"', [path, String(account.uid), String(account.gid)]);
+  await helperSh(agent, "root", 'chown -h -- "$2:$3" "$1"', [path, String(account.uid), String(account.gid)]);
+}
+
+/** A file to download: what it is, and its bytes to a paced consumer (resolves once all are sent). */
+interface Source {
+  stat(): Promise<{ type: "file" | "dir" | "other"; size: number }>;
+  read(onChunk: (chunk: Buffer) => Promise<void> | undefined): Promise<void>;
+}
+
+/** The agent reads it, as `user` (undefined: root). */
+function agentSource(agent: AgentClient, path: string, user: string | undefined): Source {
+  return {
+    async stat() {
+      const st = await agent.stat(path, undefined, user);
+      return { type: st.type === "file" || st.type === "dir" ? st.type : "other", size: st.size };
+    },
+    async read(onChunk) {
+      await agent.readFileStream(path, onChunk, undefined, user);
+    },
+  };
+}
+
+/** An agent that acts only as root on files: `cat` run as the user reads it. */
+function helperSource(agent: AgentClient, path: string, user: string): Source {
+  return {
+    async stat() {
+      const [f] = await findEntries(agent, user, path, 0);
+      const t = f?.typeChar;
+      return { type: t === "f" ? "file" : t === "d" ? "dir" : "other", size: Number(f?.entry.size ?? 0) };
+    },
+    async read(onChunk) {
+      let err = "";
+      // The consumer's failure (its client gone): set from the handlers, read after the exit.
+      const out: { failed: Error | null } = { failed: null };
+      const stop = (e: unknown) => {
+        out.failed ??= e instanceof Error ? e : new Error(errorMessage(e));
+        h.signal(9);
+      };
+      const h = agent.exec(helperExec({ argv: ["cat", "--", path], user }), {
+        onStdout: (d) => {
+          if (out.failed) return undefined;
+          try {
+            const r = onChunk(d);
+            return r?.catch(stop);
+          } catch (e) {
+            stop(e);
+            return undefined;
+          }
+        },
+        onStderr: (d) => void (err.length < 4096 && (err += d.toString("utf8"))),
+      });
+      const r = await h.result;
+      if (out.failed) throw out.failed;
+      if (r.exitCode === 0) return;
+      if (/Permission denied/.test(err))
+        throw new ForkdError("forbidden", `open ${path}: Permission denied`, { errno_name: "EACCES" });
+      throw new ForkdError("guest_error", err.trim().slice(0, 500) || `reading ${path} failed`);
+    },
+  };
 }
 
 const entry = (path: string) => ({ name: posix.basename(path), type: "file", path });
@@ -171,7 +220,10 @@ export async function download(
 ): Promise<void> {
   const account = await st.accounts.resolve(sandboxId, lease.agent, userOf(req, url));
   const path = resolvePath(url.searchParams.get("path") ?? "", account);
-  const info = await lease.agent.stat(path);
+  const user = await agentUser(lease.agent, account);
+  const src =
+    user === null ? helperSource(lease.agent, path, account.name) : agentSource(lease.agent, path, user);
+  const info = await src.stat();
   if (info.type === "dir") throw new ForkdError("invalid_argument", `path ${path} is a directory`);
   if (info.type !== "file") throw new ForkdError("invalid_argument", `path ${path} is not a regular file`);
   const gzip = /\bgzip\b/.test(String(req.headers["accept-encoding"] ?? "")) && info.size > 0;
@@ -193,7 +245,7 @@ export async function download(
   const sink = out ?? res;
   let started = false;
   try {
-    await lease.agent.readFileStream(path, (chunk) => {
+    await src.read((chunk) => {
       if (gone) throw new ForkdError("unavailable", "the client went away");
       if (!started) {
         res.writeHead(200, headers);

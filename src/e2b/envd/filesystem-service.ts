@@ -1,7 +1,8 @@
 /**
  * envd's filesystem service (filesystem.Filesystem) over a sandbox's guest agent: Stat,
  * ListDir (with depth), MakeDir, Move, Remove, WatchDir (streamed) and the polling watchers.
- * Paths resolve against the user's home; what is listed or made is seen and owned as that user.
+ * Paths resolve against the user's home; everything is done as that user: what is listed,
+ * made, moved, removed or watched is seen and checked with its permissions, and made its own.
  */
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
@@ -9,8 +10,9 @@ import { ForkdError } from "../../util/errors.js";
 import type { EnvdState } from "./context.js";
 import { CALL_ACCESS, keepaliveMs, leaseAs, sandboxOf, withLease } from "./context.js";
 import { findEntries, statEntry } from "./entry-info.js";
-import { resolvePath } from "./accounts.js";
+import { agentUser, resolvePath } from "./accounts.js";
 import { toConnectError } from "./errors.js";
+import { helperSh } from "./helper-env.js";
 import { EventQueue } from "./event-queue.js";
 import { WatchDirResponseSchema } from "./gen/filesystem/filesystem_pb.js";
 import type { FilesystemEvent, WatchDirResponse, Filesystem } from "./gen/filesystem/filesystem_pb.js";
@@ -49,7 +51,8 @@ export function filesystemService(st: EnvdState): FilesystemImpl {
     async makeDir(req, ctx) {
       return withLease(st, ctx, async (l, a, resolve) => {
         const path = resolve(requirePath(req.path));
-        const existing = await l.agent.stat(path).catch((e: unknown) => {
+        const user = (await agentUser(l.agent, a)) ?? undefined;
+        const existing = await l.agent.stat(path, undefined, user).catch((e: unknown) => {
           if (e instanceof ForkdError && e.code === "not_found") return null;
           throw e;
         });
@@ -65,14 +68,25 @@ export function filesystemService(st: EnvdState): FilesystemImpl {
       return withLease(st, ctx, async (l, a, resolve) => {
         const from = resolve(requirePath(req.source));
         const to = resolve(requirePath(req.destination));
-        await l.agent.rename(from, to);
+        const user = await agentUser(l.agent, a);
+        if (user === null) await helperSh(l.agent, a.name, 'exec mv -T -- "$1" "$2"', [from, to]);
+        else await l.agent.rename(from, to, undefined, user);
         return { entry: await statEntry(l.agent, a.name, to) };
       });
     },
 
     async remove(req, ctx) {
-      return withLease(st, ctx, async (l, _a, resolve) => {
-        await l.agent.remove(resolve(requirePath(req.path)), { recursive: true });
+      return withLease(st, ctx, async (l, a, resolve) => {
+        const path = resolve(requirePath(req.path));
+        const user = await agentUser(l.agent, a);
+        if (user === null)
+          await helperSh(
+            l.agent,
+            a.name,
+            '[ -e "$1" ] || [ -L "$1" ] || { echo "$1: No such file or directory" >&2; exit 1; }; exec rm -rf -- "$1"',
+            [path],
+          );
+        else await l.agent.remove(path, { recursive: true, user });
         return {};
       });
     },
@@ -91,7 +105,13 @@ export function filesystemService(st: EnvdState): FilesystemImpl {
         const dir = resolvePath(requirePath(req.path), account);
         handle = await startWatch(
           lease.agent,
-          { dir, recursive: req.recursive, includeEntry: req.includeEntry, user: account.name },
+          {
+            dir,
+            recursive: req.recursive,
+            includeEntry: req.includeEntry,
+            user: account.name,
+            agentUser: (await agentUser(lease.agent, account)) ?? undefined,
+          },
           (e) => (q.push(e, 64 + e.name.length) ? undefined : q.room()),
         );
         handle.done.then(
@@ -148,7 +168,13 @@ export function filesystemService(st: EnvdState): FilesystemImpl {
         const dir = resolvePath(requirePath(req.path), account);
         const h = await startWatch(
           lease.agent,
-          { dir, recursive: req.recursive, includeEntry: req.includeEntry, user: account.name },
+          {
+            dir,
+            recursive: req.recursive,
+            includeEntry: req.includeEntry,
+            user: account.name,
+            agentUser: (await agentUser(lease.agent, account)) ?? undefined,
+          },
           (e) => w.push(e),
         );
         st.watchers.started(w.id, h);

@@ -25,7 +25,13 @@ export interface WatchSpec {
   dir: string;
   recursive: boolean;
   includeEntry: boolean;
+  /** The request's user: entries are stat-ed as it. */
   user: string;
+  /**
+   * Whom the agent watches as (its permissions, also for directories added later): the user,
+   * or undefined for root, and for an agent older than file users (after the stat as the user).
+   */
+  agentUser: string | undefined;
 }
 
 /**
@@ -40,7 +46,7 @@ export async function startWatch(
   const top = await statEntry(agent, spec.user, spec.dir);
   if (top.type !== FileType.DIRECTORY)
     throw new ForkdError("invalid_argument", `path ${spec.dir} is not a directory`);
-  const h = agent.watch(spec.dir, { recursive: spec.recursive }, (ev) => {
+  const h = agent.watch(spec.dir, { recursive: spec.recursive, user: spec.agentUser }, (ev) => {
     if (ev.type === "overflow") return undefined;
     const name = posix.relative(spec.dir, ev.path) || posix.basename(ev.path);
     const base = { name, type: TYPES[ev.type] };
