@@ -27,7 +27,9 @@ export interface ListenerLimits {
 
 export const DEFAULT_LIMITS: ListenerLimits = {
   maxConnections: 1024,
-  perAddress: 64,
+  // Generous: one client host driving hundreds of sandboxes (an evaluation harness, a gateway)
+  // holds many connections; the reserve past nine tenths keeps room for other addresses.
+  perAddress: 256,
   headersTimeoutMs: 15_000,
   keepAliveTimeoutMs: 5_000,
 };
