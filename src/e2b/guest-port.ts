@@ -20,8 +20,8 @@ import type { SandboxPortHandler } from "./sandbox-plane.js";
 const CONNECT_TIMEOUT_MS = 10_000;
 /** An upstream that sends nothing for this long is cut. */
 const IDLE_TIMEOUT_MS = 10 * 60_000;
-/** Hop-by-hop headers and the E2B routing and credential headers stay here. */
-const DROP = new Set([
+/** Hop-by-hop headers: the proxy's own, neither forwarded nor returned. */
+const HOP_BY_HOP = [
   "connection",
   "keep-alive",
   "proxy-connection",
@@ -29,21 +29,17 @@ const DROP = new Set([
   "upgrade",
   "te",
   "trailer",
+];
+/** Hop-by-hop headers and the E2B routing and credential headers stay here. */
+const DROP = new Set([
+  ...HOP_BY_HOP,
   "x-access-token",
   "x-api-key",
   "x-forkd-console",
   "x-forkd-console-key",
 ]);
 /** Dropped from the guest's reply: hop-by-hop headers (and E2B's own, which are the proxy's). */
-const DROP_REPLY = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "transfer-encoding",
-  "upgrade",
-  "te",
-  "trailer",
-]);
+const DROP_REPLY = new Set(HOP_BY_HOP);
 
 /**
  * What of a request's header `name` (lower case) reaches the guest: `value`, a `Cookie` without
