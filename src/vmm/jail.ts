@@ -128,12 +128,7 @@ export class Jail {
     for (const d of cgroupDirs) args.push("--cgroup", d);
     const o = this.opts;
     let uid: number | null = null;
-    const release = async () => {
-      const verdict = await this.cgroups.verdict(name);
-      await this.cgroups.remove(name).catch(() => undefined);
-      if (uid !== null) this.used.delete(uid);
-      return verdict;
-    };
+    const release = this.releaser(name, () => uid);
     if (!o) return { args, uid, release };
     try {
       uid = this.takeUid();
@@ -152,6 +147,17 @@ export class Jail {
     }
   }
 
+  /** Ends a jail: its cgroup's verdict read, the cgroup removed, its uid (once taken) freed. */
+  private releaser(name: string, uid: () => number | null): JailedLaunch["release"] {
+    return async () => {
+      const verdict = await this.cgroups.verdict(name);
+      await this.cgroups.remove(name).catch(() => undefined);
+      const u = uid();
+      if (u !== null) this.used.delete(u);
+      return verdict;
+    };
+  }
+
   /**
    * The jailer's options for one host tool (./jailed-tools.ts): with a jail, a uid of the pool,
    * a cgroup with `limits`, a root of its own holding only `reads` and `writes` besides the
@@ -167,12 +173,7 @@ export class Jail {
       return { args, uid: null, release: () => Promise.resolve({ oomKilled: false, memoryLimitMiB: null }) };
     const name = `tool-${randomBytes(6).toString("hex")}`;
     let uid: number | null = null;
-    const release = async () => {
-      const verdict = await this.cgroups.verdict(name);
-      await this.cgroups.remove(name).catch(() => undefined);
-      if (uid !== null) this.used.delete(uid);
-      return verdict;
-    };
+    const release = this.releaser(name, () => uid);
     try {
       for (const d of await this.cgroups.create(name, spec.limits)) args.push("--cgroup", d);
       uid = this.takeUid();
