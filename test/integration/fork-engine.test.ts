@@ -320,9 +320,13 @@ step("bad input against the live daemon gets clear errors and leaves nothing beh
   await expectErr(api("DELETE", `/v1/snapshots/${TAG}`), 409, "conflict");
   await expectErr(api("POST", `/v1/sandboxes/${id(0)}/exec`, { cmd: ["/no/such/binary"] }), 404, "not_found");
   await expectErr(api("GET", `/v1/sandboxes/${id(0)}/files?path=/no/such/file`), 404, "not_found");
-  const bad = await cli(d, ["fork", "--tag", "bad/tag"]);
+  const bad = await cli(d, ["fork", "--tag", "bad tag!"]);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /tag/);
+  // TENANT/NAME is a key an admin may name (docs/api.md, "Tags and namespaces"): absent, not invalid
+  const absent = await cli(d, ["fork", "--tag", "nobody/tag"]);
+  assert.equal(absent.code, 3, absent.stderr);
+  assert.match(absent.stderr, /not found|no snapshot/i);
   const dirs = (await readdir(join(d.dataDir, "sandboxes"))).sort();
   assert.deepEqual(dirs, [...ids].sort());
   assert.deepEqual((await readdir(join(d.dataDir, "snapshots"))).sort(), [TAG]);

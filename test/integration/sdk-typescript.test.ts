@@ -462,7 +462,7 @@ step("errors are typed: unknown ids and snapshots, bad arguments", async () => {
   await assert.rejects(Sandbox.connect("sb-aaaaaaaaaaaaaaaa"), NotFoundError);
   await assert.rejects(Sandbox.connect("../../etc"), InvalidArgumentError);
   await assert.rejects(Sandbox.create({ snapshot: "no-such-snapshot" }), NotFoundError);
-  await assert.rejects(Sandbox.create({ snapshot: "bad/tag" }), InvalidArgumentError);
+  await assert.rejects(Sandbox.create({ snapshot: "bad tag!" }), InvalidArgumentError);
   // E2B's layout: a relative path is under the user's home (root's in this template)
   await assert.rejects(sb.files.read("relative/path"), NotFoundError);
   assert.equal(await Sandbox.kill("sb-aaaaaaaaaaaaaaaa"), false);

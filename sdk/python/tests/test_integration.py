@@ -233,7 +233,7 @@ class ForkAndLifecycleTest(unittest.TestCase):
         self.assertGreater(snap["machine"]["memory_mib"], 0)
         self.assertGreater(snap["timings"]["boot_ms"], 0)
         with self.assertRaises(InvalidArgumentError):
-            c.create_snapshot("bad/tag")
+            c.create_snapshot("bad tag!")
 
 
 class E2BSurfaceTest(unittest.TestCase):
