@@ -4,7 +4,7 @@ import type { HttpBindings } from "@hono/node-server";
 import type { Caller } from "../access/caller.js";
 import type { RouteSpec } from "./contract/routes.js";
 import type { HostDirs } from "./redact.js";
-import type { WsUpgrade } from "./ws-upgrade.js";
+import type { WsUpgrade } from "../http/ws-upgrade.js";
 
 export interface ApiVariables {
   caller: Caller;

@@ -6,7 +6,7 @@
  * bound. Only progress is dropped: the final done or error event is written by the caller.
  */
 import type { Progress } from "../snapshot/progress.js";
-import type { ReplySink } from "./reply-stream.js";
+import type { ReplySink } from "../http/reply-stream.js";
 
 export function pacedProgress(sink: Pick<ReplySink, "line" | "drained" | "done">): Progress {
   let waiting = false;

@@ -12,7 +12,7 @@ import type { WebSocket } from "ws";
 import type { EndOpened } from "../access/open-streams.js";
 import type { ForkdError } from "../util/errors.js";
 import { toEnvelope } from "./errors.js";
-import type { WsUpgrade } from "./ws-upgrade.js";
+import type { WsUpgrade } from "../http/ws-upgrade.js";
 
 /** How long a closed WebSocket's client has to answer the close before its socket is cut. */
 export const CLOSE_GRACE_MS = 2_000;

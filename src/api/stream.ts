@@ -17,7 +17,7 @@ import { errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";
 import { pacedProgress } from "./paced-progress.js";
-import { replyStream } from "./reply-stream.js";
+import { replyStream } from "../http/reply-stream.js";
 
 /** Whether anyone still watches the work's progress. */
 export interface Watcher {

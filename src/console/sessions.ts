@@ -13,6 +13,7 @@
  * equal length, so neither the lookup nor the compare tells anything of a stored value.
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { CONSOLE_COOKIE } from "../http/proxy-headers.js";
 
 export const SECRET_TTL_MS = 10 * 60_000;
 export const TICKET_TTL_MS = 60_000;
@@ -198,7 +199,7 @@ export class ConsoleSessions {
 }
 
 /** The session cookie's name, and reading it from a Cookie header. */
-export const COOKIE = "forkd_console";
+export const COOKIE: string = CONSOLE_COOKIE;
 
 /**
  * The loopback console's cookie name: cookies are not kept apart by port, so two `forkd console`

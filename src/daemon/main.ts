@@ -21,7 +21,8 @@ import { RateLimiter } from "../access/rate-limit.js";
 import { Authenticator, TokenStore } from "../access/tokens.js";
 import { createApp } from "../api/app.js";
 import { EventBus } from "../events/bus.js";
-import { wsUpgradeHandler } from "../api/ws-upgrade.js";
+import { wsUpgradeHandler } from "../http/ws-upgrade.js";
+import { TERMINAL_UPGRADE } from "../api/terminal-upgrade.js";
 import { consoleDist } from "../console/assets.js";
 import { ConsoleSessions } from "../console/sessions.js";
 import type { Services } from "../api/services.js";
@@ -315,9 +316,9 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const servers: Server[] = [];
   const unixApp = createApp(services);
   const unix = unixServer(unixApp, cfg.listeners);
-  // WebSockets (the console's terminal) go through the same app: ../api/ws-upgrade.ts.
+  // WebSockets (the console's terminal) go through the same app: ../http/ws-upgrade.ts.
   const upgradeFailed = (e: unknown) => log.warn("websocket upgrade failed", { error: errorMessage(e) });
-  unix.on("upgrade", wsUpgradeHandler(unixApp, upgradeFailed));
+  unix.on("upgrade", wsUpgradeHandler(unixApp, TERMINAL_UPGRADE, upgradeFailed));
   // The socket must never exist with looser permissions, not even between bind and chmod.
   const oldUmask = process.umask(0o077);
   try {
@@ -332,7 +333,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   if (cfg.tcp) {
     const tcpApp = createApp(services, { auth });
     const server = await listenTcp(cfg.tcp, tcpApp, cfg.listeners);
-    server.on("upgrade", wsUpgradeHandler(tcpApp, upgradeFailed));
+    server.on("upgrade", wsUpgradeHandler(tcpApp, TERMINAL_UPGRADE, upgradeFailed));
     servers.push(server);
     const a = server.address();
     tcpAddress = a && typeof a === "object" ? `${a.address}:${a.port}` : null;

@@ -6,8 +6,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { pacedProgress } from "../../src/api/paced-progress.js";
-import { replyStream } from "../../src/api/reply-stream.js";
-import type { ReplySink } from "../../src/api/reply-stream.js";
+import { replyStream } from "../../src/http/reply-stream.js";
+import type { ReplySink } from "../../src/http/reply-stream.js";
 
 test("pacedProgress: lines over the high-water mark are dropped and counted", async () => {
   const sent: unknown[] = [];

@@ -15,8 +15,8 @@ import { pipeline } from "node:stream/promises";
 import { createAdaptorServer } from "@hono/node-server";
 import { Hono } from "hono";
 import type { HttpBindings } from "@hono/node-server";
-import { replyStream } from "../../src/api/reply-stream.js";
-import type { ReplySink } from "../../src/api/reply-stream.js";
+import { replyStream } from "../../src/http/reply-stream.js";
+import type { ReplySink } from "../../src/http/reply-stream.js";
 import { OpenStreams } from "../../src/access/open-streams.js";
 import { revocableReply } from "../../src/api/revocable.js";
 

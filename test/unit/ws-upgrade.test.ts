@@ -10,7 +10,8 @@ import type { AddressInfo } from "node:net";
 import { connect } from "node:net";
 import { Hono } from "hono";
 import type { ApiEnv } from "../../src/api/env.js";
-import { wsUpgradeHandler } from "../../src/api/ws-upgrade.js";
+import { TERMINAL_UPGRADE } from "../../src/api/terminal-upgrade.js";
+import { wsUpgradeHandler } from "../../src/http/ws-upgrade.js";
 
 async function raw(port: number, path: string): Promise<string> {
   const sock = connect(port, "127.0.0.1");
@@ -45,7 +46,7 @@ test("only a terminal's path runs a route; a refusal's body is read 64 KiB at mo
   const server = createServer((_req, res) => res.end());
   server.on(
     "upgrade",
-    wsUpgradeHandler(app, (e) => errors.push(e)),
+    wsUpgradeHandler(app, TERMINAL_UPGRADE, (e) => errors.push(e)),
   );
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const { port } = server.address() as AddressInfo;

@@ -25,7 +25,7 @@ import type { EvalEvent, EvalResult, ExecEvent, ExecResult } from "../contract/s
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { commandView, endedCommandView } from "../views/command.js";
 import { toEnvelope } from "../errors.js";
-import { replyStream } from "../reply-stream.js";
+import { replyStream } from "../../http/reply-stream.js";
 
 type ExecResultView = z.infer<typeof ExecResult>;
 type ExecEventView = z.infer<typeof ExecEvent>;

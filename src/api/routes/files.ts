@@ -12,7 +12,7 @@ import { bodyStream, parseBody, parseQuery, tooLarge } from "../parse.js";
 import type { ApiContext } from "../env.js";
 import { DEFAULT_BODY_LIMITS } from "../services.js";
 import { ForkdError } from "../../util/errors.js";
-import { clientGone, replyStream } from "../reply-stream.js";
+import { clientGone, replyStream } from "../../http/reply-stream.js";
 import { dirListView, fileStatView } from "../views/file.js";
 
 /**

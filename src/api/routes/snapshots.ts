@@ -25,7 +25,7 @@ import {
   visibleSnapshot,
 } from "../scope.js";
 import { hangupSignal, progressStream } from "../stream.js";
-import { replyStream } from "../reply-stream.js";
+import { replyStream } from "../../http/reply-stream.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 import type { Progress } from "../../snapshot/progress.js";
 

@@ -13,8 +13,8 @@ import { WatchQuery, truthy } from "../contract/schemas.js";
 import type { WatchLine } from "../contract/schemas.js";
 import { parseQuery } from "../parse.js";
 import { toEnvelope } from "../errors.js";
-import { replyStream } from "../reply-stream.js";
-import type { ReplySink } from "../reply-stream.js";
+import { replyStream } from "../../http/reply-stream.js";
+import type { ReplySink } from "../../http/reply-stream.js";
 
 type WatchLineView = z.infer<typeof WatchLine>;
 

@@ -1,20 +1,19 @@
 /**
- * The daemon's WebSocket upgrade hook (the HTTP server's `upgrade` event): the request goes
- * through the same Hono app as any other, so the edge's caller, scope, limits and audit apply;
- * a route that takes the upgrade calls `c.env.wsUpgrade.accept(onOpen)` and returns any reply,
- * and only then is the handshake completed and `onOpen` given the socket. Otherwise the app's
- * reply (a 401, 403, 404, 409 with its JSON envelope) is sent and the connection closed.
- * Only `GET /v1/sandboxes/{id}/terminal` is run: any other target is refused before a route runs
- * (its reply, a stream or a download, would be read with nobody to end it); of a refusal at most
- * 64 KiB of its body is read. Messages are bounded (1 MiB) and never compressed.
+ * A WebSocket upgrade hook (an HTTP server's `upgrade` event) over an app (Hono's `fetch`): the
+ * request goes through the same app as any other, so its edge's caller, scope, limits and audit
+ * apply; a route that takes the upgrade calls `c.env.wsUpgrade.accept(onOpen)` and returns any
+ * reply, and only then is the handshake completed and `onOpen` given the socket. Otherwise the
+ * app's reply (a 401, 403, 404, 409 with its JSON envelope) is sent and the connection closed.
+ * Only GETs of the paths the caller names (`takes`: the REST API's terminal) are run: any other
+ * target is refused before a route runs (its reply, a stream or a download, would be read with
+ * nobody to end it); of a refusal at most 64 KiB of its body is read. Messages are bounded
+ * (1 MiB) and never compressed.
  */
 import type { IncomingMessage } from "node:http";
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
-import type { Hono } from "hono";
 import { WebSocketServer } from "ws";
 import type { WebSocket } from "ws";
-import type { ApiEnv } from "./env.js";
 
 /** What an upgrade request carries in its bindings (c.env.wsUpgrade). */
 export interface WsUpgrade {
@@ -29,18 +28,37 @@ const MAX_REFUSAL_BODY = 64 << 10;
 
 export type UpgradeListener = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
 
-export function wsUpgradeHandler(app: Hono<ApiEnv>, onError: (e: unknown) => void): UpgradeListener {
+/** What the app is given with an upgrade request (its bindings: Hono's `c.env`). */
+export interface UpgradeBindings {
+  incoming: IncomingMessage;
+  wsUpgrade: WsUpgrade;
+}
+
+/** An app that answers a request (a Hono app). */
+export interface UpgradeApp {
+  fetch(request: Request, env: UpgradeBindings): Response | Promise<Response>;
+}
+
+/** The targets that take an upgrade: GETs of paths `path` matches, named `name` in a refusal. */
+export interface UpgradeTargets {
+  path: RegExp;
+  name: string;
+}
+
+export function wsUpgradeHandler(
+  app: UpgradeApp,
+  takes: UpgradeTargets,
+  onError: (e: unknown) => void,
+): UpgradeListener {
   const wss = new WebSocketServer({ noServer: true, maxPayload: WS_MAX_MESSAGE, perMessageDeflate: false });
   return (req, socket, head) => {
     socket.on("error", () => socket.destroy());
-    answer(app, wss, req, socket, head).catch((e: unknown) => {
+    answer(app, takes, wss, req, socket, head).catch((e: unknown) => {
       onError(e);
       socket.destroy();
     });
   };
 }
-
-const TERMINAL_PATH = /^\/v1\/sandboxes\/[^/]+\/terminal$/;
 
 /** A refusal on the raw socket, without running any route. */
 function refuse(socket: Duplex, status: number, message: string): void {
@@ -73,7 +91,8 @@ async function prefix(res: Response, max: number): Promise<Buffer> {
 }
 
 async function answer(
-  app: Hono<ApiEnv>,
+  app: UpgradeApp,
+  takes: UpgradeTargets,
   wss: WebSocketServer,
   req: IncomingMessage,
   socket: Duplex,
@@ -96,10 +115,10 @@ async function answer(
   } catch {
     return refuse(socket, 400, "a malformed request target");
   }
-  // Only a terminal takes an upgrade: any other route run here would have its reply (a stream, a
+  // Only what takes an upgrade: any other route run here would have its reply (a stream, a
   // download) read with nobody to end it.
-  if (req.method !== "GET" || !TERMINAL_PATH.test(url.pathname))
-    return refuse(socket, 400, "only GET /v1/sandboxes/{id}/terminal takes a WebSocket upgrade");
+  if (req.method !== "GET" || !takes.path.test(url.pathname))
+    return refuse(socket, 400, `only ${takes.name} takes a WebSocket upgrade`);
   const res = await app.fetch(new Request(url, { headers }), { incoming: req, wsUpgrade: upgrade });
   const open = onOpen as ((ws: WebSocket) => void) | null;
   if (open === null || res.status >= 300) {
