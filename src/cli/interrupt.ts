@@ -45,3 +45,15 @@ export async function interruptible<T>(what: string, call: (signal: AbortSignal)
     process.off("SIGHUP", onHup);
   }
 }
+
+/**
+ * `n` signals that `signal` aborts, through one listener on it: for `n` calls at once, each with
+ * its own signal, rather than `n` listeners on one (Node warns past 10: MaxListenersExceeded).
+ */
+export function fanOut(signal: AbortSignal, n: number): AbortSignal[] {
+  const ctls = Array.from({ length: n }, () => new AbortController());
+  const abort = () => ctls.forEach((c) => c.abort(signal.reason));
+  if (signal.aborted) abort();
+  else signal.addEventListener("abort", abort, { once: true });
+  return ctls.map((c) => c.signal);
+}

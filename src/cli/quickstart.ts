@@ -6,7 +6,7 @@
 import { NotFoundError } from "@forkd/sdk";
 import type { ApiClient, Wire } from "@forkd/sdk";
 import { CALL_MS, HEAVY_MS, PROGRESS_IDLE_MS, evalMs as evalTimeoutMs } from "./timeouts.js";
-import { interruptible } from "./interrupt.js";
+import { fanOut, interruptible } from "./interrupt.js";
 import { ProgressView } from "./progress.js";
 import type { ProgressOut } from "./progress.js";
 import { printTable } from "./table.js";
@@ -92,7 +92,11 @@ export async function quickstart(
   try {
     const rows = await interruptible(
       o.keep ? "the children keep running" : "the children are killed",
-      (signal) => Promise.all(r.sandboxes.map((c, i) => useChild(api, c, i, signal))),
+      // A signal of its own for each child (not N children's listeners on one).
+      (signal) => {
+        const each = fanOut(signal, r.sandboxes.length);
+        return Promise.all(r.sandboxes.map((c, i) => useChild(api, c, i, each[i]!)));
+      },
     );
     printTable(
       ["SANDBOX", "PID", "READY_MS", "EXEC_MS", "EVAL_MS", "EXEC OUTPUT", "EVAL VALUE"],

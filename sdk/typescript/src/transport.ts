@@ -3,7 +3,7 @@
  * token. Node's own http module only: the SDK has no runtime dependencies.
  */
 import { request as httpRequest } from "node:http";
-import type { IncomingMessage, RequestOptions } from "node:http";
+import type { ClientRequest, IncomingMessage, RequestOptions } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { Readable } from "node:stream";
 import { ConnectionError, ForkdError, TimeoutError, errorFromEnvelope } from "./errors.js";
@@ -94,7 +94,7 @@ export class Transport {
 
     const timeoutMs = o.timeoutMs ?? this.timeoutMs;
     const res = await new Promise<IncomingMessage>((resolve, reject) => {
-      const base: RequestOptions = { method, path: full, headers, signal: o.signal };
+      const base: RequestOptions = { method, path: full, headers };
       const req = this.url
         ? this.url.protocol === "https:"
           ? httpsRequest({ ...this.#tcp(base, full), ...(this.ca ? { ca: this.ca } : {}) })
@@ -105,9 +105,9 @@ export class Transport {
       let reply: IncomingMessage | null = null;
       req.once("response", (r: IncomingMessage) => {
         reply = r;
-        o.signal?.addEventListener("abort", () => r.destroy(abortError()), { once: true });
         resolve(r);
       });
+      if (o.signal) watchAbort(o.signal, req, () => reply);
       let bodyError: unknown = null;
       req.on("error", (e: NodeJS.ErrnoException) => {
         if (e instanceof ForkdError || e === bodyError) reject(e);
@@ -215,6 +215,30 @@ function cutReply(e: unknown): unknown {
     code: "connection",
     cause: e,
   });
+}
+
+/**
+ * Cuts `req`, and its reply once there is one, when `signal` aborts: one listener for the whole
+ * call, removed when the call is over (request and reply closed), so a signal shared by many
+ * calls, or kept after them, gathers no listeners (Node warns past 10: MaxListenersExceeded).
+ */
+function watchAbort(signal: AbortSignal, req: ClientRequest, reply: () => IncomingMessage | null): void {
+  const onAbort = () => {
+    const e = abortError();
+    req.destroy(e);
+    reply()?.destroy(e);
+  };
+  if (signal.aborted) return onAbort();
+  signal.addEventListener("abort", onAbort, { once: true });
+  let open = 1;
+  const closed = () => {
+    if (--open === 0) signal.removeEventListener("abort", onAbort);
+  };
+  req.once("response", (r: IncomingMessage) => {
+    open++;
+    r.once("close", closed);
+  });
+  req.once("close", closed);
 }
 
 function abortError(): Error {
