@@ -6,6 +6,7 @@ import { chooseAccel } from "./accel.js";
 import { findJailer, findMemsnap, NATIVE_FIX } from "./native.js";
 import { findQemu, qemuVersion } from "./qemu-binary.js";
 import { run } from "../util/proc.js";
+import { asRoot } from "../util/as-root.js";
 import { errorMessage } from "../util/errors.js";
 import { detectNetwork } from "../net/capability.js";
 
@@ -18,7 +19,8 @@ export interface Check {
   fix?: string;
 }
 
-const SETUP = "run: sudo bash scripts/setup-host.sh";
+/** Installs the host's packages (as root: `su -c` when the doctor is not, no sudo assumed). */
+const SETUP = `run: ${asRoot("bash scripts/setup-host.sh")}`;
 
 async function have(cmd: string): Promise<boolean> {
   try {
@@ -172,7 +174,7 @@ export async function runChecks(paths: Paths): Promise<Check[]> {
       name: "network: netns",
       status: net.netns.ok ? "ok" : "warn",
       detail: net.netns.reason,
-      fix: net.netns.ok ? undefined : `run the daemon as root; ${SETUP} (iproute2, nftables)`,
+      fix: net.netns.fix,
     });
     add({
       name: "network: dns",

@@ -1,9 +1,11 @@
 /**
  * What networking this host can give sandboxes, found once at daemon start (and by `forkd
  * doctor`): user-mode needs a QEMU built with slirp; netns needs root, iproute2, nftables,
- * /dev/net/tun and the jailer (it moves the VMM into the slot's namespace).
+ * /dev/net/tun and the jailer (it moves the VMM into the slot's namespace): each cause it lacks
+ * is named with its own fix (netnsVerdict).
  */
 import { access, constants } from "node:fs/promises";
+import { asRoot } from "../util/as-root.js";
 import { errorMessage } from "../util/errors.js";
 import { run } from "../util/proc.js";
 import { hostResolver } from "./sys.js";
@@ -12,6 +14,8 @@ export interface Capability {
   ok: boolean;
   /** Why not (or a caveat when ok). */
   reason: string;
+  /** What to do about each cause `reason` names, when not ok (`forkd doctor` prints it). */
+  fix?: string;
 }
 
 export interface NetCapabilities {
@@ -61,29 +65,19 @@ export async function detectNetwork(o: {
     reason: binary ? `slirp in ${binary}` : `${o.qemuBinary} has no user-mode networking (slirp)`,
   };
 
-  const missing: string[] = [];
-  if (process.getuid?.() !== 0) missing.push("the daemon is not root");
-  if (!o.jailer) missing.push("no jailer (native/jailer/forkd-jailer)");
-  for (const [cmd, args] of [
-    ["ip", ["-V"]],
-    ["nft", ["--version"]],
-    ["sysctl", ["-V"]],
+  const tools: string[] = [];
+  for (const [cmd, args, pkg] of [
+    ["ip", ["-V"], "iproute2"],
+    ["nft", ["--version"], "nftables"],
+    ["sysctl", ["-V"], "procps"],
   ] as const) {
-    const why = await tool(cmd, [...args]);
-    if (why)
-      missing.push(
-        `${cmd} missing (apt-get install ${cmd === "ip" ? "iproute2" : cmd === "nft" ? "nftables" : "procps"})`,
-      );
+    if (await tool(cmd, [...args])) tools.push(`${cmd} (${pkg})`);
   }
-  try {
-    await access("/dev/net/tun", constants.R_OK | constants.W_OK);
-  } catch {
-    missing.push("/dev/net/tun is not usable");
-  }
-  const netns = {
-    ok: missing.length === 0,
-    reason: missing.length ? missing.join("; ") : "root, ip, nft, /dev/net/tun",
-  };
+  const tun = await access("/dev/net/tun", constants.R_OK | constants.W_OK).then(
+    () => true,
+    () => false,
+  );
+  const netns = netnsVerdict({ root: process.getuid?.() === 0, jailer: o.jailer, missingTools: tools, tun });
 
   const r = await hostResolver();
   const dns =
@@ -96,4 +90,29 @@ export async function detectNetwork(o: {
             : "the host has no nameserver in /etc/resolv.conf: netns children get no DNS",
         };
   return { user, netns, resolver: r && !r.loopback ? r.addr : null, dns };
+}
+
+/** What the host lacks for netns networking, each cause with its own fix (none: ok). */
+export function netnsVerdict(h: {
+  root: boolean;
+  jailer: string | null;
+  /** "ip (iproute2)": the tools not found, with their Debian package. */
+  missingTools: string[];
+  tun: boolean;
+}): Capability {
+  const gaps: { why: string; fix: string }[] = [];
+  if (!h.root) gaps.push({ why: "the daemon is not root", fix: "run the daemon as root" });
+  if (!h.jailer)
+    gaps.push({
+      why: "no jailer (native/jailer/forkd-jailer is not built)",
+      fix: "build it: make -C native (or bash scripts/install.sh)",
+    });
+  if (h.missingTools.length > 0)
+    gaps.push({
+      why: `missing ${h.missingTools.join(", ")}`,
+      fix: `install them: ${asRoot("bash scripts/setup-host.sh", h.root)}`,
+    });
+  if (!h.tun) gaps.push({ why: "/dev/net/tun is not usable", fix: "load the tun module: modprobe tun" });
+  if (gaps.length === 0) return { ok: true, reason: "root, jailer, ip, nft, /dev/net/tun" };
+  return { ok: false, reason: gaps.map((g) => g.why).join("; "), fix: gaps.map((g) => g.fix).join("; ") };
 }
