@@ -25,7 +25,7 @@ import { sandboxConsoleRoutes } from "./routes/sandbox-console.js";
 import { eventRoutes } from "./routes/events.js";
 import { auditRoutes } from "./routes/audit.js";
 import { consoleSessionRoutes, consoleTicketRoutes } from "./routes/console-session.js";
-import { serveAsset } from "../console/assets.js";
+import { FAVICON_ICO, serveAsset } from "../console/assets.js";
 import { buildOpenApi } from "./contract/openapi.js";
 import { poolStateView } from "./views/pool.js";
 
@@ -55,6 +55,7 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
     };
     app.use("/console", assets);
     app.use("/console/*", assets);
+    app.use(FAVICON_ICO, assets);
   }
   app.use("*", edge(s, listener));
 

@@ -3,6 +3,7 @@
  * (`immutable` for the hashed assets/*, `no-store` for index.html), a strict CSP and the other
  * security headers. An unknown path under /console/ gives index.html (the front end routes by
  * hash); a path that would leave dist is 404; without a build, 503 saying how to make one.
+ * /favicon.ico answers with the console's icon (an SVG), so a browser that asks finds one.
  * Transport-neutral: the reply is a status, headers and bytes, for the loopback console server
  * (node:http) and the daemon's TCP listener (Hono) alike.
  */
@@ -40,6 +41,10 @@ const TYPES: Record<string, string> = {
   ".woff": "font/woff",
   ".txt": "text/plain; charset=utf-8",
 };
+
+/** The console's icon (console/public/, copied into dist by the build), and the path it also answers. */
+const ICON = "favicon.svg";
+export const FAVICON_ICO = "/favicon.ico";
 
 /** The biggest file served (the bundle is far smaller; anything bigger is not ours). */
 const MAX_FILE = 32 << 20;
@@ -101,10 +106,13 @@ async function fileReply(root: string, file: string, immutable: boolean): Promis
 }
 
 /**
- * The reply for GET `urlPath` (a path under /console). `/console` itself redirects to
- * `/console/`.
+ * The reply for GET `urlPath` (a path under /console, or /favicon.ico). `/console` itself
+ * redirects to `/console/`.
  */
 export async function serveAsset(dist: string, urlPath: string): Promise<AssetReply> {
+  // The icon where a browser asks for it unprompted (the page links /console/favicon.svg).
+  if (urlPath === FAVICON_ICO)
+    return (await fileReply(resolve(dist), join(resolve(dist), ICON), false)) ?? page(404, "not found");
   if (urlPath === "/console") {
     return { status: 308, headers: { ...SECURITY_HEADERS, location: "/console/" }, body: Buffer.alloc(0) };
   }

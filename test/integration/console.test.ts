@@ -16,7 +16,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import type { Browser, BrowserContext, Page, Response } from "playwright-core";
 import { REPO_DIR } from "../../src/host/paths.js";
 import { checkedRequest } from "../helpers/contract.js";
 import { ApiError } from "../helpers/http.js";
@@ -141,9 +141,24 @@ step("a login without the one-time secret, or with a wrong one, is refused", asy
 });
 
 step("the printed URL logs in once, and a second use of it is refused", async () => {
+  // Nothing the page loads (its bundle, its icon, its first API calls) is a 404.
+  const missing: string[] = [];
+  const on404 = (r: Response) => {
+    if (r.status() === 404) missing.push(r.url());
+  };
+  page.on("response", on404);
   await page.goto(loginUrl);
   assert.equal(new URL(page.url()).pathname, "/console/");
   await page.getByRole("heading", { level: 1, name: "Sandboxes" }).waitFor({ timeout: WAIT });
+  await page.waitForLoadState("networkidle").catch(() => undefined);
+  page.off("response", on404);
+  assert.deepEqual(missing, [], "404s during the console's load");
+  // The icon the page links, and where a browser asks for one unprompted.
+  for (const path of ["/console/favicon.svg", "/favicon.ico"]) {
+    const r = await fetch(`${origin}${path}`);
+    assert.equal(r.status, 200, path);
+    assert.equal(r.headers.get("content-type"), "image/svg+xml", path);
+  }
   const other = await browser.newContext();
   try {
     const p2 = await other.newPage();

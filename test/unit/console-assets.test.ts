@@ -6,10 +6,11 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CSP, resolveAsset, serveAsset } from "../../src/console/assets.js";
+import { CSP, consoleDist, resolveAsset, serveAsset } from "../../src/console/assets.js";
+import { REPO_DIR } from "../../src/host/paths.js";
 
 async function dist(): Promise<{ root: string; dist: string }> {
   const root = await mkdtemp(join(tmpdir(), "forkd-assets-"));
@@ -81,4 +82,25 @@ test("without a build: 503 saying to run scripts/install.sh", async () => {
   const r = await serveAsset("/nonexistent/dist", "/console/");
   assert.equal(r.status, 503);
   assert.match(r.body.toString(), /scripts\/install\.sh/);
+});
+
+test("the icon: linked from the built page, served at /console/favicon.svg and at /favicon.ico", async () => {
+  const { root, dist: d } = await dist();
+  const svg = '<svg xmlns="http://www.w3.org/2000/svg"/>';
+  try {
+    assert.equal((await serveAsset(d, "/favicon.ico")).status, 404, "no icon in this build");
+    await writeFile(join(d, "favicon.svg"), svg);
+    for (const p of ["/console/favicon.svg", "/favicon.ico"]) {
+      const r = await serveAsset(d, p);
+      assert.equal(r.status, 200, p);
+      assert.equal(r.headers["content-type"], "image/svg+xml", p);
+      assert.equal(r.body.toString(), svg, p);
+    }
+    // The real build ships it and its page links it.
+    const real = consoleDist(REPO_DIR);
+    assert.match(await readFile(join(real, "index.html"), "utf8"), /<link rel="icon"[^>]*href="\/console\/favicon\.svg"/);
+    assert.equal((await serveAsset(real, "/favicon.ico")).status, 200);
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
 });
