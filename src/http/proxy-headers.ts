@@ -40,10 +40,14 @@ export type HeaderFilter = (name: string, value: string) => string | null;
 
 /** Every header of `h` that is named in its Connection header (lower case). */
 export function connectionNamed(h: IncomingHttpHeaders): Set<string> {
-  const c = h.connection;
+  const c: string | string[] | undefined = h.connection;
+  const values: string[] = Array.isArray(c) ? c : c === undefined ? [] : [c];
   const out = new Set<string>();
-  for (const v of Array.isArray(c) ? c : c === undefined ? [] : [c])
-    for (const n of v.split(",")) if (n.trim() !== "") out.add(n.trim().toLowerCase());
+  for (const v of values)
+    for (const n of v.split(",")) {
+      const name = n.trim().toLowerCase();
+      if (name !== "") out.add(name);
+    }
   return out;
 }
 
@@ -115,7 +119,11 @@ export function replyHeaders(h: IncomingHttpHeaders, keep: HeaderFilter): Record
  * as upstreamHeader() says, then `set` (which replaces what it names). CR and LF are removed
  * from values (node's parser already refuses them; this is the last guard of a raw write).
  */
-export function upgradeHead(req: IncomingMessage, keep: HeaderFilter, set: Record<string, string> = {}): string {
+export function upgradeHead(
+  req: IncomingMessage,
+  keep: HeaderFilter,
+  set: Record<string, string> = {},
+): string {
   let head = `${req.method ?? "GET"} ${req.url ?? "/"} HTTP/1.1\r\n`;
   const h = req.rawHeaders;
   const replaced = new Set(Object.keys(set));

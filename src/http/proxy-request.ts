@@ -81,7 +81,12 @@ function refuse(res: ServerResponse, o: RelayOptions, status: 502 | 504, why: st
 }
 
 /** The upstream request of `req`, its reply piped into `res`. */
-function relay(req: IncomingMessage, res: ServerResponse, to: Upstream, o: ProxyRequestOptions): ClientRequest {
+function relay(
+  req: IncomingMessage,
+  res: ServerResponse,
+  to: Upstream,
+  o: ProxyRequestOptions,
+): ClientRequest {
   const up = request({
     ...to,
     method: req.method,

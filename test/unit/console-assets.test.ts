@@ -98,7 +98,10 @@ test("the icon: linked from the built page, served at /console/favicon.svg and a
     }
     // The real build ships it and its page links it.
     const real = consoleDist(REPO_DIR);
-    assert.match(await readFile(join(real, "index.html"), "utf8"), /<link rel="icon"[^>]*href="\/console\/favicon\.svg"/);
+    assert.match(
+      await readFile(join(real, "index.html"), "utf8"),
+      /<link rel="icon"[^>]*href="\/console\/favicon\.svg"/,
+    );
     assert.equal((await serveAsset(real, "/favicon.ico")).status, 200);
   } finally {
     await rm(root, { recursive: true, force: true });

@@ -28,7 +28,8 @@ test("netns: root but no jailer built: the jailer is the cause, and make -C nati
 test("netns: every cause named, each with its own fix; root's commands without sudo", () => {
   const v = netnsVerdict({ root: false, jailer: null, missingTools: ["nft (nftables)"], tun: false });
   assert.equal(v.ok, false);
-  for (const why of [/not root/, /no jailer/, /missing nft \(nftables\)/, /\/dev\/net\/tun/]) assert.match(v.reason, why);
+  for (const why of [/not root/, /no jailer/, /missing nft \(nftables\)/, /\/dev\/net\/tun/])
+    assert.match(v.reason, why);
   assert.match(v.fix ?? "", /run the daemon as root/);
   assert.match(v.fix ?? "", /make -C native/);
   assert.match(v.fix ?? "", /su -c 'bash scripts\/setup-host\.sh'/);

@@ -154,7 +154,9 @@ test("proxy: an upgrade's refusal comes back with its body; one not answered in 
     sock.once("data", (d: Buffer) => {
       if (d.toString().startsWith("GET /refuse")) {
         const body = "x".repeat(100_000);
-        sock.end(`HTTP/1.1 403 Forbidden\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+        sock.end(
+          `HTTP/1.1 403 Forbidden\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+        );
       } else silent.add(sock);
     });
   });

@@ -27,14 +27,20 @@ function daemon(req: IncomingMessage, res: ServerResponse): void {
   req.resume();
   req.on("end", () => {
     const url = req.url ?? "";
-    if (req.method === "GET" && url.startsWith("/v1/snapshots/")) return reply({ tag: "q", timings: { boot_ms: 900 } });
+    if (req.method === "GET" && url.startsWith("/v1/snapshots/"))
+      return reply({ tag: "q", timings: { boot_ms: 900 } });
     if (req.method === "POST" && url === "/v1/sandboxes")
       return reply({
-        sandboxes: Array.from({ length: N }, (_, i) => ({ id: `sb-${String(i).padStart(16, "a")}`, pid: i, timings })),
+        sandboxes: Array.from({ length: N }, (_, i) => ({
+          id: `sb-${String(i).padStart(16, "a")}`,
+          pid: i,
+          timings,
+        })),
         failures: [],
       });
     // Every child's calls are in flight together before any is answered.
-    if (url.endsWith("/exec")) return void setTimeout(() => reply({ stdout: "hi\n", stderr: "", exit_code: 0 }), 50);
+    if (url.endsWith("/exec"))
+      return void setTimeout(() => reply({ stdout: "hi\n", stderr: "", exit_code: 0 }), 50);
     if (url.endsWith("/eval")) return void setTimeout(() => reply({ value: "1.0" }), 50);
     if (req.method === "DELETE") return reply({ id: "x", deleted: true });
     res.writeHead(404).end();
@@ -57,7 +63,7 @@ test(`quickstart with ${N} children: no MaxListenersExceededWarning`, async () =
       new ApiClient({ socket: sock }),
       { n: N, tag: "q", keep: false },
       (s) => said.push(s),
-      { isTTY: false, write: () => true } as never,
+      { isTTY: false, write: () => true },
     );
     assert.equal(code, 0, said.join("\n"));
     // A warning is emitted on the next tick.
@@ -83,7 +89,8 @@ test("the SDK leaves no abort listener on a signal after its calls end; fanOut a
   try {
     const api = new ApiClient({ socket: sock });
     const ctl = new AbortController();
-    for (let i = 0; i < 20; i++) await api.exec("sb-aaaaaaaaaaaaaaaa", { cmd: "true" }, { signal: ctl.signal });
+    for (let i = 0; i < 20; i++)
+      await api.exec("sb-aaaaaaaaaaaaaaaa", { cmd: "true" }, { signal: ctl.signal });
     assert.equal(getEventListeners(ctl.signal, "abort").length, 0);
     const each = fanOut(ctl.signal, 50);
     assert.equal(getEventListeners(ctl.signal, "abort").length, 1);
