@@ -81,7 +81,7 @@ test(`quickstart with ${N} children: no MaxListenersExceededWarning`, async () =
   }
 });
 
-test("the SDK leaves no abort listener on a signal after its calls end; fanOut adds one", async () => {
+test("the SDK leaves no abort listener on a signal after its calls end, and still aborts; fanOut adds one", async () => {
   const dir = await mkdtemp(join(tmpdir(), "forkd-signal-"));
   const sock = join(dir, "d.sock");
   const server = createServer(daemon);
@@ -92,6 +92,17 @@ test("the SDK leaves no abort listener on a signal after its calls end; fanOut a
     for (let i = 0; i < 20; i++)
       await api.exec("sb-aaaaaaaaaaaaaaaa", { cmd: "true" }, { signal: ctl.signal });
     assert.equal(getEventListeners(ctl.signal, "abort").length, 0);
+    // Aborted before the call, and while it waits for its reply: an AbortError either way.
+    const isAbort = (e: unknown) => e instanceof Error && e.name === "AbortError";
+    await assert.rejects(
+      api.exec("sb-aaaaaaaaaaaaaaaa", { cmd: "true" }, { signal: AbortSignal.abort() }),
+      isAbort,
+    );
+    const early = new AbortController();
+    const waiting = api.exec("sb-aaaaaaaaaaaaaaaa", { cmd: "true" }, { signal: early.signal });
+    setTimeout(() => early.abort(), 10);
+    await assert.rejects(waiting, isAbort);
+    assert.equal(getEventListeners(early.signal, "abort").length, 0);
     const each = fanOut(ctl.signal, 50);
     assert.equal(getEventListeners(ctl.signal, "abort").length, 1);
     ctl.abort();
