@@ -16,8 +16,8 @@ import { dirname, join } from "node:path";
 import type { OpenStreams } from "../../src/access/open-streams.js";
 import type { Services } from "../../src/api/services.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
-import { CommandTap } from "../../src/sandbox/command-tap.js";
-import { CommandTable } from "../../src/sandbox/commands.js";
+import { CommandTap } from "../../src/sandbox/commands/tap.js";
+import { CommandTable } from "../../src/sandbox/commands/table.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { envdHandler } from "../../src/e2b/envd/handler.js";
 import { envdState } from "../../src/e2b/envd/context.js";
@@ -224,8 +224,11 @@ export async function envdHost(
     opened: st.opened,
     startTracked: async (shell) => {
       const tap = new CommandTap();
-      const fed = tap.handlers({});
-      return (await commands.track(shell, false, agent.exec({ shell }, fed), false, tap, fed).started).pid;
+      const handlers = tap.handlers({});
+      const inner = agent.exec({ shell }, handlers);
+      return (
+        await commands.track({ cmd: shell, door: "api" }, inner, { stdinOpen: false, tap, handlers }).started
+      ).pid;
     },
     close: async () => {
       envd.close();
