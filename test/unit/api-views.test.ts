@@ -6,7 +6,7 @@ import * as schemas from "../../src/api/contract/schemas.js";
 import { commandView } from "../../src/api/views/command.js";
 import { networkView } from "../../src/api/views/network.js";
 import { sandboxView } from "../../src/api/views/sandbox.js";
-import type { CommandHandle } from "../../src/sandbox/commands/handle.js";
+import type { CommandHandle } from "../../src/sandbox/commands/table.js";
 import type { NetworkRecord } from "../../src/net/service.js";
 import { CommandTap } from "../../src/sandbox/commands/tap.js";
 import { newSandbox } from "../../src/sandbox/sandbox.js";

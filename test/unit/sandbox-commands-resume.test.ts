@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { ExecHandlers, ExecRequest, ExecResult } from "../../src/agent/client.js";
 import { startCommand } from "../../src/sandbox/commands/start.js";
-import type { CommandReader } from "../../src/sandbox/commands/tap.js";
+import type { CommandReader } from "../../src/sandbox/commands/table.js";
 import type { SandboxService } from "../../src/sandbox/service.js";
 import { forkOne, sh, until, withSandboxes } from "../helpers/fake-sandboxes.js";
 

@@ -6,7 +6,7 @@
  * is envd's end event. Output with no stream attached is dropped, as E2B's envd drops it.
  */
 import type { ExecResult } from "../../agent/client.js";
-import type { CommandTap } from "../../sandbox/commands/tap.js";
+import type { CommandTap } from "../../sandbox/commands/table.js";
 import { ForkdError } from "../../util/errors.js";
 import { EventQueue } from "./event-queue.js";
 

@@ -10,8 +10,8 @@
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ExecRequest } from "../../agent/client.js";
-import { argvOf } from "../../sandbox/commands/command.js";
 import { startCommand } from "../../sandbox/commands/start.js";
+import { argvOf } from "../../sandbox/commands/table.js";
 import type { CommandTable, RunningCommand } from "../../sandbox/commands/table.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { ForkdError } from "../../util/errors.js";
@@ -21,7 +21,7 @@ import { keepaliveMs, leaseAs, sandboxOf } from "./context.js";
 import { toConnectError } from "./errors.js";
 import { ProcessEventSchema, Signal } from "./gen/process/process_pb.js";
 import type { ProcessEvent, ProcessSelector, StartRequest, Process } from "./gen/process/process_pb.js";
-import { endEvent, processStream } from "./process-events.js";
+import { processStream } from "./process-events.js";
 import type { ProcEvent, ProcessStream } from "./process-events.js";
 
 type ProcessImpl = ServiceImpl<typeof Process>;

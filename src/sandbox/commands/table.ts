@@ -16,8 +16,11 @@ import { CommandHandle } from "./handle.js";
 import { CommandTap } from "./tap.js";
 import type { CommandReader } from "./tap.js";
 
+// What outsiders use of the registry comes from here (and start.ts).
 export type { CommandDoor, CommandSpec, EndedCommand, RunningCommand } from "./command.js";
-export type { CommandReader } from "./tap.js";
+export { argvOf } from "./command.js";
+export type { CommandHandle } from "./handle.js";
+export type { CommandReader, CommandTap } from "./tap.js";
 
 /**
  * Commands running (or starting) per sandbox, at most: a start past it is refused (the guest
