@@ -140,5 +140,7 @@ test("a running command's view", () => {
     started: "2026-01-01T00:00:00.000Z",
     stdin_open: true,
     pty: false,
+    source: "envd",
+    tag: "t",
   });
 });

@@ -131,6 +131,11 @@ test("at most MAX_READERS readers per command; a detached one frees its place", 
     () => tap.attach(reader({ out: [], ends: [] }, () => true)),
     (e: Error & { code?: string }) => e.code === "resource_exhausted",
   );
+  assert.throws(
+    () => tap.admit(),
+    /64 readers attached/,
+    "a door asks before its reply starts (REST: a 429)",
+  );
   detach[0]?.();
   tap.attach(reader({ out: [], ends: [] }, () => true));
   assert.equal(tap.size, MAX_READERS);

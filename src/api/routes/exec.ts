@@ -217,7 +217,9 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.get("/:id/commands/:pid/stream", (c) => {
     const { id, pid } = parseParams(c, PidParam);
     const table = s.sandboxes.get(id).commands;
-    const started = Date.parse(table.get(pid).started); // a 404 before the reply starts
+    const running = table.get(pid); // a 404 before the reply starts
+    running.tap.admit(); // and a 429 past the readers' bound
+    const started = Date.parse(running.started);
     const stream = replyStream(
       (sink) => {
         if (sink.gone) return;

@@ -63,11 +63,18 @@ export class CommandTap {
       deliver(reader, this.outcome);
       return () => undefined;
     }
-    if (this.readers.size >= MAX_READERS)
-      throw new ForkdError("resource_exhausted", `the command has ${MAX_READERS} readers attached`);
+    this.admit();
     const a: Attached = { reader, behind: null };
     this.readers.add(a);
     return () => void this.readers.delete(a);
+  }
+
+  /** Refuses a reader past MAX_READERS (attach() asks too; a door may ask before its reply starts). */
+  admit(): void {
+    if (!this.outcome && this.readers.size >= MAX_READERS)
+      throw new ForkdError("resource_exhausted", `the command has ${MAX_READERS} readers attached`, {
+        limit: MAX_READERS,
+      });
   }
 
   get size(): number {
