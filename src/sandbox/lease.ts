@@ -5,7 +5,7 @@
 import type { AgentClient } from "../agent/client.js";
 import { ForkdError } from "../util/errors.js";
 import { sleep } from "../util/time.js";
-import type { CommandTable } from "./commands.js";
+import type { CommandTable } from "./commands/table.js";
 import type { SandboxRegistry } from "./registry.js";
 
 export interface Lease {

@@ -3,7 +3,7 @@ import type { AgentClient } from "../agent/client.js";
 import type { Attachment, NetworkRecord } from "../net/service.js";
 import type { NicMeta } from "../snapshot/meta.js";
 import type { Vm } from "../vmm/vm.js";
-import { CommandTable } from "./commands.js";
+import { CommandTable } from "./commands/table.js";
 
 export type SandboxState = "running" | "paused" | "exited";
 

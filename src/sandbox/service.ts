@@ -37,7 +37,7 @@ import { recover } from "./adopt.js";
 import type { Recovered } from "./adopt.js";
 import { branch } from "./branch.js";
 import type { BranchResult } from "./branch.js";
-import type { CommandTable } from "./commands.js";
+import type { CommandTable } from "./commands/table.js";
 import type { SandboxContext } from "./context.js";
 import { forkChildren } from "./fork.js";
 import type { ForkOptions, ForkResult } from "./fork.js";

@@ -15,9 +15,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { OpenStreams } from "../../src/access/open-streams.js";
 import type { Services } from "../../src/api/services.js";
-import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
-import { CommandTap } from "../../src/sandbox/command-tap.js";
-import { CommandTable } from "../../src/sandbox/commands.js";
+import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
+import { startCommand } from "../../src/sandbox/commands/start.js";
+import { CommandTable } from "../../src/sandbox/commands/table.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { envdHandler } from "../../src/e2b/envd/handler.js";
 import { envdState } from "../../src/e2b/envd/context.js";
@@ -168,8 +168,10 @@ export interface EnvdHost {
   log: AgentLog;
   /** What callers opened, by credential (src/access/open-streams.ts). */
   opened: OpenStreams;
-  /** Starts a command as forkd's own API does (tracked with the sandbox's commands): its pid. */
-  startTracked(shell: string): Promise<number>;
+  /** Starts a command as forkd's own API does (through the sandbox's command registry): its pid. */
+  startTracked(shell: string, env?: Record<string, string>): Promise<number>;
+  /** The sandbox's command registry (every door's commands). */
+  commands: CommandTable;
   close(): Promise<void>;
 }
 
@@ -222,11 +224,16 @@ export async function envdHost(
     leased: () => leased,
     log,
     opened: st.opened,
-    startTracked: async (shell) => {
-      const tap = new CommandTap();
-      const fed = tap.handlers({});
-      return (await commands.track(shell, false, agent.exec({ shell }, fed), false, tap, fed).started).pid;
+    startTracked: async (shell, env) => {
+      const lease = { agent: agent as unknown as AgentClient, commands, explain: async (e: unknown) => e };
+      const req = { shell, ...(env ? { env } : {}) };
+      const { handle } = startCommand(lease, req, {
+        spec: { door: "api", ...(env ? { env } : {}) },
+        keepStdinOpen: false,
+      });
+      return (await handle.started).pid;
     },
+    commands,
     close: async () => {
       envd.close();
       server.closeAllConnections();

@@ -9,7 +9,10 @@
  * clients that hang up mid-stream (Start, Connect, WatchDir) without the daemon or the process
  * minding, an API key revoked: the access token it was given refused, its streams ended, and
  * commands that run through a pause and resume (asked, or at the sandbox's timeout: E2B's
- * auto-pause): listed, connected to, killed; every run after them starts.
+ * auto-pause): listed, connected to, killed; every run after them starts; and one command
+ * registry under both APIs: a command started through forkd's REST exec is an envd process
+ * (listed with its envs, connected to, killed) and one started through envd a REST command
+ * (listed, signalled, in the history).
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -18,7 +21,8 @@ import { CommandExitError, NotFoundError, Sandbox, SandboxError, FileType } from
 import type { CommandHandle } from "e2b";
 import { E2B_TENANT, startE2bDaemon } from "../helpers/e2b.js";
 import type { E2bDaemon } from "../helpers/e2b.js";
-import { apiRequest } from "../helpers/http.js";
+import { createInterface } from "node:readline";
+import { apiRequest, rawRequest } from "../helpers/http.js";
 import { steps } from "../helpers/steps.js";
 
 let e: E2bDaemon;
@@ -150,6 +154,59 @@ step("background: list, sendStdin, connect from a second handle, closeStdin, kil
   assert.equal(await sbx.commands.kill(s.pid), true);
   await assert.rejects(s.wait(), CommandExitError);
   assert.equal(await sbx.commands.kill(s.pid), false, "a process that is gone is not found");
+});
+
+step("one registry: a REST exec is an envd process, an envd process a REST command", async () => {
+  const id = sbx.sandboxId;
+  const rest = <T>(method: string, path: string, body?: unknown) =>
+    apiRequest<T>(e.daemon.ep, method, `/v1/sandboxes/${id}${path}`, body, 60_000);
+  type Cmd = { pid: number; cmd: string[] | string; signal?: number | null };
+  // Started through REST (its stream open: the command runs while it is read) ...
+  const res = await rawRequest(
+    e.daemon.ep,
+    "POST",
+    `/v1/sandboxes/${id}/exec/stream`,
+    JSON.stringify({ cmd: "echo up; sleep 600", env: { FROM: "rest" } }),
+    120_000,
+    { "content-type": "application/json" },
+  );
+  const lines = createInterface({ input: res })[Symbol.asyncIterator]();
+  const next = async () => JSON.parse(String((await lines.next()).value)) as Record<string, unknown>;
+  const started = await next();
+  assert.equal(started.type, "started");
+  const pid = Number(started.pid);
+  // ... listed by envd's List as `/bin/sh -c LINE` with its envs, connected to, killed.
+  const listed = (await sbx.commands.list()).find((p) => p.pid === pid);
+  assert.ok(listed, "the REST command is an envd process");
+  assert.deepEqual(
+    [listed.cmd, listed.args, listed.envs],
+    ["/bin/sh", ["-c", "echo up; sleep 600"], { FROM: "rest" }],
+  );
+  const attached = await sbx.commands.connect(pid, { timeoutMs: 0 });
+  assert.equal(await sbx.commands.kill(pid), true);
+  await assert.rejects(
+    attached.wait(),
+    (err: unknown) => err instanceof CommandExitError && /killed/.test(err.error ?? ""),
+  );
+  let last = await next();
+  while (last.type !== "exit") last = await next();
+  assert.equal(last.signal, 9, "the REST stream's exit: killed through envd");
+  // Started through envd: listed by REST, signalled by REST, in REST's history.
+  const h = await sbx.commands.run("sleep 600", { background: true, envs: { FROM: "envd" } });
+  const running = (await rest<{ commands: Cmd[] }>("GET", "/commands")).commands.find((c) => c.pid === h.pid);
+  assert.deepEqual(running?.cmd, ["/bin/bash", "-l", "-c", "sleep 600"]);
+  await rest("POST", `/commands/${h.pid}/signal`, { signal: "SIGTERM" });
+  await assert.rejects(
+    h.wait(),
+    (err: unknown) => err instanceof CommandExitError && /terminated/.test(err.error ?? ""),
+  );
+  const history = (await rest<{ commands: Cmd[] }>("GET", "/commands/history")).commands;
+  assert.deepEqual(
+    [pid, h.pid].map((p) => history.filter((c) => c.pid === p).at(-1)?.signal),
+    [9, 15],
+    "both in the one history",
+  );
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === h.pid || p.pid === pid));
 });
 
 step(

@@ -6,9 +6,9 @@ import * as schemas from "../../src/api/contract/schemas.js";
 import { commandView } from "../../src/api/views/command.js";
 import { networkView } from "../../src/api/views/network.js";
 import { sandboxView } from "../../src/api/views/sandbox.js";
-import type { CommandHandle } from "../../src/sandbox/command-handle.js";
+import type { CommandHandle } from "../../src/sandbox/commands/table.js";
 import type { NetworkRecord } from "../../src/net/service.js";
-import { CommandTap } from "../../src/sandbox/command-tap.js";
+import { CommandTap } from "../../src/sandbox/commands/tap.js";
 import { newSandbox } from "../../src/sandbox/sandbox.js";
 import type { Sandbox, SandboxRecord } from "../../src/sandbox/sandbox.js";
 
@@ -128,6 +128,8 @@ test("a running command's view", () => {
     started: "2026-01-01T00:00:00.000Z",
     stdinOpen: true,
     pty: false,
+    door: "envd",
+    tag: "t",
     handle,
     tap: new CommandTap(),
   });
@@ -138,5 +140,7 @@ test("a running command's view", () => {
     started: "2026-01-01T00:00:00.000Z",
     stdin_open: true,
     pty: false,
+    source: "envd",
+    tag: "t",
   });
 });

@@ -15,7 +15,7 @@ import {
   eventBytes,
 } from "../../src/e2b/envd/watchers.js";
 import { FilesystemEventSchema } from "../../src/e2b/envd/gen/filesystem/filesystem_pb.js";
-import { endEvent } from "../../src/e2b/envd/process-table.js";
+import { endEvent } from "../../src/e2b/envd/process-events.js";
 import { ForkdError } from "../../src/util/errors.js";
 
 test("event queue: bounded by bytes, room() once read, keepalives while idle, drained then ended", async () => {

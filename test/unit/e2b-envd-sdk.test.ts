@@ -69,17 +69,35 @@ test("background command: list, stdin, connect from a second handle, kill", asyn
   assert.equal(await sbx.commands.kill(h.pid), false, "a process that is gone is not found");
 });
 
-test("a command forkd's own API started: listed, connected to and killed through envd", async () => {
-  const pid = await host.startTracked("i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.05; done");
+test("a command forkd's own API started: listed (with its envs), connected to and killed through envd", async () => {
+  const line = "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.05; done";
+  const pid = await host.startTracked(line, { MODE: "rest" });
   const listed = (await sbx.commands.list()).find((p) => p.pid === pid);
   assert.ok(listed, "listed");
   assert.equal(listed.cmd, "/bin/sh");
-  assert.deepEqual(listed.args.slice(0, 1), ["-c"]);
+  assert.deepEqual(listed.args, ["-c", line]);
+  assert.deepEqual(listed.envs, { MODE: "rest" });
+  assert.equal(listed.tag, undefined);
   const h = await sbx.commands.connect(pid, { timeoutMs: 0 });
   await waitFor(() => /tick \d+\n/.test(h.stdout));
   assert.equal(await sbx.commands.kill(pid), true);
   await assert.rejects(h.wait(), CommandExitError);
   assert.ok(!(await sbx.commands.list()).some((p) => p.pid === pid));
+});
+
+test("a process started through envd is one of the sandbox's commands: listed, signalled by the registry", async () => {
+  const h = await sbx.commands.run("sleep 30", { background: true, envs: { MODE: "envd" }, cwd: "/tmp" });
+  const c = host.commands.get(h.pid);
+  assert.equal(c.door, "envd");
+  assert.deepEqual(c.cmd, ["/bin/bash", "-l", "-c", "sleep 30"]);
+  assert.deepEqual(c.env, { MODE: "envd" });
+  assert.equal(c.cwd, "/tmp");
+  host.commands.signal(h.pid, 15);
+  await assert.rejects(
+    h.wait(),
+    (e: unknown) => e instanceof CommandExitError && /terminated/.test(e.error ?? ""),
+  );
+  assert.equal(host.commands.history().at(-1)?.pid, h.pid);
 });
 
 test("a process whose stream's client hung up keeps running; the stream's lease is freed", async () => {

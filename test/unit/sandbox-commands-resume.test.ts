@@ -7,9 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { ExecResult } from "../../src/agent/client.js";
-import { startCommand } from "../../src/api/routes/exec.js";
-import type { CommandReader } from "../../src/sandbox/command-tap.js";
+import type { ExecHandlers, ExecRequest, ExecResult } from "../../src/agent/client.js";
+import { startCommand } from "../../src/sandbox/commands/start.js";
+import type { CommandReader } from "../../src/sandbox/commands/table.js";
 import type { SandboxService } from "../../src/sandbox/service.js";
 import { forkOne, sh, until, withSandboxes } from "../helpers/fake-sandboxes.js";
 
@@ -33,6 +33,18 @@ function attachReader(svc: SandboxService, id: string, pid: number) {
   return { got, end: () => end };
 }
 
+/** Starts `req` in `id` through the command registry (as REST's exec does): its handle. */
+const start = (svc: SandboxService, id: string, req: ExecRequest, owner: ExecHandlers = {}) =>
+  svc.use(id, async (agent, commands) =>
+    Promise.resolve(
+      startCommand({ agent, commands, explain: async (e) => e }, req, {
+        spec: { door: "api" },
+        keepStdinOpen: false,
+        owner,
+      }).handle,
+    ),
+  );
+
 /** Several execs in a row, each must start and exit 0. */
 async function execsWork(fx: Parameters<typeof sh>[0], id: string): Promise<void> {
   for (let i = 0; i < 5; i++) assert.equal((await sh(fx, id, `echo run ${i}`)).trim(), `run ${i}`);
@@ -42,14 +54,7 @@ test("a pause and resume keep the running commands: listed, owned, reattachable,
   await withSandboxes(async (fx) => {
     const id = await forkOne(fx);
     const owner: string[] = [];
-    const h = await fx.svc.use(id, async (agent, commands) =>
-      startCommand(
-        agent,
-        commands,
-        { cmd: TICKER, keep_stdin_open: false },
-        { onStdout: (d) => void owner.push(d.toString()) },
-      ),
-    );
+    const h = await start(fx.svc, id, { shell: TICKER }, { onStdout: (d) => void owner.push(d.toString()) });
     const { pid } = await h.started;
     await until("its first output", () => owner.join("").includes("tick 2"));
     await fx.svc.pause(id);
@@ -92,9 +97,7 @@ test("a pause and resume keep the running commands: listed, owned, reattachable,
 test("a command killed while its sandbox is paused ends with the sandbox", async () => {
   await withSandboxes(async (fx) => {
     const id = await forkOne(fx);
-    const h = await fx.svc.use(id, async (agent, commands) =>
-      startCommand(agent, commands, { cmd: "sleep 300", keep_stdin_open: false }, {}),
-    );
+    const h = await start(fx.svc, id, { shell: "sleep 300" });
     await h.started;
     await fx.svc.pause(id);
     await fx.svc.kill(id);
@@ -105,9 +108,7 @@ test("a command killed while its sandbox is paused ends with the sandbox", async
 test("a daemon restart: the new daemon tracks the commands its guest runs; execs start", async () => {
   await withSandboxes(async (fx) => {
     const id = await forkOne(fx);
-    const h = await fx.svc.use(id, async (agent, commands) =>
-      startCommand(agent, commands, { cmd: ["sh", "-c", TICKER], keep_stdin_open: false }, {}),
-    );
+    const h = await start(fx.svc, id, { argv: ["sh", "-c", TICKER] });
     const { pid } = await h.started;
     const svc = await fx.restart();
     assert.deepEqual((await svc.recover()).adopted, [id]);

@@ -492,7 +492,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Commands started through the API that are still running */
+        /** Commands the sandbox runs (REST exec, the terminal, E2B envd) that are still running */
         get: operations["listCommands"];
         put?: never;
         post?: never;
@@ -509,7 +509,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The last 256 commands started through the API that have ended, with their exit */
+        /** The last 256 commands (any door) that have ended, with their exit */
         get: operations["commandHistory"];
         put?: never;
         post?: never;
@@ -1619,6 +1619,13 @@ export interface components {
             stdin_open: boolean;
             /** @description Runs on a pseudo-terminal (resizable). */
             pty: boolean;
+            /**
+             * @description Which door started it: exec or exec/stream (api), the terminal, E2B's envd process API, or found running in the guest (inherited: a daemon restart, a branch's child).
+             * @enum {string}
+             */
+            source: "api" | "terminal" | "envd" | "inherited";
+            /** @description The tag E2B's envd Start gave it (process selector by tag). */
+            tag?: string;
         };
         CommandList: {
             commands: components["schemas"]["Command"][];
@@ -1633,6 +1640,13 @@ export interface components {
             signal: number | null;
             timed_out: boolean;
             pty: boolean;
+            /**
+             * @description Which door started it: exec or exec/stream (api), the terminal, E2B's envd process API, or found running in the guest (inherited: a daemon restart, a branch's child).
+             * @enum {string}
+             */
+            source: "api" | "terminal" | "envd" | "inherited";
+            /** @description The tag E2B's envd Start gave it (process selector by tag). */
+            tag?: string;
         };
         CommandHistory: {
             /** @description Oldest first; the last 256 (kept in memory). */
@@ -3892,7 +3906,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Commands started through the API that are still running */
+            /** @description Commands the sandbox runs (REST exec, the terminal, E2B envd) that are still running */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3944,7 +3958,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The last 256 commands started through the API that have ended, with their exit */
+            /** @description The last 256 commands (any door) that have ended, with their exit */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -1070,9 +1070,15 @@ export const Command = named(
     started: z.string(),
     stdin_open: z.boolean(),
     pty: z.boolean().describe("Runs on a pseudo-terminal (resizable)."),
+    source: z
+      .enum(["api", "terminal", "envd", "inherited"])
+      .describe(
+        "Which door started it: exec or exec/stream (api), the terminal, E2B's envd process API, or found running in the guest (inherited: a daemon restart, a branch's child).",
+      ),
+    tag: z.string().optional().describe("The tag E2B's envd Start gave it (process selector by tag)."),
   }),
   "Command",
-  "A command started through the API that has not exited yet.",
+  "A command the sandbox runs (started through any of the API's doors) that has not exited yet.",
 );
 
 export const CommandList = named(z.object({ commands: z.array(Command) }), "CommandList");
@@ -1091,9 +1097,15 @@ export const EndedCommand = named(
     signal: z.number().int().nullable(),
     timed_out: z.boolean(),
     pty: z.boolean(),
+    source: z
+      .enum(["api", "terminal", "envd", "inherited"])
+      .describe(
+        "Which door started it: exec or exec/stream (api), the terminal, E2B's envd process API, or found running in the guest (inherited: a daemon restart, a branch's child).",
+      ),
+    tag: z.string().optional().describe("The tag E2B's envd Start gave it (process selector by tag)."),
   }),
   "EndedCommand",
-  "A command started through the API that has ended.",
+  "A command the sandbox ran (started through any of the API's doors) that has ended.",
 );
 
 export const CommandHistory = named(

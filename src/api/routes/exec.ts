@@ -1,14 +1,13 @@
 /**
  * exec (buffered and NDJSON-streaming, on pipes or a PTY), control of running commands (signal,
- * stdin, a PTY's size), and eval in
- * a sandbox's warm interpreter.
+ * stdin, a PTY's size: the sandbox's command registry, src/sandbox/commands/, which every door
+ * shares), and eval in a sandbox's warm interpreter.
  */
 import { Hono } from "hono";
 import type { z } from "zod";
-import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
-import { withStartExplained } from "../../agent/exec-start.js";
-import type { CommandTable } from "../../sandbox/commands.js";
-import { CommandTap } from "../../sandbox/command-tap.js";
+import type { ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
+import { startCommand } from "../../sandbox/commands/start.js";
+import type { StartIn, StartedCommand } from "../../sandbox/commands/start.js";
 import type { Services } from "../services.js";
 import type { ApiEnv } from "../env.js";
 import {
@@ -48,28 +47,37 @@ function toRequest(b: z.infer<typeof Exec>): ExecRequest {
 }
 
 /**
- * Starts the command, tracks it for signal/stdin by pid, feeds the request's stdin. Its failure
- * says why: a bad cwd, or (`explain`: the lease's) the sandbox ending under it.
+ * Starts an exec request's command through the sandbox's registry (`door`: api or terminal) with
+ * `owner` getting its output: its `stdin` written first, then closed unless it is to stay open
+ * (keep_stdin_open, or a terminal whose request's stdin was not all of it).
  */
-export function startCommand(
-  agent: AgentClient,
-  commands: CommandTable,
+export function startExec(
+  lease: StartIn,
   body: z.infer<typeof Exec>,
-  handlers: ExecHandlers,
-  explain: (e: unknown) => Promise<unknown> = async (e) => e,
-): ExecHandle {
+  owner: ExecHandlers,
+  door: "api" | "terminal" = "api",
+): StartedCommand {
   const req = toRequest(body);
-  const tap = new CommandTap();
-  const fed = tap.handlers(handlers);
-  const inner = withStartExplained(agent, req, agent.exec(req, fed), explain);
-  // A terminal's input stays open unless the request's stdin was all of it.
-  const keepOpen = body.keep_stdin_open || (body.pty !== undefined && body.stdin === undefined);
-  // The handle that lasts: through a pause and resume its output keeps going to `fed`.
-  const h = commands.track(body.cmd, keepOpen, inner, body.pty !== undefined, tap, fed);
-  if (body.stdin !== undefined) h.writeStdin(Buffer.from(body.stdin, "utf8"));
-  if (body.stdin !== undefined && !keepOpen) h.closeStdin();
-  return h;
+  const keepStdinOpen = body.keep_stdin_open || (body.pty !== undefined && body.stdin === undefined);
+  return startCommand(lease, req, {
+    spec: {
+      cmd: body.cmd,
+      door,
+      ...(body.env ? { env: body.env } : {}),
+      ...(body.cwd !== undefined ? { cwd: body.cwd } : {}),
+    },
+    keepStdinOpen,
+    ...(body.stdin !== undefined ? { stdin: Buffer.from(body.stdin, "utf8") } : {}),
+    owner,
+  });
 }
+
+/** A use() call's agent and commands as a start's lease (use() explains a failure itself). */
+const within = (agent: StartIn["agent"], commands: StartIn["commands"]): StartIn => ({
+  agent,
+  commands,
+  explain: async (e) => e,
+});
 
 class Capped {
   private chunks: Buffer[] = [];
@@ -99,11 +107,11 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
     const err = new Capped();
     const t0 = performance.now();
     const r = await s.sandboxes.use(c.req.param("id"), (agent, commands) => {
-      const h = startCommand(agent, commands, body, {
+      const { handle } = startExec(within(agent, commands), body, {
         onStdout: (d) => out.push(d),
         onStderr: (d) => err.push(d),
       });
-      return h.result;
+      return handle.result;
     });
     s.metrics.exec((performance.now() - t0) / 1000);
     const reply: ExecResultView = {
@@ -148,17 +156,11 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
           for (const ev of queued) send(ev);
         };
         try {
-          handle = startCommand(
-            lease.agent,
-            lease.commands,
-            body,
-            {
-              // Paced by the client: while it reads slowly the output waits in the guest.
-              onStdout: (d) => output({ type: "stdout", data: d.toString("base64") }),
-              onStderr: (d) => output({ type: "stderr", data: d.toString("base64") }),
-            },
-            lease.explain,
-          );
+          ({ handle } = startExec(lease, body, {
+            // Paced by the client: while it reads slowly the output waits in the guest.
+            onStdout: (d) => output({ type: "stdout", data: d.toString("base64") }),
+            onStderr: (d) => output({ type: "stderr", data: d.toString("base64") }),
+          }));
         } catch (e) {
           lease.release();
           throw e; // before the reply started: an error reply with its status
@@ -215,7 +217,9 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.get("/:id/commands/:pid/stream", (c) => {
     const { id, pid } = parseParams(c, PidParam);
     const table = s.sandboxes.get(id).commands;
-    const started = Date.parse(table.get(pid).started); // a 404 before the reply starts
+    const running = table.get(pid); // a 404 before the reply starts
+    running.tap.admit(); // and a 429 past the readers' bound
+    const started = Date.parse(running.started);
     const stream = replyStream(
       (sink) => {
         if (sink.gone) return;
@@ -257,11 +261,9 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
   app.post("/:id/commands/:pid/signal", async (c) => {
     const { id, pid } = parseParams(c, PidParam);
     const { signal } = await parseBody(c, SendSignal);
-    const cmd = await s.sandboxes.use(id, async (_agent, commands) => {
-      const r = commands.get(pid);
-      r.handle.signal(typeof signal === "number" ? signal : SIGNALS[signal]);
-      return r;
-    });
+    const cmd = await s.sandboxes.use(id, async (_agent, commands) =>
+      commands.signal(pid, typeof signal === "number" ? signal : SIGNALS[signal]),
+    );
     return c.json(commandView(cmd));
   });
 

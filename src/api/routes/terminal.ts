@@ -1,7 +1,8 @@
 /**
  * GET /v1/sandboxes/{id}/terminal: a WebSocket to a PTY command in the guest (default a login
  * bash if the image has one, else sh), started through the same core as exec/stream with `pty`
- * (./exec.ts startCommand: tracked in the sandbox's commands, the sandbox leased while it runs).
+ * (./exec.ts startExec: the sandbox's command registry lists it, door `terminal`, and it can be
+ * signalled, written to and attached to from REST and E2B's envd; the sandbox leased while it runs).
  * Binary frames both ways are the terminal's bytes; a client's text frame is JSON control
  * (`{"type":"resize","rows","cols"}`); the server ends with the text frame
  * `{"type":"exit","exit_code"}` (or `{"type":"error","error"}`) and closes 1000. A client that
@@ -17,7 +18,7 @@ import type { ApiEnv } from "../env.js";
 import { toEnvelope } from "../errors.js";
 import { parseQuery } from "../parse.js";
 import type { Services } from "../services.js";
-import { startCommand } from "./exec.js";
+import { startExec } from "./exec.js";
 
 /** Unsent output past which the guest's output waits. */
 const HIGH_WATER = 1 << 20;
@@ -86,9 +87,8 @@ export function terminalRoutes(s: Services): Hono<ApiEnv> {
       const l = lease;
       let handle: ExecHandle;
       try {
-        handle = startCommand(
-          l.agent,
-          l.commands,
+        ({ handle } = startExec(
+          l,
           body,
           {
             onStdout: (d) => {
@@ -97,8 +97,8 @@ export function terminalRoutes(s: Services): Hono<ApiEnv> {
               return ws.bufferedAmount > HIGH_WATER ? drained(ws) : undefined;
             },
           },
-          l.explain,
-        );
+          "terminal",
+        ));
       } catch (e) {
         l.release();
         return finish({ type: "error", ...toEnvelope(e).body });

@@ -1,6 +1,6 @@
 /** A running or an ended command as the API shows it (schemas Command, EndedCommand). */
 import type { z } from "zod";
-import type { EndedCommand, RunningCommand } from "../../sandbox/commands.js";
+import type { EndedCommand, RunningCommand } from "../../sandbox/commands/table.js";
 import type * as schemas from "../contract/schemas.js";
 
 export type CommandView = z.infer<typeof schemas.Command>;
@@ -11,6 +11,8 @@ export const commandView = (c: Readonly<RunningCommand>): CommandView => ({
   started: c.started,
   stdin_open: c.stdinOpen,
   pty: c.pty,
+  source: c.door,
+  ...(c.tag !== undefined ? { tag: c.tag } : {}),
 });
 
 export type EndedCommandView = z.infer<typeof schemas.EndedCommand>;
@@ -24,4 +26,6 @@ export const endedCommandView = (c: Readonly<EndedCommand>): EndedCommandView =>
   signal: c.signal,
   timed_out: c.timedOut,
   pty: c.pty,
+  source: c.door,
+  ...(c.tag !== undefined ? { tag: c.tag } : {}),
 });

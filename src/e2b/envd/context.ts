@@ -1,7 +1,7 @@
 /**
  * What every envd call is given: the daemon's services, the envd state shared by its calls
- * (processes, watchers, accounts, what callers opened), and per request the sandbox it targets,
- * its owner and the call's credential (Connect context values set by the handler from the
+ * (watchers, accounts, what callers opened; its processes are the sandbox's commands), and per
+ * request the sandbox it targets, its owner and the call's credential (Connect context values set by the handler from the
  * sandbox plane's routing and authorization).
  */
 import { createContextKey } from "@connectrpc/connect";
@@ -13,12 +13,10 @@ import { ForkdError } from "../../util/errors.js";
 import type { Account } from "./accounts.js";
 import { Accounts, requestedUser, resolvePath } from "./accounts.js";
 import { toConnectError } from "./errors.js";
-import { ProcessTable } from "./process-table.js";
 import { Watchers } from "./watchers.js";
 
 export interface EnvdState {
   s: Services;
-  processes: ProcessTable;
   watchers: Watchers;
   accounts: Accounts;
   /** What callers opened, by credential: a polling watcher is removed when its maker's is revoked. */
@@ -30,7 +28,6 @@ export interface EnvdState {
 export function envdState(s: Services): EnvdState {
   return {
     s,
-    processes: new ProcessTable(),
     watchers: new Watchers(),
     accounts: new Accounts(),
     opened: s.e2b?.auth.tokens.opened ?? new OpenStreams(),

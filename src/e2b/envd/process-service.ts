@@ -1,26 +1,28 @@
 /**
- * envd's process service (process.Process) over a sandbox's guest agent: Start runs a command
- * (argv, envs, cwd, user, stdin, PTY) and streams its events; Connect attaches to a running one;
- * List, SendInput, StreamInput, SendSignal, CloseStdin and Update (PTY size) act on one by pid
- * or tag. A stream's client that hangs up frees the stream, never the process: it runs on, as
+ * envd's process service (process.Process) over the sandbox's command registry
+ * (src/sandbox/commands/): Start runs a command (argv, envs, cwd, user, stdin, PTY) and streams
+ * its events; Connect attaches to a running one; List, SendInput, StreamInput, SendSignal,
+ * CloseStdin and Update (PTY size) act on one by pid or tag. Every command the sandbox runs is a
+ * process here (REST's exec and terminal too), and every process started here is one of REST's
+ * commands. A stream's client that hangs up frees the stream, never the process: it runs on, as
  * under E2B's envd, until it exits or the call's deadline (Connect-Timeout-Ms) kills it.
  */
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ExecRequest } from "../../agent/client.js";
-import { withStartExplained } from "../../agent/exec-start.js";
-import { ForkdError } from "../../util/errors.js";
-import { CommandTap } from "../../sandbox/command-tap.js";
+import { startCommand } from "../../sandbox/commands/start.js";
+import { argvOf } from "../../sandbox/commands/table.js";
+import type { CommandTable, RunningCommand } from "../../sandbox/commands/table.js";
 import type { Lease } from "../../sandbox/lease.js";
+import { ForkdError } from "../../util/errors.js";
 import { resolvePath } from "./accounts.js";
 import type { EnvdState } from "./context.js";
 import { keepaliveMs, leaseAs, sandboxOf } from "./context.js";
 import { toConnectError } from "./errors.js";
-import type { EventQueue } from "./event-queue.js";
 import { ProcessEventSchema, Signal } from "./gen/process/process_pb.js";
 import type { ProcessEvent, ProcessSelector, StartRequest, Process } from "./gen/process/process_pb.js";
-import { EnvdProcess, MAX_PROCESSES, endEvent } from "./process-table.js";
-import type { ProcEvent } from "./process-table.js";
+import { processStream } from "./process-events.js";
+import type { ProcEvent, ProcessStream } from "./process-events.js";
 
 type ProcessImpl = ServiceImpl<typeof Process>;
 
@@ -49,7 +51,7 @@ function toWire(e: ProcEvent): ProcessEvent {
 
 const keepalive = (): ProcessEvent => create(ProcessEventSchema, { event: { case: "keepalive", value: {} } });
 
-function selectorOf(sel: ProcessSelector | undefined): { pid?: number; tag?: string } {
+function selectorOf(sel: ProcessSelector | undefined): { pid: number } | { tag: string } {
   if (sel?.selector.case === "pid") return { pid: sel.selector.value };
   if (sel?.selector.case === "tag") return { tag: sel.selector.value };
   throw new ForkdError("invalid_argument", "process selector must name a pid or a tag");
@@ -69,82 +71,40 @@ function checkStart(req: StartRequest): NonNullable<StartRequest["process"]> {
   return p;
 }
 
-/** The events of `q` as a stream's responses: start first, keepalives while idle, until the end. */
+/** A stream's events as its responses: start first, keepalives while idle, until the end. */
 async function* follow(
-  p: EnvdProcess,
-  q: EventQueue<ProcEvent>,
+  pid: number,
+  stream: ProcessStream,
   ctx: HandlerContext,
 ): AsyncGenerator<{ event: ProcessEvent }> {
   try {
-    yield { event: toWire({ type: "start", pid: p.pid }) };
+    yield { event: toWire({ type: "start", pid }) };
     const every = keepaliveMs(ctx);
     for (;;) {
-      const n = await q.next(every, ctx.signal);
+      const n = await stream.queue.next(every, ctx.signal);
       if (n === null) return;
       yield { event: "keepalive" in n ? keepalive() : toWire(n.event) };
     }
   } catch (e) {
     throw toConnectError(e);
   } finally {
-    p.detach(q);
+    stream.detach();
   }
 }
 
-/**
- * A command the sandbox tracks that envd did not start (forkd's API started it, or a restarted
- * daemon found it running in the guest): an envd process from now on, fed by a reader of its
- * output (which never holds it back). Null: the sandbox tracks no such command.
- */
-function fromCommands(st: EnvdState, sandboxId: string, pid: number): EnvdProcess | null {
-  const table = st.s.sandboxes.get(sandboxId).commands;
-  let c;
-  try {
-    c = table.get(pid);
-  } catch {
-    return null;
-  }
-  const argv = typeof c.cmd === "string" ? ["/bin/sh", "-c", c.cmd] : c.cmd;
-  const p = new EnvdProcess(
-    { cmd: argv[0] ?? "", args: argv.slice(1), envs: {} },
-    undefined,
-    c.pty,
-    false,
-    c.handle,
-  );
-  p.stdinOpen = c.stdinOpen;
-  p.pid = pid;
-  st.processes.add(sandboxId, p);
-  const out = c.pty ? "pty" : "stdout";
-  const over = (fn: () => void) => {
-    fn();
-    st.processes.remove(sandboxId, p);
-  };
-  table.attach(pid, {
-    output: (stream, d) => {
-      void p.output(stream === "stdout" ? out : "stderr", d);
-      return true;
-    },
-    drained: () => Promise.resolve(),
-    exit: (r) => over(() => p.finish(endEvent(r))),
-    error: (e) => over(() => p.fail(e)),
-    cut: () =>
-      over(() => p.fail(new ForkdError("resource_exhausted", `process ${pid}'s reader fell behind`))),
-  });
-  return p;
+/** A process as envd's List shows it: a shell line is `/bin/sh -c LINE`; envs and cwd as given. */
+function infoOf(c: RunningCommand) {
+  const [cmd = "", ...args] = argvOf(c.cmd);
+  return { pid: c.pid, tag: c.tag, config: { cmd, args, envs: c.env ?? {}, cwd: c.cwd } };
 }
 
 export function processService(st: EnvdState): ProcessImpl {
+  const commandsOf = (ctx: HandlerContext): CommandTable => st.s.sandboxes.get(sandboxOf(ctx)).commands;
+  /** The running command a selector names, and its sandbox's registry. */
   const find = (ctx: HandlerContext, sel: ProcessSelector | undefined) => {
     try {
-      const id = sandboxOf(ctx);
-      const s = selectorOf(sel);
-      try {
-        return st.processes.find(id, s);
-      } catch (e) {
-        const p = s.pid !== undefined ? fromCommands(st, id, s.pid) : null;
-        if (!p) throw e;
-        return p;
-      }
+      const commands = commandsOf(ctx);
+      return { commands, c: commands.find(selectorOf(sel)) };
     } catch (e) {
       throw toConnectError(e);
     }
@@ -152,15 +112,13 @@ export function processService(st: EnvdState): ProcessImpl {
 
   return {
     async *start(req, ctx) {
-      const id = sandboxOf(ctx);
-      let p: EnvdProcess;
+      let stream: ProcessStream;
       let started: Promise<{ pid: number }>;
+      let pid = -1;
       // Released here on any failure until the command's end is wired to release it.
       let unwired: Lease | null = null;
       try {
         const cfg = checkStart(req);
-        if (st.processes.count(id) >= MAX_PROCESSES)
-          throw new ForkdError("resource_exhausted", `sandbox ${id} runs ${MAX_PROCESSES} envd processes`);
         const { lease, account } = await leaseAs(st, ctx);
         unwired = lease;
         const cwd = resolvePath(cfg.cwd ?? account.home, account);
@@ -175,135 +133,110 @@ export function processService(st: EnvdState): ProcessImpl {
           ...(timeoutMs !== undefined && timeoutMs > 0 ? { timeoutMs } : {}),
           ...(size ? { pty: { rows: size.rows, cols: size.cols } } : {}),
         };
-        p = new EnvdProcess(
-          { cmd: cfg.cmd, args: cfg.args, envs: cfg.envs, ...(cfg.cwd !== undefined ? { cwd } : {}) },
-          req.tag,
-          size !== undefined,
-          er.stdin === true,
-        );
-        const proc = p;
-        const out = proc.pty ? "pty" : "stdout";
-        // Tracked with the sandbox's commands (forkd's API lists it too): the handle lasts
-        // through a pause and resume, its output still going to this process's streams.
-        const tap = new CommandTap();
-        const fed = tap.handlers({
-          onStdout: (d) => proc.output(out, d),
-          onStderr: (d) => proc.output("stderr", d),
+        // No owner: its output goes to the streams attached (this one first: none is missed).
+        const { handle, tap } = startCommand(lease, er, {
+          spec: {
+            door: "envd",
+            env: cfg.envs,
+            ...(cfg.cwd !== undefined ? { cwd } : {}),
+            ...(req.tag !== undefined ? { tag: req.tag } : {}),
+          },
+          keepStdinOpen: er.stdin === true || size !== undefined,
         });
-        const inner = withStartExplained(lease.agent, er, lease.agent.exec(er, fed), lease.explain);
-        const h = lease.commands.track([cfg.cmd, ...cfg.args], proc.stdinOpen, inner, proc.pty, tap, fed);
-        proc.exec = h;
-        started = h.started.then((s) => {
-          proc.pid = s.pid;
-          st.processes.add(id, proc);
-          return s;
-        });
-        h.result
-          .then(
-            (r) => proc.finish(endEvent(r)),
-            (e: unknown) => proc.fail(e),
-          )
-          .finally(() => {
-            st.processes.remove(id, proc);
-            lease.release();
-          })
+        stream = processStream(tap, () => pid, size !== undefined);
+        started = handle.started.then((s) => ((pid = s.pid), s));
+        handle.result
+          .catch(() => undefined)
+          .finally(() => lease.release())
           .catch(() => undefined);
         unwired = null;
       } catch (e) {
         unwired?.release();
         throw toConnectError(e);
       }
-      // Attached before the start: no output is missed. Detached however this generator ends
-      // (follow's own finally, a failed start, or a client gone while the start was awaited).
-      const q = p.attach();
+      // Detached however this generator ends (follow's own finally, a failed start, or a client
+      // gone while the start was awaited).
       try {
         try {
           await started;
         } catch (e) {
           throw toConnectError(e);
         }
-        yield* follow(p, q, ctx);
+        yield* follow(pid, stream, ctx);
       } finally {
-        p.detach(q);
+        stream.detach();
       }
     },
 
     async *connect(req, ctx) {
-      const p = find(ctx, req.process);
-      let q: EventQueue<ProcEvent>;
+      const { c } = find(ctx, req.process);
+      let stream: ProcessStream;
       try {
-        q = p.attach();
+        stream = processStream(c.tap, () => c.pid, c.pty);
       } catch (e) {
         throw toConnectError(e);
       }
-      yield* follow(p, q, ctx);
+      yield* follow(c.pid, stream, ctx);
     },
 
     async list(_req, ctx) {
-      const id = sandboxOf(ctx);
-      // Every command the sandbox runs, as E2B's envd lists what it started.
-      const known = new Set(st.processes.list(id).map((p) => p.pid));
-      for (const c of st.s.sandboxes.get(id).commands.list())
-        if (!known.has(c.pid)) fromCommands(st, id, c.pid);
-      const processes = st.processes.list(id).map((p) => ({
-        pid: p.pid,
-        tag: p.tag,
-        config: { cmd: p.config.cmd, args: p.config.args, envs: p.config.envs, cwd: p.config.cwd },
-      }));
-      return { processes };
+      try {
+        return { processes: commandsOf(ctx).list().map(infoOf) };
+      } catch (e) {
+        throw toConnectError(e);
+      }
     },
 
     async sendInput(req, ctx) {
-      const p = find(ctx, req.process);
+      const { commands, c } = find(ctx, req.process);
       const input = req.input?.input;
       if (!input?.case) return {};
-      if (!p.stdinOpen)
-        throw toConnectError(
-          new ForkdError("conflict", `process ${p.pid} was started without stdin, or it was closed`),
-        );
-      p.exec.writeStdin(input.value);
+      try {
+        commands.input(c, input.value, false);
+      } catch (e) {
+        throw toConnectError(e);
+      }
       return {};
     },
 
     async streamInput(reqs, ctx) {
-      let p: EnvdProcess | null = null;
+      let p: ReturnType<typeof find> | null = null;
       for await (const r of reqs) {
         if (r.event.case === "start") p = find(ctx, r.event.value.process);
         else if (r.event.case === "data") {
           if (!p) throw toConnectError(new ForkdError("invalid_argument", "data before the start event"));
           const input = r.event.value.input?.input;
-          if (input?.case && p.stdinOpen && !p.ended) p.exec.writeStdin(input.value);
+          if (input?.case && p.c.stdinOpen) p.commands.input(p.c, input.value, false);
         }
       }
       return {};
     },
 
     async sendSignal(req, ctx) {
-      const p = find(ctx, req.process);
+      const { commands, c } = find(ctx, req.process);
       if (req.signal !== Signal.SIGKILL && req.signal !== Signal.SIGTERM)
         throw toConnectError(new ForkdError("invalid_argument", "signal must be SIGKILL or SIGTERM"));
-      p.exec.signal(req.signal);
+      commands.signal(c.pid, req.signal);
       return {};
     },
 
     async closeStdin(req, ctx) {
-      const p = find(ctx, req.process);
-      if (p.pty)
+      const { commands, c } = find(ctx, req.process);
+      if (c.pty)
         throw toConnectError(
           new ForkdError("invalid_argument", "a PTY has no stdin to close: send Ctrl-D (0x04) instead"),
         );
-      if (p.stdinOpen) p.exec.closeStdin();
-      p.stdinOpen = false;
+      if (c.stdinOpen) commands.input(c, new Uint8Array(0), true);
       return {};
     },
 
     async update(req, ctx) {
-      const p = find(ctx, req.process);
+      const { commands, c } = find(ctx, req.process);
       const size = req.pty?.size;
       if (!size) return {};
-      if (!p.pty) throw toConnectError(new ForkdError("invalid_argument", `process ${p.pid} has no PTY`));
+      if (!c.pty) throw toConnectError(new ForkdError("invalid_argument", `process ${c.pid} has no PTY`));
       try {
-        p.exec.resize(size.rows, size.cols);
+        commands.resize(c.pid, size.rows, size.cols);
       } catch (e) {
         throw toConnectError(e);
       }

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { test } from "node:test";
-import { CommandTap, MAX_BEHIND } from "../../src/sandbox/command-tap.js";
-import type { CommandReader } from "../../src/sandbox/command-tap.js";
+import { mock, test } from "node:test";
+import { CommandTap, MAX_BEHIND, MAX_READERS, STALL_MS } from "../../src/sandbox/commands/tap.js";
+import type { CommandReader } from "../../src/sandbox/commands/tap.js";
 
 interface Seen {
   out: string[];
@@ -12,8 +12,10 @@ function reader(
   seen: Seen,
   wants: () => boolean,
   drained: Promise<void> = new Promise(() => undefined),
+  paces = false,
 ): CommandReader {
   return {
+    paces,
     output: (s, d) => {
       seen.out.push(`${s}:${d.toString()}`);
       return wants();
@@ -46,6 +48,7 @@ test("attached readers get the output from their attach on and every one gets th
   const late: Seen = { out: [], ends: [] };
   tap.attach(reader(late, () => true));
   assert.equal(tap.size, 0, "a reader attached after the end is not kept");
+  assert.deepEqual(late.ends, ["exit 3"], "it gets the end at once (it would wait forever otherwise)");
 });
 
 test("a reader that stops reading is cut past MAX_BEHIND, the others and the owner go on", () => {
@@ -78,4 +81,62 @@ test("a reader that drains again is not cut", async () => {
   }
   assert.deepEqual(r.ends, []);
   assert.equal(r.out.length, 4);
+});
+
+test("a pacing reader (envd's streams) holds the command's output until it drains; the owner too", async () => {
+  const tap = new CommandTap();
+  let ownerDone!: () => void;
+  const h = tap.handlers({ onStdout: () => new Promise<void>((r) => (ownerDone = r)) });
+  let drain!: () => void;
+  const r: Seen = { out: [], ends: [] };
+  tap.attach(reader(r, () => false, new Promise<void>((res) => (drain = res)), true));
+  const held = h.onStdout?.(Buffer.from("x")) as Promise<unknown>;
+  let settled = false;
+  void held.then(() => (settled = true));
+  ownerDone();
+  await new Promise((res) => setImmediate(res));
+  assert.equal(settled, false, "held while the pacing reader wants no more");
+  drain();
+  await held;
+  assert.deepEqual(r, { out: ["stdout:x"], ends: [] });
+  const free = tap.handlers({}).onStdout?.(Buffer.from("y"));
+  assert.ok(free !== undefined, "a full pacing reader holds each piece");
+});
+
+test("a pacing reader that takes nothing for STALL_MS is cut, and the output flows again", async () => {
+  mock.timers.enable({ apis: ["setTimeout"] });
+  try {
+    const tap = new CommandTap();
+    const h = tap.handlers({});
+    const r: Seen = { out: [], ends: [] };
+    tap.attach(reader(r, () => false, undefined, true));
+    const held = h.onStdout?.(Buffer.from("x")) as Promise<unknown>;
+    await new Promise((res) => setImmediate(res));
+    mock.timers.tick(STALL_MS);
+    await held;
+    assert.deepEqual(r.ends, ["cut"]);
+    assert.equal(tap.size, 0);
+    assert.equal(h.onStdout?.(Buffer.from("y")), undefined, "nobody holds it now");
+  } finally {
+    mock.timers.reset();
+  }
+});
+
+test("at most MAX_READERS readers per command; a detached one frees its place", () => {
+  const tap = new CommandTap();
+  const detach = [...Array(MAX_READERS).keys()].map(() =>
+    tap.attach(reader({ out: [], ends: [] }, () => true)),
+  );
+  assert.throws(
+    () => tap.attach(reader({ out: [], ends: [] }, () => true)),
+    (e: Error & { code?: string }) => e.code === "resource_exhausted",
+  );
+  assert.throws(
+    () => tap.admit(),
+    /64 readers attached/,
+    "a door asks before its reply starts (REST: a 429)",
+  );
+  detach[0]?.();
+  tap.attach(reader({ out: [], ends: [] }, () => true));
+  assert.equal(tap.size, MAX_READERS);
 });
