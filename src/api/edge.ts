@@ -19,17 +19,17 @@ import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
 import { redactNdjson } from "./redact.js";
-import { tooLarge } from "./parse.js";
+import { tooLarge } from "../app/body-limits.js";
 import { revocableReply, revocableUpgrade } from "./revocable.js";
 import { actionOf, matchRoute } from "./route-match.js";
-import type { Listener, Services } from "./services.js";
+import type { ApiServices, Listener } from "./services.js";
 
 const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 /** Replies that go on after the handler returned (their in-flight slot is held until they end). */
 const STREAMED = /^(application\/(x-ndjson|octet-stream|zstd)|text\/event-stream)/;
 const NDJSON = /^application\/x-ndjson/;
 
-export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv> {
+export function edge(s: ApiServices, listener: Listener): MiddlewareHandler<ApiEnv> {
   return async (c, next) => {
     const t0 = performance.now();
     const started = new Date();
@@ -83,7 +83,7 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
  * returned here) before any token is checked, so that reply tells nothing about the token.
  */
 function callerOf(
-  s: Services,
+  s: ApiServices,
   c: ApiContext,
   listener: Listener,
   match: ReturnType<typeof matchRoute>,
@@ -135,7 +135,7 @@ function callerOf(
  * cross-site page cannot add without CORS, which the daemon never grants), or a WebSocket
  * upgrade whose Origin is this listener's own. Else 403.
  */
-function consoleSession(s: Services, c: ApiContext): { id: string; subject: string } | Response | null {
+function consoleSession(s: ApiServices, c: ApiContext): { id: string; subject: string } | Response | null {
   if (!s.console) return null;
   const id = cookieOf(c.req.header("cookie"));
   if (id === undefined) return null;
@@ -173,7 +173,7 @@ function consoleSession(s: Services, c: ApiContext): { id: string; subject: stri
  * returns what frees its limits' slots (null when it has none).
  */
 function gate(
-  s: Services,
+  s: ApiServices,
   c: ApiContext,
   caller: Caller,
   match: ReturnType<typeof matchRoute>,
@@ -200,7 +200,7 @@ function gate(
   return errorResponse(c, rateLimited(a.reason, a.retryAfterS));
 }
 
-function record(s: Services, c: ApiContext, res: Response, caller: Caller, started: Date, t0: number): void {
+function record(s: ApiServices, c: ApiContext, res: Response, caller: Caller, started: Date, t0: number): void {
   const seconds = (performance.now() - t0) / 1000;
   const spec = c.get("route") as ApiContext["var"]["route"] | undefined;
   const status = res.status;

@@ -3,7 +3,7 @@ import type { Context } from "hono";
 import type { HttpBindings } from "@hono/node-server";
 import type { Caller } from "../access/caller.js";
 import type { RouteSpec } from "./contract/routes.js";
-import type { HostDirs } from "./redact.js";
+import type { HostDirs } from "../app/redact.js";
 import type { WsUpgrade } from "./ws-upgrade.js";
 
 export interface ApiVariables {

@@ -21,7 +21,7 @@ import type { IncomingMessage } from "node:http";
 import { isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import type { Authenticator } from "../access/tokens.js";
-import type { Services } from "../api/services.js";
+import type { E2bServices } from "./context.js";
 import type { ReadonlySandbox } from "../sandbox/sandbox.js";
 import { ForkdError } from "../util/errors.js";
 import { SANDBOX_ID_RE } from "../util/ids.js";
@@ -76,7 +76,7 @@ function credentialOpens(auth: Authenticator, credential: string, sb: ReadonlySa
   return holder !== null && (isAdmin(holder) || holder.tenant === (sb.record.owner ?? null));
 }
 
-export const e2bOf = (s: Services): E2bContext => {
+export const e2bOf = (s: E2bServices): E2bContext => {
   if (!s.e2b) throw new ForkdError("unavailable", "E2B's API is not served by this daemon");
   return s.e2b;
 };
@@ -86,7 +86,7 @@ export const e2bOf = (s: Services): E2bContext => {
  * wrong or missing credential answers as a sandbox that does not exist), rate_limited for an
  * address past its failed authentications.
  */
-export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTarget): SandboxAccess {
+export function authorizeSandbox(s: E2bServices, req: IncomingMessage, t: SandboxTarget): SandboxAccess {
   const e = e2bOf(s);
   const remote = req.socket.remoteAddress ?? "unknown";
   const wait = s.limits.authFailures.blockedFor(remote);

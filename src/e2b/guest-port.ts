@@ -11,7 +11,7 @@ import type { ClientRequest, IncomingHttpHeaders, IncomingMessage } from "node:h
 import { connect } from "node:net";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import type { Services } from "../api/services.js";
+import type { E2bServices } from "./context.js";
 import { COOKIE } from "../console/sessions.js";
 import { errorMessage } from "../util/errors.js";
 import { callerOfKey } from "./auth.js";
@@ -49,7 +49,7 @@ const DROP_REPLY = new Set(HOP_BY_HOP);
  * daemon (an API key or a sandbox's access token: it authenticated the request, or could
  * have). Any other Authorization (Basic, a token of the guest's own app) is the guest's.
  */
-export function guestHeader(s: Services, sandboxId: string, name: string, value: string): string | null {
+export function guestHeader(s: E2bServices, sandboxId: string, name: string, value: string): string | null {
   if (DROP.has(name) || name.startsWith("e2b-")) return null;
   if (name === "authorization") return isOurBearer(s, sandboxId, value) ? null : value;
   if (name === "cookie") return withoutConsoleCookies(value);
@@ -57,7 +57,7 @@ export function guestHeader(s: Services, sandboxId: string, name: string, value:
 }
 
 /** Whether `value` is `Bearer <a credential of this daemon>` (not judgeable without E2B's: yes). */
-function isOurBearer(s: Services, sandboxId: string, value: string): boolean {
+function isOurBearer(s: E2bServices, sandboxId: string, value: string): boolean {
   const m = /^\s*Bearer\s+(\S+)\s*$/i.exec(value);
   if (!m) return false;
   const e = s.e2b;
@@ -83,7 +83,7 @@ function withoutConsoleCookies(value: string): string | null {
   return kept.length === 0 ? null : kept.join("; ");
 }
 
-function forwarded(s: Services, sandboxId: string, h: IncomingHttpHeaders): IncomingHttpHeaders {
+function forwarded(s: E2bServices, sandboxId: string, h: IncomingHttpHeaders): IncomingHttpHeaders {
   const out: IncomingHttpHeaders = {};
   for (const [k, v] of Object.entries(h)) {
     if (v === undefined) continue;
@@ -124,7 +124,7 @@ function portClosed(
 }
 
 /** The host address of guest port `port` ("host:port"), exposing it first if it is not. */
-async function hostAddress(s: Services, id: string, port: number): Promise<string> {
+async function hostAddress(s: E2bServices, id: string, port: number): Promise<string> {
   const key = String(port);
   const now = s.sandboxes.get(id).record.network?.ports[key];
   if (now) return now;
@@ -137,7 +137,7 @@ async function hostAddress(s: Services, id: string, port: number): Promise<strin
 /** Upstream statuses a reply can carry (node's client takes 000-099 too; writeHead throws on them). */
 const validStatus = (n: number | undefined): n is number => n !== undefined && n >= 100 && n <= 999;
 
-export function guestPortHandler(s: Services): SandboxPortHandler {
+export function guestPortHandler(s: E2bServices): SandboxPortHandler {
   return (req, res, t) => {
     // Nothing here may throw: it runs in the listener's events (an uncaught throw ends the daemon).
     let up: ClientRequest | null = null;
@@ -166,7 +166,7 @@ export function guestPortHandler(s: Services): SandboxPortHandler {
 
 /** The upstream request of `req` to `addr`, its reply piped into `res`. */
 function relay(
-  s: Services,
+  s: E2bServices,
   req: IncomingMessage,
   res: Parameters<SandboxPortHandler>[1],
   t: { sandboxId: string; port: number },
@@ -218,7 +218,7 @@ function relay(
 }
 
 /** Headers of an upgrade kept as sent (names, order, repeats), less what guestHeader() keeps back. */
-function rawHead(s: Services, sandboxId: string, req: IncomingMessage): string {
+function rawHead(s: E2bServices, sandboxId: string, req: IncomingMessage): string {
   let head = `${req.method ?? "GET"} ${req.url ?? "/"} HTTP/1.1\r\n`;
   const h = req.rawHeaders;
   for (let i = 0; i + 1 < h.length; i += 2) {
@@ -252,7 +252,7 @@ export interface UpgradeOptions {
  * every error path closes the socket.
  */
 export function guestPortUpgrade(
-  s: Services,
+  s: E2bServices,
   req: IncomingMessage,
   socket: Duplex,
   head: Buffer,

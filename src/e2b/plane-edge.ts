@@ -16,7 +16,7 @@ import { ANONYMOUS } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import { rateLimited } from "../access/rate-refusal.js";
 import { auditLine } from "../audit/audit-line.js";
-import type { Services } from "../api/services.js";
+import type { E2bServices } from "./context.js";
 import type { SandboxAccess } from "./auth.js";
 import { e2bOf } from "./auth.js";
 import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
@@ -63,7 +63,7 @@ export class PlaneCall {
   private readonly action: string | null;
 
   constructor(
-    private readonly s: Services,
+    private readonly s: E2bServices,
     private readonly req: IncomingMessage,
     private readonly t: SandboxTarget,
     upgrade = false,

@@ -14,7 +14,7 @@ import { lstat, mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { OpenStreams } from "../../src/access/open-streams.js";
-import type { Services } from "../../src/api/services.js";
+import type { E2bServices as Services } from "../../src/e2b/context.js";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
 import { CommandTap } from "../../src/sandbox/command-tap.js";
 import { CommandTable } from "../../src/sandbox/commands.js";

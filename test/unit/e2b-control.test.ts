@@ -13,7 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AuthFailureLimiter } from "../../src/access/auth-failures.js";
 import { Authenticator, E2B_KEY_RE, TokenStore, credentialOf } from "../../src/access/tokens.js";
-import type { Services } from "../../src/api/services.js";
+import type { E2bServices as Services } from "../../src/e2b/context.js";
 import { readAccessConfig } from "../../src/daemon/config.js";
 import { AccessTokens } from "../../src/e2b/access-token.js";
 import { authorizeSandbox } from "../../src/e2b/auth.js";

@@ -9,7 +9,7 @@ import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../a
 import { withStartExplained } from "../../agent/exec-start.js";
 import type { CommandTable } from "../../sandbox/commands.js";
 import { CommandTap } from "../../sandbox/command-tap.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import type { ApiEnv } from "../env.js";
 import {
   Eval,

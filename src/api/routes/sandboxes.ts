@@ -1,7 +1,7 @@
 /** Routes of sandboxes: fork, list, inspect, kill, branch, pause, resume, timeout, exposed ports and egress. */
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import {
   Branch,
   CreateSandboxes,
@@ -20,7 +20,7 @@ import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import { parseBody, parseQuery } from "../parse.js";
 import { sampleUsage } from "../../metrics/sandbox-usage.js";
 import { listPage } from "../views/sandbox-page.js";
-import { forkable, newBranchKey, tagNames } from "../scope.js";
+import { forkable, newBranchKey, tagNames } from "../../app/scope.js";
 import { isAdmin } from "../../access/caller.js";
 import { sandboxView } from "../views/sandbox.js";
 import { parseNetwork } from "../../net/policy.js";

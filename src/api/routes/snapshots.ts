@@ -1,7 +1,7 @@
 /** Routes of snapshots: create (optionally streamed), list, inspect, compact, delete, pack, unpack, push and pull. */
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
 import { Readable } from "node:stream";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
@@ -23,7 +23,7 @@ import {
   visibleMetas,
   visiblePending,
   visibleSnapshot,
-} from "../scope.js";
+} from "../../app/scope.js";
 import { hangupSignal, progressStream } from "../stream.js";
 import { replyStream } from "../reply-stream.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";

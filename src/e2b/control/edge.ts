@@ -10,7 +10,7 @@ import { ANONYMOUS } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
 import { rateLimited } from "../../access/rate-refusal.js";
 import { auditLine } from "../../audit/audit-line.js";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { ForkdError } from "../../util/errors.js";
 import { callerOfKey, e2bOf } from "../auth.js";
 import { e2bError } from "../errors.js";
@@ -21,7 +21,7 @@ const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 const HEAVY = /^\/(v2\/)?sandboxes(\/[^/]+\/(fork|pause|resume|connect|snapshots))?$/;
 const PUBLIC = new Set(["/health"]);
 
-export function e2bEdge(s: Services): MiddlewareHandler<E2bEnv> {
+export function e2bEdge(s: E2bServices): MiddlewareHandler<E2bEnv> {
   return async (c, next) => {
     const t0 = performance.now();
     const started = new Date();
@@ -59,7 +59,7 @@ function keyOf(c: E2bApiContext): string | null {
 }
 
 /** The request's caller and its limits' release, or the refusal to send. */
-function admit(s: Services, c: E2bApiContext): Response | (() => void) | null {
+function admit(s: E2bServices, c: E2bApiContext): Response | (() => void) | null {
   const path = c.req.path;
   const key = keyOf(c);
   if (PUBLIC.has(path) && key === null) return null;
@@ -91,7 +91,7 @@ function admit(s: Services, c: E2bApiContext): Response | (() => void) | null {
   });
 }
 
-function record(s: Services, c: E2bApiContext, res: Response, started: Date, t0: number): void {
+function record(s: E2bServices, c: E2bApiContext, res: Response, started: Date, t0: number): void {
   const seconds = (performance.now() - t0) / 1000;
   const status = res.status;
   const caller = c.get("caller");

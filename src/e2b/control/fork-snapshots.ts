@@ -5,7 +5,7 @@
  * kills and forks, never from a timer of its own; a snapshot something else still needs (a
  * branch of a child stacked on it) is refused by the delete and left.
  */
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { errorMessage } from "../../util/errors.js";
 import { splitKey } from "../../snapshot/namespace.js";
 
@@ -14,7 +14,7 @@ export const FORK_TAG_PREFIX = "e2b-fork-";
 
 const GRACE_MS = 10 * 60_000;
 
-export async function reapForkSnapshots(s: Services, now = Date.now()): Promise<string[]> {
+export async function reapForkSnapshots(s: E2bServices, now = Date.now()): Promise<string[]> {
   const gone: string[] = [];
   for (const m of await s.store.list()) {
     if (!splitKey(m.tag).name.startsWith(FORK_TAG_PREFIX) || now - Date.parse(m.created) < GRACE_MS) continue;

@@ -6,8 +6,8 @@
  */
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
-import type { Services } from "../../api/services.js";
-import { tagNames } from "../../api/scope.js";
+import type { E2bServices } from "../context.js";
+import { tagNames } from "../../app/scope.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import { ForkdError } from "../../util/errors.js";
 import { listedView } from "./views.js";
@@ -50,7 +50,7 @@ function parseCursor(t: string): { created: string; id: string } {
 }
 
 export async function listSandboxes(
-  s: Services,
+  s: E2bServices,
   caller: Caller,
   o: ListOptions,
 ): Promise<{ items: E2bListedSandbox[]; nextToken: string | null; running: number }> {

@@ -9,8 +9,8 @@ import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
-import type { Services } from "../../api/services.js";
-import { forkable, tagNames } from "../../api/scope.js";
+import type { E2bServices } from "../context.js";
+import { forkable, tagNames } from "../../app/scope.js";
 import { keyIn } from "../../snapshot/namespace.js";
 import type { NetworkSpec } from "../../net/policy.js";
 import type { ForkOptions } from "../../sandbox/fork.js";
@@ -46,14 +46,14 @@ export const noSandbox = (id: string): ForkdError =>
   new ForkdError("not_found", `sandbox ${id} not found`, { id });
 
 /** The caller's own sandbox `id` (running or paused), else not found. */
-export function visibleSandbox(s: Services, caller: Caller, id: string): ReadonlySandbox {
+export function visibleSandbox(s: E2bServices, caller: Caller, id: string): ReadonlySandbox {
   const sb = s.sandboxes.list().find((x) => x.record.id === id);
   if (!sb || sb.state === "exited") throw noSandbox(id);
   if (!isAdmin(caller) && (sb.record.owner ?? null) !== caller.tenant) throw noSandbox(id);
   return sb;
 }
 
-const owned = (s: Services, tenant: string | null): number =>
+const owned = (s: E2bServices, tenant: string | null): number =>
   s.sandboxes.list().filter((sb) => (sb.record.owner ?? null) === tenant && sb.state !== "exited").length;
 
 /** The network spec a running sandbox has, for its forks. */
@@ -62,7 +62,7 @@ function specOf(sb: ReadonlySandbox): NetworkSpec | undefined {
   return n ? { mode: n.mode, egress: n.egress, expose: [] } : undefined;
 }
 
-export function sandboxRoutes(s: Services): Hono<E2bEnv> {
+export function sandboxRoutes(s: E2bServices): Hono<E2bEnv> {
   const app = new Hono<E2bEnv>();
   const json = s.limits.body.json;
   const caller = (c: E2bApiContext) => c.get("caller");
@@ -313,7 +313,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
 }
 
 /** Deletes the fork snapshots no sandbox needs any more, apart from the request. */
-function reap(s: Services): void {
+function reap(s: E2bServices): void {
   reapForkSnapshots(s).catch((e: unknown) =>
     s.log.warn("e2b: reaping fork snapshots failed", { error: errorMessage(e) }),
   );
@@ -323,7 +323,7 @@ function reap(s: Services): void {
  * Moves the deadline to `ms` from now unless it is later already. A sandbox with none keeps none
  * (one made through forkd's own API), unless E2B's API made it (its deadline went with a pause).
  */
-async function extend(s: Services, sb: ReadonlySandbox, ms: number): Promise<void> {
+async function extend(s: E2bServices, sb: ReadonlySandbox, ms: number): Promise<void> {
   const none = sb.record.deadline === null || sb.record.deadline === undefined;
   if (none && !sb.record.e2b) return;
   if (!none && endAtOf(sb) >= Date.now() + ms) return;

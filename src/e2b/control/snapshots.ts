@@ -9,9 +9,9 @@ import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
-import { newBranchKey, ownedSnapshot, tagNames, visibleMetas } from "../../api/scope.js";
+import { newBranchKey, ownedSnapshot, tagNames, visibleMetas } from "../../app/scope.js";
 import { splitKey } from "../../snapshot/namespace.js";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { ADMIN_ONLY_OWNER } from "../../sandbox/branch.js";
 import { ForkdError } from "../../util/errors.js";
 import { TAG_RE, isValidKey } from "../../util/ids.js";
@@ -29,7 +29,7 @@ const ownedBy = (owner: string | null | undefined, caller: Caller): boolean =>
 const noSnapshot = (id: string): ForkdError =>
   new ForkdError("not_found", `snapshot ${id} not found`, { id });
 
-export function snapshotRoutes(s: Services): Hono<E2bEnv> {
+export function snapshotRoutes(s: E2bServices): Hono<E2bEnv> {
   const app = new Hono<E2bEnv>();
 
   app.post("/sandboxes/:sandboxID/snapshots", async (c) => {

@@ -7,7 +7,7 @@
 import { createContextKey } from "@connectrpc/connect";
 import type { HandlerContext } from "@connectrpc/connect";
 import { OpenStreams } from "../../access/open-streams.js";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { ForkdError } from "../../util/errors.js";
 import type { Account } from "./accounts.js";
@@ -17,7 +17,7 @@ import { ProcessTable } from "./process-table.js";
 import { Watchers } from "./watchers.js";
 
 export interface EnvdState {
-  s: Services;
+  s: E2bServices;
   processes: ProcessTable;
   watchers: Watchers;
   accounts: Accounts;
@@ -27,7 +27,7 @@ export interface EnvdState {
   bodyIdleMs?: number;
 }
 
-export function envdState(s: Services): EnvdState {
+export function envdState(s: E2bServices): EnvdState {
   return {
     s,
     processes: new ProcessTable(),
