@@ -11,6 +11,7 @@ import { edge } from "./edge.js";
 import type { ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
 import { sandboxGuard } from "./sandbox-guard.js";
+import { mayHold } from "../app/scope.js";
 import type { ApiServices, Listener } from "./services.js";
 import { accessRoutes } from "./routes/access.js";
 import { snapshotRoutes } from "./routes/snapshots.js";
@@ -61,9 +62,7 @@ export function createApp(s: ApiServices, listener: Listener = LOCAL_LISTENER): 
   // Public: counts only what the caller (if it sent a valid token) may see.
   app.get("/v1/health", (c) => {
     const caller = c.get("caller");
-    const sandboxes = s.sandboxes
-      .list()
-      .filter((sb) => isAdmin(caller) || (sb.record.owner ?? null) === caller.tenant);
+    const sandboxes = s.sandboxes.list().filter((sb) => mayHold(caller, sb.record.owner));
     return c.json({
       ok: true,
       accel: s.info.accel.accel,

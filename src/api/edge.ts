@@ -200,7 +200,14 @@ function gate(
   return errorResponse(c, rateLimited(a.reason, a.retryAfterS));
 }
 
-function record(s: ApiServices, c: ApiContext, res: Response, caller: Caller, started: Date, t0: number): void {
+function record(
+  s: ApiServices,
+  c: ApiContext,
+  res: Response,
+  caller: Caller,
+  started: Date,
+  t0: number,
+): void {
   const seconds = (performance.now() - t0) / 1000;
   const spec = c.get("route") as ApiContext["var"]["route"] | undefined;
   const status = res.status;

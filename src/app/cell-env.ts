@@ -14,4 +14,3 @@ export const CellEnv = z
       .regex(/^[^\0]*$/, "an env var value has no NUL"),
   )
   .refine((o) => Object.keys(o).length <= 1000, "at most 1000 env vars");
-

@@ -18,9 +18,9 @@
  * against the caller's address like failed tokens on forkd's TCP listener.
  */
 import type { IncomingMessage } from "node:http";
-import { isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import type { Authenticator } from "../access/tokens.js";
+import { mayHold } from "../app/scope.js";
 import type { E2bServices } from "./context.js";
 import type { ReadonlySandbox } from "../sandbox/sandbox.js";
 import { ForkdError } from "../util/errors.js";
@@ -73,7 +73,7 @@ export function ownerCaller(sb: ReadonlySandbox, credential?: string): Caller {
 /** Whether the caller of `credential` is still valid and may see sandbox `sb`. */
 function credentialOpens(auth: Authenticator, credential: string, sb: ReadonlySandbox): boolean {
   const holder = auth.sessionCaller(credential);
-  return holder !== null && (isAdmin(holder) || holder.tenant === (sb.record.owner ?? null));
+  return holder !== null && mayHold(holder, sb.record.owner);
 }
 
 export const e2bOf = (s: E2bServices): E2bContext => {
@@ -131,7 +131,7 @@ export function authorizeSandbox(s: E2bServices, req: IncomingMessage, t: Sandbo
     const caller = callerOfKey(e.auth, key);
     if (!caller) throw refuse(true);
     // A valid key names its caller: another tenant's sandbox is simply not there for it.
-    if (!sb || (!isAdmin(caller) && caller.tenant !== (sb.record.owner ?? null))) throw refuse(false);
+    if (!sb || !mayHold(caller, sb.record.owner)) throw refuse(false);
     // A secure sandbox answers only to its X-Access-Token (envdAccessToken).
     if (sb.record.e2b?.secure) throw refuse(true);
     return { sandbox: sb, caller };

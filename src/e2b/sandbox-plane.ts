@@ -27,7 +27,10 @@ export const ENVD_PORT = 49983;
 /** The code interpreter's port. */
 export const INTERPRETER_PORT = 49999;
 
-export function createSandboxPlane(s: E2bServices, o: { interpreter: SandboxPortHandler }): SandboxPortHandler {
+export function createSandboxPlane(
+  s: E2bServices,
+  o: { interpreter: SandboxPortHandler },
+): SandboxPortHandler {
   const envd = envdHandler(s).handle;
   const guest = guestPortHandler(s);
   return (req, res, t, sb) => {

@@ -17,7 +17,7 @@ import type { E2bServices as Services } from "../../src/e2b/context.js";
 import { readAccessConfig } from "../../src/daemon/config.js";
 import { AccessTokens } from "../../src/e2b/access-token.js";
 import { authorizeSandbox } from "../../src/e2b/auth.js";
-import { reapForkSnapshots } from "../../src/e2b/control/fork-snapshots.js";
+import { reapForkSnapshots } from "../../src/app/fork-snapshots.js";
 import { parseMetadataQuery } from "../../src/e2b/control/list.js";
 import { parseMetrics } from "../../src/e2b/control/metrics.js";
 import { networkOf } from "../../src/e2b/control/network.js";

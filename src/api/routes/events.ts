@@ -12,7 +12,7 @@
  * hangs up frees its subscription and timers at once.
  */
 import { Hono } from "hono";
-import { isAdmin } from "../../access/caller.js";
+
 import type { Caller } from "../../access/caller.js";
 import type { CoreEvent } from "../../events/bus.js";
 import { sseComment, sseEvent } from "../../events/sse.js";
