@@ -7,13 +7,13 @@
  * every mutating call (and WebSocket), refused ones included. A streamed reply or a WebSocket is
  * registered with the credential that opened it, and ended when that is revoked (./revocable.ts).
  */
-import { randomUUID } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import type { EndOpened } from "../access/open-streams.js";
-import { rateLimited } from "../access/rate-refusal.js";
-import { auditLine } from "../audit/audit-line.js";
+import { admit, authFailed, authRefusal, isMutating, retryAfter } from "../app/admission.js";
+import { recordCall, startCall } from "../app/call-record.js";
+import type { CallStart } from "../app/call-record.js";
 import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../console/sessions.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
@@ -24,22 +24,20 @@ import { revocableReply, revocableUpgrade } from "./revocable.js";
 import { actionOf, matchRoute } from "./route-match.js";
 import type { ApiServices, Listener } from "./services.js";
 
-const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 /** Replies that go on after the handler returned (their in-flight slot is held until they end). */
 const STREAMED = /^(application\/(x-ndjson|octet-stream|zstd)|text\/event-stream)/;
 const NDJSON = /^application\/x-ndjson/;
 
 export function edge(s: ApiServices, listener: Listener): MiddlewareHandler<ApiEnv> {
   return async (c, next) => {
-    const t0 = performance.now();
-    const started = new Date();
-    c.set("requestId", randomUUID());
+    const call = startCall();
+    c.set("requestId", call.requestId);
     c.set("target", {});
     c.set("hostDirs", s.info.hostDirs);
     const match = matchRoute(c.req.method, c.req.path);
     const caller = callerOf(s, c, listener, match);
     if (caller instanceof Response) {
-      record(s, c, caller, ANONYMOUS, started, t0);
+      record(s, c, caller, ANONYMOUS, call);
       return caller;
     }
     c.set("caller", caller);
@@ -71,7 +69,7 @@ export function edge(s: ApiServices, listener: Listener): MiddlewareHandler<ApiE
       return undefined;
     } finally {
       release?.();
-      record(s, c, early ?? c.res, caller, started, t0);
+      record(s, c, early ?? c.res, caller, call);
     }
   };
 }
@@ -100,28 +98,18 @@ function callerOf(
   }
   const attempt = header !== undefined || (match !== null && !match.spec.public);
   const remote = c.env?.incoming?.socket?.remoteAddress ?? "unknown";
-  const wait = attempt ? s.limits.authFailures.blockedFor(remote) : 0;
-  if (wait > 0) {
+  const blocked = attempt ? authRefusal(s, remote) : null;
+  if (blocked) {
     c.set("caller", ANONYMOUS);
     if (match) {
       c.set("route", match.spec);
       c.set("target", { ...match.params });
     }
-    c.header("retry-after", String(wait));
-    return errorResponse(
-      c,
-      new ForkdError(
-        "rate_limited",
-        `too many failed authentications from this address; retry after ${wait} s`,
-        {
-          reason: "auth_failures",
-          retry_after_s: wait,
-        },
-      ),
-    );
+    c.header("retry-after", retryAfter(blocked));
+    return errorResponse(c, blocked);
   }
   const caller = listener.auth.authenticate(header) ?? ANONYMOUS;
-  if (caller === ANONYMOUS && attempt) s.limits.authFailures.fail(remote);
+  if (caller === ANONYMOUS && attempt) authFailed(s, remote);
   return caller;
 }
 
@@ -193,41 +181,31 @@ function gate(
   c.set("bodyLimit", limit);
   const declared = Number(c.req.header("content-length") ?? "0");
   if (declared > limit) return errorResponse(c, tooLarge(limit));
-  if (!caller.limited || caller === ANONYMOUS) return null;
-  const a = s.limits.rate.admit(caller.tokenId ?? caller.name, spec.heavy === true);
-  if (a.ok) return a.release;
-  c.header("retry-after", String(a.retryAfterS));
-  return errorResponse(c, rateLimited(a.reason, a.retryAfterS));
+  try {
+    return admit(s, caller, spec.heavy === true);
+  } catch (e) {
+    if (e instanceof ForkdError) c.header("retry-after", retryAfter(e));
+    return errorResponse(c, e);
+  }
 }
 
-function record(
-  s: ApiServices,
-  c: ApiContext,
-  res: Response,
-  caller: Caller,
-  started: Date,
-  t0: number,
-): void {
-  const seconds = (performance.now() - t0) / 1000;
+function record(s: ApiServices, c: ApiContext, res: Response, caller: Caller, call: CallStart): void {
   const spec = c.get("route") as ApiContext["var"]["route"] | undefined;
   const status = res.status;
   const code = status >= 400 ? ((c.get("errorCode") as string | undefined) ?? "internal") : null;
-  const action = spec ? actionOf(spec) : `${c.req.method} (no route)`;
-  s.metrics.http(spec ? spec.path : "(no route)", c.req.method, status, seconds);
-  if (code !== null && spec) s.metrics.failure(spec.operationId, code);
   // A WebSocket (a terminal) is audited like a call that changes something.
-  if (!MUTATING.has(c.req.method) && c.env?.wsUpgrade === undefined) return;
-  s.audit.append(
-    auditLine({
-      started,
-      requestId: c.get("requestId"),
-      caller,
-      remote: c.env?.incoming?.socket?.remoteAddress,
-      action,
-      target: c.get("target"),
-      status,
-      result: code ?? "ok",
-      durationMs: seconds * 1000,
-    }),
-  );
+  const audited = isMutating(c.req.method) || c.env?.wsUpgrade !== undefined;
+  recordCall(s, call, {
+    caller,
+    remote: c.env?.incoming?.socket?.remoteAddress,
+    method: c.req.method,
+    status,
+    result: code ?? "ok",
+    target: c.get("target"),
+    action: audited ? (spec ? actionOf(spec) : `${c.req.method} (no route)`) : null,
+    series: {
+      route: spec ? spec.path : "(no route)",
+      ...(code !== null && spec ? { failure: { op: spec.operationId, reason: code } } : {}),
+    },
+  });
 }

@@ -10,19 +10,17 @@
  * access token was issued to: src/access/open-streams.ts), and cut when that is revoked: an envd
  * stream, a code interpreter cell, a relay to a guest's port (HTTP or WebSocket).
  */
-import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { ANONYMOUS } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
-import { rateLimited } from "../access/rate-refusal.js";
-import { auditLine } from "../audit/audit-line.js";
+import { admit, isMutating } from "../app/admission.js";
+import { recordCall, startCall } from "../app/call-record.js";
 import type { E2bServices } from "./context.js";
 import type { SandboxAccess } from "./auth.js";
 import { e2bOf } from "./auth.js";
 import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
 import type { SandboxTarget } from "./sandbox-plane.js";
 
-const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 /** envd's Connect calls that change the sandbox (the rest read it or stream from it). */
 const ENVD_MUTATING = new Set([
   "/process.Process/Start",
@@ -48,7 +46,7 @@ export function planeAction(req: IncomingMessage, t: SandboxTarget, upgrade = fa
     const audited = method === "POST" && (ENVD_MUTATING.has(path) || path === "/files");
     return audited ? `e2b:envd ${method} ${path}` : null;
   }
-  if (t.port === INTERPRETER_PORT) return MUTATING.has(method) ? `e2b:interpreter ${method} ${path}` : null;
+  if (t.port === INTERPRETER_PORT) return isMutating(method) ? `e2b:interpreter ${method} ${path}` : null;
   return `e2b:port ${upgrade ? "UPGRADE" : method} ${path}`;
 }
 
@@ -58,8 +56,7 @@ export class PlaneCall {
   private release: (() => void) | null = null;
   private unregister: (() => void) | null = null;
   private ended = false;
-  private readonly started = new Date();
-  private readonly t0 = performance.now();
+  private readonly call = startCall();
   private readonly action: string | null;
 
   constructor(
@@ -82,10 +79,8 @@ export class PlaneCall {
         this.end(0, "token_revoked");
         this.cut();
       });
-    if (!a.caller.limited || this.release) return;
-    const r = this.s.limits.rate.admit(a.caller.tokenId ?? a.caller.name, heavy);
-    if (!r.ok) throw rateLimited(r.reason, r.retryAfterS);
-    this.release = r.release;
+    if (this.release) return;
+    this.release = admit(this.s, a.caller, heavy);
   }
 
   /** Frees the slots and writes the audit line (once: later calls do nothing). */
@@ -96,19 +91,14 @@ export class PlaneCall {
     this.release = null;
     this.unregister?.();
     this.unregister = null;
-    if (this.action === null) return;
-    this.s.audit.append(
-      auditLine({
-        started: this.started,
-        requestId: randomUUID(),
-        caller: this.caller,
-        remote: this.req.socket.remoteAddress,
-        action: this.action,
-        target: { id: this.t.sandboxId, port: String(this.t.port) },
-        status,
-        result,
-        durationMs: performance.now() - this.t0,
-      }),
-    );
+    recordCall(this.s, this.call, {
+      caller: this.caller,
+      remote: this.req.socket.remoteAddress,
+      method: this.req.method ?? "GET",
+      status,
+      result,
+      target: { id: this.t.sandboxId, port: String(this.t.port) },
+      action: this.action,
+    });
   }
 }
