@@ -2,8 +2,8 @@
  * The edge every request passes before any route: it names the request (id, contract route),
  * finds its caller (the unix socket's local admin, or on TCP a bearer token or the web console's
  * session (its cookie and the page's key), with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
- * applies the caller's limits (429) and the body's bound (413),
- * and afterwards records the call: latency and failures in the metrics, and an audit line for
+ * applies the caller's limits (429: src/app/admission.ts) and the body's bound (413),
+ * and afterwards records the call (src/app/call-record.ts): latency and failures in the metrics, and an audit line for
  * every mutating call (and WebSocket), refused ones included. A streamed reply or a WebSocket is
  * registered with the credential that opened it, and ended when that is revoked (./revocable.ts).
  */

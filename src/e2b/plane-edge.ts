@@ -1,9 +1,9 @@
 /**
- * The edge of E2B's sandbox plane, as forkd's own (src/api/edge.ts) for its API: a request,
- * once authorized (auth.ts), takes its caller's rate and in-flight slots (the caller: the key's,
+ * The edge of E2B's sandbox plane: a request, once authorized (auth.ts), takes its caller's rate
+ * and in-flight slots (src/app/admission.ts) (the caller: the key's,
  * or for an access token or an unsecured sandbox the sandbox's owner), held until its reply ends
  * or the client goes (a stream holds its slot as long as it runs; a resume is a heavy slot), and
- * when it is over one audit line is written for what changes a sandbox: envd's mutating calls
+ * when it is over one audit line is written (src/app/call-record.ts) for what changes a sandbox: envd's mutating calls
  * (process Start and SendSignal, file uploads, Remove, Move, MakeDir), the code interpreter's
  * mutating methods, and every request and upgrade to a guest's own port (refused ones included).
  * While it runs it is registered with the credential that opened it (its API key, or the key its

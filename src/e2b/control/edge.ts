@@ -1,8 +1,9 @@
 /**
- * The edge of E2B's control plane, as forkd's own (src/api/edge.ts) for its API: the caller from
- * its API key (X-API-Key or a bearer token; failed ones limited per remote address, 401 without a
- * valid one), the caller's rate and concurrency limits (429 with Retry-After), and afterwards the
- * metrics and an audit line for every mutating call, refused ones included.
+ * The edge of E2B's control plane: the caller from its API key (X-API-Key or a bearer token; 401
+ * without a valid one), E2B's heavy routes, its error shape and its metrics series. Admission
+ * (failed authentications per address, the caller's rate and concurrency limits: 429 with
+ * Retry-After) and the record of the call (metrics, an audit line for every mutating call,
+ * refused ones included) are the application layer's (src/app/admission.ts, call-record.ts).
  */
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS } from "../../access/caller.js";
