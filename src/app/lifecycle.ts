@@ -10,15 +10,18 @@ import { reapLater } from "./fork-snapshots.js";
 import { sandboxOf } from "./scope.js";
 import type { Services } from "./services.js";
 
-export const pauseAs = (s: Services, caller: Caller, id: string): Promise<ReadonlySandbox> =>
-  s.sandboxes.pause(sandboxOf(s, caller, id).record.id);
+export async function pauseAs(s: Services, caller: Caller, id: string): Promise<ReadonlySandbox> {
+  return s.sandboxes.pause(sandboxOf(s, caller, id).record.id);
+}
 
-export const resumeAs = (
+export async function resumeAs(
   s: Services,
   caller: Caller,
   id: string,
   opts?: ResumeOptions,
-): Promise<ReadonlySandbox> => s.sandboxes.resume(sandboxOf(s, caller, id).record.id, opts);
+): Promise<ReadonlySandbox> {
+  return s.sandboxes.resume(sandboxOf(s, caller, id).record.id, opts);
+}
 
 export async function killAs(s: Services, caller: Caller, id: string): Promise<void> {
   await s.sandboxes.kill(sandboxOf(s, caller, id).record.id);

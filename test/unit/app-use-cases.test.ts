@@ -313,7 +313,7 @@ test("admission: unlimited callers take no slot; a limited one is refused past i
 });
 
 test("admission: an address past its failed authentications is refused before any credential is checked", async () => {
-  const t = await testServices({ authFailures: { rps: 0, burst: 2 } });
+  const t = await testServices({ authFailures: { rps: 0.001, burst: 2 } });
   try {
     const s = t.services;
     assert.equal(authRefusal(s, "10.0.0.1"), null);
