@@ -15,14 +15,23 @@ import type { Services } from "./services.js";
 /** What a caller chooses of a fork (the owner is the caller's tenant). */
 export type CallerForkOptions = Omit<ForkOptions, "owner">;
 
+/**
+ * `unknown`: the door's answer for a snapshot the caller cannot fork (one it cannot see, or a
+ * malformed tag); absent: not found (or invalid) as ./scope.ts says.
+ */
 export async function forkAs(
   s: Services,
   caller: Caller,
   tag: string,
   n: number,
   opts: CallerForkOptions,
+  unknown?: () => ForkdError,
 ): Promise<ForkResult> {
-  const key = await forkable(s, caller, tag);
+  const key = await forkable(s, caller, tag).catch((e: unknown) => {
+    if (unknown && e instanceof ForkdError && (e.code === "not_found" || e.code === "invalid_argument"))
+      throw unknown();
+    throw e;
+  });
   const r = await withQuota(s, caller, n, () => s.sandboxes.fork(key, n, { ...opts, owner: caller.tenant }));
   recordFork(s, r);
   if (r.sandboxes.length === 0) throw everyChildFailed(r.failures);

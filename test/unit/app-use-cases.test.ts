@@ -127,6 +127,28 @@ test("forkAs: a tenant forks a shared snapshot as its own, within its quota, rel
     // Another tenant's snapshot does not exist for it.
     await fakeSnapshot(t.services.store, "bob/mine", "bob");
     await assert.rejects(forkAs(s, alice, "bob/mine", 1, {}), { code: "not_found" });
+    // A door names a snapshot the caller cannot fork its own way (E2B: "template … not found").
+    const unknown = () => new ForkdError("not_found", "template gone");
+    await assert.rejects(forkAs(s, alice, "bob/mine", 1, {}, unknown), { message: "template gone" });
+    await assert.rejects(forkAs(s, alice, "Bad Tag!", 1, {}, unknown), { message: "template gone" });
+  } finally {
+    await t.cleanup();
+  }
+});
+
+test("forkAs: the fork's own bad-input error is not taken for an unknown snapshot", async () => {
+  const { t, s } = await fixture({
+    fork: async () => {
+      throw new ForkdError("invalid_argument", "env too large");
+    },
+  });
+  try {
+    await fakeSnapshot(t.services.store, "base", null);
+    const unknown = () => new ForkdError("not_found", "template gone");
+    await assert.rejects(forkAs(s, tenant("alice"), "base", 1, {}, unknown), {
+      code: "invalid_argument",
+      message: "env too large",
+    });
   } finally {
     await t.cleanup();
   }

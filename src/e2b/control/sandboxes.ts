@@ -79,15 +79,15 @@ export function sandboxRoutes(s: E2bServices): Hono<E2bEnv> {
           : {}),
       },
     };
-    let r;
-    try {
-      r = await forkAs(s, who, tag, 1, opts);
-    } catch (e) {
-      // A template the caller cannot see (or a malformed name) is E2B's "template not found".
-      if (e instanceof ForkdError && (e.code === "not_found" || e.code === "invalid_argument"))
-        throw new ForkdError("not_found", `template ${tag} not found`, { tag });
-      throw e;
-    }
+    // A template the caller cannot see (or a malformed name) is E2B's "template not found".
+    const r = await forkAs(
+      s,
+      who,
+      tag,
+      1,
+      opts,
+      () => new ForkdError("not_found", `template ${tag} not found`, { tag }),
+    );
     const sb = r.sandboxes[0]!; // forkAs throws when every child failed
     noteE2bTarget(c, "sandboxes", [sb.record.id]);
     return c.json(sandboxReply(e2bOf(s), sb, caller(c)), 201);
