@@ -17,7 +17,7 @@ export interface ApiVariables {
   target: Record<string, string | string[]>;
   /** The error code of the reply, when it is an error (set by errorResponse). */
   errorCode: string;
-  /** The daemon's directories by logical name: hidden from tenants in errors (../api/redact.ts). */
+  /** The daemon's directories by logical name: hidden from tenants in errors (src/app/redact.ts). */
   hostDirs: HostDirs;
 }
 

@@ -67,7 +67,7 @@ const tokenOf = (e: E2bContext, sb: ReadonlySandbox, caller: Caller): string | u
     ? undefined
     : (e.accessTokens.of(sb.record.id, caller.credential) ?? undefined);
 
-/** How the caller is shown its sandbox's snapshot (its tag: api/scope.ts tagNames), and its access token. */
+/** How the caller is shown its sandbox's snapshot (its tag: src/app/scope.ts tagNames), and its access token. */
 export function sandboxReply(e: E2bContext, sb: ReadonlySandbox, caller: Caller): E2bSandbox {
   const names = tagNames(caller);
   const token = tokenOf(e, sb, caller);
