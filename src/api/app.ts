@@ -10,8 +10,9 @@ import { ForkdError } from "../util/errors.js";
 import { edge } from "./edge.js";
 import type { ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
-import { sandboxGuard } from "./scope.js";
-import type { Listener, Services } from "./services.js";
+import { sandboxGuard } from "./sandbox-guard.js";
+import { mayHold } from "../app/scope.js";
+import type { ApiServices, Listener } from "./services.js";
 import { accessRoutes } from "./routes/access.js";
 import { snapshotRoutes } from "./routes/snapshots.js";
 import { snapshotBuildRoutes } from "./routes/snapshot-build.js";
@@ -32,7 +33,7 @@ import { poolStateView } from "./views/pool.js";
 /** The unix socket's listener: every caller is the local admin. */
 export const LOCAL_LISTENER: Listener = { auth: null };
 
-export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hono<ApiEnv> {
+export function createApp(s: ApiServices, listener: Listener = LOCAL_LISTENER): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
 
   app.onError((e, c) => {
@@ -62,9 +63,7 @@ export function createApp(s: Services, listener: Listener = LOCAL_LISTENER): Hon
   // Public: counts only what the caller (if it sent a valid token) may see.
   app.get("/v1/health", (c) => {
     const caller = c.get("caller");
-    const sandboxes = s.sandboxes
-      .list()
-      .filter((sb) => isAdmin(caller) || (sb.record.owner ?? null) === caller.tenant);
+    const sandboxes = s.sandboxes.list().filter((sb) => mayHold(caller, sb.record.owner));
     return c.json({
       ok: true,
       accel: s.info.accel.accel,

@@ -2,44 +2,42 @@
  * The edge every request passes before any route: it names the request (id, contract route),
  * finds its caller (the unix socket's local admin, or on TCP a bearer token or the web console's
  * session (its cookie and the page's key), with failed authentication limited per remote address), refuses what the caller may not do (401, 403),
- * applies the caller's limits (429) and the body's bound (413),
- * and afterwards records the call: latency and failures in the metrics, and an audit line for
+ * applies the caller's limits (429: src/app/admission.ts) and the body's bound (413),
+ * and afterwards records the call (src/app/call-record.ts): latency and failures in the metrics, and an audit line for
  * every mutating call (and WebSocket), refused ones included. A streamed reply or a WebSocket is
  * registered with the credential that opened it, and ended when that is revoked (./revocable.ts).
  */
-import { randomUUID } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import type { EndOpened } from "../access/open-streams.js";
-import { rateLimited } from "../access/rate-refusal.js";
-import { auditLine } from "../audit/audit-line.js";
+import { admit, authFailed, authRefusal, isMutating, retryAfter } from "../app/admission.js";
+import { recordCall, startCall } from "../app/call-record.js";
+import type { CallStart } from "../app/call-record.js";
 import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../console/sessions.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
 import { redactNdjson } from "./redact.js";
-import { tooLarge } from "./parse.js";
+import { tooLarge } from "../app/body-limits.js";
 import { revocableReply, revocableUpgrade } from "./revocable.js";
 import { actionOf, matchRoute } from "./route-match.js";
-import type { Listener, Services } from "./services.js";
+import type { ApiServices, Listener } from "./services.js";
 
-const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 /** Replies that go on after the handler returned (their in-flight slot is held until they end). */
 const STREAMED = /^(application\/(x-ndjson|octet-stream|zstd)|text\/event-stream)/;
 const NDJSON = /^application\/x-ndjson/;
 
-export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv> {
+export function edge(s: ApiServices, listener: Listener): MiddlewareHandler<ApiEnv> {
   return async (c, next) => {
-    const t0 = performance.now();
-    const started = new Date();
-    c.set("requestId", randomUUID());
+    const call = startCall();
+    c.set("requestId", call.requestId);
     c.set("target", {});
     c.set("hostDirs", s.info.hostDirs);
     const match = matchRoute(c.req.method, c.req.path);
     const caller = callerOf(s, c, listener, match);
     if (caller instanceof Response) {
-      record(s, c, caller, ANONYMOUS, started, t0);
+      record(s, c, caller, ANONYMOUS, call);
       return caller;
     }
     c.set("caller", caller);
@@ -71,7 +69,7 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
       return undefined;
     } finally {
       release?.();
-      record(s, c, early ?? c.res, caller, started, t0);
+      record(s, c, early ?? c.res, caller, call);
     }
   };
 }
@@ -83,7 +81,7 @@ export function edge(s: Services, listener: Listener): MiddlewareHandler<ApiEnv>
  * returned here) before any token is checked, so that reply tells nothing about the token.
  */
 function callerOf(
-  s: Services,
+  s: ApiServices,
   c: ApiContext,
   listener: Listener,
   match: ReturnType<typeof matchRoute>,
@@ -100,28 +98,18 @@ function callerOf(
   }
   const attempt = header !== undefined || (match !== null && !match.spec.public);
   const remote = c.env?.incoming?.socket?.remoteAddress ?? "unknown";
-  const wait = attempt ? s.limits.authFailures.blockedFor(remote) : 0;
-  if (wait > 0) {
+  const blocked = attempt ? authRefusal(s, remote) : null;
+  if (blocked) {
     c.set("caller", ANONYMOUS);
     if (match) {
       c.set("route", match.spec);
       c.set("target", { ...match.params });
     }
-    c.header("retry-after", String(wait));
-    return errorResponse(
-      c,
-      new ForkdError(
-        "rate_limited",
-        `too many failed authentications from this address; retry after ${wait} s`,
-        {
-          reason: "auth_failures",
-          retry_after_s: wait,
-        },
-      ),
-    );
+    c.header("retry-after", retryAfter(blocked));
+    return errorResponse(c, blocked);
   }
   const caller = listener.auth.authenticate(header) ?? ANONYMOUS;
-  if (caller === ANONYMOUS && attempt) s.limits.authFailures.fail(remote);
+  if (caller === ANONYMOUS && attempt) authFailed(s, remote);
   return caller;
 }
 
@@ -135,7 +123,7 @@ function callerOf(
  * cross-site page cannot add without CORS, which the daemon never grants), or a WebSocket
  * upgrade whose Origin is this listener's own. Else 403.
  */
-function consoleSession(s: Services, c: ApiContext): { id: string; subject: string } | Response | null {
+function consoleSession(s: ApiServices, c: ApiContext): { id: string; subject: string } | Response | null {
   if (!s.console) return null;
   const id = cookieOf(c.req.header("cookie"));
   if (id === undefined) return null;
@@ -173,7 +161,7 @@ function consoleSession(s: Services, c: ApiContext): { id: string; subject: stri
  * returns what frees its limits' slots (null when it has none).
  */
 function gate(
-  s: Services,
+  s: ApiServices,
   c: ApiContext,
   caller: Caller,
   match: ReturnType<typeof matchRoute>,
@@ -193,34 +181,31 @@ function gate(
   c.set("bodyLimit", limit);
   const declared = Number(c.req.header("content-length") ?? "0");
   if (declared > limit) return errorResponse(c, tooLarge(limit));
-  if (!caller.limited || caller === ANONYMOUS) return null;
-  const a = s.limits.rate.admit(caller.tokenId ?? caller.name, spec.heavy === true);
-  if (a.ok) return a.release;
-  c.header("retry-after", String(a.retryAfterS));
-  return errorResponse(c, rateLimited(a.reason, a.retryAfterS));
+  try {
+    return admit(s, caller, spec.heavy === true);
+  } catch (e) {
+    if (e instanceof ForkdError) c.header("retry-after", retryAfter(e));
+    return errorResponse(c, e);
+  }
 }
 
-function record(s: Services, c: ApiContext, res: Response, caller: Caller, started: Date, t0: number): void {
-  const seconds = (performance.now() - t0) / 1000;
+function record(s: ApiServices, c: ApiContext, res: Response, caller: Caller, call: CallStart): void {
   const spec = c.get("route") as ApiContext["var"]["route"] | undefined;
   const status = res.status;
   const code = status >= 400 ? ((c.get("errorCode") as string | undefined) ?? "internal") : null;
-  const action = spec ? actionOf(spec) : `${c.req.method} (no route)`;
-  s.metrics.http(spec ? spec.path : "(no route)", c.req.method, status, seconds);
-  if (code !== null && spec) s.metrics.failure(spec.operationId, code);
   // A WebSocket (a terminal) is audited like a call that changes something.
-  if (!MUTATING.has(c.req.method) && c.env?.wsUpgrade === undefined) return;
-  s.audit.append(
-    auditLine({
-      started,
-      requestId: c.get("requestId"),
-      caller,
-      remote: c.env?.incoming?.socket?.remoteAddress,
-      action,
-      target: c.get("target"),
-      status,
-      result: code ?? "ok",
-      durationMs: seconds * 1000,
-    }),
-  );
+  const audited = isMutating(c.req.method) || c.env?.wsUpgrade !== undefined;
+  recordCall(s, call, {
+    caller,
+    remote: c.env?.incoming?.socket?.remoteAddress,
+    method: c.req.method,
+    status,
+    result: code ?? "ok",
+    target: c.get("target"),
+    action: audited ? (spec ? actionOf(spec) : `${c.req.method} (no route)`) : null,
+    series: {
+      route: spec ? spec.path : "(no route)",
+      ...(code !== null && spec ? { failure: { op: spec.operationId, reason: code } } : {}),
+    },
+  });
 }

@@ -3,7 +3,7 @@ import type { Context } from "hono";
 import type { HttpBindings } from "@hono/node-server";
 import type { Caller } from "../access/caller.js";
 import type { RouteSpec } from "./contract/routes.js";
-import type { HostDirs } from "./redact.js";
+import type { HostDirs } from "../app/redact.js";
 import type { WsUpgrade } from "../http/ws-upgrade.js";
 
 export interface ApiVariables {
@@ -17,7 +17,7 @@ export interface ApiVariables {
   target: Record<string, string | string[]>;
   /** The error code of the reply, when it is an error (set by errorResponse). */
   errorCode: string;
-  /** The daemon's directories by logical name: hidden from tenants in errors (../api/redact.ts). */
+  /** The daemon's directories by logical name: hidden from tenants in errors (src/app/redact.ts). */
   hostDirs: HostDirs;
 }
 

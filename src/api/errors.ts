@@ -4,30 +4,9 @@ import type { ApiContext } from "./env.js";
 import { redactEnvelope } from "./redact.js";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { ForkdError } from "../util/errors.js";
-import type { ErrorCode } from "../util/errors.js";
+import { statusOf } from "../util/error-status.js";
 import type { z } from "zod";
 import type { ErrorEnvelope as ErrorEnvelopeSchema } from "./contract/schemas.js";
-
-const STATUS: Record<ErrorCode, ContentfulStatusCode> = {
-  invalid_argument: 400,
-  not_found: 404,
-  conflict: 409,
-  timeout: 504,
-  unavailable: 503,
-  guest_error: 502,
-  agent_protocol: 502,
-  vmm_error: 500,
-  image_error: 500,
-  snapshot_corrupt: 500,
-  resource_exhausted: 429,
-  unauthenticated: 401,
-  forbidden: 403,
-  payload_too_large: 413,
-  rate_limited: 429,
-  internal: 500,
-};
-
-export const statusOf = (code: ErrorCode): ContentfulStatusCode => STATUS[code];
 
 export type ErrorEnvelope = z.infer<typeof ErrorEnvelopeSchema>;
 

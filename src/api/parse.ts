@@ -7,10 +7,7 @@ import type { Context } from "hono";
 import type { z } from "zod";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
-import { DEFAULT_BODY_LIMITS } from "./services.js";
-
-export const tooLarge = (limit: number): ForkdError =>
-  new ForkdError("payload_too_large", `request body larger than ${limit} bytes`, { limit });
+import { DEFAULT_BODY_LIMITS, tooLarge } from "../app/body-limits.js";
 
 function invalid(err: z.ZodError, where: string): ForkdError {
   return new ForkdError(

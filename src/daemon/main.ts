@@ -25,7 +25,8 @@ import { wsUpgradeHandler } from "../http/ws-upgrade.js";
 import { TERMINAL_UPGRADE } from "../api/terminal-upgrade.js";
 import { consoleDist } from "../console/assets.js";
 import { ConsoleSessions } from "../console/sessions.js";
-import type { Services } from "../api/services.js";
+import type { ApiServices } from "../api/services.js";
+import type { E2bServices } from "../e2b/context.js";
 import { AuditLog } from "../audit/audit-log.js";
 import { SharingProbe } from "../metrics/memory.js";
 import { Metrics } from "../metrics/metrics.js";
@@ -71,7 +72,7 @@ export interface DaemonOptions {
 }
 
 export interface Daemon {
-  services: Services;
+  services: ApiServices & E2bServices;
   /** Re-reads the tokens file (SIGHUP); a bad file keeps the tokens in force. */
   reloadTokens(): Promise<void>;
   close(opts?: { killSandboxes?: boolean }): Promise<void>;
@@ -278,7 +279,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     cache,
     reservedTags: reserved,
   });
-  const services: Services = {
+  const services: ApiServices & E2bServices = {
     store,
     sandboxes,
     snapshots,

@@ -18,10 +18,10 @@
  * against the caller's address like failed tokens on forkd's TCP listener.
  */
 import type { IncomingMessage } from "node:http";
-import { isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import type { Authenticator } from "../access/tokens.js";
-import type { Services } from "../api/services.js";
+import { mayHold } from "../app/scope.js";
+import type { E2bServices } from "./context.js";
 import type { ReadonlySandbox } from "../sandbox/sandbox.js";
 import { ForkdError } from "../util/errors.js";
 import { SANDBOX_ID_RE } from "../util/ids.js";
@@ -73,10 +73,10 @@ export function ownerCaller(sb: ReadonlySandbox, credential?: string): Caller {
 /** Whether the caller of `credential` is still valid and may see sandbox `sb`. */
 function credentialOpens(auth: Authenticator, credential: string, sb: ReadonlySandbox): boolean {
   const holder = auth.sessionCaller(credential);
-  return holder !== null && (isAdmin(holder) || holder.tenant === (sb.record.owner ?? null));
+  return holder !== null && mayHold(holder, sb.record.owner);
 }
 
-export const e2bOf = (s: Services): E2bContext => {
+export const e2bOf = (s: E2bServices): E2bContext => {
   if (!s.e2b) throw new ForkdError("unavailable", "E2B's API is not served by this daemon");
   return s.e2b;
 };
@@ -86,7 +86,7 @@ export const e2bOf = (s: Services): E2bContext => {
  * wrong or missing credential answers as a sandbox that does not exist), rate_limited for an
  * address past its failed authentications.
  */
-export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTarget): SandboxAccess {
+export function authorizeSandbox(s: E2bServices, req: IncomingMessage, t: SandboxTarget): SandboxAccess {
   const e = e2bOf(s);
   const remote = req.socket.remoteAddress ?? "unknown";
   const wait = s.limits.authFailures.blockedFor(remote);
@@ -131,7 +131,7 @@ export function authorizeSandbox(s: Services, req: IncomingMessage, t: SandboxTa
     const caller = callerOfKey(e.auth, key);
     if (!caller) throw refuse(true);
     // A valid key names its caller: another tenant's sandbox is simply not there for it.
-    if (!sb || (!isAdmin(caller) && caller.tenant !== (sb.record.owner ?? null))) throw refuse(false);
+    if (!sb || !mayHold(caller, sb.record.owner)) throw refuse(false);
     // A secure sandbox answers only to its X-Access-Token (envdAccessToken).
     if (sb.record.e2b?.secure) throw refuse(true);
     return { sandbox: sb, caller };

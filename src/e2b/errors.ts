@@ -1,14 +1,14 @@
 /**
  * E2B's error shape, `{"code": <HTTP status>, "message"}` (its openapi's Error), for both planes:
- * forkd's errors keep their HTTP status (src/api/errors.ts) and, for a tenant, a message that names
+ * forkd's errors keep their HTTP status (src/util/error-status.ts) and, for a tenant, a message that names
  * nothing of the host's file system.
  */
 import type { ServerResponse } from "node:http";
 import type { Caller } from "../access/caller.js";
 import { isAdmin } from "../access/caller.js";
-import { statusOf } from "../api/errors.js";
-import { redactHostPaths } from "../api/redact.js";
-import type { HostDirs } from "../api/redact.js";
+import { statusOf } from "../util/error-status.js";
+import { redactHostPaths } from "../app/redact.js";
+import type { HostDirs } from "../app/redact.js";
 import { ForkdError } from "../util/errors.js";
 
 export interface E2bErrorBody {

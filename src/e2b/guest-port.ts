@@ -9,7 +9,7 @@
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import type { Services } from "../api/services.js";
+import type { E2bServices } from "./context.js";
 import { proxyRequest } from "../http/proxy-request.js";
 import { proxyUpgrade } from "../http/proxy-upgrade.js";
 import type { Upstream } from "../http/upstream.js";
@@ -30,14 +30,14 @@ const IDLE_TIMEOUT_MS = 10 * 60_000;
  * daemon (an API key or a sandbox's access token: it authenticated the request, or could
  * have). Any other Authorization (Basic, a token of the guest's own app) is the guest's.
  */
-export function guestHeader(s: Services, sandboxId: string, name: string, value: string): string | null {
+export function guestHeader(s: E2bServices, sandboxId: string, name: string, value: string): string | null {
   if (name.startsWith("e2b-")) return null;
   if (name === "authorization") return isOurBearer(s, sandboxId, value) ? null : value;
   return value;
 }
 
 /** Whether `value` is `Bearer <a credential of this daemon>` (not judgeable without E2B's: yes). */
-function isOurBearer(s: Services, sandboxId: string, value: string): boolean {
+function isOurBearer(s: E2bServices, sandboxId: string, value: string): boolean {
   const m = /^\s*Bearer\s+(\S+)\s*$/i.exec(value);
   if (!m) return false;
   const e = s.e2b;
@@ -61,7 +61,7 @@ function portClosed(t: { sandboxId: string; port: number }, upgrade: boolean) {
 }
 
 /** The host address of guest port `port`, exposing it first if it is not. */
-async function hostAddress(s: Services, id: string, port: number): Promise<Upstream> {
+async function hostAddress(s: E2bServices, id: string, port: number): Promise<Upstream> {
   const key = String(port);
   const now = s.sandboxes.get(id).record.network?.ports[key];
   if (now) return upstreamAt(now);
@@ -71,7 +71,7 @@ async function hostAddress(s: Services, id: string, port: number): Promise<Upstr
   return upstreamAt(addr);
 }
 
-export function guestPortHandler(s: Services): SandboxPortHandler {
+export function guestPortHandler(s: E2bServices): SandboxPortHandler {
   return (req, res, t) =>
     proxyRequest(req, res, hostAddress(s, t.sandboxId, t.port), {
       name: "the guest",
@@ -100,7 +100,7 @@ export interface UpgradeOptions {
  * client's socket closes, the status the client got. Never throws.
  */
 export function guestPortUpgrade(
-  s: Services,
+  s: E2bServices,
   req: IncomingMessage,
   socket: Duplex,
   head: Buffer,

@@ -1,28 +1,26 @@
 /**
- * The edge of E2B's sandbox plane, as forkd's own (src/api/edge.ts) for its API: a request,
- * once authorized (auth.ts), takes its caller's rate and in-flight slots (the caller: the key's,
+ * The edge of E2B's sandbox plane: a request, once authorized (auth.ts), takes its caller's rate
+ * and in-flight slots (src/app/admission.ts) (the caller: the key's,
  * or for an access token or an unsecured sandbox the sandbox's owner), held until its reply ends
  * or the client goes (a stream holds its slot as long as it runs; a resume is a heavy slot), and
- * when it is over one audit line is written for what changes a sandbox: envd's mutating calls
+ * when it is over one audit line is written (src/app/call-record.ts) for what changes a sandbox: envd's mutating calls
  * (process Start and SendSignal, file uploads, Remove, Move, MakeDir), the code interpreter's
  * mutating methods, and every request and upgrade to a guest's own port (refused ones included).
  * While it runs it is registered with the credential that opened it (its API key, or the key its
  * access token was issued to: src/access/open-streams.ts), and cut when that is revoked: an envd
  * stream, a code interpreter cell, a relay to a guest's port (HTTP or WebSocket).
  */
-import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { ANONYMOUS } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
-import { rateLimited } from "../access/rate-refusal.js";
-import { auditLine } from "../audit/audit-line.js";
-import type { Services } from "../api/services.js";
+import { admit, isMutating } from "../app/admission.js";
+import { recordCall, startCall } from "../app/call-record.js";
+import type { E2bServices } from "./context.js";
 import type { SandboxAccess } from "./auth.js";
 import { e2bOf } from "./auth.js";
 import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
 import type { SandboxTarget } from "./sandbox-plane.js";
 
-const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 /** envd's Connect calls that change the sandbox (the rest read it or stream from it). */
 const ENVD_MUTATING = new Set([
   "/process.Process/Start",
@@ -48,7 +46,7 @@ export function planeAction(req: IncomingMessage, t: SandboxTarget, upgrade = fa
     const audited = method === "POST" && (ENVD_MUTATING.has(path) || path === "/files");
     return audited ? `e2b:envd ${method} ${path}` : null;
   }
-  if (t.port === INTERPRETER_PORT) return MUTATING.has(method) ? `e2b:interpreter ${method} ${path}` : null;
+  if (t.port === INTERPRETER_PORT) return isMutating(method) ? `e2b:interpreter ${method} ${path}` : null;
   return `e2b:port ${upgrade ? "UPGRADE" : method} ${path}`;
 }
 
@@ -58,12 +56,11 @@ export class PlaneCall {
   private release: (() => void) | null = null;
   private unregister: (() => void) | null = null;
   private ended = false;
-  private readonly started = new Date();
-  private readonly t0 = performance.now();
+  private readonly call = startCall();
   private readonly action: string | null;
 
   constructor(
-    private readonly s: Services,
+    private readonly s: E2bServices,
     private readonly req: IncomingMessage,
     private readonly t: SandboxTarget,
     upgrade = false,
@@ -82,10 +79,8 @@ export class PlaneCall {
         this.end(0, "token_revoked");
         this.cut();
       });
-    if (!a.caller.limited || this.release) return;
-    const r = this.s.limits.rate.admit(a.caller.tokenId ?? a.caller.name, heavy);
-    if (!r.ok) throw rateLimited(r.reason, r.retryAfterS);
-    this.release = r.release;
+    if (this.release) return;
+    this.release = admit(this.s, a.caller, heavy);
   }
 
   /** Frees the slots and writes the audit line (once: later calls do nothing). */
@@ -96,19 +91,14 @@ export class PlaneCall {
     this.release = null;
     this.unregister?.();
     this.unregister = null;
-    if (this.action === null) return;
-    this.s.audit.append(
-      auditLine({
-        started: this.started,
-        requestId: randomUUID(),
-        caller: this.caller,
-        remote: this.req.socket.remoteAddress,
-        action: this.action,
-        target: { id: this.t.sandboxId, port: String(this.t.port) },
-        status,
-        result,
-        durationMs: performance.now() - this.t0,
-      }),
-    );
+    recordCall(this.s, this.call, {
+      caller: this.caller,
+      remote: this.req.socket.remoteAddress,
+      method: this.req.method ?? "GET",
+      status,
+      result,
+      target: { id: this.t.sandboxId, port: String(this.t.port) },
+      action: this.action,
+    });
   }
 }

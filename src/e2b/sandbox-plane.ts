@@ -5,7 +5,7 @@
  * like forkd's getHost (guest-port.ts).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Services } from "../api/services.js";
+import type { E2bServices } from "./context.js";
 import type { SandboxAccess } from "./auth.js";
 import { envdHandler } from "./envd/handler.js";
 import { guestPortHandler } from "./guest-port.js";
@@ -27,7 +27,10 @@ export const ENVD_PORT = 49983;
 /** The code interpreter's port. */
 export const INTERPRETER_PORT = 49999;
 
-export function createSandboxPlane(s: Services, o: { interpreter: SandboxPortHandler }): SandboxPortHandler {
+export function createSandboxPlane(
+  s: E2bServices,
+  o: { interpreter: SandboxPortHandler },
+): SandboxPortHandler {
   const envd = envdHandler(s).handle;
   const guest = guestPortHandler(s);
   return (req, res, t, sb) => {

@@ -16,8 +16,7 @@ import { STATUS_CODES, createServer as createHttpServer } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { Duplex } from "node:stream";
 import { getRequestListener } from "@hono/node-server";
-import type { Services } from "../api/services.js";
-import type { TcpConfig } from "../daemon/config.js";
+import type { E2bServices } from "./context.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { DEFAULT_LIMITS, guard, httpOptions } from "../util/listener-guard.js";
 import type { ListenerLimits } from "../util/listener-guard.js";
@@ -41,7 +40,7 @@ const notServed: SandboxPortHandler = (req, res) => {
   sendE2bError(res, new ForkdError("unavailable", "the code interpreter is not served by this daemon"));
 };
 
-export function createE2bHandler(s: Services, o: E2bHandlerOptions = {}): RequestListener {
+export function createE2bHandler(s: E2bServices, o: E2bHandlerOptions = {}): RequestListener {
   const control = getRequestListener(createControlApp(s).fetch);
   const plane = createSandboxPlane(s, { interpreter: o.interpreter ?? notServed });
   return (req, res) => {
@@ -61,7 +60,7 @@ export function createE2bHandler(s: Services, o: E2bHandlerOptions = {}): Reques
 function planeErrorReply(
   t: SandboxTarget,
   e: unknown,
-  s?: Services,
+  s?: E2bServices,
 ): { status: number; body: unknown; headers: Record<string, string> } {
   if (e instanceof ForkdError && (e.code === "not_found" || e.code === "conflict"))
     return {
@@ -83,7 +82,7 @@ function planeErrorReply(
  * resumes a paused sandbox created with auto-resume: the access to hand to the plane.
  */
 async function admitted(
-  s: Services,
+  s: E2bServices,
   req: IncomingMessage,
   t: SandboxTarget,
   call: PlaneCall,
@@ -102,7 +101,7 @@ async function admitted(
 }
 
 async function sandboxRequest(
-  s: Services,
+  s: E2bServices,
   plane: SandboxPortHandler,
   req: IncomingMessage,
   res: ServerResponse,
@@ -134,7 +133,7 @@ async function sandboxRequest(
  * refused on the raw socket. Never throws: every error closes the socket.
  */
 export function createE2bUpgradeHandler(
-  s: Services,
+  s: E2bServices,
   o: { handshakeTimeoutMs?: number } = {},
 ): (req: IncomingMessage, socket: Duplex, head: Buffer) => void {
   return (req, socket, head) => {
@@ -194,7 +193,7 @@ function rawReply(socket: Duplex, status: number, body: unknown, headers: Record
  * Resumes a paused sandbox, its deadline its creation's timeout from now; a resume already in
  * progress is waited for instead.
  */
-async function resumeOnce(s: Services, id: string): Promise<void> {
+async function resumeOnce(s: E2bServices, id: string): Promise<void> {
   const sb = s.sandboxes.get(id);
   if (sb.transition === "resume" && sb.settling) {
     await sb.settling;
@@ -205,9 +204,17 @@ async function resumeOnce(s: Services, id: string): Promise<void> {
   await s.sandboxes.resume(id, ms === undefined ? {} : { deadlineMs: ms });
 }
 
+/** Where and how E2B's listener listens (the daemon's FORKD_E2B_LISTEN and TLS settings). */
+export interface E2bListen {
+  host: string;
+  port: number;
+  tls: { cert: Buffer; key: Buffer } | null;
+  maxConnections: number;
+}
+
 /** The listener (HTTPS with a certificate), guarded (../util/listener-guard.ts). */
 export async function listenE2b(
-  t: TcpConfig,
+  t: E2bListen,
   handler: RequestListener,
   upgrade?: (req: IncomingMessage, socket: Duplex, head: Buffer) => void,
   limits: ListenerLimits = DEFAULT_LIMITS,

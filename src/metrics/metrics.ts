@@ -1,7 +1,8 @@
 /**
  * The daemon's Prometheus metrics (served at GET /metrics), on prom-client with a registry of
  * our own (no global state). Gauges of current state are read from the services at scrape time;
- * latencies and failures are recorded by the API layer as they happen (see ApiMetrics).
+ * latencies and failures are recorded by the front doors' edges and the use cases of src/app as
+ * they happen (see AppMetrics).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { SharingProbe } from "./memory.js";
@@ -34,7 +35,7 @@ const SNAPSHOT_STATUSES = ["ready", "writing", "failed"];
 /** Seconds: forks and execs take milliseconds to minutes. */
 const LATENCY = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
-/** Structurally the API layer's ApiMetrics (src/api/services.ts): the API imports nothing from here. */
+/** Structurally the application layer's AppMetrics (src/app/services.ts): it imports nothing from here. */
 export class Metrics {
   readonly registry = new Registry();
   private readonly httpSeconds: Histogram<"route" | "method" | "code">;

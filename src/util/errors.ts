@@ -1,7 +1,8 @@
 /**
- * Local errors with stable string codes. The API maps each code to one HTTP status and one wire
- * envelope (src/api/errors.ts); `cause` is kept for logs. The wire's `error.code` is an enum of
- * ERROR_CODES (src/api/contract/schemas.ts), so a new code is a change of the API.
+ * Local errors with stable string codes. Every front door maps each code to one HTTP status
+ * (./error-status.ts); the REST API to one wire envelope too (src/api/errors.ts). `cause` is kept
+ * for logs. The wire's `error.code` is an enum of ERROR_CODES (src/api/contract/schemas.ts), so a
+ * new code is a change of the API.
  */
 export const ERROR_CODES = [
   "invalid_argument",

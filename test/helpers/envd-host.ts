@@ -14,7 +14,7 @@ import { lstat, mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { OpenStreams } from "../../src/access/open-streams.js";
-import type { Services } from "../../src/api/services.js";
+import type { E2bServices as Services } from "../../src/e2b/context.js";
 import type { AgentClient, ExecHandle, ExecHandlers, ExecRequest } from "../../src/agent/client.js";
 import { startCommand } from "../../src/sandbox/commands/start.js";
 import { CommandTable } from "../../src/sandbox/commands/table.js";

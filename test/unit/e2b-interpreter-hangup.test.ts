@@ -12,7 +12,7 @@ import { connect } from "node:net";
 import type { AddressInfo } from "node:net";
 import type { EvalOptions, EvalResult } from "../../src/agent/eval.js";
 import { LOCAL } from "../../src/access/caller.js";
-import type { Services } from "../../src/api/services.js";
+import type { E2bServices as Services } from "../../src/e2b/context.js";
 import { interpreterHandler } from "../../src/e2b/interpreter/handler.js";
 import type { ReadonlySandbox } from "../../src/sandbox/sandbox.js";
 

@@ -17,8 +17,9 @@ import { join } from "node:path";
 import { RateLimiter } from "../../src/access/rate-limit.js";
 import { Authenticator, TokenStore, credentialOf } from "../../src/access/tokens.js";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
-import { DEFAULT_BODY_LIMITS, NO_METRICS } from "../../src/api/services.js";
-import type { Services } from "../../src/api/services.js";
+import { DEFAULT_BODY_LIMITS } from "../../src/app/body-limits.js";
+import { NO_METRICS } from "../../src/app/services.js";
+import type { E2bServices as Services } from "../../src/e2b/context.js";
 import { AccessTokens } from "../../src/e2b/access-token.js";
 import { createE2bHandler, createE2bUpgradeHandler, listenE2b } from "../../src/e2b/server.js";
 
@@ -90,7 +91,7 @@ async function setup() {
     metrics: NO_METRICS,
   } as unknown as Services;
   const server: Server = await listenE2b(
-    { host: "127.0.0.1", port: 0, loopback: true, tls: null, maxConnections: 100 },
+    { host: "127.0.0.1", port: 0, tls: null, maxConnections: 100 },
     createE2bHandler(services),
     createE2bUpgradeHandler(services, { handshakeTimeoutMs: 2_000 }),
   );

@@ -109,7 +109,7 @@ test("the daemon's TCP listener serves another address under slowloris, and cuts
 
 test("E2B's listener serves another address under slowloris, and cuts the slow ones", async () => {
   const server = await listenE2b(
-    { host: "127.0.0.1", port: 0, loopback: true, tls: null, maxConnections: LIMITS.maxConnections },
+    { host: "127.0.0.1", port: 0, tls: null, maxConnections: LIMITS.maxConnections },
     (_req, res) => res.end("ok"),
     undefined,
     LIMITS,

@@ -15,7 +15,7 @@ export type Body =
   | { kind: "bytes"; headers?: Record<string, string> }
   | { kind: "text"; contentType: string };
 
-/** Which bound applies to a request body (sizes in src/api/services.ts, BodyLimits). */
+/** Which bound applies to a request body (sizes in src/app/body-limits.ts, BodyLimits). */
 export type BodyLimit = "json" | "code" | "stdin" | "upload" | "pack";
 
 export interface RouteSpec {

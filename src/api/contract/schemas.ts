@@ -21,6 +21,7 @@ import { ERROR_CODES } from "../../util/errors.js";
 import { EVAL_LANGUAGES } from "../../agent/eval.js";
 import { PTY_MAX } from "../../agent/exec.js";
 import { CONTEXT_ID_RE } from "../../agent/eval-contexts.js";
+import { CellEnv } from "../../app/cell-env.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -1148,21 +1149,6 @@ const ContextId = z
   .string()
   .regex(CONTEXT_ID_RE, "a context id is 'default' or 16 hex digits")
   .describe("A code context of a kernel: 'default' or the id its creation returned.");
-/** A cell's own env vars (forkd's eval, E2B's /execute `env_vars`). */
-export const CellEnv = z
-  .record(
-    z
-      .string()
-      .min(1)
-      .max(1024)
-      .regex(/^[^=\0]+$/, "an env var name has no '=' or NUL"),
-    z
-      .string()
-      .max(128 * 1024)
-      .regex(/^[^\0]*$/, "an env var value has no NUL"),
-  )
-  .refine((o) => Object.keys(o).length <= 1000, "at most 1000 env vars");
-
 export const Eval = named(
   z.strictObject({
     code: z.string().max(1 << 20),

@@ -10,7 +10,7 @@ import { ForkdError } from "../../util/errors.js";
 import { AUDIT_LIMIT_DEFAULT, AuditQuery } from "../contract/schemas.js";
 import type { ApiEnv } from "../env.js";
 import { parseQuery } from "../parse.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 
 export function auditRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();

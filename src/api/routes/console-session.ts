@@ -16,7 +16,7 @@ import { ForkdError } from "../../util/errors.js";
 import { ConsoleLogin } from "../contract/schemas.js";
 import type { ApiContext, ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";
-import type { Listener, Services } from "../services.js";
+import type { ApiServices, Listener } from "../services.js";
 
 function callerView(c: Caller): unknown {
   return {
@@ -39,7 +39,7 @@ const secure = (c: ApiContext): boolean =>
   (c.env?.incoming?.socket as { encrypted?: boolean } | undefined)?.encrypted === true ||
   (c.req.header("x-forwarded-proto") ?? "").split(",")[0]?.trim().toLowerCase() === "https";
 
-export function consoleSessionRoutes(s: Services, listener: Listener): Hono<ApiEnv> {
+export function consoleSessionRoutes(s: ApiServices, listener: Listener): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
 
   app.get("/", (c) => {
@@ -92,7 +92,7 @@ export function consoleSessionRoutes(s: Services, listener: Listener): Hono<ApiE
 }
 
 /** POST /v1/console/ticket: a single-use ticket (60 s) for this console session's URLs. */
-export function consoleTicketRoutes(s: Services): Hono<ApiEnv> {
+export function consoleTicketRoutes(s: ApiServices): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
   app.post("/", (c) => {
     const ticket = s.console?.sessions.ticket(cookieOf(c.req.header("cookie")), c.req.header(KEY_HEADER));

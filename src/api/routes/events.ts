@@ -12,7 +12,7 @@
  * hangs up frees its subscription and timers at once.
  */
 import { Hono } from "hono";
-import { isAdmin } from "../../access/caller.js";
+
 import type { Caller } from "../../access/caller.js";
 import type { CoreEvent } from "../../events/bus.js";
 import { sseComment, sseEvent } from "../../events/sse.js";
@@ -23,10 +23,10 @@ import { errorMessage } from "../../util/errors.js";
 import type { ApiEnv } from "../env.js";
 import { replyStream } from "../../http/reply-stream.js";
 import type { ReplySink } from "../../http/reply-stream.js";
-import { tagNames, viewerOf, visibleMetas, visiblePending } from "../scope.js";
-import type { TagNames } from "../scope.js";
+import { mayHold, tagNames, viewerOf, visibleMetas, visiblePending } from "../../app/scope.js";
+import type { TagNames } from "../../app/scope.js";
 import { visibleTo } from "../../snapshot/namespace.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import { sandboxView } from "../views/sandbox.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 
@@ -36,9 +36,6 @@ export const USAGE_EVERY_MS = 2_000;
 export const PING_EVERY_MS = 15_000;
 /** Sends and samples waiting behind a slow one: a client this far behind is cut. */
 const MAX_QUEUED = 1000;
-
-const mayHold = (caller: Caller, owner: string | null | undefined): boolean =>
-  isAdmin(caller) || (owner ?? null) === caller.tenant;
 
 /** The wire form of a snapshot event (null: the tag is neither ready nor pending, or hidden). */
 async function snapshotOf(s: Services, caller: Caller, tag: string): Promise<unknown> {

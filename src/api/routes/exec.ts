@@ -8,7 +8,8 @@ import type { z } from "zod";
 import type { ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
 import { startCommand } from "../../sandbox/commands/start.js";
 import type { StartIn, StartedCommand } from "../../sandbox/commands/start.js";
-import type { Services } from "../services.js";
+import { CommandRun } from "../../app/exec.js";
+import type { Services } from "../../app/services.js";
 import type { ApiEnv } from "../env.js";
 import {
   Eval,
@@ -105,7 +106,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, Exec);
     const out = new Capped();
     const err = new Capped();
-    const t0 = performance.now();
+    const run = new CommandRun(s, "exec");
     const r = await s.sandboxes.use(c.req.param("id"), (agent, commands) => {
       const { handle } = startExec(within(agent, commands), body, {
         onStdout: (d) => out.push(d),
@@ -113,7 +114,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
       });
       return handle.result;
     });
-    s.metrics.exec((performance.now() - t0) / 1000);
+    run.exited();
     const reply: ExecResultView = {
       exit_code: r.exitCode,
       signal: r.signal,
@@ -122,7 +123,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
       stderr: err.text(),
       stdout_truncated: out.truncated,
       stderr_truncated: err.truncated,
-      duration_ms: Math.round(performance.now() - t0),
+      duration_ms: Math.round(run.elapsedMs()),
     };
     return c.json(reply);
   });
@@ -135,7 +136,7 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
       (sink) => {
         // A client gone before the reply started never sees its command: none is started.
         if (sink.gone) return lease.release();
-        const t0 = performance.now();
+        const run = new CommandRun(s, "execStream");
         const send = (ev: ExecEventView): boolean => sink.line(ev);
         let handle: ExecHandle;
         // "started" (with the pid) is always the first line: output that arrives before the
@@ -178,19 +179,19 @@ export function execRoutes(s: Services): Hono<ApiEnv> {
           .then(
             (r) => {
               flushEarly(null);
-              s.metrics.exec((performance.now() - t0) / 1000);
+              run.exited();
               send({
                 type: "exit",
                 exit_code: r.exitCode,
                 signal: r.signal,
                 timed_out: r.timedOut,
-                duration_ms: Math.round(performance.now() - t0),
+                duration_ms: Math.round(run.elapsedMs()),
               });
             },
             (e: unknown) => {
               flushEarly(null);
               const { body: env } = toEnvelope(e);
-              s.metrics.failure("execStream", env.error.code);
+              run.failed(env.error.code);
               send({ type: "error", ...env });
             },
           )

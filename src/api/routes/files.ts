@@ -5,12 +5,12 @@
 import { Readable, pipeline } from "node:stream";
 import { createGunzip } from "node:zlib";
 import { Hono } from "hono";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import type { ApiEnv } from "../env.js";
 import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
-import { bodyStream, parseBody, parseQuery, tooLarge } from "../parse.js";
+import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import type { ApiContext } from "../env.js";
-import { DEFAULT_BODY_LIMITS } from "../services.js";
+import { DEFAULT_BODY_LIMITS, tooLarge } from "../../app/body-limits.js";
 import { ForkdError } from "../../util/errors.js";
 import { clientGone, replyStream } from "../../http/reply-stream.js";
 import { dirListView, fileStatView } from "../views/file.js";

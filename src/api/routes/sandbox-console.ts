@@ -9,7 +9,7 @@ import { vmFiles } from "../../vmm/config.js";
 import { CONSOLE_TAIL_DEFAULT, ConsoleTailQuery } from "../contract/schemas.js";
 import type { ApiEnv } from "../env.js";
 import { parseQuery } from "../parse.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 
 export function sandboxConsoleRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();

@@ -1,7 +1,7 @@
 /** Routes of sandboxes: fork, list, inspect, kill, branch, pause, resume, timeout, exposed ports and egress. */
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import {
   Branch,
   CreateSandboxes,
@@ -20,8 +20,10 @@ import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import { parseBody, parseQuery } from "../parse.js";
 import { sampleUsage } from "../../metrics/sandbox-usage.js";
 import { listPage } from "../views/sandbox-page.js";
-import { forkable, newBranchKey, tagNames } from "../scope.js";
-import { isAdmin } from "../../access/caller.js";
+import { mayHold, tagNames } from "../../app/scope.js";
+import { branchAs } from "../../app/branch.js";
+import { forkAs } from "../../app/fork.js";
+import { killAs, pauseAs, resumeAs } from "../../app/lifecycle.js";
 import { sandboxView } from "../views/sandbox.js";
 import { parseNetwork } from "../../net/policy.js";
 import { snapshotView } from "../views/snapshot.js";
@@ -33,7 +35,7 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const q = parseQuery(c, ListSandboxesQuery);
     const caller = c.get("caller");
     const all = s.sandboxes.list();
-    const mine = isAdmin(caller) ? all : all.filter((sb) => (sb.record.owner ?? null) === caller.tenant);
+    const mine = all.filter((sb) => mayHold(caller, sb.record.owner));
     const page = listPage(mine, q);
     const names = tagNames(caller);
     return c.json({ sandboxes: page.items.map((sb) => sandboxView(sb, names)), next_token: page.nextToken });
@@ -43,45 +45,27 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const body = await parseBody(c, CreateSandboxes);
     const caller = c.get("caller");
     noteTarget(c, "snapshot", body.snapshot_tag);
-    const key = await forkable(s, caller, body.snapshot_tag);
-    const quota = s.limits.quota.reserve(caller, body.n, () => ownedBy(s, caller.tenant));
-    let r;
-    try {
-      r = await s.sandboxes.fork(key, body.n, {
-        timeoutMs: body.timeout_ms ?? null,
-        metadata: body.metadata,
-        onIdle: body.on_idle,
-        owner: caller.tenant,
-        limits: body.limits && {
-          memoryMiB: body.limits.memory_mib,
-          cpus: body.limits.cpus,
-          pids: body.limits.pids,
-          diskMiB: body.limits.disk_mib,
-          lifetimeMs: body.limits.lifetime_ms,
-        },
-        network: parseNetwork(body.network),
-        env: body.env,
-        deadlineMs: body.deadline_ms ?? null,
-        onDeadline: body.on_deadline,
-      });
-    } finally {
-      quota();
-    }
+    const r = await forkAs(s, caller, body.snapshot_tag, body.n, {
+      timeoutMs: body.timeout_ms ?? null,
+      metadata: body.metadata,
+      onIdle: body.on_idle,
+      limits: body.limits && {
+        memoryMiB: body.limits.memory_mib,
+        cpus: body.limits.cpus,
+        pids: body.limits.pids,
+        diskMiB: body.limits.disk_mib,
+        lifetimeMs: body.limits.lifetime_ms,
+      },
+      network: parseNetwork(body.network),
+      env: body.env,
+      deadlineMs: body.deadline_ms ?? null,
+      onDeadline: body.on_deadline,
+    });
     noteTarget(
       c,
       "sandboxes",
       r.sandboxes.map((sb) => sb.record.id),
     );
-    for (const sb of r.sandboxes) s.metrics.fork(sb.record.timings.totalMs / 1000);
-    for (const f of r.failures) s.metrics.failure("fork", f.code);
-    if (r.sandboxes.length === 0) {
-      const first = r.failures[0];
-      throw new ForkdError(
-        first?.code === "timeout" ? "timeout" : "vmm_error",
-        `every child failed: ${first?.message ?? "unknown"}`,
-        { failures: r.failures },
-      );
-    }
     const names = tagNames(caller);
     const reply: z.infer<typeof ForkResult> = {
       sandboxes: r.sandboxes.map((sb) => sandboxView(sb, names)),
@@ -117,10 +101,8 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const names = tagNames(caller);
     const id = c.req.param("id");
     if (body.tag !== undefined) noteTarget(c, "snapshot", body.tag);
-    const key = await newBranchKey(s, caller, s.sandboxes.get(id).record.owner ?? null, body.tag);
-    const r = await s.sandboxes.branch(id, key, body.wait);
+    const r = await branchAs(s, caller, id, body.tag, { wait: body.wait });
     noteTarget(c, "snapshot", names(r.tag));
-    s.metrics.branchPause(r.pauseMs / 1000);
     const reply: z.infer<typeof BranchResult> = {
       tag: names(r.tag),
       status: r.status,
@@ -131,8 +113,10 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     return c.json(reply, r.status === "ready" ? 201 : 202);
   });
 
-  app.post("/:id/pause", async (c) => c.json(view(c, await s.sandboxes.pause(c.req.param("id")))));
-  app.post("/:id/resume", async (c) => c.json(view(c, await s.sandboxes.resume(c.req.param("id")))));
+  app.post("/:id/pause", async (c) => c.json(view(c, await pauseAs(s, c.get("caller"), c.req.param("id")))));
+  app.post("/:id/resume", async (c) =>
+    c.json(view(c, await resumeAs(s, c.get("caller"), c.req.param("id")))),
+  );
 
   app.post("/:id/ports", async (c) => {
     const body = await parseBody(c, ExposePort);
@@ -167,15 +151,9 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
 
   app.delete("/:id", async (c) => {
     const id = c.req.param("id");
-    await s.sandboxes.kill(id);
+    await killAs(s, c.get("caller"), id);
     return c.json({ deleted: id });
   });
 
   return app;
-}
-
-/** Sandboxes of `tenant` that hold resources (running or paused). */
-function ownedBy(s: Services, tenant: string | null): number {
-  return s.sandboxes.list().filter((sb) => (sb.record.owner ?? null) === tenant && sb.state !== "exited")
-    .length;
 }

@@ -2,14 +2,14 @@
 import { Hono } from "hono";
 import { buildCapsOf, checkBuildSize } from "../../access/build-caps.js";
 import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import { BuildSnapshotQuery } from "../contract/schemas.js";
 import { bodyStream, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { hangupSignal, progressStream } from "../stream.js";
 import { snapshotView } from "../views/snapshot.js";
-import { newSnapshotKey, tagNames } from "../scope.js";
+import { newSnapshotKey, tagNames } from "../../app/scope.js";
 
 function buildArgs(raw: string | undefined): Record<string, string> {
   if (raw === undefined) return {};

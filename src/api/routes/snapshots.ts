@@ -1,7 +1,7 @@
 /** Routes of snapshots: create (optionally streamed), list, inspect, compact, delete, pack, unpack, push and pull. */
 import { Hono } from "hono";
 import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
 import { Readable } from "node:stream";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
@@ -12,18 +12,14 @@ import { isAdmin } from "../../access/caller.js";
 import { splitKey } from "../../snapshot/namespace.js";
 import { TENANT_RE } from "../../util/ids.js";
 import {
-  canChange,
   newSnapshotKey,
-  reserved,
-  noSnapshot,
   ownedSnapshot,
-  snapshotKey,
   tagNames,
   viewerOf,
   visibleMetas,
-  visiblePending,
   visibleSnapshot,
-} from "../scope.js";
+} from "../../app/scope.js";
+import { deleteSnapshotAs, planDeleteAs, snapshotAs, snapshotsOf } from "../../app/snapshots.js";
 import { hangupSignal, progressStream } from "../stream.js";
 import { replyStream } from "../../http/reply-stream.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
@@ -35,10 +31,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   app.get("/", async (c) => {
     const caller = c.get("caller");
     const names = tagNames(caller);
-    const all = await s.snapshots.list();
+    const all = await snapshotsOf(s, caller);
     return c.json({
-      snapshots: visibleMetas(caller, all.snapshots).map((m) => snapshotView(m, names)),
-      pending: visiblePending(caller, all.pending).map((p) => snapshotStatusView(p, names)),
+      snapshots: all.snapshots.map((m) => snapshotView(m, names)),
+      pending: all.pending.map((p) => snapshotStatusView(p, names)),
     });
   });
 
@@ -91,15 +87,10 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   });
 
   app.get("/:tag", async (c) => {
-    const tag = c.req.param("tag");
     const caller = c.get("caller");
-    const key = await snapshotKey(s, caller, tag);
-    if (!(await s.snapshots.has(key))) {
-      const p = await s.snapshots.pending(key);
-      if (!p) throw noSnapshot(tag);
-      return c.json(snapshotStatusView(p, tagNames(caller)));
-    }
-    return c.json(snapshotView((await visibleSnapshot(s, caller, tag)).meta, tagNames(caller)));
+    const snap = await snapshotAs(s, caller, c.req.param("tag"));
+    if ("pending" in snap) return c.json(snapshotStatusView(snap.pending, tagNames(caller)));
+    return c.json(snapshotView(snap.meta, tagNames(caller)));
   });
 
   app.get("/:tag/info", async (c) => {
@@ -208,23 +199,9 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const q = parseQuery(c, DeleteSnapshotQuery);
     const caller = c.get("caller");
     const names = tagNames(caller);
-    let key = tag;
-    if (!isAdmin(caller)) {
-      if (s.snapshots.namespaces.isReserved(splitKey(tag).name)) throw reserved(tag);
-      key = await snapshotKey(s, caller, tag);
-      // A failed or ready one of its own (a shared one: refused, as it is not the caller's to change).
-      const owner = (await s.store.lookup(key))?.owner;
-      if (!canChange(caller, owner))
-        throw new ForkdError("forbidden", `snapshot ${tag} is shared; only an admin may change it`, { tag });
-    }
     const opts = { cascade: truthy(q.cascade), force: truthy(q.force) };
     if (truthy(q.dry_run)) {
-      const plan = await s.snapshots.planDelete(key, opts);
-      const removed = new Set(plan.inUse);
-      const sandboxes = s.sandboxes
-        .list()
-        .filter((sb) => removed.has(sb.record.tag) && (isAdmin(caller) || sb.record.owner === caller.tenant))
-        .map((sb) => sb.record.id);
+      const { plan, sandboxes } = await planDeleteAs(s, caller, tag, opts);
       return c.json({
         tag,
         dry_run: true as const,
@@ -235,7 +212,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
         refused: plan.inUse.length > 0 || plan.blockingDependents.length > 0,
       });
     }
-    const r = await s.snapshots.delete(key, opts);
+    const r = await deleteSnapshotAs(s, caller, tag, opts);
     return c.json({
       deleted: tag,
       ...(r.cascaded ? { cascaded: r.cascaded.map(names) } : {}),

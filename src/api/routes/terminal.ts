@@ -17,7 +17,7 @@ import { Exec, TerminalQuery } from "../contract/schemas.js";
 import type { ApiEnv } from "../env.js";
 import { toEnvelope } from "../errors.js";
 import { parseQuery } from "../parse.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import { startExec } from "./exec.js";
 
 /** Unsent output past which the guest's output waits. */

@@ -7,7 +7,7 @@
 import { Hono } from "hono";
 import type { z } from "zod";
 import type { WatchEvent, WatchHandle } from "../../agent/client.js";
-import type { Services } from "../services.js";
+import type { Services } from "../../app/services.js";
 import type { ApiEnv } from "../env.js";
 import { WatchQuery, truthy } from "../contract/schemas.js";
 import type { WatchLine } from "../contract/schemas.js";

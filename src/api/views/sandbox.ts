@@ -9,7 +9,7 @@ export type SandboxView = z.infer<typeof schemas.Sandbox>;
 
 const isoOrNull = (at: number | null): string | null => (at === null ? null : new Date(at).toISOString());
 
-/** `names`: how the caller is shown the store key of its snapshot (api/scope.ts tagNames). */
+/** `names`: how the caller is shown the store key of its snapshot (src/app/scope.ts tagNames). */
 export const sandboxView = (s: ReadonlySandbox, names: (key: string) => string = (k) => k): SandboxView => ({
   id: s.record.id,
   tag: names(s.record.tag),

@@ -2,7 +2,7 @@
  * Snapshots as the API serves them: the one place a snapshot's metadata (meta.json, which keeps
  * its own shape and format version: docs/snapshot-format.md) and a pending write's record become
  * wire views (snake_case, src/api/contract/schemas.ts). Every reply, stream event and result that
- * holds a snapshot goes through here. Tags are store keys until `names` (the caller's: api/scope.ts
+ * holds a snapshot goes through here. Tags are store keys until `names` (the caller's: src/app/scope.ts
  * tagNames) shows them as the caller writes them.
  */
 import type { z } from "zod";

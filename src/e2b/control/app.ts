@@ -4,7 +4,7 @@
  * (snapshots.ts), and E2B's error shape `{code, message}` for every failure, unknown routes too.
  */
 import { Hono } from "hono";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { ForkdError } from "../../util/errors.js";
 import { e2bError } from "../errors.js";
 import { e2bEdge } from "./edge.js";
@@ -12,7 +12,7 @@ import type { E2bEnv } from "./env.js";
 import { sandboxRoutes } from "./sandboxes.js";
 import { snapshotRoutes } from "./snapshots.js";
 
-export function createControlApp(s: Services): Hono<E2bEnv> {
+export function createControlApp(s: E2bServices): Hono<E2bEnv> {
   const app = new Hono<E2bEnv>();
   app.onError((e, c) => {
     if (!(e instanceof ForkdError))

@@ -4,10 +4,9 @@
  * template and start time, ordered by start time (newest first unless `asc`), in pages of
  * `limit` whose `nextToken` (the X-Next-Token header) names where the next page starts.
  */
-import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
-import type { Services } from "../../api/services.js";
-import { tagNames } from "../../api/scope.js";
+import type { E2bServices } from "../context.js";
+import { mayHold, tagNames } from "../../app/scope.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import { ForkdError } from "../../util/errors.js";
 import { listedView } from "./views.js";
@@ -50,7 +49,7 @@ function parseCursor(t: string): { created: string; id: string } {
 }
 
 export async function listSandboxes(
-  s: Services,
+  s: E2bServices,
   caller: Caller,
   o: ListOptions,
 ): Promise<{ items: E2bListedSandbox[]; nextToken: string | null; running: number }> {
@@ -68,11 +67,7 @@ export async function listSandboxes(
   const after = o.startedAfter === undefined ? null : Date.parse(o.startedAfter);
   if (after !== null && !Number.isFinite(after)) throw bad("startedAfter: not a time");
   const asc = o.order === "asc";
-  const mine = s.sandboxes
-    .list()
-    .filter(
-      (sb) => sb.state !== "exited" && (isAdmin(caller) || (sb.record.owner ?? null) === caller.tenant),
-    );
+  const mine = s.sandboxes.list().filter((sb) => sb.state !== "exited" && mayHold(caller, sb.record.owner));
   const running = mine.filter((sb) => sb.state === "running").length;
   const key = (sb: ReadonlySandbox) => `${sb.record.created}|${sb.record.id}`;
   const all = mine

@@ -4,7 +4,7 @@
  * from df); forkd keeps no history, so `start` and `end` are ignored. A paused sandbox has none.
  */
 import { helperExec } from "../envd/helper-env.js";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 
 export interface E2bMetric {
@@ -23,7 +23,7 @@ const SCRIPT =
   "head -n1 /proc/stat; sleep 0.5; head -n1 /proc/stat; grep -c '^processor' /proc/cpuinfo; " +
   "cat /proc/meminfo; df -kP / | tail -n1";
 
-export async function sandboxMetrics(s: Services, sb: ReadonlySandbox): Promise<E2bMetric[]> {
+export async function sandboxMetrics(s: E2bServices, sb: ReadonlySandbox): Promise<E2bMetric[]> {
   if (sb.state !== "running") return [];
   const out = await s.sandboxes.use(sb.record.id, async (agent) => {
     const chunks: Buffer[] = [];

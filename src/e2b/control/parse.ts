@@ -3,7 +3,7 @@
  * JSON body bound (past it, a 413, also without a length), else a 400 naming the field.
  */
 import type { z } from "zod";
-import { tooLarge } from "../../api/parse.js";
+import { tooLarge } from "../../app/body-limits.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
 import type { E2bApiContext } from "./env.js";
 

@@ -5,22 +5,19 @@
  * ever extends its deadline), refreshes, fork (one branch of the running source serves every
  * fork) and metrics. A sandbox that is not the caller's is a 404, as one that does not exist.
  */
-import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
-import { isAdmin } from "../../access/caller.js";
-import type { Caller } from "../../access/caller.js";
-import type { Services } from "../../api/services.js";
-import { forkable, tagNames } from "../../api/scope.js";
-import { keyIn } from "../../snapshot/namespace.js";
-import type { NetworkSpec } from "../../net/policy.js";
-import type { ForkOptions } from "../../sandbox/fork.js";
+import type { E2bServices } from "../context.js";
+import { branchThenFork } from "../../app/branch-fork.js";
+import { forkAs } from "../../app/fork.js";
+import type { CallerForkOptions } from "../../app/fork.js";
+import { killAs, pauseAs, resumeAs } from "../../app/lifecycle.js";
+import { liveSandbox, tagNames } from "../../app/scope.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
-import { ForkdError, errorMessage } from "../../util/errors.js";
+import { ForkdError } from "../../util/errors.js";
 import { e2bOf } from "../auth.js";
 import { e2bError } from "../errors.js";
 import type { E2bApiContext, E2bEnv } from "./env.js";
 import { noteE2bTarget } from "./env.js";
-import { FORK_TAG_PREFIX, reapForkSnapshots } from "./fork-snapshots.js";
 import { listSandboxes } from "./list.js";
 import { sandboxMetrics } from "./metrics.js";
 import { networkOf } from "./network.js";
@@ -42,30 +39,12 @@ import { detailView, endAtOf, sandboxReply } from "./views.js";
 const V2_TIMEOUT_S = 300;
 const V1_TIMEOUT_S = 15;
 
-export const noSandbox = (id: string): ForkdError =>
-  new ForkdError("not_found", `sandbox ${id} not found`, { id });
-
-/** The caller's own sandbox `id` (running or paused), else not found. */
-export function visibleSandbox(s: Services, caller: Caller, id: string): ReadonlySandbox {
-  const sb = s.sandboxes.list().find((x) => x.record.id === id);
-  if (!sb || sb.state === "exited") throw noSandbox(id);
-  if (!isAdmin(caller) && (sb.record.owner ?? null) !== caller.tenant) throw noSandbox(id);
-  return sb;
-}
-
-const owned = (s: Services, tenant: string | null): number =>
-  s.sandboxes.list().filter((sb) => (sb.record.owner ?? null) === tenant && sb.state !== "exited").length;
-
-/** The network spec a running sandbox has, for its forks. */
-function specOf(sb: ReadonlySandbox): NetworkSpec | undefined {
-  const n = sb.record.network;
-  return n ? { mode: n.mode, egress: n.egress, expose: [] } : undefined;
-}
-
-export function sandboxRoutes(s: Services): Hono<E2bEnv> {
+export function sandboxRoutes(s: E2bServices): Hono<E2bEnv> {
   const app = new Hono<E2bEnv>();
   const json = s.limits.body.json;
   const caller = (c: E2bApiContext) => c.get("caller");
+  /** The caller's sandbox (running or paused), else not found. */
+  const visible = (c: E2bApiContext) => liveSandbox(s, caller(c), idOf(c));
   const idOf = (c: E2bApiContext) => {
     const id = c.req.param("sandboxID") ?? "";
     noteE2bTarget(c, "sandbox", id);
@@ -82,18 +61,9 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     if (b.mcp) throw new ForkdError("invalid_argument", "mcp (the MCP gateway) is not supported");
     if (b.iam?.tokens && Object.keys(b.iam.tokens).length > 0)
       throw new ForkdError("invalid_argument", "iam tokens are not supported");
-    let key: string;
-    try {
-      key = await forkable(s, who, tag);
-    } catch (e) {
-      if (e instanceof ForkdError && (e.code === "not_found" || e.code === "invalid_argument"))
-        throw new ForkdError("not_found", `template ${tag} not found`, { tag });
-      throw e;
-    }
     const network = networkOf(s.sandboxes.networkStatus(), b.allow_internet_access, b.network);
     const timeoutS = b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S);
-    const opts: ForkOptions = {
-      owner: who.tenant,
+    const opts: CallerForkOptions = {
       metadata: b.metadata ?? {},
       env: b.envVars ?? undefined,
       deadlineMs: timeoutS * 1000,
@@ -109,19 +79,16 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
           : {}),
       },
     };
-    const release = s.limits.quota.reserve(who, 1, () => owned(s, who.tenant));
-    let r;
-    try {
-      r = await s.sandboxes.fork(key, 1, opts);
-    } finally {
-      release();
-    }
-    const sb = r.sandboxes[0];
-    if (!sb) {
-      const f = r.failures[0];
-      throw new ForkdError(f?.code ?? "internal", f?.message ?? "the sandbox did not start");
-    }
-    s.metrics.fork(sb.record.timings.totalMs / 1000);
+    // A template the caller cannot see (or a malformed name) is E2B's "template not found".
+    const r = await forkAs(
+      s,
+      who,
+      tag,
+      1,
+      opts,
+      () => new ForkdError("not_found", `template ${tag} not found`, { tag }),
+    );
+    const sb = r.sandboxes[0]!; // forkAs throws when every child failed
     noteE2bTarget(c, "sandboxes", [sb.record.id]);
     return c.json(sandboxReply(e2bOf(s), sb, caller(c)), 201);
   };
@@ -153,48 +120,44 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     return c.json(page.items);
   });
 
-  app.get("/sandboxes/:sandboxID", async (c) =>
-    c.json(await detailView(s, e2bOf(s), visibleSandbox(s, caller(c), idOf(c)), caller(c))),
-  );
+  app.get("/sandboxes/:sandboxID", async (c) => c.json(await detailView(s, e2bOf(s), visible(c), caller(c))));
 
   app.delete("/sandboxes/:sandboxID", async (c) => {
-    const id = visibleSandbox(s, caller(c), idOf(c)).record.id;
-    await s.sandboxes.kill(id);
-    reap(s);
+    await killAs(s, caller(c), visible(c).record.id);
     return c.body(null, 204);
   });
 
   app.post("/sandboxes/:sandboxID/timeout", async (c) => {
     const b = await readJson(c, TimeoutBody, json);
-    const id = visibleSandbox(s, caller(c), idOf(c)).record.id;
+    const id = visible(c).record.id;
     await s.sandboxes.setDeadline(id, b.timeout * 1000);
     return c.body(null, 204);
   });
 
   app.post("/sandboxes/:sandboxID/refreshes", async (c) => {
     const b = await readJson(c, RefreshBody, json);
-    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const sb = visible(c);
     await extend(s, sb, (b.duration ?? 60) * 1000);
     return c.body(null, 204);
   });
 
   app.post("/sandboxes/:sandboxID/pause", async (c) => {
     await readJson(c, PauseBody, json);
-    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const sb = visible(c);
     if (sb.state === "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already paused`);
     // Paused, it has no timeout (E2B's semantics; the pause's own record write clears it):
     // connect or resume sets a new one.
-    await s.sandboxes.pause(sb.record.id);
+    await pauseAs(s, caller(c), sb.record.id);
     return c.body(null, 204);
   });
 
   // Resume: a paused sandbox runs again with a new deadline; a running one is a conflict.
   app.post("/sandboxes/:sandboxID/resume", async (c) => {
     const b = await readJson(c, ResumeBody, json);
-    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const sb = visible(c);
     if (sb.state !== "paused") throw new ForkdError("conflict", `sandbox ${sb.record.id} is already running`);
     const id = sb.record.id;
-    await s.sandboxes.resume(id, { deadlineMs: (b.timeout ?? V1_TIMEOUT_S) * 1000 });
+    await resumeAs(s, caller(c), id, { deadlineMs: (b.timeout ?? V1_TIMEOUT_S) * 1000 });
     return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id), caller(c)), 201);
   });
 
@@ -203,11 +166,11 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
     const b = await readJson(c, ConnectBody, json);
     if (!v2 && b.timeout === undefined)
       throw new ForkdError("invalid_argument", "invalid request body: timeout: required");
-    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const sb = visible(c);
     const id = sb.record.id;
     const ms = (b.timeout ?? V2_TIMEOUT_S) * 1000;
     if (sb.state === "paused") {
-      await s.sandboxes.resume(id, { deadlineMs: ms });
+      await resumeAs(s, caller(c), id, { deadlineMs: ms });
       return c.json(sandboxReply(e2bOf(s), s.sandboxes.get(id), caller(c)), 201);
     }
     await extend(s, sb, ms);
@@ -220,59 +183,32 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   const forkRoute = (v2: boolean) => async (c: E2bApiContext) => {
     const b = await readJson(c, ForkBody, json);
     const who = caller(c);
-    const src = visibleSandbox(s, who, idOf(c));
-    if (src.state !== "running")
-      throw new ForkdError("conflict", `sandbox ${src.record.id} is paused: only a running sandbox forks`);
     const count = b.count ?? 1;
-    const release = s.limits.quota.reserve(who, count, () => owned(s, who.tenant));
-    try {
-      // One branch of the running source (it keeps its id and deadline) serves every fork; it
-      // is the source's tenant's, in its namespace.
-      const br = await s.sandboxes.branch(
-        src.record.id,
-        keyIn(src.record.owner ?? null, `${FORK_TAG_PREFIX}${randomBytes(6).toString("hex")}`),
-        true,
-        true,
-      );
-      noteE2bTarget(c, "snapshot", tagNames(who)(br.tag));
-      s.metrics.branchPause(br.pauseMs / 1000);
-      const r = await s.sandboxes.fork(br.tag, count, {
-        owner: src.record.owner ?? null,
-        metadata: src.record.metadata ?? {},
-        env: src.record.env,
-        deadlineMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
-        onDeadline: src.record.onDeadline ?? "kill",
-        network: specOf(src),
-        e2b: {
-          ...(src.record.e2b ?? { secure: true }),
-          timeoutMs: (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000,
-        },
-      });
-      noteE2bTarget(
-        c,
-        "sandboxes",
-        r.sandboxes.map((x) => x.record.id),
-      );
-      const e = e2bOf(s);
-      const out: unknown[] = Array.from({ length: count }, () => null);
-      const failed = new Set(r.failures.map((f) => f.index));
-      let next = 0;
-      for (let i = 0; i < count; i++) {
-        const f = r.failures.find((x) => x.index === i);
-        if (f) out[i] = { error: e2bError(new ForkdError(f.code, f.message), who, s.info.hostDirs).body };
-        else if (!failed.has(i)) {
-          const sb = r.sandboxes[next++];
-          if (sb) {
-            s.metrics.fork(sb.record.timings.totalMs / 1000);
-            out[i] = { sandbox: sandboxReply(e, sb, who) };
-          }
-        }
+    const timeoutMs = (b.timeout ?? (v2 ? V2_TIMEOUT_S : V1_TIMEOUT_S)) * 1000;
+    const { branch, children: r } = await branchThenFork(s, who, idOf(c), count, (src) => ({
+      deadlineMs: timeoutMs,
+      e2b: { ...(src.record.e2b ?? { secure: true }), timeoutMs },
+    }));
+    noteE2bTarget(c, "snapshot", tagNames(who)(branch.tag));
+    noteE2bTarget(
+      c,
+      "sandboxes",
+      r.sandboxes.map((x) => x.record.id),
+    );
+    // One entry per fork, in order: its sandbox, or its error.
+    const e = e2bOf(s);
+    const out: unknown[] = Array.from({ length: count }, () => null);
+    const failed = new Set(r.failures.map((f) => f.index));
+    let next = 0;
+    for (let i = 0; i < count; i++) {
+      const f = r.failures.find((x) => x.index === i);
+      if (f) out[i] = { error: e2bError(new ForkdError(f.code, f.message), who, s.info.hostDirs).body };
+      else if (!failed.has(i)) {
+        const sb = r.sandboxes[next++];
+        if (sb) out[i] = { sandbox: sandboxReply(e, sb, who) };
       }
-      return c.json(out, 201);
-    } finally {
-      release();
-      reap(s);
     }
+    return c.json(out, 201);
   };
   app.post("/sandboxes/:sandboxID/fork", forkRoute(false));
   app.post("/v2/sandboxes/:sandboxID/fork", forkRoute(true));
@@ -280,7 +216,7 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   // The egress of a running sandbox with a network, replaced (forkd cannot add a network later).
   app.put("/sandboxes/:sandboxID/network", async (c) => {
     const b = await readJson(c, NetworkUpdate, json);
-    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const sb = visible(c);
     const mode = sb.record.network?.mode ?? "none";
     if (sb.state !== "running") throw new ForkdError("conflict", `sandbox ${sb.record.id} is not running`);
     if (mode === "none")
@@ -305,25 +241,18 @@ export function sandboxRoutes(s: Services): Hono<E2bEnv> {
   });
 
   app.get("/sandboxes/:sandboxID/metrics", async (c) => {
-    const sb = visibleSandbox(s, caller(c), idOf(c));
+    const sb = visible(c);
     return c.json(await sandboxMetrics(s, sb));
   });
 
   return app;
 }
 
-/** Deletes the fork snapshots no sandbox needs any more, apart from the request. */
-function reap(s: Services): void {
-  reapForkSnapshots(s).catch((e: unknown) =>
-    s.log.warn("e2b: reaping fork snapshots failed", { error: errorMessage(e) }),
-  );
-}
-
 /**
  * Moves the deadline to `ms` from now unless it is later already. A sandbox with none keeps none
  * (one made through forkd's own API), unless E2B's API made it (its deadline went with a pause).
  */
-async function extend(s: Services, sb: ReadonlySandbox, ms: number): Promise<void> {
+async function extend(s: E2bServices, sb: ReadonlySandbox, ms: number): Promise<void> {
   const none = sb.record.deadline === null || sb.record.deadline === undefined;
   if (none && !sb.record.e2b) return;
   if (!none && endAtOf(sb) >= Date.now() + ms) return;

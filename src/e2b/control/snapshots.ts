@@ -9,33 +9,31 @@ import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
-import { newBranchKey, ownedSnapshot, tagNames, visibleMetas } from "../../api/scope.js";
+import { branchAs } from "../../app/branch.js";
+import { FORK_TAG_PREFIX } from "../../app/fork-snapshots.js";
+import { liveSandbox, noSnapshot, tagNames } from "../../app/scope.js";
+import { deleteSnapshotAs, snapshotsOf } from "../../app/snapshots.js";
 import { splitKey } from "../../snapshot/namespace.js";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { ADMIN_ONLY_OWNER } from "../../sandbox/branch.js";
 import { ForkdError } from "../../util/errors.js";
 import { TAG_RE, isValidKey } from "../../util/ids.js";
 import type { E2bEnv } from "./env.js";
 import { noteE2bTarget } from "./env.js";
 import { readJson, readQuery } from "./parse.js";
-import { FORK_TAG_PREFIX } from "./fork-snapshots.js";
-import { visibleSandbox } from "./sandboxes.js";
 import { SnapshotBody, SnapshotListQuery } from "./schemas.js";
 
 /** E2B lists the caller's own: a tenant's, or for an admin those of admins (shared or private). */
 const ownedBy = (owner: string | null | undefined, caller: Caller): boolean =>
   isAdmin(caller) ? (owner ?? null) === null || owner === ADMIN_ONLY_OWNER : owner === caller.tenant;
 
-const noSnapshot = (id: string): ForkdError =>
-  new ForkdError("not_found", `snapshot ${id} not found`, { id });
-
-export function snapshotRoutes(s: Services): Hono<E2bEnv> {
+export function snapshotRoutes(s: E2bServices): Hono<E2bEnv> {
   const app = new Hono<E2bEnv>();
 
   app.post("/sandboxes/:sandboxID/snapshots", async (c) => {
     const b = await readJson(c, SnapshotBody, s.limits.body.json);
     const caller = c.get("caller");
-    const sb = visibleSandbox(s, caller, c.req.param("sandboxID"));
+    const sb = liveSandbox(s, caller, c.req.param("sandboxID"));
     noteE2bTarget(c, "sandbox", sb.record.id);
     const tag = b.name ?? `snap-${randomBytes(6).toString("hex")}`;
     if (!isValidKey(tag) || splitKey(tag).name.startsWith(FORK_TAG_PREFIX))
@@ -49,11 +47,9 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
         `sandbox ${sb.record.id} is paused: only a running sandbox is snapshotted`,
       );
     noteE2bTarget(c, "snapshot", tag);
-    // In its sandbox's tenant's namespace (a taken or reserved name refused as on forkd's API).
-    const key = await newBranchKey(s, caller, sb.record.owner ?? null, tag);
-    // An admin's is the admins' alone: a snapshot of E2B's is its team's, never shared.
-    const r = await s.sandboxes.branch(sb.record.id, key, true, true);
-    s.metrics.branchPause(r.pauseMs / 1000);
+    // In its sandbox's tenant's namespace (a taken or reserved name refused as on forkd's API);
+    // an admin's is the admins' alone: a snapshot of E2B's is its team's, never shared.
+    const r = await branchAs(s, caller, sb.record.id, tag, { wait: true, private: true });
     const name = tagNames(caller)(r.tag);
     return c.json({ snapshotID: name, names: [name] }, 201);
   });
@@ -63,7 +59,7 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
     const caller = c.get("caller");
     const name = q.name?.replace(/:default$/, "");
     const names = tagNames(caller);
-    const all = visibleMetas(caller, await s.store.list())
+    const all = (await snapshotsOf(s, caller)).snapshots
       .filter((m) => m.branch !== undefined && !splitKey(m.tag).name.startsWith(FORK_TAG_PREFIX))
       .filter((m) => ownedBy(m.owner, caller))
       .filter((m) => q.sandboxID === undefined || m.branch?.sandbox === q.sandboxID)
@@ -84,14 +80,7 @@ export function snapshotRoutes(s: Services): Hono<E2bEnv> {
     if (!isValidKey(tag)) throw noSnapshot(tag);
     const caller = c.get("caller");
     // A reserved name (a tenant's), a shared snapshot: forbidden; one it cannot see: not found.
-    let key: string;
-    try {
-      key = (await ownedSnapshot(s, caller, tag)).key;
-    } catch (e) {
-      if (e instanceof ForkdError && e.code === "not_found") throw noSnapshot(tag);
-      throw e;
-    }
-    await s.snapshots.delete(key, { cascade: false, force: false });
+    await deleteSnapshotAs(s, caller, tag, { cascade: false, force: false });
     return c.body(null, 204);
   });
 

@@ -6,9 +6,9 @@
  * the caller's API key (src/e2b/access-token.ts: revoking the key revokes it).
  */
 import type { Caller } from "../../access/caller.js";
-import type { Services } from "../../api/services.js";
-import { tagNames } from "../../api/scope.js";
-import type { TagNames } from "../../api/scope.js";
+import type { E2bServices } from "../context.js";
+import { tagNames } from "../../app/scope.js";
+import type { TagNames } from "../../app/scope.js";
 import { endsAt, expiresAt } from "../../sandbox/sandbox.js";
 import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
 import type { E2bContext } from "../context.js";
@@ -67,7 +67,7 @@ const tokenOf = (e: E2bContext, sb: ReadonlySandbox, caller: Caller): string | u
     ? undefined
     : (e.accessTokens.of(sb.record.id, caller.credential) ?? undefined);
 
-/** How the caller is shown its sandbox's snapshot (its tag: api/scope.ts tagNames), and its access token. */
+/** How the caller is shown its sandbox's snapshot (its tag: src/app/scope.ts tagNames), and its access token. */
 export function sandboxReply(e: E2bContext, sb: ReadonlySandbox, caller: Caller): E2bSandbox {
   const names = tagNames(caller);
   const token = tokenOf(e, sb, caller);
@@ -92,7 +92,7 @@ export function endAtOf(sb: ReadonlySandbox): number {
 
 /** Its machine: the paused image's, else its snapshot's (read once per listing). */
 async function machineOf(
-  s: Services,
+  s: E2bServices,
   sb: ReadonlySandbox,
   cache: Map<string, Promise<{ cpus: number; memoryMiB: number; diskMiB: number }>>,
 ): Promise<{ cpus: number; memoryMiB: number; diskMiB: number }> {
@@ -117,7 +117,7 @@ async function machineOf(
 export type MachineCache = Map<string, Promise<{ cpus: number; memoryMiB: number; diskMiB: number }>>;
 
 export async function listedView(
-  s: Services,
+  s: E2bServices,
   sb: ReadonlySandbox,
   names: TagNames,
   cache: MachineCache = new Map(),
@@ -141,7 +141,7 @@ export async function listedView(
 }
 
 export async function detailView(
-  s: Services,
+  s: E2bServices,
   e: E2bContext,
   sb: ReadonlySandbox,
   caller: Caller,

@@ -7,7 +7,7 @@
 import { createContextKey } from "@connectrpc/connect";
 import type { HandlerContext } from "@connectrpc/connect";
 import { OpenStreams } from "../../access/open-streams.js";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import type { Lease } from "../../sandbox/lease.js";
 import { ForkdError } from "../../util/errors.js";
 import type { Account } from "./accounts.js";
@@ -16,7 +16,7 @@ import { toConnectError } from "./errors.js";
 import { Watchers } from "./watchers.js";
 
 export interface EnvdState {
-  s: Services;
+  s: E2bServices;
   watchers: Watchers;
   accounts: Accounts;
   /** What callers opened, by credential: a polling watcher is removed when its maker's is revoked. */
@@ -25,7 +25,7 @@ export interface EnvdState {
   bodyIdleMs?: number;
 }
 
-export function envdState(s: Services): EnvdState {
+export function envdState(s: E2bServices): EnvdState {
   return {
     s,
     watchers: new Watchers(),

@@ -12,7 +12,7 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { ForkdError } from "../../util/errors.js";
 import type { SandboxPortHandler } from "../sandbox-plane.js";
 import { checkedBinaryBody } from "./binary-input.js";
@@ -34,7 +34,7 @@ export interface EnvdHandler {
   close(): void;
 }
 
-export function envdHandler(s: Services, st: EnvdState = envdState(s)): EnvdHandler {
+export function envdHandler(s: E2bServices, st: EnvdState = envdState(s)): EnvdHandler {
   // connect-node's adapter, with each binary message decoded first (./binary-input.ts: one that
   // does not decode is invalid_argument, not the library's internal).
   const router = createConnectRouter({

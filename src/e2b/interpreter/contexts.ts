@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { z } from "zod";
 import type { AgentClient, CodeContext } from "../../agent/client.js";
 import { EVAL_LANGUAGES } from "../../agent/eval.js";
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { ForkdError } from "../../util/errors.js";
 import { readJsonBody } from "./body.js";
 import { e2bContext, parseE2bContextId, runnerOf } from "./context-ids.js";
@@ -22,7 +22,7 @@ const CreateBody = z.object({
 
 /** Handles a /contexts request; false when the path is not one of these routes. */
 export function contextsRoute(
-  s: Services,
+  s: E2bServices,
   req: IncomingMessage,
   res: ServerResponse,
   sb: SandboxAccess,
@@ -70,7 +70,7 @@ export function contextsRoute(
   return true;
 }
 
-function use<T>(s: Services, sb: SandboxAccess, fn: (a: AgentClient) => Promise<T>): Promise<T> {
+function use<T>(s: E2bServices, sb: SandboxAccess, fn: (a: AgentClient) => Promise<T>): Promise<T> {
   return s.sandboxes.use(sb.sandbox.record.id, (agent) => fn(agent));
 }
 

@@ -17,8 +17,8 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { z } from "zod";
-import { CellEnv } from "../../api/contract/schemas.js";
-import type { Services } from "../../api/services.js";
+import { CellEnv } from "../../app/cell-env.js";
+import type { E2bServices } from "../context.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
 import type { EvalLanguage } from "../../agent/client.js";
 import type { Lease } from "../../sandbox/lease.js";
@@ -42,7 +42,7 @@ export const ExecuteBody = z.object({
 });
 
 export async function execute(
-  s: Services,
+  s: E2bServices,
   req: IncomingMessage,
   res: ServerResponse,
   sb: SandboxAccess,
@@ -115,7 +115,7 @@ async function contextExists(
 }
 
 /** Whether sandbox `id` still runs (a cell cut because it does not is a cut connection). */
-function running(s: Services, id: string): boolean {
+function running(s: E2bServices, id: string): boolean {
   try {
     return s.sandboxes.get(id).state === "running";
   } catch {

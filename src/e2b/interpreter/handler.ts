@@ -3,7 +3,7 @@
  * here), served by the daemon over forkd's warm kernels: POST /execute (execute.ts), /contexts
  * (contexts.ts), GET /health. There is no server in the guest for it.
  */
-import type { Services } from "../../api/services.js";
+import type { E2bServices } from "../context.js";
 import { ForkdError } from "../../util/errors.js";
 import { contextsRoute } from "./contexts.js";
 import { execute } from "./execute.js";
@@ -13,7 +13,7 @@ import { sendError } from "./send-error.js";
 
 export type { SandboxAccess, SandboxPortHandler, SandboxTarget } from "./port-handler.js";
 
-export function interpreterHandler(s: Services): SandboxPortHandler {
+export function interpreterHandler(s: E2bServices): SandboxPortHandler {
   return (req, res, _t, sb) => {
     const path = new URL(req.url ?? "/", "http://x").pathname;
     const method = req.method ?? "GET";

@@ -8,10 +8,9 @@
  *     here, in the caller's namespace (src/snapshot/namespace.ts), and every tag a reply shows
  *     is named here for it: another tenant's snapshot does not exist for it, and a tag it
  *     creates never meets another tenant's.
- * The middleware guards every /v1/sandboxes/{id} route with Hono's own reading of {id}, the
- * one the routes act on.
+ * Every front door scopes through here (the REST API's guard of /v1/sandboxes/{id}, E2B's
+ * control plane, the use cases of this folder).
  */
-import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS, isAdmin } from "../access/caller.js";
 import type { Caller } from "../access/caller.js";
 import type { Snapshot, SnapshotPending } from "../snapshot/store.js";
@@ -19,7 +18,7 @@ import { nameFor, shownTo, splitKey } from "../snapshot/namespace.js";
 import type { Viewer } from "../snapshot/namespace.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import { ForkdError } from "../util/errors.js";
-import type { ApiEnv } from "./env.js";
+import type { ReadonlySandbox } from "../sandbox/sandbox.js";
 import type { Services } from "./services.js";
 
 /** Whether `caller` may see something owned by `owner` (null/absent: shared). */
@@ -33,30 +32,32 @@ export function canSee(caller: Caller, owner: string | null | undefined): boolea
 export const canChange = (caller: Caller, owner: string | null | undefined): boolean =>
   isAdmin(caller) || (caller !== ANONYMOUS && owner === caller.tenant);
 
+/** Whether `caller` may hold (see, use, change) a sandbox of tenant `owner` (null/absent: an admin's). */
+export const mayHold = (caller: Caller, owner: string | null | undefined): boolean =>
+  isAdmin(caller) || (owner ?? null) === caller.tenant;
+
+/** Sandboxes of `tenant` that hold resources (running or paused): what its quota counts. */
+export const heldBy = (s: Services, tenant: string | null): number =>
+  s.sandboxes.list().filter((sb) => (sb.record.owner ?? null) === tenant && sb.state !== "exited").length;
+
+/** A sandbox that does not exist for the caller: one answer whether it is missing or another tenant's. */
 export const noSandbox = (id: string): ForkdError => new ForkdError("not_found", `no sandbox ${id}`, { id });
+
+/** Sandbox `id` if the caller may hold it (exited ones included), else not found. */
+export function sandboxOf(s: Services, caller: Caller, id: string): ReadonlySandbox {
+  const sb = s.sandboxes.get(id);
+  if (!mayHold(caller, sb.record.owner)) throw noSandbox(id);
+  return sb;
+}
+
+/** Sandbox `id` if the caller may hold it and it has not exited (running or paused), else not found. */
+export function liveSandbox(s: Services, caller: Caller, id: string): ReadonlySandbox {
+  const sb = sandboxOf(s, caller, id);
+  if (sb.state === "exited") throw noSandbox(id);
+  return sb;
+}
 export const noSnapshot = (tag: string): ForkdError =>
   new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
-
-/**
- * Refuses a sandbox that is not the tenant's own (another tenant's, or an admin's) as not found;
- * a missing or malformed id is left to the route.
- */
-export function sandboxGuard(s: Services): MiddlewareHandler<ApiEnv> {
-  return async (c, next) => {
-    const caller = c.get("caller");
-    const id = c.req.param("id");
-    if (!isAdmin(caller) && id !== undefined) {
-      let owner: string | null | undefined;
-      try {
-        owner = s.sandboxes.get(id).record.owner;
-      } catch {
-        return next();
-      }
-      if (owner !== caller.tenant) throw noSandbox(id);
-    }
-    return next();
-  };
-}
 
 /** Whose namespace the caller names snapshots in: its tenant's, or null for an admin. */
 export const viewerOf = (caller: Caller): Viewer => (isAdmin(caller) ? null : (caller.tenant ?? ""));
