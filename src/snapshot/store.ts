@@ -16,7 +16,7 @@
  * turns it into `.failed-<tag>.json` (reason and time) and removes the partial files, so the
  * tag reads `failed` until deleted or re-created, and never `ready` while half-written.
  */
-import { readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
 import { ForkdError } from "../util/errors.js";
@@ -30,30 +30,11 @@ import { keyDir, keyOfDir } from "./namespace.js";
 import type { KeyEntry } from "./namespace.js";
 import type { Quarantine } from "../util/quarantine.js";
 import type { SnapshotMeta } from "./meta.js";
+import { memoryDiffFile, sealSnapshot, snapshotFiles } from "./seal.js";
+import type { SealMeta, SealOptions, SnapshotFiles } from "./seal.js";
 
-export interface SnapshotFiles {
-  dir: string;
-  meta: string;
-  /** The image a child maps: of a diff snapshot (after get()), its memory base's. */
-  memory: string;
-  /** A diff snapshot's own memory: pages written into a child before it runs (restore.ts). */
-  memoryDiff?: string;
-  vmstate: string;
-  disk: string;
-  childDisk: string;
-}
-
-export const snapshotFiles = (dir: string): SnapshotFiles => ({
-  dir,
-  meta: join(dir, "meta.json"),
-  memory: join(dir, "memory"),
-  vmstate: join(dir, "vmstate"),
-  disk: join(dir, "disk.qcow2"),
-  childDisk: join(dir, "child.qcow2"),
-});
-
-/** Where a diff snapshot in `dir` keeps its diff. */
-export const memoryDiffFile = (dir: string): string => join(dir, "memory.diff");
+export { memoryDiffFile, snapshotFiles } from "./seal.js";
+export type { SnapshotFiles } from "./seal.js";
 
 export interface Snapshot {
   meta: SnapshotMeta;
@@ -350,6 +331,21 @@ export class SnapshotStore {
     return join(this.root, `.staging-${suffix.replaceAll("/", "~")}`);
   }
 
+  /** A new, empty staging directory (0700) to build a snapshot in, then seal(). */
+  async stage(suffix: string): Promise<string> {
+    const dir = this.stagingDir(suffix);
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    return dir;
+  }
+
+  /**
+   * Seals `staging` as snapshot `tag` and publishes it (seal.ts: modes, checksums, the child
+   * layer, metadata, one rename). The only way a snapshot comes to exist.
+   */
+  async seal(staging: string, tag: string, meta: SealMeta, opts?: SealOptions): Promise<SnapshotMeta> {
+    return sealSnapshot(this, staging, tag, meta, opts);
+  }
+
   /** Claims a tag for creation; a second claim while the first is in flight is a conflict. */
   async claim(tag: string): Promise<() => void> {
     assertKey(tag);
@@ -362,7 +358,7 @@ export class SnapshotStore {
     return () => this.busy.delete(tag);
   }
 
-  /** Publishes a complete staging directory as `tag`. */
+  /** Publishes a complete staging directory as `tag` (seal.ts calls it, nothing else). */
   async publish(staging: string, tag: string): Promise<void> {
     const dest = this.dirOf(tag);
     if (await exists(dest)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
