@@ -12,7 +12,7 @@
  * as `docker build`): `watcher.signal` aborts and the work stops and leaves nothing.
  */
 import type { Logger } from "../util/log.js";
-import type { Progress } from "../snapshot/progress.js";
+import type { Progress } from "../util/progress.js";
 import { errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";

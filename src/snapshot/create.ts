@@ -13,7 +13,7 @@ import { createOverlay, rawSize, rebaseUnsafe } from "../disk/overlay.js";
 import { plainLayerProblem } from "../disk/plain-layer.js";
 import type { AccelChoice } from "../host/accel.js";
 import type { GuestImage, ImageBuilder } from "../image/builder.js";
-import type { Progress } from "./progress.js";
+import type { Progress } from "../util/progress.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
 import { GUEST_NET, guestNetArg } from "../net/guest.js";

@@ -31,7 +31,7 @@ import { plainLayerProblem } from "../../disk/plain-layer.js";
 import type { AccelChoice } from "../../host/accel.js";
 import type { Attachment } from "../../net/attachments/attachment.js";
 import { GUEST_NET, guestNetArg } from "../../net/guest.js";
-import type { Progress } from "../../snapshot/progress.js";
+import type { Progress } from "../../util/progress.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
 import { nowMs, since, sleep } from "../../util/time.js";
 import { defaultCpu, kernelCmdline } from "../../vmm/config.js";
