@@ -5,7 +5,7 @@ import type { SandboxQuota } from "../access/quota.js";
 import type { RateLimiter } from "../access/rate-limit.js";
 import type { Authenticator, TokenStore } from "../access/tokens.js";
 import type { AuditRecord } from "../audit/audit-log.js";
-import type { AccelChoice } from "../host/accel.js";
+import type { AccelChoice } from "../vmm/accel.js";
 import type { SnapshotService } from "../snapshot/service.js";
 import type { SnapshotStore } from "../snapshot/store.js";
 import type { Logger } from "../util/log.js";

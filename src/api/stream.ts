@@ -1,6 +1,6 @@
 /**
  * Long operations with ?stream=1: NDJSON lines {"type":"progress","message", phase?, layer?,
- * done_bytes?, total_bytes?} (src/snapshot/progress.ts), then
+ * done_bytes?, total_bytes?} (src/util/progress.ts), then
  * {"type":"done", <key>: result} or {"type":"error", "error": …} (the one error envelope).
  * Errors found before the work starts should be thrown before calling this, so they get a status.
  * A reader slower than the progress loses progress lines, counted (paced-progress.ts), never the

@@ -11,7 +11,7 @@ import type { AgentClient } from "../agent/client.js";
 import type { EvalLanguage } from "../agent/eval.js";
 import { createOverlay, rawSize, rebaseUnsafe } from "../disk/overlay.js";
 import { plainLayerProblem } from "../disk/plain-layer.js";
-import type { AccelChoice } from "../host/accel.js";
+import type { AccelChoice } from "../vmm/accel.js";
 import type { GuestImage, ImageBuilder } from "../image/builder.js";
 import type { Progress } from "../util/progress.js";
 import { ForkdError, errorMessage } from "../util/errors.js";

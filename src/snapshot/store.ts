@@ -22,8 +22,6 @@ import { z } from "zod";
 import { ForkdError } from "../util/errors.js";
 import { fsyncDir, writeJsonAtomic } from "../util/atomic.js";
 import { exists } from "../util/fs.js";
-import { NO_EVENTS } from "../events/bus.js";
-import type { EventSink } from "../events/bus.js";
 import { assertKey, isValidKey } from "../util/ids.js";
 import { readMeta, sha256File } from "./meta.js";
 import { keyDir, keyOfDir } from "./namespace.js";
@@ -61,6 +59,21 @@ export interface SnapshotInfo {
   physical_bytes: number;
 }
 
+/** What the store tells (src/events/bus.ts carries it to listeners: its CoreEvent). */
+export type SnapshotEvent =
+  /**
+   * A snapshot tag was created or changed status (writing, ready, failed). `writing`: the status
+   * at the change, for one that may end before a consumer reads it (a creation that fails at once).
+   */
+  | { type: "snapshot"; tag: string; writing?: SnapshotPending }
+  /** A snapshot tag (ready or failed) was deleted. */
+  | { type: "snapshot-gone"; tag: string };
+
+/** Where the store tells it: the daemon's event bus, or nowhere. */
+export interface SnapshotEventSink {
+  emit(e: SnapshotEvent): void;
+}
+
 /** What a staging directory of a background write says about itself (status.json). */
 const StagingStatusSchema = z.object({
   tag: z.string().max(129),
@@ -96,7 +109,7 @@ export class SnapshotStore {
   /** `events`: where tags' creation, status changes and deletion are told (src/events/bus.ts). */
   constructor(
     readonly root: string,
-    private readonly events: EventSink = NO_EVENTS,
+    private readonly events: SnapshotEventSink = { emit: () => undefined },
   ) {}
 
   /** The directory of key `tag` (this store's paths are all made here and in stagingDir). */
