@@ -6,7 +6,8 @@
  *   - its private memory pages (forkd-memsnap: the pages it wrote since its fork; every other
  *     page is still the snapshot's memory file it maps MAP_PRIVATE).
  * It resumes, and the snapshot is finished in the background: the frozen disk layer hard-linked
- * in, checksums of the diff, device state and disk layer, metadata, publish. Until then the tag
+ * in, then sealed (SnapshotStore.seal: checksums of the diff, device state and disk layer,
+ * metadata, publish). Until then the tag
  * reads `writing` (durably: see SnapshotStore.recover). Its memory stays the diff (a format-3
  * snapshot: `memoryBase` names the full image it is relative to; restore.ts writes it into each
  * child), so a branch costs what the sandbox wrote, not its RAM. A sandbox that maps its own
