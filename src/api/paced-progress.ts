@@ -5,7 +5,7 @@
  * never waits for its watcher, and a slow reader cannot make the daemon's memory grow without
  * bound. Only progress is dropped: the final done or error event is written by the caller.
  */
-import type { Progress } from "../snapshot/progress.js";
+import type { Progress } from "../util/progress.js";
 import type { ReplySink } from "../http/reply-stream.js";
 
 export function pacedProgress(sink: Pick<ReplySink, "line" | "drained" | "done">): Progress {

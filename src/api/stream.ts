@@ -1,6 +1,6 @@
 /**
  * Long operations with ?stream=1: NDJSON lines {"type":"progress","message", phase?, layer?,
- * done_bytes?, total_bytes?} (src/snapshot/progress.ts), then
+ * done_bytes?, total_bytes?} (src/util/progress.ts), then
  * {"type":"done", <key>: result} or {"type":"error", "error": …} (the one error envelope).
  * Errors found before the work starts should be thrown before calling this, so they get a status.
  * A reader slower than the progress loses progress lines, counted (paced-progress.ts), never the
@@ -12,7 +12,7 @@
  * as `docker build`): `watcher.signal` aborts and the work stops and leaves nothing.
  */
 import type { Logger } from "../util/log.js";
-import type { Progress } from "../snapshot/progress.js";
+import type { Progress } from "../util/progress.js";
 import { errorMessage } from "../util/errors.js";
 import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";

@@ -11,7 +11,7 @@ import type { RateLimiter } from "../access/rate-limit.js";
 import type { TokenStore } from "../access/tokens.js";
 import type { AuditRecord } from "../audit/audit-log.js";
 import type { EventBus } from "../events/bus.js";
-import type { AccelChoice } from "../host/accel.js";
+import type { AccelChoice } from "../vmm/accel.js";
 import type { SandboxService } from "../sandbox/service.js";
 import type { SnapshotService } from "../snapshot/service.js";
 import type { SnapshotStore } from "../snapshot/store.js";

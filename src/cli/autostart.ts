@@ -7,7 +7,7 @@ import type { ApiClient } from "@forkd/sdk";
 import type { Paths } from "../host/paths.js";
 import { sleep } from "../util/time.js";
 import { VERSION } from "../version.js";
-import { daemonHoldsLock } from "../daemon/lock.js";
+import { daemonHoldsLock } from "../host/daemon-lock.js";
 
 async function answers(api: ApiClient): Promise<boolean> {
   try {

@@ -1,5 +1,5 @@
 /** `forkd doctor`: the host's prerequisites as a table (or JSON), with the fix for each that fails. */
-import { runChecks } from "../host/doctor.js";
+import { runChecks } from "../vmm/doctor.js";
 import type { Paths } from "../host/paths.js";
 import { printTable } from "./table.js";
 

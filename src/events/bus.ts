@@ -5,21 +5,15 @@
  * swallowed: a listener must not break the change that emitted it).
  * Consumers (the SSE route: src/api/routes/events.ts) turn these into wire views.
  */
-import type { ReadonlySandbox } from "../sandbox/sandbox.js";
-import type { SnapshotPending } from "../snapshot/store.js";
+import type { SandboxEvent } from "../sandbox/registry.js";
+import type { SnapshotEvent } from "../snapshot/store.js";
 
-export type CoreEvent =
-  /** A sandbox was created, or its state changed (running, paused, exited). */
-  | { type: "sandbox"; sandbox: ReadonlySandbox }
-  /** A sandbox is no longer listed (killed, or an exited one forgotten). */
-  | { type: "sandbox-gone"; id: string; exitReason: string | null; owner: string | null }
-  /**
-   * A snapshot tag was created or changed status (writing, ready, failed). `writing`: the status
-   * at the change, for one that may end before a consumer reads it (a creation that fails at once).
-   */
-  | { type: "snapshot"; tag: string; writing?: SnapshotPending }
-  /** A snapshot tag (ready or failed) was deleted. */
-  | { type: "snapshot-gone"; tag: string };
+/**
+ * Every change told: a sandbox's (created, changed state, gone) and a snapshot tag's (created,
+ * changed status, deleted). Each emitter defines its own events and is given a sink for them;
+ * the bus, above both, carries the union.
+ */
+export type CoreEvent = SandboxEvent | SnapshotEvent;
 
 export type CoreListener = (e: CoreEvent) => void;
 
@@ -27,8 +21,6 @@ export type CoreListener = (e: CoreEvent) => void;
 export interface EventSink {
   emit(e: CoreEvent): void;
 }
-
-export const NO_EVENTS: EventSink = { emit: () => undefined };
 
 export class EventBus implements EventSink {
   private readonly listeners = new Set<CoreListener>();

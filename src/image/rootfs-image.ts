@@ -4,7 +4,7 @@
  * config a guest honours. Declared here so the builder does not depend on the OCI client.
  */
 import type { Reach } from "../registry/reach.js";
-import type { Progress } from "../snapshot/progress.js";
+import type { Progress } from "../util/progress.js";
 
 export interface RootfsImageConfig {
   /** "KEY=VALUE" entries. */

@@ -21,6 +21,14 @@ export interface GuestNet {
   mac: string;
 }
 
+/**
+ * A guest NIC as a snapshot records it (src/snapshot/meta.ts `nic`): the guest network its
+ * children inherit, and the link state its device state saved.
+ */
+export interface RecordedNic extends GuestNet {
+  linkUp: boolean;
+}
+
 export const GUEST_NET: GuestNet = {
   addr: "10.0.2.15",
   prefix: 24,

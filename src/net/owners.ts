@@ -7,12 +7,12 @@
  * /run/forkd/net/<id> (JSON: the data directory); removing the instance removes the marker.
  * /run is emptied at boot, as the kernel state is. At start, a daemon removes every instance
  * whose marker names a data directory that no longer exists and that no daemon holds (its
- * lock, ../daemon/lock.ts). Instances without a marker (an older daemon's) are never touched.
+ * lock, ../host/daemon-lock.ts). Instances without a marker (an older daemon's) are never touched.
  */
 import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
-import { daemonHoldsLock } from "../daemon/lock.js";
+import { daemonHoldsLock } from "../host/daemon-lock.js";
 import { writeJsonAtomic } from "../util/atomic.js";
 
 export const OWNERS_DIR = "/run/forkd/net";

@@ -14,7 +14,6 @@
  *          (attachments/slotted.ts, also slirp in a slot).
  */
 import { ForkdError, errorMessage } from "../util/errors.js";
-import type { NicMeta } from "../snapshot/meta.js";
 import type { Attachment, NetworkRecord } from "./attachments/attachment.js";
 import { NoneAttachment } from "./attachments/none.js";
 import { SlottedAttachment } from "./attachments/slotted.js";
@@ -24,7 +23,7 @@ import { detectNetwork } from "./capability.js";
 import type { NetCapabilities } from "./capability.js";
 import type { PortRelay } from "./expose.js";
 import { GUEST_NET, sameGuestNet } from "./guest.js";
-import type { GuestNet } from "./guest.js";
+import type { GuestNet, RecordedNic } from "./guest.js";
 import { parseHostAllow } from "./host-access.js";
 import { setUpInstance } from "./instance-setup.js";
 import { parseIpv4 } from "./policy.js";
@@ -137,7 +136,7 @@ export class NetworkService {
    * Refuses, before anything starts, a network this host or this snapshot cannot give: clear
    * errors naming what is missing.
    */
-  check(spec: NetworkSpec, nic: NicMeta | undefined, tag: string): void {
+  check(spec: NetworkSpec, nic: RecordedNic | undefined, tag: string): void {
     if (spec.mode === "none") return;
     if (!nic) {
       throw new ForkdError(
@@ -169,7 +168,7 @@ export class NetworkService {
   }
 
   /** Sets up the network of one child about to start (`prior`: its record before a pause). */
-  async attach(spec: NetworkSpec, nic: NicMeta | undefined, prior?: NetworkRecord): Promise<Attachment> {
+  async attach(spec: NetworkSpec, nic: RecordedNic | undefined, prior?: NetworkRecord): Promise<Attachment> {
     if (spec.mode === "none" || !nic) return new NoneAttachment();
     const binary = this.caps.user.binary ?? undefined;
     if (spec.mode === "user" && !this.userInSlot(spec.egress)) {
@@ -219,7 +218,7 @@ const unavailable = (mode: NetMode, reason: string) =>
   });
 
 /** The guest network a snapshot's children have. */
-export const guestNetOf = (n: NicMeta): GuestNet => ({
+export const guestNetOf = (n: RecordedNic): GuestNet => ({
   addr: n.addr,
   prefix: n.prefix,
   gateway: n.gateway,

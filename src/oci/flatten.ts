@@ -36,9 +36,10 @@ import { createReadStream } from "node:fs";
 import { join } from "node:path";
 import { ForkdError, errorMessage, isForkdError } from "../util/errors.js";
 import { run } from "../util/proc.js";
-import type { Progress } from "../snapshot/progress.js";
-import { LayerReader } from "./layer-reader.js";
-import type { LayerEntry, LayerSink } from "./layer-reader.js";
+import type { Progress } from "../util/progress.js";
+import { TarReader } from "../archive/tar-reader.js";
+import type { TarEntry, TarSink } from "../archive/tar-reader.js";
+import { layerTar } from "../archive/tar-profiles.js";
 import { OPAQUE, WHITEOUT, components, linkTarget } from "./layer-path.js";
 import { MAX_XATTR_VALUE, setXattr, xattrApplies } from "./xattr.js";
 
@@ -99,7 +100,7 @@ async function lstatOrNull(p: string) {
 }
 
 /** The state of one flatten: what a layer sink needs across entries and layers. */
-class Flattener implements LayerSink {
+class Flattener implements TarSink {
   private entries = 0;
   private bytes = 0;
   xattrsSkipped = 0;
@@ -112,7 +113,7 @@ class Flattener implements LayerSink {
   /** Paths (relative, "/"-joined) the current layer wrote, and their parents: an opaque marker keeps them. */
   private layerPaths = new Set<string>();
   private what = "";
-  private file: { fh: FileHandle; e: LayerEntry; path: string; rel: string } | null = null;
+  private file: { fh: FileHandle; e: TarEntry; path: string; rel: string } | null = null;
   /** Relative paths checked (or made) as real directories, not symlinks: parents() skips them. */
   private readonly realDirs = new Set<string>();
   /** The current entry is a whiteout (a file entry written as nothing): its data is dropped. */
@@ -171,13 +172,13 @@ class Flattener implements LayerSink {
     for (const k of this.dirs.keys()) if (k === rel || k.startsWith(`${rel}/`)) this.dirs.delete(k);
   }
 
-  private async owner(abs: string, e: LayerEntry, isLink: boolean): Promise<void> {
+  private async owner(abs: string, e: TarEntry, isLink: boolean): Promise<void> {
     if (!asRoot()) return;
     if (isLink) await lchown(abs, e.uid, e.gid);
     else await chown(abs, e.uid, e.gid);
   }
 
-  private async xattrs(abs: string, e: LayerEntry): Promise<void> {
+  private async xattrs(abs: string, e: TarEntry): Promise<void> {
     for (const [name, value] of e.xattrs) {
       if (!xattrApplies(name)) {
         this.xattrsSkipped++;
@@ -192,7 +193,7 @@ class Flattener implements LayerSink {
     }
   }
 
-  async entry(e: LayerEntry): Promise<void> {
+  async entry(e: TarEntry): Promise<void> {
     if (this.o.signal?.aborted)
       throw this.o.signal.reason instanceof Error
         ? this.o.signal.reason
@@ -306,7 +307,7 @@ class Flattener implements LayerSink {
   }
 
   /** A hard link's target: in the tree already, reached through real directories, not a directory. */
-  private async checkLinkTarget(target: string[], e: LayerEntry): Promise<void> {
+  private async checkLinkTarget(target: string[], e: TarEntry): Promise<void> {
     let p = this.o.root;
     for (let i = 0; i < target.length; i++) {
       p = join(p, target[i] ?? "");
@@ -431,7 +432,7 @@ export async function flattenLayers(o: FlattenOptions): Promise<FlattenResult> {
       done_bytes: done,
       total_bytes: total,
     });
-    const reader = new LayerReader(f, what);
+    const reader = new TarReader(f, layerTar(what, o.limits.maxEntries));
     const stream = createReadStream(layer.path, { highWaterMark: 1 << 20 });
     try {
       for await (const chunk of stream as AsyncIterable<Buffer>) {

@@ -20,7 +20,7 @@ import type { RegistryClient, RegistrySettings } from "../registry/client.js";
 import { assertReachable, tenantGuard } from "../registry/reach.js";
 import type { Reach } from "../registry/reach.js";
 import { reference } from "../registry/ref.js";
-import type { Progress } from "../snapshot/progress.js";
+import type { Progress } from "../util/progress.js";
 import { fsyncDir } from "../util/atomic.js";
 import { ForkdError } from "../util/errors.js";
 import { run } from "../util/proc.js";

@@ -6,7 +6,8 @@
  *   - its private memory pages (forkd-memsnap: the pages it wrote since its fork; every other
  *     page is still the snapshot's memory file it maps MAP_PRIVATE).
  * It resumes, and the snapshot is finished in the background: the frozen disk layer hard-linked
- * in, checksums of the diff, device state and disk layer, metadata, publish. Until then the tag
+ * in, then sealed (SnapshotStore.seal: checksums of the diff, device state and disk layer,
+ * metadata, publish). Until then the tag
  * reads `writing` (durably: see SnapshotStore.recover). Its memory stays the diff (a format-3
  * snapshot: `memoryBase` names the full image it is relative to; restore.ts writes it into each
  * child), so a branch costs what the sandbox wrote, not its RAM. A sandbox that maps its own
@@ -14,12 +15,12 @@
  * that image + the private pages, as before.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, chown, mkdir, rename, rm } from "node:fs/promises";
+import { chown, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createOverlay, flattenLayers } from "../disk/overlay.js";
 import type { ToolRunner } from "../vmm/jailed-tools.js";
 import { linkOrCopy } from "../util/fs.js";
-import { nicMeta, sha256File, SNAPSHOT_FORMAT, writeMeta } from "../snapshot/meta.js";
+import { nicMeta } from "../snapshot/meta.js";
 import type { SnapshotMeta } from "../snapshot/meta.js";
 import { memoryDiffFile } from "../snapshot/store.js";
 import type { Snapshot, SnapshotStore } from "../snapshot/store.js";
@@ -173,11 +174,12 @@ export async function branchSandbox(
   if (!vm || s.state !== "running") throw new ForkdError("conflict", `sandbox ${s.record.id} is not running`);
   const source = await store.get(s.record.tag);
   const release = await store.claim(tag);
-  const staging = store.stagingDir(`${tag}-${Date.now().toString(36)}`);
+  const suffix = `${tag}-${Date.now().toString(36)}`;
+  const staging = store.stagingDir(suffix);
   const started = new Date().toISOString();
   let paused = false;
   try {
-    await mkdir(staging, { mode: 0o700 });
+    await store.stage(suffix);
     // A branch belongs to its sandbox's tenant (an admin's private one: to the admins).
     const owner = branchOwner(s, priv);
     await store.markWriting(staging, { tag, started, source: s.record.id, owner });
@@ -363,9 +365,7 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   const files = {
     memory: join(a.staging, "memory"),
     memoryDiff: memoryDiffFile(a.staging),
-    vmstate: join(a.staging, "vmstate"),
     disk: join(a.staging, "disk.qcow2"),
-    childDisk: join(a.staging, "child.qcow2"),
   };
   if (a.frozenIsFirst) {
     // The source's first layer (over its snapshot's disk), immutable from now on: share it.
@@ -391,52 +391,34 @@ async function finish(deps: BranchDeps, a: FinishArgs): Promise<Snapshot> {
   } else if (a.diff !== files.memoryDiff) {
     await rename(a.diff, files.memoryDiff);
   }
-  const [memory, vmstate, disk] = await Promise.all([
-    diffOnly ? sha256File(files.memoryDiff) : sha256File(files.memory),
-    sha256File(files.vmstate),
-    sha256File(files.disk),
-  ]);
-  await createOverlay(files.childDisk, {
-    backing: deps.store.filesFor(a.tag).disk,
-    backingFormat: "qcow2",
-    sizeBytes: a.source.meta.diskSize,
-  });
-  await Promise.all([
-    chmod(diffOnly ? files.memoryDiff : files.memory, 0o444),
-    chmod(files.disk, 0o444),
-    chmod(files.vmstate, 0o444),
-  ]);
   const src = a.source.meta;
-  const meta: Omit<SnapshotMeta, "checksum"> = {
-    format: SNAPSHOT_FORMAT,
-    tag: a.tag,
-    template: src.template,
-    source: src.source,
-    created: new Date().toISOString(),
-    status: "ready",
-    machine: src.machine,
-    image: src.image,
-    qemu: src.qemu,
-    warm: src.warm,
-    warmEval: src.warmEval,
-    ...(src.warmEvalLanguage !== undefined ? { warmEvalLanguage: src.warmEvalLanguage } : {}),
-    diskSize: src.diskSize,
-    files: diffOnly
-      ? { memory: src.files.memory, vmstate, disk, memoryDiff: memory }
-      : { memory, vmstate, disk },
-    timings: { bootMs: 0, warmMs: 0, freezeMs: a.pauseMs },
-    stateFormat: "devices",
-    nic: src.nic ? nicMeta(src.nic, a.linkUp) : undefined,
-    parent: { tag: src.tag, checksum: src.checksum },
-    ...(a.memoryBase ? { memoryBase: a.memoryBase } : {}),
-    branch: { sandbox: a.sandbox, pauseMs: a.pauseMs, privateBytes: a.bytes, finishMs: since(t0) },
-    owner: a.owner,
-  };
-  await writeMeta(join(a.staging, "meta.json"), meta);
-  deps.crash?.("branch:before-publish");
-  await deps.store.publish(a.staging, a.tag);
-  // Kept until published: a crash before this leaves a staging dir recovery marks as failed.
-  await rm(join(deps.store.filesFor(a.tag).dir, "status.json"), { force: true });
+  await deps.store.seal(
+    a.staging,
+    a.tag,
+    {
+      template: src.template,
+      source: src.source,
+      created: new Date().toISOString(),
+      status: "ready",
+      machine: src.machine,
+      image: src.image,
+      qemu: src.qemu,
+      warm: src.warm,
+      warmEval: src.warmEval,
+      ...(src.warmEvalLanguage !== undefined ? { warmEvalLanguage: src.warmEvalLanguage } : {}),
+      diskSize: src.diskSize,
+      // A diff snapshot's image is its base's: the sum its snapshot recorded.
+      files: diffOnly ? { memory: src.files.memory } : {},
+      timings: { bootMs: 0, warmMs: 0, freezeMs: a.pauseMs },
+      stateFormat: "devices",
+      nic: src.nic ? nicMeta(src.nic, a.linkUp) : undefined,
+      parent: { tag: src.tag, checksum: src.checksum },
+      ...(a.memoryBase ? { memoryBase: a.memoryBase } : {}),
+      branch: { sandbox: a.sandbox, pauseMs: a.pauseMs, privateBytes: a.bytes, finishMs: since(t0) },
+      owner: a.owner,
+    },
+    { beforePublish: () => deps.crash?.("branch:before-publish") },
+  );
   deps.log.info("branch: snapshot ready", { tag: a.tag, finish_ms: since(t0) });
   return deps.store.get(a.tag);
 }

@@ -1,15 +1,26 @@
 /**
  * The live registry: every sandbox the daemon holds (running, paused, and exited ones still
  * listed), and the children being forked right now, counted against the daemon's limit. What
- * enters, changes state in (sandbox.ts's mark*) and leaves it is told to the event bus.
+ * enters, changes state in (sandbox.ts's mark*) and leaves it is told to the sink it is given
+ * (the event bus: src/events/bus.ts, which knows these events; the registry knows no bus).
  */
 import { ForkdError } from "../util/errors.js";
 import { assertSandboxId } from "../util/ids.js";
 import type { AgentClient } from "../agent/client.js";
 import type { Vm } from "../vmm/vm.js";
-import { NO_EVENTS } from "../events/bus.js";
-import type { EventSink } from "../events/bus.js";
-import type { Sandbox } from "./sandbox.js";
+import type { ReadonlySandbox, Sandbox } from "./sandbox.js";
+
+/** What the registry tells (src/events/bus.ts carries it to listeners: its CoreEvent). */
+export type SandboxEvent =
+  /** A sandbox was created, or its state changed (running, paused, exited). */
+  | { type: "sandbox"; sandbox: ReadonlySandbox }
+  /** A sandbox is no longer listed (killed, or an exited one forgotten). */
+  | { type: "sandbox-gone"; id: string; exitReason: string | null; owner: string | null };
+
+/** Where the registry tells it: the daemon's event bus, or nowhere. */
+export interface SandboxEventSink {
+  emit(e: SandboxEvent): void;
+}
 
 export class SandboxRegistry {
   private readonly live = new Map<string, Sandbox>();
@@ -22,7 +33,7 @@ export class SandboxRegistry {
     return this.live.size + this.startingAll;
   }
 
-  constructor(private readonly events: EventSink = NO_EVENTS) {}
+  constructor(private readonly events: SandboxEventSink = { emit: () => undefined }) {}
 
   add(s: Sandbox): void {
     this.live.set(s.record.id, s);

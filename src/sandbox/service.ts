@@ -23,7 +23,7 @@ import type { SnapshotStore } from "../snapshot/store.js";
 import { NO_CRASH } from "../util/crash.js";
 import type { CrashPoint } from "../util/crash.js";
 import type { Logger } from "../util/log.js";
-import type { EventSink } from "../events/bus.js";
+import type { SandboxEventSink } from "./registry.js";
 import { Quarantine } from "../util/quarantine.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import { forkdLiveCapture } from "../vmm/live-capture.js";
@@ -94,7 +94,7 @@ export interface SandboxServiceOptions {
   /** Test-only fault injection (src/util/crash.ts). */
   crash?: CrashPoint;
   /** Where sandboxes' creation, state changes and ends are told (src/events/bus.ts). */
-  events?: EventSink;
+  events?: SandboxEventSink;
   /** Runs qemu-img on what VMMs wrote, jailed (default: as the daemon, unjailed: tests). */
   tools?: ToolRunner;
 }

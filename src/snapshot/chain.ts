@@ -8,15 +8,16 @@
  * image of its `memoryBase` (an ancestor; cumulative, branch.ts), and a snapshot that would
  * lose that ancestor (compact, a forced delete) gets a full image = base + diff first.
  */
-import { chmod, mkdir, rename, rm } from "node:fs/promises";
+import { chmod, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { createOverlay, flattenLayers } from "../disk/overlay.js";
+import { flattenLayers } from "../disk/overlay.js";
 import type { ToolRunner } from "../vmm/jailed-tools.js";
 import { linkOrCopy } from "../util/fs.js";
 import { ForkdError } from "../util/errors.js";
 import { readMeta, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import { applyMemoryDiff } from "./memory-diff.js";
+import { snapshotFiles } from "./store.js";
 import type { Snapshot, SnapshotStore } from "./store.js";
 
 const rootfsOf = (meta: SnapshotMeta): string => join(meta.image.dir, "rootfs.ext4");
@@ -45,42 +46,33 @@ export async function compactSnapshot(
 ): Promise<SnapshotMeta> {
   const src = await store.get(tag);
   const release = await store.claim(newTag);
-  const staging = store.stagingDir(`${newTag}-compact-${Date.now().toString(36)}`);
+  const suffix = `${newTag}-compact-${Date.now().toString(36)}`;
+  const staging = store.stagingDir(suffix);
   try {
-    await mkdir(staging, { mode: 0o700 });
-    const files = {
-      memory: join(staging, "memory"),
-      vmstate: join(staging, "vmstate"),
-      disk: join(staging, "disk.qcow2"),
-      childDisk: join(staging, "child.qcow2"),
-    };
+    await store.stage(suffix);
+    const files = snapshotFiles(staging);
     // Memory and device state are immutable files: share them; a diff snapshot's memory is made
     // a full image (a base stands alone).
     if (src.files.memoryDiff) await applyMemoryDiff(src.files.memory, src.files.memoryDiff, files.memory);
     else await linkOrCopy(src.files.memory, files.memory);
     await linkOrCopy(src.files.vmstate, files.vmstate);
     await flattenToRootfs(tools, store, src, files.disk);
-    await chmod(files.disk, 0o444);
-    await createOverlay(files.childDisk, {
-      backing: store.filesFor(newTag).disk,
-      backingFormat: "qcow2",
-      sizeBytes: src.meta.diskSize,
-    });
-    const { checksum: _drop, branch: _branch, parent: _parent, memoryBase: _mb, ...rest } = src.meta;
-    const { memoryDiff: _md, ...sums } = src.meta.files;
-    const meta = await writeMeta(join(staging, "meta.json"), {
+    const {
+      checksum: _drop,
+      branch: _branch,
+      parent: _parent,
+      memoryBase: _mb,
+      tag: _t,
+      files: sums,
+      ...rest
+    } = src.meta;
+    // Shared files keep their recorded sums; a materialized image and the new layer are hashed.
+    return await store.seal(staging, newTag, {
       ...rest,
-      tag: newTag,
       created: new Date().toISOString(),
       parent: null,
-      files: {
-        ...sums,
-        memory: src.files.memoryDiff ? await sha256File(files.memory) : src.meta.files.memory,
-        disk: await sha256File(files.disk),
-      },
+      files: { vmstate: sums.vmstate, ...(src.files.memoryDiff ? {} : { memory: sums.memory }) },
     });
-    await store.publish(staging, newTag);
-    return meta;
   } finally {
     await rm(staging, { recursive: true, force: true });
     release();

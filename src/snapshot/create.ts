@@ -5,15 +5,15 @@
  * the memory file. The parent never runs again on that image.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, rm } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { AgentClient } from "../agent/client.js";
 import type { EvalLanguage } from "../agent/eval.js";
 import { createOverlay, rawSize, rebaseUnsafe } from "../disk/overlay.js";
 import { plainLayerProblem } from "../disk/plain-layer.js";
-import type { AccelChoice } from "../host/accel.js";
+import type { AccelChoice } from "../vmm/accel.js";
 import type { GuestImage, ImageBuilder } from "../image/builder.js";
-import type { Progress } from "./progress.js";
+import type { Progress } from "../util/progress.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { nowMs, since, sleep } from "../util/time.js";
 import { GUEST_NET, guestNetArg } from "../net/guest.js";
@@ -24,7 +24,7 @@ import { limitsFor } from "../vmm/limits.js";
 import type { VmmDriver } from "../vmm/driver.js";
 import type { Vm } from "../vmm/vm.js";
 import type { ToolRunner } from "../vmm/jailed-tools.js";
-import { nicMeta, SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
+import { nicMeta } from "./meta.js";
 import type { SnapshotMeta, SnapshotSource } from "./meta.js";
 import { startAndWaitReady } from "./start-ready.js";
 import { snapshotFiles } from "./store.js";
@@ -105,7 +105,7 @@ export async function createSnapshot(
   req.signal?.addEventListener("abort", onAbort, { once: true });
   try {
     if (req.signal?.aborted) throw cancelled(req.tag);
-    await mkdir(staging, { recursive: true, mode: 0o700 });
+    await deps.store.stage(suffix); // = staging
     // A daemon that dies before publishing leaves the tag failed (SnapshotStore.recover), and
     // the next one kills the parent VM still running from run/ (daemon/main.ts).
     await deps.store.markWriting(staging, {
@@ -249,52 +249,43 @@ export async function createSnapshot(
     await rebaseUnsafe(deps.tools, files.disk, image.rootfs, "raw", 0o600);
     const freezeMs = since(t2);
 
-    progress("freeze: checksumming memory, device state and disk", { phase: "freeze" });
-    const [memory, vmstate, disk] = await Promise.all([
-      sha256File(files.memory),
-      sha256File(files.vmstate),
-      sha256File(files.disk),
-    ]);
     // The image's size, as the layer was made: a size the VMM wrote in its header is not trusted.
     const diskSize = await rawSize(image.rootfs);
-    // Children copy this empty layer; it names the published path of the frozen layer.
-    await createOverlay(files.childDisk, {
-      backing: deps.store.filesFor(req.tag).disk,
-      backingFormat: "qcow2",
-      sizeBytes: diskSize,
-    });
-    await Promise.all([chmod(files.memory, 0o444), chmod(files.disk, 0o444), chmod(files.vmstate, 0o444)]);
-    const meta = await writeMeta(files.meta, {
-      format: SNAPSHOT_FORMAT,
-      tag: req.tag,
-      template: req.source.kind === "template" ? req.source.name : req.source.kind,
-      source: req.source,
-      created: new Date().toISOString(),
-      status: "ready",
-      machine,
-      image: {
-        hash: image.hash,
-        dir: image.dir,
-        kernelVersion: image.kernelVersion,
-        content: image.content,
+    progress("freeze: checksumming memory, device state and disk", { phase: "freeze" });
+    const meta = await deps.store.seal(
+      staging,
+      req.tag,
+      {
+        template: req.source.kind === "template" ? req.source.name : req.source.kind,
+        source: req.source,
+        created: new Date().toISOString(),
+        status: "ready",
+        machine,
+        image: {
+          hash: image.hash,
+          dir: image.dir,
+          kernelVersion: image.kernelVersion,
+          content: image.content,
+        },
+        qemu: { binary: deps.driver.binary, version: deps.qemuVersion },
+        warm: req.warm ?? null,
+        warmEval: req.warmEval ?? null,
+        ...(req.warmEval && req.warmEvalLanguage && req.warmEvalLanguage !== "python"
+          ? { warmEvalLanguage: req.warmEvalLanguage }
+          : {}),
+        diskSize,
+        files: {},
+        timings: { bootMs, warmMs, freezeMs },
+        owner: req.owner ?? null,
+        ...(withNic ? { nic: nicMeta(GUEST_NET, false) } : {}),
       },
-      qemu: { binary: deps.driver.binary, version: deps.qemuVersion },
-      warm: req.warm ?? null,
-      warmEval: req.warmEval ?? null,
-      ...(req.warmEval && req.warmEvalLanguage && req.warmEvalLanguage !== "python"
-        ? { warmEvalLanguage: req.warmEvalLanguage }
-        : {}),
-      diskSize,
-      files: { memory, vmstate, disk },
-      timings: { bootMs, warmMs, freezeMs },
-      owner: req.owner ?? null,
-      ...(withNic ? { nic: nicMeta(GUEST_NET, false) } : {}),
-    });
-    deps.crash?.("create:before-publish");
-    if (req.signal?.aborted) throw cancelled(req.tag);
-    await deps.store.publish(staging, req.tag);
-    // Kept until published (see markWriting above); a published tag is complete without it.
-    await rm(join(deps.store.filesFor(req.tag).dir, "status.json"), { force: true });
+      {
+        beforePublish: () => {
+          deps.crash?.("create:before-publish");
+          if (req.signal?.aborted) throw cancelled(req.tag);
+        },
+      },
+    );
     progress(`snapshot ${req.tag} ready`, { phase: "ready" });
     return meta;
   } catch (e) {

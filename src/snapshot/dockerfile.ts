@@ -33,7 +33,7 @@ import { nicMeta } from "./meta.js";
 import type { SnapshotDeps } from "./create.js";
 import type { NewSnapshotRequest } from "./service.js";
 import type { SnapshotMeta } from "./meta.js";
-import type { Progress } from "./progress.js";
+import type { Progress } from "../util/progress.js";
 
 export const TEMPLATE_SCHEME = "forkd://";
 

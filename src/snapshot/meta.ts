@@ -8,6 +8,7 @@ import { z } from "zod";
 import { EVAL_LANGUAGES } from "../agent/eval.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { writeJsonAtomic } from "../util/atomic.js";
+import { ImageSource, TemplateSource } from "../image/source.js";
 
 /**
  * The format this forkd writes for a snapshot with a full memory image. 2 added `source` (where
@@ -27,14 +28,6 @@ export const SNAPSHOT_FORMAT_DIFF = 3 as const;
 const FORMATS = [1, 2, 3] as const;
 
 /** Where a snapshot came from: one of forkd's templates, an OCI image, a Dockerfile build. */
-const TemplateSource = z.object({ kind: z.literal("template"), name: z.string().max(256) });
-const ImageSource = z.object({
-  kind: z.literal("image"),
-  /** The normalized reference it was pulled by (e.g. docker.io/library/python:3.11). */
-  ref: z.string().max(1024),
-  /** The digest of the (platform) manifest pulled: what the snapshot holds. */
-  digest: z.string().max(256),
-});
 export const SnapshotSourceSchema = z.discriminatedUnion("kind", [
   TemplateSource,
   ImageSource,
@@ -49,8 +42,6 @@ export const SnapshotSourceSchema = z.discriminatedUnion("kind", [
   }),
 ]);
 export type SnapshotSource = z.infer<typeof SnapshotSourceSchema>;
-/** What a Dockerfile's FROM resolves to. */
-export type BaseSource = z.infer<typeof TemplateSource> | z.infer<typeof ImageSource>;
 
 const FileSum = z.object({
   size: z.number().int().nonnegative(),

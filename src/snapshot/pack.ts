@@ -25,7 +25,7 @@ import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from
 import { join, relative } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { z } from "zod";
-import { createOverlay, rebaseUnsafe } from "../disk/overlay.js";
+import { rebaseUnsafe } from "../disk/overlay.js";
 import { plainLayerProblem } from "../disk/plain-layer.js";
 import { IMAGE_FILES, findImage, imageAddress, importedDir } from "../image/content.js";
 import type { ImageFile } from "../image/content.js";
@@ -603,28 +603,23 @@ export async function registerStaged(
             );
           },
         );
-        const { checksum: _c, ...rest } = m;
+        const { checksum: _c, tag: _t, files: sums, ...rest } = m;
+        // The pack's meta.json is replaced; memory and device state were verified against the
+        // pack's manifest (and their sums are what its metadata records); the rebased layer is hashed.
         await rm(join(src, "meta.json"));
-        const meta = await writeMeta(join(src, "meta.json"), {
-          ...rest,
+        const meta = await store.seal(
+          src,
           tag,
-          image: { ...m.image, dir: imageDir, content: address },
-          files: { ...m.files, disk: await sha256File(disk) },
-          ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
-          ...(m.memoryBase ? { memoryBase: { ...m.memoryBase, tag: keyOfBase(m.memoryBase.tag) } } : {}),
-          owner: splitKey(tag).ns ?? viewer,
-        });
-        const files = [m.memoryBase ? "memory.diff" : "memory", "vmstate", "disk.qcow2"].map((f) =>
-          join(src, f),
+          {
+            ...rest,
+            image: { ...m.image, dir: imageDir, content: address },
+            files: { memory: sums.memory, vmstate: sums.vmstate, memoryDiff: sums.memoryDiff },
+            ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
+            ...(m.memoryBase ? { memoryBase: { ...m.memoryBase, tag: keyOfBase(m.memoryBase.tag) } } : {}),
+            owner: splitKey(tag).ns ?? viewer,
+          },
+          { beforePublish: () => deps.crash?.("unpack:before-publish") },
         );
-        await Promise.all(files.map((f) => chmod(f, 0o444)));
-        await createOverlay(join(src, "child.qcow2"), {
-          backing: store.filesFor(tag).disk,
-          backingFormat: "qcow2",
-          sizeBytes: m.diskSize,
-        });
-        deps.crash?.("unpack:before-publish");
-        await store.publish(src, tag);
         published.push(tag);
         parentMeta = meta;
       } finally {

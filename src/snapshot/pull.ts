@@ -38,7 +38,7 @@ import { overLimit } from "./unpack-budget.js";
 import { limitFor, unpackSnapshot } from "./unpack.js";
 import { memoryDiffFile } from "./store.js";
 import type { TransferDeps } from "./push.js";
-import type { Progress } from "./progress.js";
+import type { Progress } from "../util/progress.js";
 
 /** A pack fetched from a URL is at most this large. */
 const MAX_PACK_BYTES = 256 * 2 ** 30;

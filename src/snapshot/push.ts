@@ -18,7 +18,7 @@ import type { Descriptor } from "./artifact.js";
 import type { BlobCache, BlobRecord } from "./blobs.js";
 import { stagePack, stagingName } from "./pack.js";
 import type { SnapshotStore } from "./store.js";
-import type { Progress } from "./progress.js";
+import type { Progress } from "../util/progress.js";
 
 export interface TransferDeps {
   store: SnapshotStore;

@@ -25,7 +25,7 @@ import type { Registered, UnpackDeps } from "./pack.js";
 import { pullSnapshot } from "./pull.js";
 import type { PullRequest, PullResult } from "./pull.js";
 import { pushSnapshot } from "./push.js";
-import type { Progress } from "./progress.js";
+import type { Progress } from "../util/progress.js";
 import type { PushResult, TransferDeps } from "./push.js";
 import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./store.js";
 import { unpackSnapshot } from "./unpack.js";

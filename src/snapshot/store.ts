@@ -16,44 +16,23 @@
  * turns it into `.failed-<tag>.json` (reason and time) and removes the partial files, so the
  * tag reads `failed` until deleted or re-created, and never `ready` while half-written.
  */
-import { readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
 import { ForkdError } from "../util/errors.js";
 import { fsyncDir, writeJsonAtomic } from "../util/atomic.js";
 import { exists } from "../util/fs.js";
-import { NO_EVENTS } from "../events/bus.js";
-import type { EventSink } from "../events/bus.js";
 import { assertKey, isValidKey } from "../util/ids.js";
 import { readMeta, sha256File } from "./meta.js";
 import { keyDir, keyOfDir } from "./namespace.js";
 import type { KeyEntry } from "./namespace.js";
 import type { Quarantine } from "../util/quarantine.js";
 import type { SnapshotMeta } from "./meta.js";
+import { memoryDiffFile, sealSnapshot, snapshotFiles } from "./seal.js";
+import type { SealMeta, SealOptions, SnapshotFiles } from "./seal.js";
 
-export interface SnapshotFiles {
-  dir: string;
-  meta: string;
-  /** The image a child maps: of a diff snapshot (after get()), its memory base's. */
-  memory: string;
-  /** A diff snapshot's own memory: pages written into a child before it runs (restore.ts). */
-  memoryDiff?: string;
-  vmstate: string;
-  disk: string;
-  childDisk: string;
-}
-
-export const snapshotFiles = (dir: string): SnapshotFiles => ({
-  dir,
-  meta: join(dir, "meta.json"),
-  memory: join(dir, "memory"),
-  vmstate: join(dir, "vmstate"),
-  disk: join(dir, "disk.qcow2"),
-  childDisk: join(dir, "child.qcow2"),
-});
-
-/** Where a diff snapshot in `dir` keeps its diff. */
-export const memoryDiffFile = (dir: string): string => join(dir, "memory.diff");
+export { memoryDiffFile, snapshotFiles } from "./seal.js";
+export type { SnapshotFiles } from "./seal.js";
 
 export interface Snapshot {
   meta: SnapshotMeta;
@@ -78,6 +57,21 @@ export interface SnapshotInfo {
   dependents: string[];
   logical_bytes: number;
   physical_bytes: number;
+}
+
+/** What the store tells (src/events/bus.ts carries it to listeners: its CoreEvent). */
+export type SnapshotEvent =
+  /**
+   * A snapshot tag was created or changed status (writing, ready, failed). `writing`: the status
+   * at the change, for one that may end before a consumer reads it (a creation that fails at once).
+   */
+  | { type: "snapshot"; tag: string; writing?: SnapshotPending }
+  /** A snapshot tag (ready or failed) was deleted. */
+  | { type: "snapshot-gone"; tag: string };
+
+/** Where the store tells it: the daemon's event bus, or nowhere. */
+export interface SnapshotEventSink {
+  emit(e: SnapshotEvent): void;
 }
 
 /** What a staging directory of a background write says about itself (status.json). */
@@ -115,7 +109,7 @@ export class SnapshotStore {
   /** `events`: where tags' creation, status changes and deletion are told (src/events/bus.ts). */
   constructor(
     readonly root: string,
-    private readonly events: EventSink = NO_EVENTS,
+    private readonly events: SnapshotEventSink = { emit: () => undefined },
   ) {}
 
   /** The directory of key `tag` (this store's paths are all made here and in stagingDir). */
@@ -350,6 +344,21 @@ export class SnapshotStore {
     return join(this.root, `.staging-${suffix.replaceAll("/", "~")}`);
   }
 
+  /** A new, empty staging directory (0700) to build a snapshot in, then seal(). */
+  async stage(suffix: string): Promise<string> {
+    const dir = this.stagingDir(suffix);
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    return dir;
+  }
+
+  /**
+   * Seals `staging` as snapshot `tag` and publishes it (seal.ts: modes, checksums, the child
+   * layer, metadata, one rename). The only way a snapshot comes to exist.
+   */
+  async seal(staging: string, tag: string, meta: SealMeta, opts?: SealOptions): Promise<SnapshotMeta> {
+    return sealSnapshot(this, staging, tag, meta, opts);
+  }
+
   /** Claims a tag for creation; a second claim while the first is in flight is a conflict. */
   async claim(tag: string): Promise<() => void> {
     assertKey(tag);
@@ -362,7 +371,7 @@ export class SnapshotStore {
     return () => this.busy.delete(tag);
   }
 
-  /** Publishes a complete staging directory as `tag`. */
+  /** Publishes a complete staging directory as `tag` (seal.ts calls it, nothing else). */
   async publish(staging: string, tag: string): Promise<void> {
     const dest = this.dirOf(tag);
     if (await exists(dest)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });

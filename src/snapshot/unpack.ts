@@ -2,7 +2,7 @@
  * Unpack: a pack (tar + zstd) into a staging directory, bounded and verified as it is written,
  * then registered (pack.ts registerStaged).
  *
- * The tar reader (tar-reader.ts) admits each member before its first byte is written: only
+ * The tar reader (src/archive/tar-reader.ts, its PACK_TAR profile) admits each member before its first byte is written: only
  * plain files and directories at a pack's paths, no path twice, each file exactly the size the
  * pack's manifest states, the whole within the unpack limit (unpack-budget.ts: the configured
  * FORKD_UNPACK_MAX_MIB and the data directory's free space); `zstd -d` keeps its default
@@ -22,8 +22,10 @@ import { Transform } from "node:stream";
 import type { Readable } from "node:stream";
 import { setImmediate as yieldNow } from "node:timers/promises";
 import { ForkdError } from "../util/errors.js";
-import { TarReader } from "./tar-reader.js";
-import type { TarEntry, TarSink } from "./tar-reader.js";
+import { TarReader } from "../archive/tar-reader.js";
+import type { TarEntry, TarSink } from "../archive/tar-reader.js";
+import { PACK_TAR } from "../archive/tar-profiles.js";
+import { staysInside } from "../archive/tar-fields.js";
 import { UnpackBudget, unpackLimit } from "./unpack-budget.js";
 import type { BudgetLimit } from "./unpack-budget.js";
 import {
@@ -37,7 +39,7 @@ import {
 } from "./pack.js";
 import type { PackManifest, Registered, UnpackDeps } from "./pack.js";
 import { childEnv } from "../util/proc.js";
-import type { Progress } from "./progress.js";
+import type { Progress } from "../util/progress.js";
 
 /** Space left free on the data directory's filesystem after an unpack or a pull. */
 export const FREE_MARGIN = 1 << 30;
@@ -78,7 +80,7 @@ interface Current {
 function checkEntry(e: TarEntry): boolean {
   const p = e.path;
   if (p === "" && e.type === "dir") return false;
-  if (p.startsWith("/") || p.split("/").some((x) => x === ".." || x === "." || x === "")) {
+  if (p === "" || !staysInside(p)) {
     throw new ForkdError("invalid_argument", `pack entry ${JSON.stringify(e.name)} escapes the pack`);
   }
   if (!isPackPath(p, e.type === "dir")) {
@@ -207,7 +209,7 @@ async function readArchive(archive: string, sink: TarSink, done: () => boolean):
     z.kill("SIGKILL");
   }, READ_TIMEOUT_MS);
   try {
-    const reader = new TarReader(sink);
+    const reader = new TarReader(sink, PACK_TAR);
     let trailing = 0;
     for await (const chunk of z.stdout as AsyncIterable<Buffer>) {
       if (reader.ended) {

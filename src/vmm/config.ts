@@ -4,7 +4,8 @@
  */
 import type { VmLimits } from "../host/cgroups.js";
 import { join } from "node:path";
-import type { Accel } from "../host/accel.js";
+import type { Accel } from "./accel.js";
+import type { NetBackend } from "../net/backend.js";
 import type { GuestNet } from "../net/guest.js";
 import { guestSubnet } from "../net/guest.js";
 
@@ -29,25 +30,6 @@ export function defaultCpu(accel: Accel, env: NodeJS.ProcessEnv = process.env): 
   if (env.FORKD_CPU) return env.FORKD_CPU;
   return accel === "kvm" ? "host" : "Nehalem-v1,+arat";
 }
-
-/**
- * The host side of the guest's network device. The device (and its MAC) is the same in a parent
- * and all its children; the backend is each VMM's own:
- *   - none: a hub port with nothing else on the hub. Frames the guest sends go nowhere and no
- *     host code parses them (unlike a restricted slirp); QEMU opens no socket or device for it.
- *   - user: QEMU's user-mode stack (slirp) in the VMM process: restrict=on allows nothing out;
- *     `forwards` are hostfwd listeners.
- *   - tap: the tap device `ifname` of the namespace the VMM was started in (`netns`), which the
- *     jailer opens as root and hands over on TAP_FD (the VMM itself is unprivileged).
- */
-export type NetBackend =
-  | { kind: "none" }
-  | {
-      kind: "user";
-      restrict: boolean;
-      forwards: Array<{ hostAddr: string; hostPort: number; guestPort: number }>;
-    }
-  | { kind: "tap"; ifname: string };
 
 /** The descriptor forkd-jailer hands a tap to the VMM on (native/jailer: TAP_FD). */
 export const TAP_FD = 3;

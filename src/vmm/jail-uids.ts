@@ -9,7 +9,7 @@
  *     its running VMMs have.
  *   - It is claimed while the daemon runs: one abstract unix socket per BLOCK-uid block it
  *     touches, exclusive and released by the kernel when the daemon dies (as the daemon lock,
- *     src/daemon/lock.ts). A block another daemon claims, or that a process other than this data
+ *     src/host/daemon-lock.ts). A block another daemon claims, or that a process other than this data
  *     directory's VMMs runs as (a VMM of a stopped daemon, or of one that claims nothing), is
  *     not taken: the next block is tried.
  *   - FORKD_JAIL_UIDS=BASE:COUNT sets the range instead; an overlap is then refused.

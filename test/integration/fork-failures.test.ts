@@ -8,7 +8,7 @@ import { chmod, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { apiRequest } from "../helpers/http.js";
-import { findQemu } from "../../src/host/qemu-binary.js";
+import { findQemu } from "../../src/vmm/qemu-binary.js";
 import { makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { ImagePuller } from "../../src/oci/puller.js";
 import type { RegistrySettings } from "../../src/registry/client.js";
-import type { ProgressDetail } from "../../src/snapshot/progress.js";
+import type { ProgressDetail } from "../../src/util/progress.js";
 import { ForkdError } from "../../src/util/errors.js";
 import {
   MULTI_LAYER_EXPECT,

@@ -1,7 +1,7 @@
 /**
  * The CLI is a client like the others: it reaches the daemon only through the TypeScript SDK
  * and holds no daemon code. From src/cli, following every static import, nothing in src/api,
- * src/daemon (but the lock autostart checks) or any other HTTP client is reached; its only
+ * src/daemon or any other HTTP client is reached; its only
  * dynamic import is the daemon's entry point, for `forkd daemon`. And it keeps no module
  * state: no top-level `let`/`var`, the environment read in main() alone (and handed to the
  * daemon it starts).
@@ -16,8 +16,8 @@ const SRC = join(REPO_DIR, "src");
 const CLI = join(SRC, "cli");
 /** Packages the CLI may import (node: built-ins aside). */
 const PACKAGES = new Set(["commander", "@forkd/sdk"]);
-/** Daemon code the CLI may reach: whether a daemon holds the data directory (autostart). */
-const DAEMON_ALLOWED = new Set(["daemon/lock.ts"]);
+/** Daemon code the CLI may reach: none (the lock autostart checks is src/host/daemon-lock.ts). */
+const DAEMON_ALLOWED = new Set<string>([]);
 
 async function tsFiles(dir: string): Promise<string[]> {
   const out: string[] = [];

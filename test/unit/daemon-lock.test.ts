@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { acquireDaemonLock, daemonHoldsLock, lockName } from "../../src/daemon/lock.js";
+import { acquireDaemonLock, daemonHoldsLock, lockName } from "../../src/host/daemon-lock.js";
 import { ForkdError } from "../../src/util/errors.js";
 
 const dir = `/tmp/forkd-lock-test-${process.pid}`;

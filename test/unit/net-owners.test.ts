@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { acquireDaemonLock } from "../../src/daemon/lock.js";
+import { acquireDaemonLock } from "../../src/host/daemon-lock.js";
 import { forgetOwner, orphanInstances, recordOwner } from "../../src/net/owners.js";
 
 let dir = "";

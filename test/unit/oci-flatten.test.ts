@@ -13,8 +13,6 @@ import { join } from "node:path";
 import { ImageCache } from "../../src/oci/cache.js";
 import { flattenLayers } from "../../src/oci/flatten.js";
 import type { FlattenLimits } from "../../src/oci/flatten.js";
-import { LayerReader } from "../../src/oci/layer-reader.js";
-import type { LayerEntry } from "../../src/oci/layer-reader.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { MULTI_LAYER_EXPECT, hostileTars, makeTar, multiLayerTars, sha256 } from "../helpers/oci-images.js";
 
@@ -228,76 +226,6 @@ test("flatten: the byte and entry bounds are enforced before anything past them 
   );
   const ok = await flatten([many], { maxBytes: 1 << 20, maxEntries: 20 });
   await rm(ok.dir, { recursive: true, force: true });
-});
-
-test("layer reader: truncated, corrupt and unsupported tars are refused; pax xattrs are bytes", async () => {
-  const entries: LayerEntry[] = [];
-  const sink = {
-    entry: (e: LayerEntry) => {
-      entries.push(e);
-      return Promise.resolve();
-    },
-    data: () => Promise.resolve(),
-    end: () => Promise.resolve(),
-  };
-  const bin = Buffer.from([0, 1, 2, 0xff, 0x0a, 0x3d]);
-  const r = new LayerReader(sink, "t");
-  await r.push(
-    makeTar([
-      { name: "f", data: "x", xattrs: { "user.bin": bin } },
-      { name: `${"d/".repeat(80)}f`, data: "y" },
-    ]),
-  );
-  r.finish();
-  assert.deepEqual(entries[0]?.xattrs.get("user.bin"), bin);
-  assert.equal(entries[1]?.name, `${"d/".repeat(80)}f`);
-
-  // Device nodes and FIFOs reach the sink (it decides what it admits); with data they are refused.
-  entries.length = 0;
-  const nodes = new LayerReader(sink, "t");
-  await nodes.push(
-    makeTar([
-      { name: "./dev/full", type: "char", devmajor: 1, devminor: 7, mode: 0o666 },
-      { name: "./dev/sda", type: "block", devmajor: 8, devminor: 0, mode: 0o660 },
-      { name: "./dev/initctl", type: "fifo", mode: 0o600 },
-    ]),
-  );
-  nodes.finish();
-  assert.deepEqual(
-    entries.map((e) => [e.name, e.type, e.size]),
-    [
-      ["./dev/full", "char", 0],
-      ["./dev/sda", "block", 0],
-      ["./dev/initctl", "fifo", 0],
-    ],
-  );
-  const withData = makeTar([{ name: "c", data: "xyz" }]);
-  withData[156] = "3".charCodeAt(0);
-  withData.fill(0x20, 148, 156);
-  let s3 = 0;
-  for (let i = 0; i < 512; i++) s3 += withData[i] ?? 0;
-  withData.write(s3.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
-  await assert.rejects(new LayerReader(sink, "t").push(withData), /entry "c": a char entry with data/);
-
-  const full = makeTar([{ name: "f", data: Buffer.alloc(2000) }]);
-  const cut = new LayerReader(sink, "t");
-  await cut.push(full.subarray(0, 1000));
-  assert.throws(() => cut.finish(), /truncated/);
-
-  const corrupt = Buffer.from(full);
-  corrupt[10] = 0x41;
-  await assert.rejects(new LayerReader(sink, "t").push(corrupt), /checksum/);
-
-  const weird = makeTar([{ name: "s", data: "" }]);
-  weird[156] = "S".charCodeAt(0);
-  let sum = 0;
-  weird.fill(0x20, 148, 156);
-  for (let i = 0; i < 512; i++) sum += weird[i] ?? 0;
-  weird.write(sum.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
-  await assert.rejects(
-    new LayerReader(sink, "t").push(weird),
-    /entry "s": tar entry type "S" is not supported/,
-  );
 });
 
 test("image cache: a puller's start removes the temporaries of processes that no longer run, not of live ones", async () => {

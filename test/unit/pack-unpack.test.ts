@@ -8,9 +8,8 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { cp, mkdir, mkdtemp, open, readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -19,7 +18,6 @@ import { sha256File, writeMeta } from "../../src/snapshot/meta.js";
 import { PACK_FORMAT } from "../../src/snapshot/pack.js";
 import type { PackManifest, UnpackDeps } from "../../src/snapshot/pack.js";
 import { SnapshotStore } from "../../src/snapshot/store.js";
-import { TarReader, parseNumber } from "../../src/snapshot/tar-reader.js";
 import { UnpackBudget, unpackLimit } from "../../src/snapshot/unpack-budget.js";
 import { unpackSnapshot } from "../../src/snapshot/unpack.js";
 import { ForkdError } from "../../src/util/errors.js";
@@ -416,62 +414,17 @@ test("bad metadata, broken archives and odd members are clear 400s that leave no
     await truncate(join(dir, "image", "rootfs.ext4"), 1 << 20);
     await rejectsWith(unpack(s.deps, paxSparse), "invalid_argument", /pax sparse members are not supported/);
     const dumpdir = await forgePack(join(s.root, "dumpdir.tar.zst"), [["image", 512, 0x41, "5"]]);
-    await rejectsWith(unpack(s.deps, dumpdir), "invalid_argument", /directory "image" has data/);
+    await rejectsWith(
+      unpack(s.deps, dumpdir),
+      "invalid_argument",
+      /entry "image": a directory entry with data/,
+    );
     const fifo = await forgePack(join(s.root, "fifo.tar.zst"), [["image/vmlinuz", 0, 0, "6"]]);
     await rejectsWith(unpack(s.deps, fifo), "invalid_argument", /not a plain file or directory/);
     await assertClean(s.deps);
 
     // And the untouched pack still unpacks.
     assert.deepEqual((await unpack(s.deps, good)).published, ["t1"]);
-  } finally {
-    await s.done();
-  }
-});
-
-test("the tar reader restores GNU sparse members exactly, data at its offsets and holes as zeros", async () => {
-  const s = await scratch();
-  try {
-    const f = join(s.root, "sparse.bin");
-    await writeFile(f, "");
-    await truncate(f, 40 << 20);
-    const fh = await open(f, "r+");
-    for (const [at, text] of [
-      [4096, "first"],
-      [9 << 20, "second"],
-      [(40 << 20) - 3, "end"],
-    ] as const) {
-      await fh.write(text, at);
-    }
-    await fh.close();
-    const { stdout } = await sh("sh", ["-c", `tar --sparse -cf - -C ${s.root} sparse.bin | base64 -w0`], {
-      maxBuffer: 1 << 26,
-    });
-    const tarBytes = Buffer.from(stdout, "base64");
-    assert.ok(tarBytes.length < 1 << 20, "stored sparse");
-    const h = createHash("sha256");
-    let size = -1;
-    let pos = 0;
-    const reader = new TarReader({
-      entry: (e) => {
-        size = e.size;
-        return Promise.resolve();
-      },
-      data: (chunk, offset) => {
-        h.update(Buffer.alloc(offset - pos));
-        h.update(chunk);
-        pos = offset + chunk.length;
-        return Promise.resolve();
-      },
-      end: () => {
-        h.update(Buffer.alloc(size - pos));
-        return Promise.resolve();
-      },
-    });
-    for (let i = 0; i < tarBytes.length; i += 1000) await reader.push(tarBytes.subarray(i, i + 1000));
-    reader.finish();
-    assert.equal(size, 40 << 20);
-    assert.equal(h.digest("hex"), (await sha256File(f)).sha256);
-    assert.equal(parseNumber(Buffer.from([0x80, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0])), 2 ** 32);
   } finally {
     await s.done();
   }

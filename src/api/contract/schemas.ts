@@ -511,7 +511,7 @@ export const SnapshotOrStatus = named(z.union([Snapshot, SnapshotStatus]), "Snap
 
 /**
  * A progress line of a streamed long operation: `message` for people; the optional fields when
- * the operation knows them (src/snapshot/progress.ts), for a client to draw phases and bytes.
+ * the operation knows them (src/util/progress.ts), for a client to draw phases and bytes.
  */
 const ProgressLine = z.object({
   type: z.literal("progress"),

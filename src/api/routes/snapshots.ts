@@ -23,7 +23,7 @@ import { deleteSnapshotAs, planDeleteAs, snapshotAs, snapshotsOf } from "../../a
 import { hangupSignal, progressStream } from "../stream.js";
 import { replyStream } from "../../http/reply-stream.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
-import type { Progress } from "../../snapshot/progress.js";
+import type { Progress } from "../../util/progress.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();

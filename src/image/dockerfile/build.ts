@@ -22,16 +22,16 @@
  * the build's disk cap. Cache keys are the owner's own (keys.ts).
  */
 import { randomBytes } from "node:crypto";
-import type { BaseSource } from "../../snapshot/meta.js";
+import type { BaseSource } from "../source.js";
 import { lchown, lstat, mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { AgentClient } from "../../agent/client.js";
 import { createOverlay, rawSize, rebaseUnsafe } from "../../disk/overlay.js";
 import { plainLayerProblem } from "../../disk/plain-layer.js";
-import type { AccelChoice } from "../../host/accel.js";
+import type { AccelChoice } from "../../vmm/accel.js";
 import type { Attachment } from "../../net/attachments/attachment.js";
 import { GUEST_NET, guestNetArg } from "../../net/guest.js";
-import type { Progress } from "../../snapshot/progress.js";
+import type { Progress } from "../../util/progress.js";
 import { ForkdError, errorMessage } from "../../util/errors.js";
 import { nowMs, since, sleep } from "../../util/time.js";
 import { defaultCpu, kernelCmdline } from "../../vmm/config.js";

@@ -9,7 +9,9 @@ import { mkdir, open } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { ForkdError } from "../../util/errors.js";
-import { TarReader } from "../../snapshot/tar-reader.js";
+import { TarReader } from "../../archive/tar-reader.js";
+import { CONTEXT_TAR } from "../../archive/tar-profiles.js";
+import { staysInside } from "../../archive/tar-fields.js";
 import { CONTEXT_LIMITS } from "./context.js";
 
 /** Bytes of file data a context may hold (the request body's bound applies too). */
@@ -39,66 +41,53 @@ export async function unpackContext(
       made.add(d);
     }
   };
-  const reader = new TarReader({
-    entry: async (e) => {
-      if (++entries > CONTEXT_LIMITS.entries) throw bad(`more than ${CONTEXT_LIMITS.entries} entries`);
-      const parts = e.path.split("/");
-      if (
-        e.path.startsWith("/") ||
-        parts.some((p) => p === ".." || p === "." || (p === "" && e.path !== ""))
-      ) {
-        throw bad(`${JSON.stringify(e.name)} is not a path inside the context`, e.name);
-      }
-      if (parts.length > CONTEXT_LIMITS.depth)
-        throw bad(`${JSON.stringify(e.name)} is nested too deep`, e.name);
-      if (e.path === "") return;
-      const mode = (e.mode ?? (e.type === "dir" ? 0o755 : 0o644)) & 0o777;
-      await ensureParents(e.path);
-      if (e.type === "dir") {
-        if (made.has(e.path)) return;
-        await mkdir(join(dir, e.path), { mode: mode | 0o700 }).catch((err: NodeJS.ErrnoException) => {
-          if (err.code !== "EEXIST") throw err;
+  const reader = new TarReader(
+    {
+      entry: async (e) => {
+        if (++entries > CONTEXT_LIMITS.entries) throw bad(`more than ${CONTEXT_LIMITS.entries} entries`);
+        const parts = e.path.split("/");
+        if (!staysInside(e.path)) {
+          throw bad(`${JSON.stringify(e.name)} is not a path inside the context`, e.name);
+        }
+        if (parts.length > CONTEXT_LIMITS.depth)
+          throw bad(`${JSON.stringify(e.name)} is nested too deep`, e.name);
+        if (e.path === "") return;
+        const mode = e.mode & 0o777;
+        await ensureParents(e.path);
+        if (e.type === "dir") {
+          if (made.has(e.path)) return;
+          await mkdir(join(dir, e.path), { mode: mode | 0o700 }).catch((err: NodeJS.ErrnoException) => {
+            if (err.code !== "EEXIST") throw err;
+          });
+          made.add(e.path);
+          return;
+        }
+        total += e.size;
+        if (total > maxBytes) throw bad(`larger than ${maxBytes} bytes`);
+        // "wx": a name given twice, or one that is a directory here, is refused.
+        fh = await open(join(dir, e.path), "wx", mode | 0o600).catch((err: NodeJS.ErrnoException) => {
+          throw bad(
+            `${JSON.stringify(e.name)} cannot be written (${err.code ?? "error"}: given twice?)`,
+            e.name,
+          );
         });
-        made.add(e.path);
-        return;
-      }
-      total += e.size;
-      if (total > maxBytes) throw bad(`larger than ${maxBytes} bytes`);
-      // "wx": a name given twice, or one that is a directory here, is refused.
-      fh = await open(join(dir, e.path), "wx", mode | 0o600).catch((err: NodeJS.ErrnoException) => {
-        throw bad(
-          `${JSON.stringify(e.name)} cannot be written (${err.code ?? "error"}: given twice?)`,
-          e.name,
-        );
-      });
-      await fh.chmod(mode);
+        await fh.chmod(mode);
+      },
+      data: async (chunk, offset) => {
+        if (!fh) throw bad("data outside a file");
+        await fh.write(chunk, 0, chunk.length, offset);
+      },
+      end: async () => {
+        const f = fh;
+        fh = null;
+        await f?.close();
+      },
     },
-    data: async (chunk, offset) => {
-      if (!fh) throw bad("data outside a file");
-      await fh.write(chunk, 0, chunk.length, offset);
-    },
-    end: async () => {
-      const f = fh;
-      fh = null;
-      await f?.close();
-    },
-  });
+    CONTEXT_TAR,
+  );
   try {
     for await (const chunk of input) await reader.push(Buffer.from(chunk));
     reader.finish();
-  } catch (e) {
-    // The reader is the packs' one: its words are a pack's.
-    if (e instanceof ForkdError && e.message.startsWith("not a readable pack: ")) {
-      throw new ForkdError(
-        "invalid_argument",
-        `build context: not a readable tar: ${e.message.slice(21)}`,
-        e.details,
-      );
-    }
-    if (e instanceof ForkdError && e.message.startsWith("pack entry ")) {
-      throw new ForkdError("invalid_argument", `build context: entry ${e.message.slice(11)}`, e.details);
-    }
-    throw e;
   } finally {
     await (fh as FileHandle | null)?.close().catch(() => undefined);
   }

@@ -4,7 +4,7 @@
  * exposed ports and egress change while the VMM runs. The network service (../service.ts)
  * chooses the kind and makes it.
  */
-import type { NetBackend } from "../../vmm/config.js";
+import type { NetBackend } from "../backend.js";
 import type { Egress, NetMode } from "../policy.js";
 
 /** A sandbox's network, as persisted with its record (sandbox.json). */

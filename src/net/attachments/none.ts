@@ -3,7 +3,7 @@
  * default fork changes nothing). Holds nothing on the host; no port can be exposed.
  */
 import { ForkdError } from "../../util/errors.js";
-import type { NetBackend } from "../../vmm/config.js";
+import type { NetBackend } from "../backend.js";
 import type { Attachment, NetworkRecord } from "./attachment.js";
 
 const noNetwork = () =>

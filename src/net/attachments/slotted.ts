@@ -5,7 +5,7 @@
  * address to the slot's. Released, the slot goes back to the pool to be recycled.
  */
 import { ForkdError } from "../../util/errors.js";
-import type { NetBackend } from "../../vmm/config.js";
+import type { NetBackend } from "../backend.js";
 import { PortRelay } from "../expose.js";
 import type { Egress, NetworkSpec } from "../policy.js";
 import type { SlotPool, SlotUse } from "../pool.js";

@@ -5,7 +5,7 @@
  * hold is given (its slirp keeps its own forwards).
  */
 import { ForkdError } from "../../util/errors.js";
-import type { NetBackend } from "../../vmm/config.js";
+import type { NetBackend } from "../backend.js";
 import { freePort, PortRelay } from "../expose.js";
 import type { NetworkSpec } from "../policy.js";
 import type { Attachment, HostForwarder, NetworkRecord } from "./attachment.js";

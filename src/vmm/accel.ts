@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { childEnv } from "../util/proc.js";
-import { QmpClient } from "../vmm/qmp.js";
+import { QmpClient } from "./qmp.js";
 import { sleep } from "../util/time.js";
 
 export type Accel = "kvm" | "tcg";

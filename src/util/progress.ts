@@ -1,5 +1,6 @@
 /**
- * Progress of a long snapshot operation (create, push, pull, unpack): a line for people, and,
+ * Progress of a long operation (a snapshot's create, push, pull, unpack; an image's pull,
+ * flatten or Dockerfile build): a line for people, and,
  * where the operation knows them, what a client can draw from it (the optional fields of the
  * API's progress events: snake_case, as on the wire).
  */

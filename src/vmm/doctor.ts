@@ -1,9 +1,9 @@
 /** Host prerequisite checks, each with a fix hint. Used by `forkd doctor`. */
 import { readdir, readFile, statfs } from "node:fs/promises";
 import { join } from "node:path";
-import type { Paths } from "./paths.js";
+import type { Paths } from "../host/paths.js";
 import { chooseAccel } from "./accel.js";
-import { findJailer, findMemsnap, NATIVE_FIX } from "./native.js";
+import { findJailer, findMemsnap, NATIVE_FIX } from "../host/native.js";
 import { findQemu, qemuVersion } from "./qemu-binary.js";
 import { run } from "../util/proc.js";
 import { asRoot } from "../util/as-root.js";
