@@ -9,15 +9,7 @@
  * the cap) before anything is done.
  */
 import { ForkdError } from "../util/errors.js";
-import type { Caller } from "./caller.js";
-
-export interface BuildCaps {
-  /** Guest RAM of a VM built for the tenant, MiB. */
-  memoryMiB: number;
-  vcpus: number;
-  /** What one Dockerfile build's step layers may hold together, MiB. */
-  buildDiskMiB: number;
-}
+import type { BuildCaps, Caller } from "./caller.js";
 
 /** The defaults when the operator sets none. */
 export const DEFAULT_BUILD_CAPS: BuildCaps = { memoryMiB: 4096, vcpus: 4, buildDiskMiB: 16384 };

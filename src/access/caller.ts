@@ -1,5 +1,13 @@
 /** Who is calling the API: set once per request at the edge, read by scoping, limits and audit. */
-import type { BuildCaps } from "./build-caps.js";
+
+/** What may be built for a tenant (the operator's caps, or a token's own: src/access/build-caps.ts). */
+export interface BuildCaps {
+  /** Guest RAM of a VM built for the tenant, MiB. */
+  memoryMiB: number;
+  vcpus: number;
+  /** What one Dockerfile build's step layers may hold together, MiB. */
+  buildDiskMiB: number;
+}
 
 export interface Caller {
   /** For the audit log: "local" (unix socket), "admin" (FORKD_TOKEN), else the token's tenant. */

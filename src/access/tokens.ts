@@ -17,7 +17,7 @@ import { z } from "zod";
 import { writeJsonAtomic } from "../util/atomic.js";
 import { ForkdError, errorMessage } from "../util/errors.js";
 import { TENANT_RE } from "../util/ids.js";
-import type { BuildCaps } from "./build-caps.js";
+import type { BuildCaps } from "./caller.js";
 import type { Caller } from "./caller.js";
 import { OpenStreams } from "./open-streams.js";
 

@@ -26,7 +26,7 @@ import { sandboxConsoleRoutes } from "./routes/sandbox-console.js";
 import { eventRoutes } from "./routes/events.js";
 import { auditRoutes } from "./routes/audit.js";
 import { consoleSessionRoutes, consoleTicketRoutes } from "./routes/console-session.js";
-import { FAVICON_ICO, serveAsset } from "../console/assets.js";
+import { FAVICON_ICO, serveAsset } from "../http/console-assets.js";
 import { buildOpenApi } from "./contract/openapi.js";
 import { poolStateView } from "./views/pool.js";
 

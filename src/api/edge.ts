@@ -14,7 +14,7 @@ import type { EndOpened } from "../access/open-streams.js";
 import { admit, authFailed, authRefusal, isMutating, retryAfter } from "../app/admission.js";
 import { recordCall, startCall } from "../app/call-record.js";
 import type { CallStart } from "../app/call-record.js";
-import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../console/sessions.js";
+import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../access/console-sessions.js";
 import { ForkdError } from "../util/errors.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
@@ -117,7 +117,7 @@ function callerOf(
  * The console session a request names (null: none, or not a live one): its cookie with the
  * session's key (X-Forkd-Console-Key), or for a GET, HEAD or WebSocket upgrade with a ticket
  * (`?console_ticket=`, used up here). The cookie alone is nothing: a browser sends it to every
- * port of this host, a tenant's exposed guest port too (console/sessions.ts). Once named, the
+ * port of this host, a tenant's exposed guest port too (access/console-sessions.ts). Once named, the
  * session is a credential only where a page of another site cannot make the browser use it with
  * effect: a GET or HEAD, a request with the console's `X-Forkd-Console: 1` header (which a
  * cross-site page cannot add without CORS, which the daemon never grants), or a WebSocket

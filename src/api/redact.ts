@@ -4,7 +4,10 @@
  */
 import { redactHostPaths } from "../app/redact.js";
 import type { HostDirs } from "../app/redact.js";
-import type { ErrorEnvelope } from "./errors.js";
+import type { z } from "zod";
+import type { ErrorEnvelope as ErrorEnvelopeSchema } from "./contract/schemas.js";
+
+type ErrorEnvelope = z.infer<typeof ErrorEnvelopeSchema>;
 
 function redactValue(v: unknown, dirs: HostDirs, depth = 0): unknown {
   if (typeof v === "string") return redactHostPaths(v, dirs);

@@ -4,7 +4,7 @@
  */
 import type { Authenticator } from "../access/tokens.js";
 import type { Services } from "../app/services.js";
-import type { ConsoleSessions } from "../console/sessions.js";
+import type { ConsoleSessions } from "../access/console-sessions.js";
 
 export interface ApiServices extends Services {
   /** The web console: its built front end and sessions (src/console; absent: not served). */

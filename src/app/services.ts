@@ -5,7 +5,7 @@
  * access tokens: src/e2b/context.ts).
  */
 import type { AuthFailureLimiter } from "../access/auth-failures.js";
-import type { BuildCaps } from "../access/build-caps.js";
+import type { BuildCaps } from "../access/caller.js";
 import type { SandboxQuota } from "../access/quota.js";
 import type { RateLimiter } from "../access/rate-limit.js";
 import type { TokenStore } from "../access/tokens.js";

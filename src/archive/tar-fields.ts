@@ -6,6 +6,9 @@
  */
 import type { ForkdError } from "../util/errors.js";
 
+/** The kinds of tar member a profile may allow. */
+export type TarEntryType = "file" | "dir" | "symlink" | "hardlink" | "char" | "block" | "fifo";
+
 export const BLOCK = 512;
 
 /** Builds the error of a malformed archive: `why`, about `entry` where one is known. */

@@ -6,7 +6,7 @@
  * (xattr values reach 64 KiB each), its headers bounded by the image's entry bound (flatten.ts)
  * with room for each entry's extended headers.
  */
-import type { TarEntryType } from "./tar-reader.js";
+import type { TarEntryType } from "./tar-fields.js";
 
 export interface TarProfile {
   /** Names the archive in messages: "<label>: why", "<label>: entry "x": why". */

@@ -26,10 +26,8 @@ import {
   parsePax,
   sparseEntries,
 } from "./tar-fields.js";
-import type { Segment } from "./tar-fields.js";
+import type { Segment, TarEntryType } from "./tar-fields.js";
 import type { TarProfile } from "./tar-profiles.js";
-
-export type TarEntryType = "file" | "dir" | "symlink" | "hardlink" | "char" | "block" | "fifo";
 
 export interface TarEntry {
   /** Normalised: no leading "./", no trailing "/"; "" for the archive's root. */

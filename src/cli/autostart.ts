@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import type { ApiClient } from "@forkd/sdk";
 import type { Paths } from "../host/paths.js";
 import { sleep } from "../util/time.js";
-import { VERSION } from "../version.js";
+import { VERSION } from "../host/version.js";
 import { daemonHoldsLock } from "../host/daemon-lock.js";
 
 async function answers(api: ApiClient): Promise<boolean> {

@@ -17,11 +17,11 @@ import { LOCAL } from "../access/caller.js";
 import { DEFAULT_LIMITS, guard, httpOptions } from "../util/listener-guard.js";
 import type { ListenerLimits } from "../util/listener-guard.js";
 import type { Duplex } from "node:stream";
-import type { AssetReply } from "./assets.js";
-import { SECURITY_HEADERS, page, serveAsset } from "./assets.js";
+import type { AssetReply } from "../http/console-assets.js";
+import { SECURITY_HEADERS, page, serveAsset } from "../http/console-assets.js";
 import { proxyRequest, proxyUpgrade } from "./proxy.js";
-import type { ConsoleSession, ConsoleSessions } from "./sessions.js";
-import { COOKIE, KEY_HEADER, TICKET_PARAM, cookieOf, setCookie } from "./sessions.js";
+import type { ConsoleSession, ConsoleSessions } from "../access/console-sessions.js";
+import { COOKIE, KEY_HEADER, TICKET_PARAM, cookieOf, setCookie } from "../access/console-sessions.js";
 
 export interface ConsoleServerOptions {
   /** The daemon's unix socket. */

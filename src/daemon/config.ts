@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { isIP } from "node:net";
 import type { AuthFailureLimits } from "../access/auth-failures.js";
 import { DEFAULT_BUILD_CAPS } from "../access/build-caps.js";
-import type { BuildCaps } from "../access/build-caps.js";
+import type { BuildCaps } from "../access/caller.js";
 import type { RateLimits } from "../access/rate-limit.js";
 import { weakTokenReason } from "../access/tokens.js";
 import { DEFAULT_BODY_LIMITS } from "../app/body-limits.js";

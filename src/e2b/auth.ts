@@ -26,13 +26,8 @@ import type { ReadonlySandbox } from "../sandbox/sandbox.js";
 import { ForkdError } from "../util/errors.js";
 import { SANDBOX_ID_RE } from "../util/ids.js";
 import type { E2bContext } from "./context.js";
-import type { SandboxTarget } from "./sandbox-plane.js";
+import type { SandboxAccess, SandboxTarget } from "./plane-target.js";
 import { signedFileRequest } from "./envd/signature.js";
-
-export interface SandboxAccess {
-  sandbox: ReadonlySandbox;
-  caller: Caller;
-}
 
 const MAX_KEY = 512;
 

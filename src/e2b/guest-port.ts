@@ -15,7 +15,7 @@ import { proxyUpgrade } from "../http/proxy-upgrade.js";
 import type { Upstream } from "../http/upstream.js";
 import { upstreamAt } from "../http/upstream.js";
 import { callerOfKey } from "./auth.js";
-import type { SandboxPortHandler } from "./sandbox-plane.js";
+import type { SandboxPortHandler } from "./plane-target.js";
 
 const CONNECT_TIMEOUT_MS = 10_000;
 /** An upstream that sends nothing for this long is cut. */

@@ -16,10 +16,10 @@ import type { Caller } from "../access/caller.js";
 import { admit, isMutating } from "../app/admission.js";
 import { recordCall, startCall } from "../app/call-record.js";
 import type { E2bServices } from "./context.js";
-import type { SandboxAccess } from "./auth.js";
+import type { SandboxAccess } from "./plane-target.js";
 import { e2bOf } from "./auth.js";
 import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
-import type { SandboxTarget } from "./sandbox-plane.js";
+import type { SandboxTarget } from "./plane-target.js";
 
 /** envd's Connect calls that change the sandbox (the rest read it or stream from it). */
 const ENVD_MUTATING = new Set([

@@ -7,7 +7,7 @@
  */
 import type { IncomingMessage } from "node:http";
 import { SANDBOX_ID_RE } from "../util/ids.js";
-import type { SandboxTarget } from "./sandbox-plane.js";
+import type { SandboxTarget } from "./plane-target.js";
 
 const PORT_RE = /^[1-9][0-9]{0,4}$/;
 /** `<port>-<id>.` at the start of a Host (the domain after it is whatever the SDK was told). */

@@ -4,23 +4,10 @@
  * on 49999 (the handler passed in), and on any other port to the guest's own service, reached
  * like forkd's getHost (guest-port.ts).
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
 import type { E2bServices } from "./context.js";
-import type { SandboxAccess } from "./auth.js";
+import type { SandboxPortHandler } from "./plane-target.js";
 import { envdHandler } from "./envd/handler.js";
 import { guestPortHandler } from "./guest-port.js";
-
-export interface SandboxTarget {
-  sandboxId: string;
-  port: number;
-}
-
-export type SandboxPortHandler = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  t: SandboxTarget,
-  sb: SandboxAccess,
-) => void;
 
 /** envd's port in every E2B sandbox. */
 export const ENVD_PORT = 49983;

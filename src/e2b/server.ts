@@ -21,14 +21,14 @@ import { ForkdError, errorMessage } from "../util/errors.js";
 import { DEFAULT_LIMITS, guard, httpOptions } from "../util/listener-guard.js";
 import type { ListenerLimits } from "../util/listener-guard.js";
 import { authorizeSandbox } from "./auth.js";
-import type { SandboxAccess } from "./auth.js";
+import type { SandboxAccess } from "./plane-target.js";
 import { createControlApp } from "./control/app.js";
 import { e2bError, sendE2bError, sendJson } from "./errors.js";
 import { guestPortUpgrade } from "./guest-port.js";
 import { PlaneCall } from "./plane-edge.js";
 import { sandboxTarget } from "./routing.js";
 import { ENVD_PORT, INTERPRETER_PORT, createSandboxPlane } from "./sandbox-plane.js";
-import type { SandboxPortHandler, SandboxTarget } from "./sandbox-plane.js";
+import type { SandboxPortHandler, SandboxTarget } from "./plane-target.js";
 
 export interface E2bHandlerOptions {
   /** Port 49999's handler (the code interpreter); absent: not served. */

@@ -7,6 +7,7 @@
  * door keeps back (its routing headers, an Authorization that is ours) its `keep` filter says.
  */
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import { COOKIE as CONSOLE_COOKIE } from "../access/console-sessions.js";
 
 /** Hop-by-hop headers: the proxy's own connection's, neither forwarded nor returned. */
 export const HOP_BY_HOP: ReadonlySet<string> = new Set([
@@ -20,9 +21,6 @@ export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   "te",
   "trailer",
 ]);
-
-/** The web console's session cookie (`forkd_console`, and `forkd_console_PORT` of `forkd console`). */
-export const CONSOLE_COOKIE = "forkd_console";
 
 /** Headers that carry a credential of this daemon: never forwarded upstream by any proxy. */
 const CREDENTIALS: ReadonlySet<string> = new Set([

@@ -15,7 +15,7 @@ import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadable } from "node:stream/web";
 import { ForkdError, errorMessage } from "../util/errors.js";
-import { VERSION } from "../version.js";
+import { VERSION } from "../host/version.js";
 import { connectCheck } from "./reach.js";
 import type { TenantGuard } from "./reach.js";
 import { isLoopback } from "./ref.js";

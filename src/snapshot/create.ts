@@ -69,6 +69,17 @@ export interface CreateSnapshotRequest {
   signal?: AbortSignal;
 }
 
+/** A guest image made by the caller (a Dockerfile build), with its source and exec defaults. */
+export type PreparedImage = Pick<CreateSnapshotRequest, "image" | "source" | "execDefaults">;
+
+/** What a new snapshot is made from: one of forkd's templates, an image reference, or a prepared image. */
+export type SnapshotFrom = { template: string } | { image: string } | { prepared: PreparedImage };
+
+/** A creation as the API asks for it: the guest image is the service's to prepare. */
+export interface NewSnapshotRequest extends Omit<CreateSnapshotRequest, "image" | "source" | "execDefaults"> {
+  from: SnapshotFrom;
+}
+
 /** The error of a creation whose client went away before it was published. */
 export const cancelled = (tag: string): ForkdError =>
   new ForkdError("conflict", `the creation of snapshot ${tag} was cancelled: its client went away`, { tag });

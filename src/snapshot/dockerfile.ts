@@ -31,7 +31,7 @@ import type { NetworkSpec } from "../net/policy.js";
 import type { NetworkService } from "../net/service.js";
 import { nicMeta } from "./meta.js";
 import type { SnapshotDeps } from "./create.js";
-import type { NewSnapshotRequest } from "./service.js";
+import type { NewSnapshotRequest } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { Progress } from "../util/progress.js";
 

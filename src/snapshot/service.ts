@@ -16,7 +16,13 @@ import { cancelled, createSnapshot } from "./create.js";
 import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
 import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
-import type { CreateSnapshotRequest, SnapshotDeps } from "./create.js";
+import type {
+  CreateSnapshotRequest,
+  NewSnapshotRequest,
+  PreparedImage,
+  SnapshotDeps,
+  SnapshotFrom,
+} from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { ImageResolver } from "../image/rootfs-image.js";
 import { envMap } from "../image/forkd-files.js";
@@ -52,17 +58,6 @@ export interface SnapshotUsers {
   countByTag(tag: string): number;
   /** Drains `tag`'s warm pool before its snapshot is deleted. */
   forgetSnapshot(tag: string): Promise<void>;
-}
-
-/** A guest image made by the caller (a Dockerfile build), with its source and exec defaults. */
-export type PreparedImage = Pick<CreateSnapshotRequest, "image" | "source" | "execDefaults">;
-
-/** What a new snapshot is made from: one of forkd's templates, an image reference, or a prepared image. */
-export type SnapshotFrom = { template: string } | { image: string } | { prepared: PreparedImage };
-
-/** A creation as the API asks for it: the guest image is the service's to prepare. */
-export interface NewSnapshotRequest extends Omit<CreateSnapshotRequest, "image" | "source" | "execDefaults"> {
-  from: SnapshotFrom;
 }
 
 export interface SnapshotServiceOptions {

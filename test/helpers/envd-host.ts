@@ -21,7 +21,7 @@ import { CommandTable } from "../../src/sandbox/commands/table.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { envdHandler } from "../../src/e2b/envd/handler.js";
 import { envdState } from "../../src/e2b/envd/context.js";
-import type { SandboxAccess } from "../../src/e2b/auth.js";
+import type { SandboxAccess } from "../../src/e2b/plane-target.js";
 
 export const SANDBOX_ID = "sb-abcdefghijklmnop";
 /** The credential every request to the host comes by (what a revocation names). */

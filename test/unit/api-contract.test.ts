@@ -11,7 +11,7 @@ import { createApp } from "../../src/api/app.js";
 import { buildOpenApi } from "../../src/api/contract/openapi.js";
 import { ROUTES } from "../../src/api/contract/routes.js";
 import { REPO_DIR } from "../../src/host/paths.js";
-import { VERSION } from "../../src/version.js";
+import { VERSION } from "../../src/host/version.js";
 import { contractValidator } from "../helpers/contract.js";
 import { testServices } from "../helpers/services.js";
 

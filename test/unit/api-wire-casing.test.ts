@@ -12,7 +12,7 @@ import { buildOpenApi } from "../../src/api/contract/openapi.js";
 import { ERROR_CODES, ForkdError } from "../../src/util/errors.js";
 import { writeMeta } from "../../src/snapshot/meta.js";
 import type { SnapshotMeta } from "../../src/snapshot/meta.js";
-import { VERSION } from "../../src/version.js";
+import { VERSION } from "../../src/host/version.js";
 import { contractValidator } from "../helpers/contract.js";
 import { testServices } from "../helpers/services.js";
 import { fakeSnapshot } from "../helpers/snapshots.js";

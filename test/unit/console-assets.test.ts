@@ -1,5 +1,5 @@
 /**
- * The console's front end as served (src/console/assets.ts): a path that would leave dist
+ * The console's front end as served (src/http/console-assets.ts): a path that would leave dist
  * (dot segments, encoded or not, backslashes, NUL, absolute paths, a symlink out) is 404;
  * index.html is no-store, hashed assets immutable, both with the CSP and the other security
  * headers; unknown paths are the SPA's index; a missing build is 503 saying what to run.
@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CSP, consoleDist, resolveAsset, serveAsset } from "../../src/console/assets.js";
+import { CSP, consoleDist, resolveAsset, serveAsset } from "../../src/http/console-assets.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 
 async function dist(): Promise<{ root: string; dist: string }> {

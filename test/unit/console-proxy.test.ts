@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { WebSocket, WebSocketServer } from "ws";
 import { createConsoleServer, stopConsoleServer } from "../../src/console/server.js";
-import { ConsoleSessions } from "../../src/console/sessions.js";
+import { ConsoleSessions } from "../../src/access/console-sessions.js";
 
 let dir: string;
 let upstream: Server;

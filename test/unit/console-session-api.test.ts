@@ -14,7 +14,7 @@ import { join } from "node:path";
 import type { Hono } from "hono";
 import { createApp } from "../../src/api/app.js";
 import type { ApiEnv } from "../../src/api/env.js";
-import { ConsoleSessions } from "../../src/console/sessions.js";
+import { ConsoleSessions } from "../../src/access/console-sessions.js";
 import { testServices } from "../helpers/services.js";
 import type { TestServices } from "../helpers/services.js";
 

@@ -1,5 +1,5 @@
 /**
- * The web console's sessions (src/console/sessions.ts): a login secret opens one session once;
+ * The web console's sessions (src/access/console-sessions.ts): a login secret opens one session once;
  * wrong, malformed, expired and reused secrets open none; sessions end after their idle time
  * (use restarts it) or on logout; one subject's logins evict only its own least recently used
  * session; a cookie is a session only with its key (or a ticket, once, for 60 s); the cookie is
@@ -17,7 +17,7 @@ import {
   cookieOf,
   loopbackCookie,
   setCookie,
-} from "../../src/console/sessions.js";
+} from "../../src/access/console-sessions.js";
 
 function clock(): { now: () => number; advance: (ms: number) => void } {
   let t = 1_000_000;

@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import type { Socket } from "node:net";
 import { connect, createServer as createNetServer } from "node:net";
 import type { E2bServices as Services } from "../../src/e2b/context.js";
-import type { SandboxAccess } from "../../src/e2b/auth.js";
+import type { SandboxAccess } from "../../src/e2b/plane-target.js";
 import { guestPortHandler, guestPortUpgrade } from "../../src/e2b/guest-port.js";
 
 const ID = "sb-abcdefghijklmnop";

@@ -19,7 +19,7 @@ import { Hono } from "hono";
 import { listenTcp, unixServer } from "../../src/daemon/main.js";
 import { listenE2b } from "../../src/e2b/server.js";
 import { createConsoleServer, stopConsoleServer } from "../../src/console/server.js";
-import { ConsoleSessions } from "../../src/console/sessions.js";
+import { ConsoleSessions } from "../../src/access/console-sessions.js";
 import { PortRelay } from "../../src/net/expose.js";
 import type { ListenerLimits } from "../../src/util/listener-guard.js";
 import { addressKey } from "../../src/util/listener-guard.js";

@@ -3,7 +3,7 @@
  * bearer token (checked like one, failures limited per address like the edge's) for a session
  * bound to that token (the edge re-checks it on each request: a revoked token ends its
  * sessions): the cookie, and in the reply's body the key the page sends with every call (the
- * cookie alone opens nothing: console/sessions.ts); GET says who is logged in; DELETE logs out;
+ * cookie alone opens nothing: access/console-sessions.ts); GET says who is logged in; DELETE logs out;
  * POST /v1/console/ticket gives a single-use ticket for a URL (EventSource, WebSocket, download).
  * On the unix socket every caller is the local admin, so GET answers that and POST needs no token.
  */
@@ -11,7 +11,7 @@ import { Hono } from "hono";
 import { ANONYMOUS, LOCAL, isAdmin } from "../../access/caller.js";
 import type { Caller } from "../../access/caller.js";
 import { Authenticator } from "../../access/tokens.js";
-import { KEY_HEADER, cookieOf, setCookie } from "../../console/sessions.js";
+import { KEY_HEADER, cookieOf, setCookie } from "../../access/console-sessions.js";
 import { ForkdError } from "../../util/errors.js";
 import { ConsoleLogin } from "../contract/schemas.js";
 import type { ApiContext, ApiEnv } from "../env.js";

@@ -7,7 +7,7 @@ import type { Command } from "commander";
 import type { CliContext } from "../context.js";
 import { runDoctor } from "../doctor.js";
 import { CALL_MS } from "../timeouts.js";
-import { VERSION } from "../../version.js";
+import { VERSION } from "../../host/version.js";
 
 export function daemonCommands(program: Command, ctx: CliContext): void {
   program

@@ -14,7 +14,7 @@ import {
 } from "@connectrpc/connect-node";
 import type { E2bServices } from "../context.js";
 import { ForkdError } from "../../util/errors.js";
-import type { SandboxPortHandler } from "../sandbox-plane.js";
+import type { SandboxPortHandler } from "../plane-target.js";
 import { checkedBinaryBody } from "./binary-input.js";
 import { CALL_ACCESS, SANDBOX_ID, envdState } from "./context.js";
 import type { CallAccess } from "./context.js";

@@ -12,7 +12,7 @@ import { ForkdError } from "../../util/errors.js";
 import { readJsonBody } from "./body.js";
 import { e2bContext, parseE2bContextId, runnerOf } from "./context-ids.js";
 import { NdjsonReply } from "./ndjson-reply.js";
-import type { SandboxAccess } from "./port-handler.js";
+import type { SandboxAccess } from "../plane-target.js";
 import { sendError } from "./send-error.js";
 
 const CreateBody = z.object({

@@ -26,7 +26,7 @@ import { readJsonBody } from "./body.js";
 import { parseE2bContextId, runnerOf } from "./context-ids.js";
 import { cellEndLines, errorLine, outputLine } from "./messages.js";
 import { NdjsonReply } from "./ndjson-reply.js";
-import type { SandboxAccess } from "./port-handler.js";
+import type { SandboxAccess } from "../plane-target.js";
 import { sendError } from "./send-error.js";
 
 /** The largest cell accepted (as forkd's own eval: its body bound for code). */

@@ -8,10 +8,8 @@ import { ForkdError } from "../../util/errors.js";
 import { contextsRoute } from "./contexts.js";
 import { execute } from "./execute.js";
 import { NdjsonReply } from "./ndjson-reply.js";
-import type { SandboxPortHandler } from "./port-handler.js";
+import type { SandboxPortHandler } from "../plane-target.js";
 import { sendError } from "./send-error.js";
-
-export type { SandboxAccess, SandboxPortHandler, SandboxTarget } from "./port-handler.js";
 
 export function interpreterHandler(s: E2bServices): SandboxPortHandler {
   return (req, res, _t, sb) => {

@@ -13,7 +13,6 @@
  * equal length, so neither the lookup nor the compare tells anything of a stored value.
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import { CONSOLE_COOKIE } from "../http/proxy-headers.js";
 
 export const SECRET_TTL_MS = 10 * 60_000;
 export const TICKET_TTL_MS = 60_000;
@@ -199,7 +198,8 @@ export class ConsoleSessions {
 }
 
 /** The session cookie's name, and reading it from a Cookie header. */
-export const COOKIE: string = CONSOLE_COOKIE;
+/** The web console's session cookie (`forkd_console`, and `forkd_console_PORT` of `forkd console`). */
+export const COOKIE = "forkd_console";
 
 /**
  * The loopback console's cookie name: cookies are not kept apart by port, so two `forkd console`
