@@ -17,7 +17,6 @@ import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
 import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
 import type {
-  CreateSnapshotRequest,
   NewSnapshotRequest,
   PreparedImage,
   SnapshotDeps,
