@@ -8,7 +8,7 @@
  * Admins have none beyond the API's own bounds. A request over a cap is refused (403, naming
  * the cap) before anything is done.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { BuildCaps, Caller } from "./caller.js";
 
 /** The defaults when the operator sets none. */

@@ -10,7 +10,7 @@
  * file, `env-admin` for FORKD_TOKEN (see Caller.credential). A caller without one (the unix
  * socket's local admin, an unsecured E2B sandbox's anonymous caller) registers nothing.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 /** How an opened thing is ended: told why (the error to show its client), at most once. */
 export type EndOpened = (why: ForkdError) => void;

@@ -3,7 +3,7 @@
  * plus what its forks in flight may add. The forks in flight are reserved here, so two
  * concurrent forks cannot both pass the check.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { Caller } from "./caller.js";
 
 export class SandboxQuota {

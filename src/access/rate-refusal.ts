@@ -1,5 +1,5 @@
 /** The refusal of a caller past its rate or concurrency limits (429 with Retry-After), for every API edge. */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export type RateReason = "rate" | "inflight" | "heavy";
 

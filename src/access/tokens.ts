@@ -14,9 +14,9 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { lstat, readFile } from "node:fs/promises";
 import { z } from "zod";
-import { writeJsonAtomic } from "../util/atomic.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { TENANT_RE } from "../util/ids.js";
+import { writeJsonAtomic } from "../util/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { TENANT_RE } from "../util/index.js";
 import type { BuildCaps } from "./caller.js";
 import type { Caller } from "./caller.js";
 import { OpenStreams } from "./open-streams.js";

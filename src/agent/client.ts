@@ -28,9 +28,9 @@
  */
 import { EventEmitter } from "node:events";
 import type { Socket } from "node:net";
-import { dialUnix } from "../util/net.js";
+import { dialUnix } from "../util/index.js";
 import { AgentConnection } from "./connection.js";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { evalCode } from "./eval.js";
 import type { EvalLanguage, EvalOptions, EvalResult } from "./eval.js";
 import { contextOp } from "./eval-contexts.js";

@@ -2,7 +2,7 @@
  * Frame and field codec of the guest agent protocol (docs/agent-protocol.md, version 1).
  * Everything decoded here came from a guest: lengths are bounded before anything is buffered.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export const PROTOCOL_VERSION = 1;
 export const MAX_FRAME = (1 << 20) + 64;

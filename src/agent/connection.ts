@@ -11,8 +11,8 @@
  */
 import { EventEmitter } from "node:events";
 import type { Socket } from "node:net";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { sleep } from "../util/time.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { sleep } from "../util/index.js";
 import { FrameDecoder, Msg, Tag, encodeFrame } from "./codec.js";
 import type { Field, FieldInput, Frame } from "./codec.js";
 import { StreamFlow, WINDOW } from "./flow.js";

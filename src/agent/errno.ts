@@ -1,5 +1,5 @@
 /** Linux errno numbers the guest reports, by name, and the error code each maps to. */
-import type { ErrorCode } from "../util/errors.js";
+import type { ErrorCode } from "../util/index.js";
 
 const NAMES: Record<number, string> = {
   1: "EPERM",

@@ -4,7 +4,7 @@
  * Created, listed, deleted and restarted by an EVAL whose EVAL_OPTS names the operation (the
  * kernel answers with JSON, validated here: it comes from the guest).
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { Msg, Tag, field } from "./codec.js";
 import type { FieldInput } from "./codec.js";
 import type { AgentConnection } from "./connection.js";

@@ -4,7 +4,7 @@
  * (no interpreter, no kernel source) is `unavailable`. A cell may name a code context and env
  * vars, and have its output streamed (EVAL_OPTS); contexts themselves are in eval-contexts.ts.
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import { guestError } from "./guest-error.js";
 import { Msg, Tag, field } from "./codec.js";
 import type { Field, FieldInput, Frame } from "./codec.js";

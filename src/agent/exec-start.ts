@@ -4,7 +4,7 @@
  * chdir to `cwd` or the exec. A missing or unusable `cwd` would then read as a missing shell; the
  * host asks the guest about `cwd` (only when a start failed) and says which it was.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { errnoName } from "./errno.js";
 import type { AgentClient } from "./client.js";
 import type { ExecHandle, ExecRequest } from "./exec.js";

@@ -2,8 +2,8 @@
  * EXEC: a command in the guest, its output streams (paced by their consumers, flow.ts), its
  * stdin and signals, and the deadlines the host keeps on a guest that does not answer.
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { PausableTimer } from "../util/pausable-timer.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { PausableTimer } from "../util/index.js";
 import { CHUNK, Msg, Tag, field, intField } from "./codec.js";
 import type { FieldInput, Frame } from "./codec.js";
 import type { AgentConnection } from "./connection.js";

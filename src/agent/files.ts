@@ -4,8 +4,8 @@
  * the agent (root), or as `user` (the agent checks and makes it as that user's: USER; only to an
  * agent with FEATURES file-user, which the client checks).
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { PausableTimer } from "../util/pausable-timer.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { PausableTimer } from "../util/index.js";
 import { CHUNK, Msg, Tag, field, intField, strField } from "./codec.js";
 import type { Field, FieldInput } from "./codec.js";
 import { DEFAULT_TIMEOUT_MS } from "./connection.js";

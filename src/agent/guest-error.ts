@@ -1,5 +1,5 @@
 /** The guest's ERROR reply (errno and message) as a ForkdError with the caller's error code. */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { intField, strField, Tag } from "./codec.js";
 import type { Field } from "./codec.js";
 import { errnoCode, errnoName } from "./errno.js";

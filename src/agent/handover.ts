@@ -10,7 +10,7 @@
  * connection's window (docs/agent-protocol.md, "Handover"). An agent older than STREAMS
  * answers ENOSYS: nothing is taken over.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { Msg, Tag } from "./codec.js";
 import type { Field } from "./codec.js";
 import type { AgentConnection } from "./connection.js";

@@ -3,7 +3,7 @@
  * frames go to and, for a paced stream (EXEC output, READ data), its flow (flow.ts). Ids are
  * 32-bit, never 0 (the protocol's "no stream"), and not reused while in flight.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { Frame } from "./codec.js";
 import type { StreamFlow } from "./flow.js";
 

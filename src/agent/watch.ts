@@ -4,7 +4,7 @@
  * bounded number while the consumer holds a window's worth, then reports one `overflow`.
  * The stream ends with END when the watched directory itself goes away, and by stop() (CANCEL).
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import { Msg, Tag, field, intField, strField } from "./codec.js";
 import type { Frame } from "./codec.js";
 import { DEFAULT_TIMEOUT_MS } from "./connection.js";

@@ -5,13 +5,13 @@
  */
 import { Hono } from "hono";
 import type { MiddlewareHandler } from "hono";
-import { isAdmin } from "../access/caller.js";
-import { ForkdError } from "../util/errors.js";
+import { isAdmin } from "../access/index.js";
+import { ForkdError } from "../util/index.js";
 import { edge } from "./edge.js";
 import type { ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
 import { sandboxGuard } from "./sandbox-guard.js";
-import { mayHold } from "../app/scope.js";
+import { mayHold } from "../app/index.js";
 import type { ApiServices, Listener } from "./services.js";
 import { accessRoutes } from "./routes/access.js";
 import { snapshotRoutes } from "./routes/snapshots.js";
@@ -26,7 +26,7 @@ import { sandboxConsoleRoutes } from "./routes/sandbox-console.js";
 import { eventRoutes } from "./routes/events.js";
 import { auditRoutes } from "./routes/audit.js";
 import { consoleSessionRoutes, consoleTicketRoutes } from "./routes/console-session.js";
-import { FAVICON_ICO, serveAsset } from "../http/console-assets.js";
+import { FAVICON_ICO, serveAsset } from "../http/index.js";
 import { buildOpenApi } from "./contract/openapi.js";
 import { poolStateView } from "./views/pool.js";
 

@@ -8,18 +8,18 @@
  * registered with the credential that opened it, and ended when that is revoked (./revocable.ts).
  */
 import type { MiddlewareHandler } from "hono";
-import { ANONYMOUS, LOCAL, isAdmin } from "../access/caller.js";
-import type { Caller } from "../access/caller.js";
-import type { EndOpened } from "../access/open-streams.js";
-import { admit, authFailed, authRefusal, isMutating, retryAfter } from "../app/admission.js";
-import { recordCall, startCall } from "../app/call-record.js";
-import type { CallStart } from "../app/call-record.js";
-import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../access/console-sessions.js";
-import { ForkdError } from "../util/errors.js";
+import { ANONYMOUS, LOCAL, isAdmin } from "../access/index.js";
+import type { Caller } from "../access/index.js";
+import type { EndOpened } from "../access/index.js";
+import { admit, authFailed, authRefusal, isMutating, retryAfter } from "../app/index.js";
+import { recordCall, startCall } from "../app/index.js";
+import type { CallStart } from "../app/index.js";
+import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../access/index.js";
+import { ForkdError } from "../util/index.js";
 import type { ApiContext, ApiEnv } from "./env.js";
 import { errorResponse } from "./errors.js";
 import { redactNdjson } from "./redact.js";
-import { tooLarge } from "../app/body-limits.js";
+import { tooLarge } from "../app/index.js";
 import { revocableReply, revocableUpgrade } from "./revocable.js";
 import { actionOf, matchRoute } from "./route-match.js";
 import type { ApiServices, Listener } from "./services.js";

@@ -1,10 +1,10 @@
 /** What every request carries through the API once the edge has seen it (Hono context variables). */
 import type { Context } from "hono";
 import type { HttpBindings } from "@hono/node-server";
-import type { Caller } from "../access/caller.js";
+import type { Caller } from "../access/index.js";
 import type { RouteSpec } from "./contract/routes.js";
-import type { HostDirs } from "../app/redact.js";
-import type { WsUpgrade } from "../http/ws-upgrade.js";
+import type { HostDirs } from "../app/index.js";
+import type { WsUpgrade } from "../http/index.js";
 
 export interface ApiVariables {
   caller: Caller;

@@ -1,10 +1,10 @@
 /** The one wire error envelope: {"error": {"code", "message", "details"}} with a stable code. */
-import { isAdmin } from "../access/caller.js";
+import { isAdmin } from "../access/index.js";
 import type { ApiContext } from "./env.js";
 import { redactEnvelope } from "./redact.js";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { ForkdError } from "../util/errors.js";
-import { statusOf } from "../util/error-status.js";
+import { ForkdError } from "../util/index.js";
+import { statusOf } from "../util/index.js";
 import type { z } from "zod";
 import type { ErrorEnvelope as ErrorEnvelopeSchema } from "./contract/schemas.js";
 

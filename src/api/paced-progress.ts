@@ -5,8 +5,8 @@
  * never waits for its watcher, and a slow reader cannot make the daemon's memory grow without
  * bound. Only progress is dropped: the final done or error event is written by the caller.
  */
-import type { Progress } from "../util/progress.js";
-import type { ReplySink } from "../http/reply-stream.js";
+import type { Progress } from "../util/index.js";
+import type { ReplySink } from "../http/index.js";
 
 export function pacedProgress(sink: Pick<ReplySink, "line" | "drained" | "done">): Progress {
   let waiting = false;

@@ -5,9 +5,9 @@
  */
 import type { Context } from "hono";
 import type { z } from "zod";
-import { ForkdError, errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import type { ApiContext } from "./env.js";
-import { DEFAULT_BODY_LIMITS, tooLarge } from "../app/body-limits.js";
+import { DEFAULT_BODY_LIMITS, tooLarge } from "../app/index.js";
 
 function invalid(err: z.ZodError, where: string): ForkdError {
   return new ForkdError(

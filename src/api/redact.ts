@@ -2,8 +2,8 @@
  * The REST API's replies as a tenant sees them: its error envelope and NDJSON streams with host
  * paths replaced (src/app/redact.ts says what is replaced, and how).
  */
-import { redactHostPaths } from "../app/redact.js";
-import type { HostDirs } from "../app/redact.js";
+import { redactHostPaths } from "../app/index.js";
+import type { HostDirs } from "../app/index.js";
 import type { z } from "zod";
 import type { ErrorEnvelope as ErrorEnvelopeSchema } from "./contract/schemas.js";
 

@@ -9,10 +9,10 @@
  */
 import type { Transformer } from "node:stream/web";
 import type { WebSocket } from "ws";
-import type { EndOpened } from "../access/open-streams.js";
-import type { ForkdError } from "../util/errors.js";
+import type { EndOpened } from "../access/index.js";
+import type { ForkdError } from "../util/index.js";
 import { toEnvelope } from "./errors.js";
-import type { WsUpgrade } from "../http/ws-upgrade.js";
+import type { WsUpgrade } from "../http/index.js";
 
 /** How long a closed WebSocket's client has to answer the close before its socket is cut. */
 export const CLOSE_GRACE_MS = 2_000;

@@ -4,9 +4,9 @@
  * found; a missing or malformed id is left to the route.
  */
 import type { MiddlewareHandler } from "hono";
-import { isAdmin } from "../access/caller.js";
-import { mayHold, noSandbox } from "../app/scope.js";
-import type { Services } from "../app/services.js";
+import { isAdmin } from "../access/index.js";
+import { mayHold, noSandbox } from "../app/index.js";
+import type { Services } from "../app/index.js";
 import type { ApiEnv } from "./env.js";
 
 export function sandboxGuard(s: Services): MiddlewareHandler<ApiEnv> {

@@ -2,9 +2,9 @@
  * What the REST API is given: the application layer's services (src/app/services.ts) and the web
  * console it serves (absent: not served); and what differs between its listeners.
  */
-import type { Authenticator } from "../access/tokens.js";
-import type { Services } from "../app/services.js";
-import type { ConsoleSessions } from "../access/console-sessions.js";
+import type { Authenticator } from "../access/index.js";
+import type { Services } from "../app/index.js";
+import type { ConsoleSessions } from "../access/index.js";
 
 export interface ApiServices extends Services {
   /** The web console: its built front end and sessions (src/console; absent: not served). */

@@ -11,13 +11,13 @@
  * it: `watcher.gone`). With `cancel`, a hang-up is the client's Ctrl-C (a snapshot's creation,
  * as `docker build`): `watcher.signal` aborts and the work stops and leaves nothing.
  */
-import type { Logger } from "../util/log.js";
-import type { Progress } from "../util/progress.js";
-import { errorMessage } from "../util/errors.js";
+import type { Logger } from "../util/index.js";
+import type { Progress } from "../util/index.js";
+import { errorMessage } from "../util/index.js";
 import type { ApiContext } from "./env.js";
 import { toEnvelope } from "./errors.js";
 import { pacedProgress } from "./paced-progress.js";
-import { replyStream } from "../http/reply-stream.js";
+import { replyStream } from "../http/index.js";
 
 /** Whether anyone still watches the work's progress. */
 export interface Watcher {

@@ -6,10 +6,10 @@
  * FORKD_TOKEN's are not limited. Which methods change something (and so are audited) is said
  * here once.
  */
-import { ANONYMOUS } from "../access/caller.js";
-import type { Caller } from "../access/caller.js";
-import { rateLimited } from "../access/rate-refusal.js";
-import { ForkdError } from "../util/errors.js";
+import { ANONYMOUS } from "../access/index.js";
+import type { Caller } from "../access/index.js";
+import { rateLimited } from "../access/index.js";
+import { ForkdError } from "../util/index.js";
 import type { Services } from "./services.js";
 
 const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);

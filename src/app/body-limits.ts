@@ -1,5 +1,5 @@
 /** Bounds on request bodies, in bytes, for every front door (docs/operations.md, "Limits"), and the refusal of one past its bound. */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export interface BodyLimits {
   /** Ordinary JSON bodies. */

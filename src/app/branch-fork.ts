@@ -9,13 +9,13 @@
  * per child).
  */
 import { randomBytes } from "node:crypto";
-import type { Caller } from "../access/caller.js";
-import type { NetworkSpec } from "../net/policy.js";
-import type { BranchResult } from "../sandbox/branch.js";
-import type { ForkOptions, ForkResult } from "../sandbox/fork.js";
-import type { ReadonlySandbox } from "../sandbox/sandbox.js";
-import { keyIn } from "../snapshot/namespace.js";
-import { ForkdError } from "../util/errors.js";
+import type { Caller } from "../access/index.js";
+import type { NetworkSpec } from "../net/index.js";
+import type { BranchResult } from "../sandbox/index.js";
+import type { ForkOptions, ForkResult } from "../sandbox/index.js";
+import type { ReadonlySandbox } from "../sandbox/index.js";
+import { keyIn } from "../snapshot/index.js";
+import { ForkdError } from "../util/index.js";
 import { recordFork, withQuota } from "./fork.js";
 import { FORK_TAG_PREFIX, reapLater } from "./fork-snapshots.js";
 import { liveSandbox } from "./scope.js";

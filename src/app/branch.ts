@@ -5,8 +5,8 @@
  * metrics. `private`: an admin's branch is the admins' alone, never shared (E2B's snapshots).
  * The REST API's POST /v1/sandboxes/{id}/branch and E2B's POST /sandboxes/{id}/snapshots.
  */
-import type { Caller } from "../access/caller.js";
-import type { BranchResult } from "../sandbox/branch.js";
+import type { Caller } from "../access/index.js";
+import type { BranchResult } from "../sandbox/index.js";
 import { newBranchKey, sandboxOf } from "./scope.js";
 import type { Services } from "./services.js";
 

@@ -4,9 +4,9 @@
  * something one audit line (src/audit/audit-line.ts), refused calls included.
  */
 import { randomUUID } from "node:crypto";
-import type { Caller } from "../access/caller.js";
-import type { AuditRecord } from "../audit/audit-log.js";
-import { auditLine } from "../audit/audit-line.js";
+import type { Caller } from "../access/index.js";
+import type { AuditRecord } from "../audit/index.js";
+import { auditLine } from "../audit/index.js";
 import type { Services } from "./services.js";
 
 /** A call as its edge received it. */

@@ -7,8 +7,8 @@
  * branch of a child stacked on it) is refused by the delete and left.
  */
 import type { Services } from "./services.js";
-import { errorMessage } from "../util/errors.js";
-import { splitKey } from "../snapshot/namespace.js";
+import { errorMessage } from "../util/index.js";
+import { splitKey } from "../snapshot/index.js";
 
 /** Tags of the snapshots forks are made from (kept out of the snapshot list). */
 export const FORK_TAG_PREFIX = "e2b-fork-";

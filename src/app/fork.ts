@@ -6,9 +6,9 @@
  * details); some failing is not: the reply lists them. The REST API's POST /v1/sandboxes and
  * E2B's POST /sandboxes both fork through here.
  */
-import type { Caller } from "../access/caller.js";
-import type { ForkFailure, ForkOptions, ForkResult } from "../sandbox/fork.js";
-import { ForkdError } from "../util/errors.js";
+import type { Caller } from "../access/index.js";
+import type { ForkFailure, ForkOptions, ForkResult } from "../sandbox/index.js";
+import { ForkdError } from "../util/index.js";
 import { forkable, heldBy } from "./scope.js";
 import type { Services } from "./services.js";
 

@@ -3,9 +3,9 @@
  * that does not exist). A kill then deletes the fork snapshots no sandbox needs any more
  * (./fork-snapshots.ts), whichever door it came through.
  */
-import type { Caller } from "../access/caller.js";
-import type { ResumeOptions } from "../sandbox/resume.js";
-import type { ReadonlySandbox } from "../sandbox/sandbox.js";
+import type { Caller } from "../access/index.js";
+import type { ResumeOptions } from "../sandbox/index.js";
+import type { ReadonlySandbox } from "../sandbox/index.js";
 import { reapLater } from "./fork-snapshots.js";
 import { sandboxOf } from "./scope.js";
 import type { Services } from "./services.js";

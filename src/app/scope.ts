@@ -11,14 +11,14 @@
  * Every front door scopes through here (the REST API's guard of /v1/sandboxes/{id}, E2B's
  * control plane, the use cases of this folder).
  */
-import { ANONYMOUS, isAdmin } from "../access/caller.js";
-import type { Caller } from "../access/caller.js";
-import type { Snapshot, SnapshotPending } from "../snapshot/store.js";
-import { nameFor, shownTo, splitKey } from "../snapshot/namespace.js";
-import type { Viewer } from "../snapshot/namespace.js";
-import type { SnapshotMeta } from "../snapshot/meta.js";
-import { ForkdError } from "../util/errors.js";
-import type { ReadonlySandbox } from "../sandbox/sandbox.js";
+import { ANONYMOUS, isAdmin } from "../access/index.js";
+import type { Caller } from "../access/index.js";
+import type { Snapshot, SnapshotPending } from "../snapshot/index.js";
+import { nameFor, shownTo, splitKey } from "../snapshot/index.js";
+import type { Viewer } from "../snapshot/index.js";
+import type { SnapshotMeta } from "../snapshot/index.js";
+import { ForkdError } from "../util/index.js";
+import type { ReadonlySandbox } from "../sandbox/index.js";
 import type { Services } from "./services.js";
 
 /** Whether `caller` may see something owned by `owner` (null/absent: shared). */

@@ -4,18 +4,18 @@
  * door adds only what is its own (the REST API's console: src/api/services.ts; E2B's keys and
  * access tokens: src/e2b/context.ts).
  */
-import type { AuthFailureLimiter } from "../access/auth-failures.js";
-import type { BuildCaps } from "../access/caller.js";
-import type { SandboxQuota } from "../access/quota.js";
-import type { RateLimiter } from "../access/rate-limit.js";
-import type { TokenStore } from "../access/tokens.js";
-import type { AuditRecord } from "../audit/audit-log.js";
-import type { EventBus } from "../events/bus.js";
-import type { AccelChoice } from "../vmm/accel.js";
-import type { SandboxService } from "../sandbox/service.js";
-import type { SnapshotService } from "../snapshot/service.js";
-import type { SnapshotStore } from "../snapshot/store.js";
-import type { Logger } from "../util/log.js";
+import type { AuthFailureLimiter } from "../access/index.js";
+import type { BuildCaps } from "../access/index.js";
+import type { SandboxQuota } from "../access/index.js";
+import type { RateLimiter } from "../access/index.js";
+import type { TokenStore } from "../access/index.js";
+import type { AuditRecord } from "../audit/index.js";
+import type { EventBus } from "../events/index.js";
+import type { AccelChoice } from "../vmm/index.js";
+import type { SandboxService } from "../sandbox/index.js";
+import type { SnapshotService } from "../snapshot/index.js";
+import type { SnapshotStore } from "../snapshot/index.js";
+import type { Logger } from "../util/index.js";
 import type { BodyLimits } from "./body-limits.js";
 
 /** Latencies and failures recorded by the front doors' edges and the use cases (src/metrics/metrics.ts). */

@@ -5,13 +5,13 @@
  * Tags are named in the caller's namespace (./scope.ts, src/snapshot/namespace.ts). The REST
  * API's /v1/snapshots and E2B's /snapshots and DELETE /templates/{id}.
  */
-import { isAdmin } from "../access/caller.js";
-import type { Caller } from "../access/caller.js";
-import type { DeletePlan } from "../snapshot/chain.js";
-import type { SnapshotMeta } from "../snapshot/meta.js";
-import { splitKey } from "../snapshot/namespace.js";
-import type { SnapshotPending } from "../snapshot/store.js";
-import { ForkdError } from "../util/errors.js";
+import { isAdmin } from "../access/index.js";
+import type { Caller } from "../access/index.js";
+import type { DeletePlan } from "../snapshot/index.js";
+import type { SnapshotMeta } from "../snapshot/index.js";
+import { splitKey } from "../snapshot/index.js";
+import type { SnapshotPending } from "../snapshot/index.js";
+import { ForkdError } from "../util/index.js";
 import {
   canChange,
   mayHold,

@@ -4,7 +4,7 @@
  * the path rule every reader of an untrusted archive applies. Every function throws through the
  * `bad` it is given (so its message names the archive), never a bare Error.
  */
-import type { ForkdError } from "../util/errors.js";
+import type { ForkdError } from "../util/index.js";
 
 /** The kinds of tar member a profile may allow. */
 export type TarEntryType = "file" | "dir" | "symlink" | "hardlink" | "char" | "block" | "fifo";

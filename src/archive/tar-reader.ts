@@ -15,7 +15,7 @@
  * materialised), in order, never beyond the size its header states, and only after the sink
  * admitted the header: the sink bounds what may be written before the first byte is.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import {
   BLOCK,
   checkSparseMap,

@@ -1,5 +1,5 @@
 /** One audit line from what every API edge knows about a call (forkd's REST, E2B's two planes). */
-import type { Caller } from "../access/caller.js";
+import type { Caller } from "../access/index.js";
 import type { AuditRecord } from "./audit-log.js";
 
 export interface AuditedCall {

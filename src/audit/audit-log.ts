@@ -14,7 +14,7 @@
 import type { FileHandle } from "node:fs/promises";
 import { mkdir, open, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { fsyncDir } from "../util/atomic.js";
+import { fsyncDir } from "../util/index.js";
 
 export interface AuditRecord {
   /** When the call started (ISO 8601, UTC). */

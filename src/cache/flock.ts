@@ -5,7 +5,7 @@
  * the lock). Waiting is bounded.
  */
 import { spawn } from "node:child_process";
-import { childEnv } from "../util/proc.js";
+import { childEnv } from "../util/index.js";
 
 export interface HeldLock {
   release(): Promise<void>;

@@ -6,8 +6,8 @@
  * names. One collection at a time; one that finds an image build running is skipped (the next
  * build's collection runs after it). A collection's failure is logged, never the daemon's.
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
-import type { Logger } from "../util/log.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import type { Logger } from "../util/index.js";
 import { collect, DEFAULT_GRACE_MS } from "./collect.js";
 import { CachePins } from "./pins.js";
 import type { PinScope } from "./pins.js";

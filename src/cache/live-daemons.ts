@@ -6,7 +6,7 @@
  */
 import { readdir, readFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { defaultPaths } from "../host/paths.js";
+import { defaultPaths } from "../host/index.js";
 
 /** Bound on one environ read (it is the process's whole environment block). */
 const MAX_ENVIRON = 1 << 20;

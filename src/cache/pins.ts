@@ -14,9 +14,9 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rm, utimes } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
-import { writeJsonAtomic } from "../util/atomic.js";
-import { exists } from "../util/fs.js";
-import { processStartTime } from "../util/proc.js";
+import { writeJsonAtomic } from "../util/index.js";
+import { exists } from "../util/index.js";
+import { processStartTime } from "../util/index.js";
 import { entryIdOf } from "./entries.js";
 import { takeFlock } from "./flock.js";
 

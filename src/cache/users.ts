@@ -8,8 +8,8 @@ import { createHash } from "node:crypto";
 import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { z } from "zod";
-import { writeJsonAtomic } from "../util/atomic.js";
-import { exists } from "../util/fs.js";
+import { writeJsonAtomic } from "../util/index.js";
+import { exists } from "../util/index.js";
 
 const UserSchema = z.object({
   format: z.literal("forkd-cache-user/1"),

@@ -4,10 +4,10 @@ import { mkdir, open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ApiClient } from "@forkd/sdk";
-import type { Paths } from "../host/paths.js";
-import { sleep } from "../util/time.js";
-import { VERSION } from "../host/version.js";
-import { daemonHoldsLock } from "../host/daemon-lock.js";
+import type { Paths } from "../host/index.js";
+import { sleep } from "../util/index.js";
+import { VERSION } from "../host/index.js";
+import { daemonHoldsLock } from "../host/index.js";
 
 async function answers(api: ApiClient): Promise<boolean> {
   try {

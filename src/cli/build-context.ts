@@ -9,7 +9,7 @@ import { spawn } from "node:child_process";
 import { lstat, readdir, readFile } from "node:fs/promises";
 import { join, relative } from "node:path";
 import type { Readable } from "node:stream";
-import { IgnoreRules } from "../image/dockerfile/ignore.js";
+import { IgnoreRules } from "../image/index.js";
 
 const MAX_ENTRIES = 100_000;
 

@@ -6,8 +6,8 @@
 import { readFileSync } from "node:fs";
 import { ApiClient } from "@forkd/sdk";
 import type { ConnectionOpts } from "@forkd/sdk";
-import { defaultPaths } from "../host/paths.js";
-import type { Paths } from "../host/paths.js";
+import { defaultPaths } from "../host/index.js";
+import type { Paths } from "../host/index.js";
 import { ensureDaemon } from "./autostart.js";
 
 export interface CliContext {

@@ -1,6 +1,6 @@
 /** `forkd doctor`: the host's prerequisites as a table (or JSON), with the fix for each that fails. */
-import { runChecks } from "../vmm/doctor.js";
-import type { Paths } from "../host/paths.js";
+import { runChecks } from "../vmm/index.js";
+import type { Paths } from "../host/index.js";
 import { printTable } from "./table.js";
 
 /** Prints the checks; returns the exit code (1 if any failed). */

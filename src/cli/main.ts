@@ -6,7 +6,7 @@
  * command's code.
  */
 import { Command, CommanderError } from "commander";
-import { VERSION } from "../host/version.js";
+import { VERSION } from "../host/index.js";
 import { branchCommand } from "./commands/branch.js";
 import { cacheCommands } from "./commands/cache.js";
 import { consoleCommand } from "./commands/console.js";

@@ -10,9 +10,9 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
-import type { HeaderFilter } from "../http/proxy-headers.js";
-import { proxyRequest as relayRequest } from "../http/proxy-request.js";
-import { proxyUpgrade as relayUpgrade } from "../http/proxy-upgrade.js";
+import type { HeaderFilter } from "../http/index.js";
+import { proxyRequest as relayRequest } from "../http/index.js";
+import { proxyUpgrade as relayUpgrade } from "../http/index.js";
 
 /**
  * How long the daemon has to send a reply's headers (the body may then take as long as it

@@ -13,15 +13,15 @@
  */
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { createServer } from "node:http";
-import { LOCAL } from "../access/caller.js";
-import { DEFAULT_LIMITS, guard, httpOptions } from "../util/listener-guard.js";
-import type { ListenerLimits } from "../util/listener-guard.js";
+import { LOCAL } from "../access/index.js";
+import { DEFAULT_LIMITS, guard, httpOptions } from "../util/index.js";
+import type { ListenerLimits } from "../util/index.js";
 import type { Duplex } from "node:stream";
-import type { AssetReply } from "../http/console-assets.js";
-import { SECURITY_HEADERS, page, serveAsset } from "../http/console-assets.js";
+import type { AssetReply } from "../http/index.js";
+import { SECURITY_HEADERS, page, serveAsset } from "../http/index.js";
 import { proxyRequest, proxyUpgrade } from "./proxy.js";
-import type { ConsoleSession, ConsoleSessions } from "../access/console-sessions.js";
-import { COOKIE, KEY_HEADER, TICKET_PARAM, cookieOf, setCookie } from "../access/console-sessions.js";
+import type { ConsoleSession, ConsoleSessions } from "../access/index.js";
+import { COOKIE, KEY_HEADER, TICKET_PARAM, cookieOf, setCookie } from "../access/index.js";
 
 export interface ConsoleServerOptions {
   /** The daemon's unix socket. */

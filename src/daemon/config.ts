@@ -7,16 +7,16 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isIP } from "node:net";
-import type { AuthFailureLimits } from "../access/auth-failures.js";
-import { DEFAULT_BUILD_CAPS } from "../access/build-caps.js";
-import type { BuildCaps } from "../access/caller.js";
-import type { RateLimits } from "../access/rate-limit.js";
-import { weakTokenReason } from "../access/tokens.js";
-import { DEFAULT_BODY_LIMITS } from "../app/body-limits.js";
-import type { BodyLimits } from "../app/body-limits.js";
-import { ForkdError } from "../util/errors.js";
-import { DEFAULT_LIMITS } from "../util/listener-guard.js";
-import type { ListenerLimits } from "../util/listener-guard.js";
+import type { AuthFailureLimits } from "../access/index.js";
+import { DEFAULT_BUILD_CAPS } from "../access/index.js";
+import type { BuildCaps } from "../access/index.js";
+import type { RateLimits } from "../access/index.js";
+import { weakTokenReason } from "../access/index.js";
+import { DEFAULT_BODY_LIMITS } from "../app/index.js";
+import type { BodyLimits } from "../app/index.js";
+import { ForkdError } from "../util/index.js";
+import { DEFAULT_LIMITS } from "../util/index.js";
+import type { ListenerLimits } from "../util/index.js";
 
 export interface TcpConfig {
   host: string;

@@ -8,7 +8,7 @@
  *   may be inconsistent; the daemon exits with EXIT_UNCAUGHT for its supervisor to restart it
  *   (recovery re-adopts the running sandboxes).
  */
-import type { Logger } from "../util/log.js";
+import type { Logger } from "../util/index.js";
 
 /** EX_SOFTWARE (sysexits.h): an internal software error. */
 export const EXIT_UNCAUGHT = 70;

@@ -4,9 +4,9 @@
  * memory), FORKD_POOL_HOT (hot members), FORKD_POOL_IDLE_S (a snapshot not forked for this long
  * loses its members). A bad value stops the daemon with a clear message.
  */
-import { poolDefaults } from "../sandbox/pool.js";
-import type { PoolOptions } from "../sandbox/pool.js";
-import { ForkdError } from "../util/errors.js";
+import { poolDefaults } from "../sandbox/index.js";
+import type { PoolOptions } from "../sandbox/index.js";
+import { ForkdError } from "../util/index.js";
 
 function count(env: NodeJS.ProcessEnv, name: string, dflt: number, max: number): number {
   const v = env[name];

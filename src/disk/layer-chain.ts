@@ -7,8 +7,8 @@
  * a chain naming a host file elsewhere is refused, never handed to the tool.
  */
 import { resolve, sep } from "node:path";
-import { qcow2Backing } from "../cache/qcow2-backing.js";
-import { ForkdError } from "../util/errors.js";
+import { qcow2Backing } from "../cache/index.js";
+import { ForkdError } from "../util/index.js";
 
 /** The deepest chain followed (a snapshot chain of branches is far shorter). */
 const MAX_DEPTH = 1000;

@@ -9,9 +9,9 @@
  */
 import { chmod, copyFile, constants, stat } from "node:fs";
 import { promisify } from "node:util";
-import { run } from "../util/proc.js";
-import { runTool } from "../vmm/jailed-tools.js";
-import type { ToolRunner } from "../vmm/jailed-tools.js";
+import { run } from "../util/index.js";
+import { runTool } from "../vmm/index.js";
+import type { ToolRunner } from "../vmm/index.js";
 import { layerChain } from "./layer-chain.js";
 
 const copy = promisify(copyFile);

@@ -4,9 +4,9 @@
  * layer names. Its backing file is the caller's to replace (rebaseUnsafe). `qemu-img info` parses
  * the header, so it runs jailed (src/vmm/jailed-tools.ts), seeing that file alone.
  */
-import { errorMessage } from "../util/errors.js";
-import { runTool } from "../vmm/jailed-tools.js";
-import type { ToolRunner } from "../vmm/jailed-tools.js";
+import { errorMessage } from "../util/index.js";
+import { runTool } from "../vmm/index.js";
+import type { ToolRunner } from "../vmm/index.js";
 
 /** What `qemu-img info` says of a layer: why it is not plain (null: it is), and its virtual size. */
 export interface LayerInfo {

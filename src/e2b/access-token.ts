@@ -13,8 +13,8 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { lstat, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../util/atomic.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
+import { writeFileAtomic } from "../util/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 
 const SECRET_FILE = "e2b-secret";
 /** What the HMAC is over besides the id: a token is only ever an envd access token. */

@@ -18,13 +18,13 @@
  * against the caller's address like failed tokens on forkd's TCP listener.
  */
 import type { IncomingMessage } from "node:http";
-import type { Caller } from "../access/caller.js";
-import type { Authenticator } from "../access/tokens.js";
-import { mayHold } from "../app/scope.js";
+import type { Caller } from "../access/index.js";
+import type { Authenticator } from "../access/index.js";
+import { mayHold } from "../app/index.js";
 import type { E2bServices } from "./context.js";
-import type { ReadonlySandbox } from "../sandbox/sandbox.js";
-import { ForkdError } from "../util/errors.js";
-import { SANDBOX_ID_RE } from "../util/ids.js";
+import type { ReadonlySandbox } from "../sandbox/index.js";
+import { ForkdError } from "../util/index.js";
+import { SANDBOX_ID_RE } from "../util/index.js";
 import type { E2bContext } from "./context.js";
 import type { SandboxAccess, SandboxTarget } from "./plane-target.js";
 import { signedFileRequest } from "./envd/signature.js";

@@ -3,8 +3,8 @@
  * its API keys go through (the daemon's tokens), the envd access tokens, and the domain its
  * replies name. Built by the daemon's entry point when FORKD_E2B_LISTEN is set.
  */
-import type { Authenticator } from "../access/tokens.js";
-import type { Services } from "../app/services.js";
+import type { Authenticator } from "../access/index.js";
+import type { Services } from "../app/index.js";
 import type { AccessTokens } from "./access-token.js";
 
 export interface E2bContext {

@@ -4,12 +4,12 @@
  * nothing of the host's file system.
  */
 import type { ServerResponse } from "node:http";
-import type { Caller } from "../access/caller.js";
-import { isAdmin } from "../access/caller.js";
-import { statusOf } from "../util/error-status.js";
-import { redactHostPaths } from "../app/redact.js";
-import type { HostDirs } from "../app/redact.js";
-import { ForkdError } from "../util/errors.js";
+import type { Caller } from "../access/index.js";
+import { isAdmin } from "../access/index.js";
+import { statusOf } from "../util/index.js";
+import { redactHostPaths } from "../app/index.js";
+import type { HostDirs } from "../app/index.js";
+import { ForkdError } from "../util/index.js";
 
 export interface E2bErrorBody {
   code: number;

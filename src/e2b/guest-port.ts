@@ -10,10 +10,10 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { E2bServices } from "./context.js";
-import { proxyRequest } from "../http/proxy-request.js";
-import { proxyUpgrade } from "../http/proxy-upgrade.js";
-import type { Upstream } from "../http/upstream.js";
-import { upstreamAt } from "../http/upstream.js";
+import { proxyRequest } from "../http/index.js";
+import { proxyUpgrade } from "../http/index.js";
+import type { Upstream } from "../http/index.js";
+import { upstreamAt } from "../http/index.js";
 import { callerOfKey } from "./auth.js";
 import type { SandboxPortHandler } from "./plane-target.js";
 

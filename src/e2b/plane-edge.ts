@@ -11,10 +11,10 @@
  * stream, a code interpreter cell, a relay to a guest's port (HTTP or WebSocket).
  */
 import type { IncomingMessage } from "node:http";
-import { ANONYMOUS } from "../access/caller.js";
-import type { Caller } from "../access/caller.js";
-import { admit, isMutating } from "../app/admission.js";
-import { recordCall, startCall } from "../app/call-record.js";
+import { ANONYMOUS } from "../access/index.js";
+import type { Caller } from "../access/index.js";
+import { admit, isMutating } from "../app/index.js";
+import { recordCall, startCall } from "../app/index.js";
 import type { E2bServices } from "./context.js";
 import type { SandboxAccess } from "./plane-target.js";
 import { e2bOf } from "./auth.js";

@@ -4,8 +4,8 @@
  * implements (envd, the code interpreter, the guest's own ports: sandbox-plane.ts).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Caller } from "../access/caller.js";
-import type { ReadonlySandbox } from "../sandbox/sandbox.js";
+import type { Caller } from "../access/index.js";
+import type { ReadonlySandbox } from "../sandbox/index.js";
 
 export interface SandboxTarget {
   sandboxId: string;

@@ -6,7 +6,7 @@
  * decimal; anything else is not a sandbox-plane request (null: the control plane answers it).
  */
 import type { IncomingMessage } from "node:http";
-import { SANDBOX_ID_RE } from "../util/ids.js";
+import { SANDBOX_ID_RE } from "../util/index.js";
 import type { SandboxTarget } from "./plane-target.js";
 
 const PORT_RE = /^[1-9][0-9]{0,4}$/;

@@ -5,8 +5,8 @@
  * swallowed: a listener must not break the change that emitted it).
  * Consumers (the SSE route: src/api/routes/events.ts) turn these into wire views.
  */
-import type { SandboxEvent } from "../sandbox/registry.js";
-import type { SnapshotEvent } from "../snapshot/store.js";
+import type { SandboxEvent } from "../sandbox/index.js";
+import type { SnapshotEvent } from "../snapshot/index.js";
 
 /**
  * Every change told: a sandbox's (created, changed state, gone) and a snapshot tag's (created,

@@ -6,8 +6,8 @@
  * stream, holding only the previous reading of each VMM.
  */
 import { readFile } from "node:fs/promises";
-import { readSmapsRollup } from "../metrics/memory.js";
-import { parseProcStat } from "../metrics/sandbox-usage.js";
+import { readSmapsRollup } from "../metrics/index.js";
+import { parseProcStat } from "../metrics/index.js";
 
 export interface UsageTarget {
   id: string;

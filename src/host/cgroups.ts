@@ -7,7 +7,7 @@
  */
 import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { exists } from "../util/fs.js";
+import { exists } from "../util/index.js";
 
 export type CgroupMode = "v2" | "v1" | "none";
 

@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import { connect, createServer } from "node:net";
 import type { Server } from "node:net";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export const lockName = (dataDir: string): string =>
   `\0forkd-daemon-${createHash("sha256").update(dataDir).digest("hex").slice(0, 24)}`;

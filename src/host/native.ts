@@ -7,7 +7,7 @@
 import { access, constants } from "node:fs/promises";
 import { join } from "node:path";
 import { REPO_DIR } from "./paths.js";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export const NATIVE_FIX = "build them: make -C native (or run scripts/install.sh)";
 

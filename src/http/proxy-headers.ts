@@ -7,7 +7,7 @@
  * door keeps back (its routing headers, an Authorization that is ours) its `keep` filter says.
  */
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
-import { COOKIE as CONSOLE_COOKIE } from "../access/console-sessions.js";
+import { COOKIE as CONSOLE_COOKIE } from "../access/index.js";
 
 /** Hop-by-hop headers: the proxy's own connection's, neither forwarded nor returned. */
 export const HOP_BY_HOP: ReadonlySet<string> = new Set([

@@ -12,7 +12,7 @@
  */
 import { request } from "node:http";
 import type { ClientRequest, IncomingMessage, ServerResponse } from "node:http";
-import { errorMessage } from "../util/errors.js";
+import { errorMessage } from "../util/index.js";
 import type { HeaderFilter } from "./proxy-headers.js";
 import { replyHeaders, upstreamHeaders } from "./proxy-headers.js";
 import type { RelayOptions, Upstream } from "./upstream.js";

@@ -16,7 +16,7 @@ import type { IncomingMessage } from "node:http";
 import { connect } from "node:net";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
-import { errorMessage } from "../util/errors.js";
+import { errorMessage } from "../util/index.js";
 import type { HeaderFilter } from "./proxy-headers.js";
 import { upgradeHead } from "./proxy-headers.js";
 import type { RelayOptions, Upstream } from "./upstream.js";

@@ -10,7 +10,7 @@
  */
 import type { ServerResponse } from "node:http";
 import { Writable } from "node:stream";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export interface ReplySink {
   /** The client hung up before the reply ended. */

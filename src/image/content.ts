@@ -15,8 +15,8 @@ import { createHash } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
-import { ForkdError } from "../util/errors.js";
-import { exists } from "../util/fs.js";
+import { ForkdError } from "../util/index.js";
+import { exists } from "../util/index.js";
 
 /** The files of an image directory (its manifest.json marks it complete). */
 export const IMAGE_FILES = ["vmlinuz", "initrd.img", "rootfs.ext4", "manifest.json"] as const;

@@ -4,7 +4,7 @@
  * and `config`, `key=value` lines (cwd, user). Image configs are untrusted: bounded, and an
  * entry that cannot be written in these formats is refused with a clear error.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { RootfsImageConfig } from "./rootfs-image.js";
 
 const MAX_ENV_ENTRIES = 4096;

@@ -6,7 +6,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { ImageResolver, RootfsImage } from "./rootfs-image.js";
 
 const Entry = z.object({

@@ -3,8 +3,8 @@
  * shape and more): a flattened root tree, the digest that names it, and the parts of its
  * config a guest honours. Declared here so the builder does not depend on the OCI client.
  */
-import type { Reach } from "../registry/reach.js";
-import type { Progress } from "../util/progress.js";
+import type { Reach } from "../registry/index.js";
+import type { Progress } from "../util/index.js";
 
 export interface RootfsImageConfig {
   /** "KEY=VALUE" entries. */

@@ -5,9 +5,9 @@
  * is named with its own fix (netnsVerdict).
  */
 import { access, constants } from "node:fs/promises";
-import { asRoot } from "../util/as-root.js";
-import { errorMessage } from "../util/errors.js";
-import { run } from "../util/proc.js";
+import { asRoot } from "../util/index.js";
+import { errorMessage } from "../util/index.js";
+import { run } from "../util/index.js";
 import { hostResolver } from "./sys.js";
 
 export interface Capability {

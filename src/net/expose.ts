@@ -7,8 +7,8 @@
  */
 import { createServer, connect } from "node:net";
 import type { Server, Socket } from "node:net";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { ConnectionGate, DEFAULT_LIMITS } from "../util/listener-guard.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { ConnectionGate, DEFAULT_LIMITS } from "../util/index.js";
 
 /** Connections one exposed port relays at once. */
 const MAX_CONNECTIONS = 256;

@@ -9,7 +9,7 @@
  * a sandbox then reaches one only where its own policy allows it too (egress `allow`, or a
  * `list` entry covering it). The daemon's own TCP ports stay closed whatever this says.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { MAX_ALLOW_RULES, parseCidr, parsePortSpec } from "./policy.js";
 import type { AllowRule } from "./policy.js";
 

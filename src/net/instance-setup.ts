@@ -4,13 +4,13 @@
  * host's, records the instance's owner, turns IPv4 forwarding on, and makes the slot pool.
  */
 import { writeFile } from "node:fs/promises";
-import { ForkdError, errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import { GUEST_NET } from "./guest.js";
 import { orphanInstances, recordOwner } from "./owners.js";
 import { cidrContains, parseCidr } from "./policy.js";
 import type { AllowRule } from "./policy.js";
 import { SlotPool, teardownInstance } from "./pool.js";
-import type { Logger } from "../util/log.js";
+import type { Logger } from "../util/index.js";
 import { blockText, hostIfPrefix, instanceId, instanceOf } from "./slots.js";
 import type { NetInstance } from "./slots.js";
 import { hostRoutes, sysctl } from "./sys.js";

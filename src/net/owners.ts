@@ -12,8 +12,8 @@
 import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
-import { daemonHoldsLock } from "../host/daemon-lock.js";
-import { writeJsonAtomic } from "../util/atomic.js";
+import { daemonHoldsLock } from "../host/index.js";
+import { writeJsonAtomic } from "../util/index.js";
 
 export const OWNERS_DIR = "/run/forkd/net";
 

@@ -4,7 +4,7 @@
  * whether DNS is answered, and which guest ports are exposed on the host. IPv4 only: the guest
  * has no IPv6 (guest/agent/src/net.c) and the host drops it.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { intToIp, ipToInt, prefixMask } from "./guest.js";
 
 export type NetMode = "none" | "user" | "netns";

@@ -7,8 +7,8 @@
  * new daemon re-adopted keep their rules (rewritten atomically, never absent); every other
  * namespace and interface of this instance is deleted and slots are created afresh.
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
-import type { Logger } from "../util/log.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import type { Logger } from "../util/index.js";
 import type { GuestNet } from "./guest.js";
 import { hostTable, nsTable, slotPolicy } from "./nft.js";
 import type { NsTableOptions, RuleContext } from "./nft.js";

@@ -13,7 +13,7 @@
  *   netns  the VMM in a slot namespace with a tap; NAT and the policy on the host
  *          (attachments/slotted.ts, also slirp in a slot).
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import type { Attachment, NetworkRecord } from "./attachments/attachment.js";
 import { NoneAttachment } from "./attachments/none.js";
 import { SlottedAttachment } from "./attachments/slotted.js";
@@ -29,7 +29,7 @@ import { setUpInstance } from "./instance-setup.js";
 import { parseIpv4 } from "./policy.js";
 import type { Egress, NetMode, NetworkSpec } from "./policy.js";
 import type { SlotPool } from "./pool.js";
-import type { Logger } from "../util/log.js";
+import type { Logger } from "../util/index.js";
 import { slotOf } from "./slots.js";
 import type { NetInstance } from "./slots.js";
 

@@ -14,7 +14,7 @@
  * `base` is a /22 (256 slots) or larger block (FORKD_NET_SUBNET, default derived from the id).
  */
 import { createHash } from "node:crypto";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { intToIp, prefixMask } from "./guest.js";
 import { parseCidr } from "./policy.js";
 

@@ -21,7 +21,7 @@
 import { randomBytes } from "node:crypto";
 import { chmod, mkdir, readdir, rm } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { isAlive } from "../util/proc.js";
+import { isAlive } from "../util/index.js";
 
 const hex = (digest: string) => digest.replace(/^sha256:/, "");
 

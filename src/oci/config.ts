@@ -4,8 +4,8 @@
  * validated with bounds on every list and string.
  */
 import { z } from "zod";
-import { DIGEST_RE } from "../registry/ref.js";
-import { ForkdError } from "../util/errors.js";
+import { DIGEST_RE } from "../registry/index.js";
+import { ForkdError } from "../util/index.js";
 import type { ImageConfig } from "./image.js";
 
 const MAX_STR = 32 << 10;

@@ -6,8 +6,8 @@
 import { spawn } from "node:child_process";
 import { Duplex, PassThrough } from "node:stream";
 import { createGunzip } from "node:zlib";
-import { ForkdError } from "../util/errors.js";
-import { childEnv } from "../util/proc.js";
+import { ForkdError } from "../util/index.js";
+import { childEnv } from "../util/index.js";
 import type { Compression } from "./manifest.js";
 
 export function decompressor(c: Compression, what: string): Duplex {

@@ -34,12 +34,12 @@ import {
 import type { FileHandle } from "node:fs/promises";
 import { createReadStream } from "node:fs";
 import { join } from "node:path";
-import { ForkdError, errorMessage, isForkdError } from "../util/errors.js";
-import { run } from "../util/proc.js";
-import type { Progress } from "../util/progress.js";
-import { TarReader } from "../archive/tar-reader.js";
-import type { TarEntry, TarSink } from "../archive/tar-reader.js";
-import { layerTar } from "../archive/tar-profiles.js";
+import { ForkdError, errorMessage, isForkdError } from "../util/index.js";
+import { run } from "../util/index.js";
+import type { Progress } from "../util/index.js";
+import { TarReader } from "../archive/index.js";
+import type { TarEntry, TarSink } from "../archive/index.js";
+import { layerTar } from "../archive/index.js";
 import { OPAQUE, WHITEOUT, components, linkTarget } from "./layer-path.js";
 import { MAX_XATTR_VALUE, setXattr, xattrApplies } from "./xattr.js";
 

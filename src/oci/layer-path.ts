@@ -3,7 +3,7 @@
  * link's target, with every way out of the root refused (a `..` component, an absolute hard
  * link target), and the whiteout names (`.wh.NAME`, the opaque marker `.wh..wh..opq`).
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export const WHITEOUT = ".wh.";
 export const OPAQUE = ".wh..wh..opq";

@@ -5,7 +5,7 @@
  *                             most this large (16384 = 16 GiB)
  *   FORKD_IMAGE_MAX_ENTRIES   entries over all of an image's layers (1,000,000)
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { FlattenLimits } from "./flatten.js";
 
 export const DEFAULT_LIMITS: FlattenLimits = { maxBytes: 16 * 2 ** 30, maxEntries: 1_000_000 };

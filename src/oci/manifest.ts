@@ -4,8 +4,8 @@
  * manifest list is ours (linux/amd64).
  */
 import { z } from "zod";
-import { DIGEST_RE } from "../registry/ref.js";
-import { ForkdError } from "../util/errors.js";
+import { DIGEST_RE } from "../registry/index.js";
+import { ForkdError } from "../util/index.js";
 
 export const MEDIA = {
   ociManifest: "application/vnd.oci.image.manifest.v1+json",

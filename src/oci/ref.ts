@@ -5,8 +5,8 @@
  * (`docker.io/…`, `library/` for one-component names); the strict parser (src/registry/ref.ts)
  * does the rest.
  */
-import { parseRef } from "../registry/ref.js";
-import type { RegistryRef } from "../registry/ref.js";
+import { parseRef } from "../registry/index.js";
+import type { RegistryRef } from "../registry/index.js";
 
 export interface ImageRef extends RegistryRef {
   /** Normalized: `docker.io/library/python:3.11`, `127.0.0.1:5000/x:y`, `…@sha256:…`. */

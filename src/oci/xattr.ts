@@ -5,7 +5,7 @@
  * applied: user.*, trusted.*, security.capability (file capabilities) and POSIX ACLs; others
  * (security.selinux, security.ima, …) are skipped and counted.
  */
-import { run } from "../util/proc.js";
+import { run } from "../util/index.js";
 
 export const SETFATTR = "setfattr";
 /** An attribute value is at most this large (the kernel's bound is 64 KiB). */

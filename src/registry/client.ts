@@ -10,7 +10,7 @@
 import { createHash } from "node:crypto";
 import { Transform } from "node:stream";
 import type { Readable } from "node:stream";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { parseChallenges } from "./challenge.js";
 import type { Challenge } from "./challenge.js";
 import type { CredentialLookup, Credentials } from "./credentials.js";

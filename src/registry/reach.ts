@@ -15,8 +15,8 @@ import type { LookupAddress } from "node:dns";
 import { isIP } from "node:net";
 import type { LookupFunction } from "node:net";
 import { networkInterfaces } from "node:os";
-import { ForkdError } from "../util/errors.js";
-import { ipBytes, ipKey, notPublic } from "../util/ip.js";
+import { ForkdError } from "../util/index.js";
+import { ipBytes, ipKey, notPublic } from "../util/index.js";
 
 /** Whose request it is: the operator's (any address) or a tenant's (public addresses only). */
 export type Reach = "operator" | "tenant";

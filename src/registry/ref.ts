@@ -3,7 +3,7 @@
  * request is made. The host is never implied (no Docker Hub default): a reference names where
  * it goes. Grammar after the OCI Distribution spec and Docker's reference package.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export interface RegistryRef {
   /** As written: `registry.example.com`, `127.0.0.1:5000`, `[::1]:5000`. */

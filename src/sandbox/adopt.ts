@@ -6,10 +6,10 @@
  */
 import { mkdir, readdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import type { AgentClient } from "../agent/client.js";
-import { errorMessage } from "../util/errors.js";
-import { SANDBOX_ID_RE } from "../util/ids.js";
-import type { StrayProcess } from "../vmm/strays.js";
+import type { AgentClient } from "../agent/index.js";
+import { errorMessage } from "../util/index.js";
+import { SANDBOX_ID_RE } from "../util/index.js";
+import type { StrayProcess } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
 import { loadRecord, saveRecord } from "./record.js";

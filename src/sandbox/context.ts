@@ -3,17 +3,17 @@
  * dependencies and the service's own state, built once by SandboxService (service.ts) and
  * passed in, never held in module state.
  */
-import type { Cgroups } from "../host/cgroups.js";
-import type { NetworkService } from "../net/service.js";
-import type { SnapshotStore } from "../snapshot/store.js";
-import type { CrashPoint } from "../util/crash.js";
-import type { Logger } from "../util/log.js";
-import type { Quarantine } from "../util/quarantine.js";
-import type { VmmDriver } from "../vmm/driver.js";
-import type { LiveCapturer, LiveMode } from "../vmm/live-capture.js";
-import type { MemoryDiffs } from "../vmm/memsnap.js";
-import type { Strays } from "../vmm/strays.js";
-import type { ToolRunner } from "../vmm/jailed-tools.js";
+import type { Cgroups } from "../host/index.js";
+import type { NetworkService } from "../net/index.js";
+import type { SnapshotStore } from "../snapshot/index.js";
+import type { CrashPoint } from "../util/index.js";
+import type { Logger } from "../util/index.js";
+import type { Quarantine } from "../util/index.js";
+import type { VmmDriver } from "../vmm/index.js";
+import type { LiveCapturer, LiveMode } from "../vmm/index.js";
+import type { MemoryDiffs } from "../vmm/index.js";
+import type { Strays } from "../vmm/index.js";
+import type { ToolRunner } from "../vmm/index.js";
 import type { WarmPool } from "./pool.js";
 import type { SandboxRegistry } from "./registry.js";
 

@@ -4,7 +4,7 @@
  * left, and the sandbox is killed with that reason.
  */
 import { stat } from "node:fs/promises";
-import type { Vm } from "../vmm/vm.js";
+import type { Vm } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 import { retire } from "./retire.js";
 import type { Sandbox } from "./sandbox.js";

@@ -2,7 +2,7 @@
  * E2B's settings of a sandbox (record.e2b, src/e2b): replaced as a whole and written with the
  * record, for a running or paused sandbox.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { SandboxContext } from "./context.js";
 import { saveRecord } from "./record.js";
 import type { E2bRecord, Sandbox } from "./sandbox.js";

@@ -6,14 +6,14 @@
  */
 import { randomBytes } from "node:crypto";
 import { rm } from "node:fs/promises";
-import type { Attachment } from "../net/service.js";
-import { NO_NETWORK } from "../net/policy.js";
-import type { NetworkSpec } from "../net/policy.js";
-import type { Snapshot } from "../snapshot/store.js";
-import { fsyncDir, writeFileAtomic } from "../util/atomic.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import type { ErrorCode } from "../util/errors.js";
-import { nowMs, since } from "../util/time.js";
+import type { Attachment } from "../net/index.js";
+import { NO_NETWORK } from "../net/index.js";
+import type { NetworkSpec } from "../net/index.js";
+import type { Snapshot } from "../snapshot/index.js";
+import { fsyncDir, writeFileAtomic } from "../util/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import type { ErrorCode } from "../util/index.js";
+import { nowMs, since } from "../util/index.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
 import { MAX_FORK } from "./limits.js";
@@ -27,8 +27,8 @@ import { restoreChild } from "./restore.js";
 import { retire } from "./retire.js";
 import { GUEST_DEFAULT_PIDS } from "./sandbox.js";
 import type { E2bRecord, ReadonlySandbox, Sandbox, SandboxLimits, SandboxRecord } from "./sandbox.js";
-import { settleWithLimit } from "../util/settle-with-limit.js";
-import { limitsFor } from "../vmm/limits.js";
+import { settleWithLimit } from "../util/index.js";
+import { limitsFor } from "../vmm/index.js";
 
 /** How long a child whose link is set up may take to see its carrier (the fork waits for it). */
 export const NET_UP_WAIT_MS = 2_000;

@@ -1,6 +1,6 @@
 /** What a sandbox's VMM may see in its jail (its limits: src/vmm/limits.ts). */
-import type { VmLimits } from "../host/cgroups.js";
-import type { Snapshot } from "../snapshot/store.js";
+import type { VmLimits } from "../host/index.js";
+import type { Snapshot } from "../snapshot/index.js";
 import type { SandboxContext } from "./context.js";
 
 /** What a VM of `snap` may see in its jail: its snapshot chain and its guest image (read-only). */

@@ -2,9 +2,9 @@
  * Using a running sandbox's agent for one API operation (exec, files, eval): the sandbox counts
  * as in use (never idle) meanwhile, and a call cut because the sandbox ended under it says why.
  */
-import type { AgentClient } from "../agent/client.js";
-import { ForkdError } from "../util/errors.js";
-import { sleep } from "../util/time.js";
+import type { AgentClient } from "../agent/index.js";
+import { ForkdError } from "../util/index.js";
+import { sleep } from "../util/index.js";
 import type { CommandTable } from "./commands/table.js";
 import type { SandboxRegistry } from "./registry.js";
 

@@ -3,11 +3,11 @@
  * egress policy. Each change is written to its record: kept across pause, resume and a daemon
  * restart.
  */
-import { MAX_EXPOSE } from "../net/policy.js";
-import type { Egress } from "../net/policy.js";
-import type { Attachment, NetworkRecord } from "../net/service.js";
-import { ForkdError } from "../util/errors.js";
-import type { Vm } from "../vmm/vm.js";
+import { MAX_EXPOSE } from "../net/index.js";
+import type { Egress } from "../net/index.js";
+import type { Attachment, NetworkRecord } from "../net/index.js";
+import { ForkdError } from "../util/index.js";
+import type { Vm } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 import { saveRecord } from "./record.js";
 import type { Sandbox } from "./sandbox.js";

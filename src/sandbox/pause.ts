@@ -9,10 +9,10 @@
  */
 import { mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import type { Vm } from "../vmm/vm.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import type { Vm } from "../vmm/index.js";
 import { memoryFileOf } from "./branch.js";
-import type { MemoryDiffs } from "../vmm/memsnap.js";
+import type { MemoryDiffs } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 import { saveRecord } from "./record.js";
 import { buildMemory, pausedRecord } from "./recovery.js";

@@ -8,12 +8,12 @@
  * warm-up ran is left for the user: no files (the commands write none), no history (no
  * interactive shell), the context is deleted (the default one's globals and count are untouched).
  */
-import type { AgentClient } from "../agent/client.js";
-import type { EvalLanguage } from "../agent/eval.js";
-import type { Snapshot } from "../snapshot/store.js";
-import { ForkdError } from "../util/errors.js";
+import type { AgentClient } from "../agent/index.js";
+import type { EvalLanguage } from "../agent/index.js";
+import type { Snapshot } from "../snapshot/index.js";
+import { ForkdError } from "../util/index.js";
 import type { SandboxContext } from "./context.js";
-import { readSmapsRollup } from "../metrics/memory.js";
+import { readSmapsRollup } from "../metrics/index.js";
 import { discard } from "./pool.js";
 import type { Prepared } from "./pool.js";
 import { prepare } from "./prepare.js";

@@ -8,10 +8,10 @@
  * is made at a time for the whole host, after forks (they do not compete for the CPU).
  */
 import { rm } from "node:fs/promises";
-import type { AgentClient } from "../agent/client.js";
-import { errorMessage } from "../util/errors.js";
-import type { Vm } from "../vmm/vm.js";
-import type { Logger } from "../util/log.js";
+import type { AgentClient } from "../agent/index.js";
+import { errorMessage } from "../util/index.js";
+import type { Vm } from "../vmm/index.js";
+import type { Logger } from "../util/index.js";
 import { bump, decayed, poolTargets } from "./pool-policy.js";
 import type { PoolLimits, Usage } from "./pool-policy.js";
 

@@ -5,16 +5,16 @@
  */
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { cloneOverlay } from "../disk/overlay.js";
-import { guestNetOf } from "../net/service.js";
-import type { Attachment } from "../net/service.js";
-import type { Snapshot } from "../snapshot/store.js";
-import { newSandboxId } from "../util/ids.js";
-import { nowMs, since } from "../util/time.js";
-import type { Vm } from "../vmm/vm.js";
+import { cloneOverlay } from "../disk/index.js";
+import { guestNetOf } from "../net/index.js";
+import type { Attachment } from "../net/index.js";
+import type { Snapshot } from "../snapshot/index.js";
+import { newSandboxId } from "../util/index.js";
+import { nowMs, since } from "../util/index.js";
+import type { Vm } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 import type { Prepared } from "./pool.js";
-import { limitsFor } from "../vmm/limits.js";
+import { limitsFor } from "../vmm/index.js";
 import { jailFor } from "./jail-reads.js";
 
 /**

@@ -6,11 +6,11 @@
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "../util/atomic.js";
+import { writeFileAtomic } from "../util/index.js";
 import { z } from "zod";
-import { SnapshotMetaSchema } from "../snapshot/meta.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { KEY_RE, SANDBOX_ID_RE } from "../util/ids.js";
+import { SnapshotMetaSchema } from "../snapshot/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { KEY_RE, SANDBOX_ID_RE } from "../util/index.js";
 import { MAX_RECORD } from "./record-budget.js";
 import type { SandboxRecord } from "./sandbox.js";
 

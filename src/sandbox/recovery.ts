@@ -9,9 +9,9 @@
  */
 import { readdir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { exists } from "../util/fs.js";
-import { ForkdError } from "../util/errors.js";
-import type { MemoryDiffs } from "../vmm/memsnap.js";
+import { exists } from "../util/index.js";
+import { ForkdError } from "../util/index.js";
+import type { MemoryDiffs } from "../vmm/index.js";
 import type { PausedImage, SandboxRecord } from "./sandbox.js";
 
 /** The idle timeout an unclaimed sandbox (a fan-out's reply never sent) is adopted with. */

@@ -3,10 +3,10 @@
  * by itself, an agent channel the guest keeps corrupting, and a disk limit crossed each retire
  * it with the reason.
  */
-import type { AgentClient } from "../agent/client.js";
-import type { Attachment } from "../net/service.js";
-import { errorMessage } from "../util/errors.js";
-import type { Vm } from "../vmm/vm.js";
+import type { AgentClient } from "../agent/index.js";
+import type { Attachment } from "../net/index.js";
+import { errorMessage } from "../util/index.js";
+import type { Vm } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 import { diskLimitHit } from "./disk-limit.js";
 import { retire } from "./retire.js";

@@ -4,10 +4,10 @@
  * enters, changes state in (sandbox.ts's mark*) and leaves it is told to the sink it is given
  * (the event bus: src/events/bus.ts, which knows these events; the registry knows no bus).
  */
-import { ForkdError } from "../util/errors.js";
-import { assertSandboxId } from "../util/ids.js";
-import type { AgentClient } from "../agent/client.js";
-import type { Vm } from "../vmm/vm.js";
+import { ForkdError } from "../util/index.js";
+import { assertSandboxId } from "../util/index.js";
+import type { AgentClient } from "../agent/index.js";
+import type { Vm } from "../vmm/index.js";
 import type { ReadonlySandbox, Sandbox } from "./sandbox.js";
 
 /** What the registry tells (src/events/bus.ts carries it to listeners: its CoreEvent). */

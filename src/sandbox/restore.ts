@@ -4,9 +4,9 @@
  * place a fork (and the pool, ahead of forks) restores a child, so how a snapshot's memory is
  * stored can change without touching them.
  */
-import type { Snapshot } from "../snapshot/store.js";
-import { ForkdError } from "../util/errors.js";
-import type { Vm } from "../vmm/vm.js";
+import type { Snapshot } from "../snapshot/index.js";
+import { ForkdError } from "../util/index.js";
+import type { Vm } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 
 /**

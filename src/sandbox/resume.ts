@@ -4,12 +4,12 @@
  * disk until then): a daemon that dies earlier kills that VMM and keeps the sandbox paused;
  * later, the next one adopts it as running.
  */
-import { guestNetOf } from "../net/service.js";
-import type { Attachment } from "../net/service.js";
-import { NO_NETWORK } from "../net/policy.js";
-import type { NetworkSpec } from "../net/policy.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import type { Vm } from "../vmm/vm.js";
+import { guestNetOf } from "../net/index.js";
+import type { Attachment } from "../net/index.js";
+import { NO_NETWORK } from "../net/index.js";
+import type { NetworkSpec } from "../net/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import type { Vm } from "../vmm/index.js";
 import type { SandboxContext } from "./context.js";
 import { armDiskLimit } from "./disk-limit.js";
 import { NET_UP_WAIT_MS } from "./fork.js";
@@ -19,7 +19,7 @@ import { retire } from "./retire.js";
 import { markRunning } from "./sandbox.js";
 import type { PausedImage, Sandbox, SandboxRecord } from "./sandbox.js";
 import { notInTransition, transit } from "./transition.js";
-import { limitsFor } from "../vmm/limits.js";
+import { limitsFor } from "../vmm/index.js";
 import { jailFor } from "./jail-reads.js";
 
 export interface ResumeOptions {

@@ -3,7 +3,7 @@
  * stays listed as exited for a while); kill() is a client's DELETE, which also forgets it.
  */
 import { rm } from "node:fs/promises";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import type { SandboxContext } from "./context.js";
 import { markExited, settled } from "./sandbox.js";
 import type { Sandbox } from "./sandbox.js";

@@ -1,8 +1,8 @@
 /** A live sandbox: its persisted record, its VMM process and its agent connection. */
-import type { AgentClient } from "../agent/client.js";
-import type { Attachment, NetworkRecord } from "../net/service.js";
-import type { NicMeta } from "../snapshot/meta.js";
-import type { Vm } from "../vmm/vm.js";
+import type { AgentClient } from "../agent/index.js";
+import type { Attachment, NetworkRecord } from "../net/index.js";
+import type { NicMeta } from "../snapshot/index.js";
+import type { Vm } from "../vmm/index.js";
 import { CommandTable } from "./commands/table.js";
 
 export type SandboxState = "running" | "paused" | "exited";

@@ -4,7 +4,7 @@
  * past their timeout (or pauses them, as asked), and forgets exited ones after a while;
  * setIdleTimeout() and setDeadline() change them.
  */
-import { ForkdError, errorMessage } from "../util/errors.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import type { SandboxContext } from "./context.js";
 import { pause } from "./pause.js";
 import { saveRecord } from "./record.js";

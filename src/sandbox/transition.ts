@@ -2,7 +2,7 @@
  * A sandbox's transitions (a branch, a pause, a resume) run one at a time: each drives its VMM
  * over QMP. A kill() meanwhile marks the sandbox doomed; the transition's end retires it.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { retire } from "./retire.js";
 import type { Sandbox } from "./sandbox.js";
 

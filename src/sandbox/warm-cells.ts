@@ -11,7 +11,7 @@
  * numpy's or Python's global generators, which the fork's identity reseeds anyway), changes no
  * numpy setting, and drops its own source from linecache. Its last expression is 42.
  */
-import type { EvalLanguage } from "../agent/eval.js";
+import type { EvalLanguage } from "../agent/index.js";
 
 /** numpy's common paths, on small arrays (what is translated depends on the code run, not on n). */
 const NUMPY_PATHS = [

@@ -8,7 +8,7 @@
  * sizes, every layer path a place a pack has a file, one layer per file the config lists.
  */
 import { z } from "zod";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { isPackPath } from "./pack.js";
 import type { PackManifest } from "./pack.js";
 

@@ -17,9 +17,9 @@ import { pipeline } from "node:stream/promises";
 import { Transform, Writable } from "node:stream";
 import type { Readable } from "node:stream";
 import { z } from "zod";
-import { writeJsonAtomic } from "../util/atomic.js";
-import { ForkdError } from "../util/errors.js";
-import { childEnv, run } from "../util/proc.js";
+import { writeJsonAtomic } from "../util/index.js";
+import { ForkdError } from "../util/index.js";
+import { childEnv, run } from "../util/index.js";
 
 const LEVEL = 3;
 const MAX_REPOS = 16;

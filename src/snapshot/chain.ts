@@ -10,10 +10,10 @@
  */
 import { chmod, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { flattenLayers } from "../disk/overlay.js";
-import type { ToolRunner } from "../vmm/jailed-tools.js";
-import { linkOrCopy } from "../util/fs.js";
-import { ForkdError } from "../util/errors.js";
+import { flattenLayers } from "../disk/index.js";
+import type { ToolRunner } from "../vmm/index.js";
+import { linkOrCopy } from "../util/index.js";
+import { ForkdError } from "../util/index.js";
 import { readMeta, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 import { applyMemoryDiff } from "./memory-diff.js";

@@ -10,30 +10,25 @@
  */
 import { readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import type { ImageBuilder } from "../image/builder.js";
-import { buildDockerfile } from "../image/dockerfile/build.js";
-import type {
-  BaseImage,
-  BuildNetwork,
-  DockerfileBuildResult,
-  FromResolver,
-} from "../image/dockerfile/build.js";
-import { unpackContext } from "../image/dockerfile/context-tar.js";
-import { cleanRelative } from "../image/dockerfile/ignore.js";
-import { DOCKERFILE_LIMITS } from "../image/dockerfile/lines.js";
-import { EMPTY_CONFIG } from "../image/dockerfile/plan.js";
-import { StepCache } from "../image/dockerfile/step-cache.js";
-import { envMap } from "../image/forkd-files.js";
-import type { EvalLanguage } from "../agent/eval.js";
-import { ForkdError } from "../util/errors.js";
-import { GUEST_NET } from "../net/guest.js";
-import type { NetworkSpec } from "../net/policy.js";
-import type { NetworkService } from "../net/service.js";
+import type { ImageBuilder } from "../image/index.js";
+import { buildDockerfile } from "../image/index.js";
+import type { BaseImage, BuildNetwork, DockerfileBuildResult, FromResolver } from "../image/index.js";
+import { unpackContext } from "../image/index.js";
+import { cleanRelative } from "../image/index.js";
+import { DOCKERFILE_LIMITS } from "../image/index.js";
+import { EMPTY_CONFIG } from "../image/index.js";
+import { StepCache } from "../image/index.js";
+import { envMap } from "../image/index.js";
+import type { EvalLanguage } from "../agent/index.js";
+import { ForkdError } from "../util/index.js";
+import { GUEST_NET } from "../net/index.js";
+import type { NetworkSpec } from "../net/index.js";
+import type { NetworkService } from "../net/index.js";
 import { nicMeta } from "./meta.js";
 import type { SnapshotDeps } from "./create.js";
 import type { NewSnapshotRequest } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
-import type { Progress } from "../util/progress.js";
+import type { Progress } from "../util/index.js";
 
 export const TEMPLATE_SCHEME = "forkd://";
 

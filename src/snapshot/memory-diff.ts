@@ -8,7 +8,7 @@
 import { constants } from "node:fs";
 import { chmod, copyFile, open, rm, stat } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 const MAGIC = "FKMDIFF1";
 const CHUNK = 8 << 20;

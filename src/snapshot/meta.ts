@@ -5,10 +5,10 @@ import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
-import { EVAL_LANGUAGES } from "../agent/eval.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { writeJsonAtomic } from "../util/atomic.js";
-import { ImageSource, TemplateSource } from "../image/source.js";
+import { EVAL_LANGUAGES } from "../agent/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { writeJsonAtomic } from "../util/index.js";
+import { ImageSource, TemplateSource } from "../image/index.js";
 
 /**
  * The format this forkd writes for a snapshot with a full memory image. 2 added `source` (where

@@ -19,8 +19,8 @@
  * A reserved name is one no tenant's namespace may hold (E2B's SDK defaults, and the operator's
  * FORKD_RESERVED_TAGS), so those names always read the admins' shared snapshot.
  */
-import { ForkdError } from "../util/errors.js";
-import { TENANT_RE, assertKey, isValidTag } from "../util/ids.js";
+import { ForkdError } from "../util/index.js";
+import { TENANT_RE, assertKey, isValidTag } from "../util/index.js";
 
 /** A tenant's name, or null: an admin. */
 export type Viewer = string | null;

@@ -16,12 +16,12 @@ import { mkdir, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Transform } from "node:stream";
 import { buffer } from "node:stream/consumers";
-import { clientFor } from "../registry/client.js";
-import { formatRef, parseRef, reference } from "../registry/ref.js";
-import { bodyStream, checkScheme, discard, send } from "../registry/transport.js";
-import { ForkdError } from "../util/errors.js";
-import { linkOrCopy } from "../util/fs.js";
-import { assertKey } from "../util/ids.js";
+import { clientFor } from "../registry/index.js";
+import { formatRef, parseRef, reference } from "../registry/index.js";
+import { bodyStream, checkScheme, discard, send } from "../registry/index.js";
+import { ForkdError } from "../util/index.js";
+import { linkOrCopy } from "../util/index.js";
+import { assertKey } from "../util/index.js";
 import { visibleTo } from "./namespace.js";
 import {
   ANNOTATION,
@@ -38,7 +38,7 @@ import { overLimit } from "./unpack-budget.js";
 import { limitFor, unpackSnapshot } from "./unpack.js";
 import { memoryDiffFile } from "./store.js";
 import type { TransferDeps } from "./push.js";
-import type { Progress } from "../util/progress.js";
+import type { Progress } from "../util/index.js";
 
 /** A pack fetched from a URL is at most this large. */
 const MAX_PACK_BYTES = 256 * 2 ** 30;

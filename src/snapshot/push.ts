@@ -9,16 +9,16 @@ import { createReadStream } from "node:fs";
 import { mkdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
-import { clientFor } from "../registry/client.js";
-import type { RegistryClient, RegistrySettings } from "../registry/client.js";
-import { formatRef, parseRef } from "../registry/ref.js";
-import { ForkdError } from "../util/errors.js";
+import { clientFor } from "../registry/index.js";
+import type { RegistryClient, RegistrySettings } from "../registry/index.js";
+import { formatRef, parseRef } from "../registry/index.js";
+import { ForkdError } from "../util/index.js";
 import { MEDIA, buildManifest } from "./artifact.js";
 import type { Descriptor } from "./artifact.js";
 import type { BlobCache, BlobRecord } from "./blobs.js";
 import { stagePack, stagingName } from "./pack.js";
 import type { SnapshotStore } from "./store.js";
-import type { Progress } from "../util/progress.js";
+import type { Progress } from "../util/index.js";
 
 export interface TransferDeps {
   store: SnapshotStore;

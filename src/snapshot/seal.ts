@@ -12,8 +12,8 @@
  */
 import { chmod, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { createOverlay } from "../disk/overlay.js";
-import { ForkdError } from "../util/errors.js";
+import { createOverlay } from "../disk/index.js";
+import { ForkdError } from "../util/index.js";
 import { SNAPSHOT_FORMAT, sha256File, writeMeta } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
 

@@ -7,37 +7,32 @@
  * image's (the image resolver pulls it, the builder adds forkd's files).
  */
 import type { Readable } from "node:stream";
-import type { CrashPoint } from "../util/crash.js";
-import { ForkdError } from "../util/errors.js";
-import type { Logger } from "../util/log.js";
+import type { CrashPoint } from "../util/index.js";
+import { ForkdError } from "../util/index.js";
+import type { Logger } from "../util/index.js";
 import { compactSnapshot, deleteSnapshot, planDelete } from "./chain.js";
 import type { DeletePlan } from "./chain.js";
 import { cancelled, createSnapshot } from "./create.js";
 import { createFromDockerfile, defaultResolver } from "./dockerfile.js";
 import type { DockerfileSnapshotRequest } from "./dockerfile.js";
-import type { BuildNetwork, FromResolver } from "../image/dockerfile/build.js";
-import type {
-  NewSnapshotRequest,
-  PreparedImage,
-  SnapshotDeps,
-  SnapshotFrom,
-} from "./create.js";
+import type { BuildNetwork, FromResolver } from "../image/index.js";
+import type { NewSnapshotRequest, PreparedImage, SnapshotDeps, SnapshotFrom } from "./create.js";
 import type { SnapshotMeta } from "./meta.js";
-import type { ImageResolver } from "../image/rootfs-image.js";
-import { envMap } from "../image/forkd-files.js";
+import type { ImageResolver } from "../image/index.js";
+import { envMap } from "../image/index.js";
 import { packSnapshot } from "./pack.js";
 import type { Registered, UnpackDeps } from "./pack.js";
 import { pullSnapshot } from "./pull.js";
 import type { PullRequest, PullResult } from "./pull.js";
 import { pushSnapshot } from "./push.js";
-import type { Progress } from "../util/progress.js";
+import type { Progress } from "../util/index.js";
 import type { PushResult, TransferDeps } from "./push.js";
 import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./store.js";
 import { unpackSnapshot } from "./unpack.js";
-import type { PinScope } from "../cache/pins.js";
+import type { PinScope } from "../cache/index.js";
 import { Namespaces, reservedTags } from "./namespace.js";
 import type { Viewer } from "./namespace.js";
-import type { Reach } from "../registry/reach.js";
+import type { Reach } from "../registry/index.js";
 
 /** A request's owner as a registry's reach: the admin's (no owner) is the operator's, a tenant's its own. */
 const reachOf = (owner: string | null | undefined): Reach =>

@@ -5,9 +5,9 @@
  * whatever start_cmd started (a server) is already up in every child. Bounded by a timeout; a
  * failure says why with the outputs of both.
  */
-import type { AgentClient } from "../agent/client.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { sleep } from "../util/time.js";
+import type { AgentClient } from "../agent/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { sleep } from "../util/index.js";
 
 /** In the guest: start_cmd's output, and its exit status once it ends. */
 export const START_LOG = "/tmp/.forkd-start.log";

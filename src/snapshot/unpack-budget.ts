@@ -9,7 +9,7 @@
  * Sizes are apparent sizes (holes count): a pack's files are hashed in full when verified, so
  * their apparent size is also what verification costs.
  */
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 export interface BudgetLimit {
   bytes: number;

@@ -21,11 +21,11 @@ import { pipeline } from "node:stream/promises";
 import { Transform } from "node:stream";
 import type { Readable } from "node:stream";
 import { setImmediate as yieldNow } from "node:timers/promises";
-import { ForkdError } from "../util/errors.js";
-import { TarReader } from "../archive/tar-reader.js";
-import type { TarEntry, TarSink } from "../archive/tar-reader.js";
-import { PACK_TAR } from "../archive/tar-profiles.js";
-import { staysInside } from "../archive/tar-fields.js";
+import { ForkdError } from "../util/index.js";
+import { TarReader } from "../archive/index.js";
+import type { TarEntry, TarSink } from "../archive/index.js";
+import { PACK_TAR } from "../archive/index.js";
+import { staysInside } from "../archive/index.js";
 import { UnpackBudget, unpackLimit } from "./unpack-budget.js";
 import type { BudgetLimit } from "./unpack-budget.js";
 import {
@@ -38,8 +38,8 @@ import {
   stagingName,
 } from "./pack.js";
 import type { PackManifest, Registered, UnpackDeps } from "./pack.js";
-import { childEnv } from "../util/proc.js";
-import type { Progress } from "../util/progress.js";
+import { childEnv } from "../util/index.js";
+import type { Progress } from "../util/index.js";
 
 /** Space left free on the data directory's filesystem after an unpack or a pull. */
 export const FREE_MARGIN = 1 << 30;

@@ -9,10 +9,10 @@ import { constants } from "node:fs";
 import { access, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { childEnv } from "../util/proc.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { childEnv } from "../util/index.js";
 import { QmpClient } from "./qmp.js";
-import { sleep } from "../util/time.js";
+import { sleep } from "../util/index.js";
 
 export type Accel = "kvm" | "tcg";
 

@@ -2,12 +2,12 @@
  * The QEMU command line, in one place: parents and children must present the same machine and
  * devices or the device state will not load. Only memory mapping, boot and incoming differ.
  */
-import type { VmLimits } from "../host/cgroups.js";
+import type { VmLimits } from "../host/index.js";
 import { join } from "node:path";
 import type { Accel } from "./accel.js";
-import type { NetBackend } from "../net/backend.js";
-import type { GuestNet } from "../net/guest.js";
-import { guestSubnet } from "../net/guest.js";
+import type { NetBackend } from "../net/index.js";
+import type { GuestNet } from "../net/index.js";
+import { guestSubnet } from "../net/index.js";
 
 export interface MachineConfig {
   memoryMiB: number;

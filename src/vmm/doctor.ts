@@ -1,14 +1,14 @@
 /** Host prerequisite checks, each with a fix hint. Used by `forkd doctor`. */
 import { readdir, readFile, statfs } from "node:fs/promises";
 import { join } from "node:path";
-import type { Paths } from "../host/paths.js";
+import type { Paths } from "../host/index.js";
 import { chooseAccel } from "./accel.js";
-import { findJailer, findMemsnap, NATIVE_FIX } from "../host/native.js";
+import { findJailer, findMemsnap, NATIVE_FIX } from "../host/index.js";
 import { findQemu, qemuVersion } from "./qemu-binary.js";
-import { run } from "../util/proc.js";
-import { asRoot } from "../util/as-root.js";
-import { errorMessage } from "../util/errors.js";
-import { detectNetwork } from "../net/capability.js";
+import { run } from "../util/index.js";
+import { asRoot } from "../util/index.js";
+import { errorMessage } from "../util/index.js";
+import { detectNetwork } from "../net/index.js";
 
 export type CheckStatus = "ok" | "warn" | "fail";
 

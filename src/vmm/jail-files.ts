@@ -10,7 +10,7 @@ import { constants } from "node:fs";
 import { copyFile, lstat, open, rename, rm } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { basename } from "node:path";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 
 const NOFOLLOW = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 

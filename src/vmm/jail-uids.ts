@@ -20,8 +20,8 @@ import { readdir, readFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import type { Server } from "node:net";
 import { join } from "node:path";
-import { writeFileAtomic } from "../util/atomic.js";
-import { ForkdError } from "../util/errors.js";
+import { writeFileAtomic } from "../util/index.js";
+import { ForkdError } from "../util/index.js";
 
 export interface UidRange {
   /** VMMs get base+1 .. base+count. */

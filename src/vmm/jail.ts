@@ -24,9 +24,9 @@
 import { randomBytes } from "node:crypto";
 import { chmod, chown, readdir, stat } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
-import type { Cgroups } from "../host/cgroups.js";
-import type { VmLimits } from "../host/cgroups.js";
-import { ForkdError } from "../util/errors.js";
+import type { Cgroups } from "../host/index.js";
+import type { VmLimits } from "../host/index.js";
+import { ForkdError } from "../util/index.js";
 import type { UidRange } from "./jail-uids.js";
 
 export interface JailOptions {

@@ -17,8 +17,8 @@ import { execFile } from "node:child_process";
 import { constants } from "node:fs";
 import { access, realpath } from "node:fs/promises";
 import { join } from "node:path";
-import { ForkdError } from "../util/errors.js";
-import { childEnv } from "../util/proc.js";
+import { ForkdError } from "../util/index.js";
+import { childEnv } from "../util/index.js";
 import { createFor, handTo, shareRead, takeBack } from "./jail-files.js";
 import type { Jail } from "./jail.js";
 

@@ -7,8 +7,8 @@
 import { spawn } from "node:child_process";
 import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import { createInterface } from "node:readline";
-import { ForkdError } from "../util/errors.js";
-import { childEnv } from "../util/proc.js";
+import { ForkdError } from "../util/index.js";
+import { childEnv } from "../util/index.js";
 
 export interface JsonHelper {
   child: ChildProcessWithoutNullStreams;

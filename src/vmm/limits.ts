@@ -1,5 +1,5 @@
 /** What one VMM process may use on the host by default: its cgroup's limits (src/host/cgroups.ts). */
-import type { VmLimits } from "../host/cgroups.js";
+import type { VmLimits } from "../host/index.js";
 
 /** Threads of one VMM process (QEMU: vCPUs, its I/O thread pool of up to 64, a few more). */
 const VMM_TASKS = 256;

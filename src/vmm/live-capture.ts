@@ -17,7 +17,7 @@
 import { randomBytes } from "node:crypto";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { ForkdError } from "../util/errors.js";
+import { ForkdError } from "../util/index.js";
 import { spawnJsonHelper } from "./json-helper.js";
 import type { Capture, CaptureStats } from "./memsnap.js";
 import type { Vm } from "./vm.js";

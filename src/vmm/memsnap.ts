@@ -4,8 +4,8 @@
  * `MemoryDiffs` is what the sandbox service needs; forkdMemsnap() is native/memsnap's
  * forkd-memsnap (capture reads /proc/PID/mem of the paused VMM); tests inject a fake.
  */
-import { ForkdError } from "../util/errors.js";
-import { run } from "../util/proc.js";
+import { ForkdError } from "../util/index.js";
+import { run } from "../util/index.js";
 import { spawnJsonHelper } from "./json-helper.js";
 
 export interface MemoryDiffs {

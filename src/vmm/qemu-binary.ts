@@ -1,7 +1,7 @@
 /** Which QEMU binary runs VMs, and its version. */
 import { access, constants } from "node:fs/promises";
 import type { Accel } from "./accel.js";
-import { run } from "../util/proc.js";
+import { run } from "../util/index.js";
 
 async function executable(p: string): Promise<boolean> {
   try {

@@ -6,16 +6,16 @@
  */
 import { spawn } from "node:child_process";
 import { open } from "node:fs/promises";
-import { AgentClient } from "../agent/client.js";
-import { ForkdError, errorMessage } from "../util/errors.js";
-import { childEnv, isAlive, processCmdline, processStartTime } from "../util/proc.js";
-import { sleep } from "../util/time.js";
+import { AgentClient } from "../agent/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
+import { childEnv, isAlive, processCmdline, processStartTime } from "../util/index.js";
+import { sleep } from "../util/index.js";
 import { NETDEV_ID, qemuArgs, vmFiles } from "./config.js";
 import type { VmLaunch } from "./config.js";
 import { QmpClient } from "./qmp.js";
 import type { QmpEvent } from "./qmp.js";
 import type { Jail } from "./jail.js";
-import { readFileTail } from "../util/file-tail.js";
+import { readFileTail } from "../util/index.js";
 import type { LaunchOptions, VmmDriver } from "./driver.js";
 import type { ExitVerdict, Vm, VmIdentity } from "./vm.js";
 import { chown, readFile, rename, rm } from "node:fs/promises";

@@ -5,8 +5,8 @@
  */
 import { EventEmitter } from "node:events";
 import type { Socket } from "node:net";
-import { ForkdError } from "../util/errors.js";
-import { dialUnix } from "../util/net.js";
+import { ForkdError } from "../util/index.js";
+import { dialUnix } from "../util/index.js";
 
 const MAX_LINE = 1 << 20;
 

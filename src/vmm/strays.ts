@@ -11,10 +11,10 @@
  * else that happens to mention the path is left alone.
  */
 import { readdir, readlink, realpath } from "node:fs/promises";
-import type { Logger } from "../util/log.js";
+import type { Logger } from "../util/index.js";
 import { basename } from "node:path";
-import { isAlive, processCmdline, processStartTime } from "../util/proc.js";
-import { sleep } from "../util/time.js";
+import { isAlive, processCmdline, processStartTime } from "../util/index.js";
+import { sleep } from "../util/index.js";
 
 export interface StrayProcess {
   pid: number;

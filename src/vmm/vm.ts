@@ -4,7 +4,7 @@
  * one mechanism; `Vm` is all of them. test/contract/vmm.ts is the contract every implementation
  * passes.
  */
-import type { AgentClient } from "../agent/client.js";
+import type { AgentClient } from "../agent/index.js";
 
 /** What the VM's cgroup says about its end (see Cgroups.verdict). */
 export interface ExitVerdict {

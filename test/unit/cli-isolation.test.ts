@@ -68,7 +68,7 @@ test("src/cli reaches no daemon code, and the daemon only through the SDK", asyn
   // The one dynamic import: `forkd daemon` runs the daemon in this process.
   const dynamic: string[] = [];
   for (const f of start) for (const d of dynamicImports(await readFile(f, "utf8"))) dynamic.push(d);
-  assert.deepEqual(dynamic, ["../../daemon/main.js"]);
+  assert.deepEqual(dynamic, ["../../daemon/index.js"]);
 });
 
 test("src/cli keeps no module state and reads the environment only in main()", async () => {

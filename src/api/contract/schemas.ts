@@ -12,16 +12,16 @@
  * mapped to these in src/api/views/.
  */
 import { z } from "zod";
-import { KEY_RE, SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/ids.js";
-import { MAX_FORK } from "../../sandbox/limits.js";
-import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/tokens.js";
-import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/policy.js";
-import { RECORD_BUDGET, jsonChars } from "../../sandbox/record-budget.js";
-import { ERROR_CODES } from "../../util/errors.js";
-import { EVAL_LANGUAGES } from "../../agent/eval.js";
-import { PTY_MAX } from "../../agent/exec.js";
-import { CONTEXT_ID_RE } from "../../agent/eval-contexts.js";
-import { CellEnv } from "../../app/cell-env.js";
+import { KEY_RE, SANDBOX_ID_RE, TAG_RE, TEMPLATE_RE } from "../../util/index.js";
+import { MAX_FORK } from "../../sandbox/index.js";
+import { TenantName, TokenScope, TOKEN_ID_RE } from "../../access/index.js";
+import { MAX_ALLOW_RULES, MAX_EXPOSE, MAX_PORTS_PER_RULE } from "../../net/index.js";
+import { RECORD_BUDGET, jsonChars } from "../../sandbox/index.js";
+import { ERROR_CODES } from "../../util/index.js";
+import { EVAL_LANGUAGES } from "../../agent/index.js";
+import { PTY_MAX } from "../../agent/index.js";
+import { CONTEXT_ID_RE } from "../../agent/index.js";
+import { CellEnv } from "../../app/index.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 

@@ -1,6 +1,6 @@
 /** Token management (admin callers only; the edge refuses tenants): list, create, revoke. */
 import { Hono } from "hono";
-import type { Services } from "../../app/services.js";
+import type { Services } from "../../app/index.js";
 import { CreateToken, TokenId } from "../contract/schemas.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";

@@ -4,13 +4,13 @@
  * tenant only its own.
  */
 import { Hono } from "hono";
-import { isAdmin } from "../../access/caller.js";
-import { queryAudit } from "../../audit/audit-query.js";
-import { ForkdError } from "../../util/errors.js";
+import { isAdmin } from "../../access/index.js";
+import { queryAudit } from "../../audit/index.js";
+import { ForkdError } from "../../util/index.js";
 import { AUDIT_LIMIT_DEFAULT, AuditQuery } from "../contract/schemas.js";
 import type { ApiEnv } from "../env.js";
 import { parseQuery } from "../parse.js";
-import type { Services } from "../../app/services.js";
+import type { Services } from "../../app/index.js";
 
 export function auditRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();

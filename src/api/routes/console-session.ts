@@ -8,11 +8,11 @@
  * On the unix socket every caller is the local admin, so GET answers that and POST needs no token.
  */
 import { Hono } from "hono";
-import { ANONYMOUS, LOCAL, isAdmin } from "../../access/caller.js";
-import type { Caller } from "../../access/caller.js";
-import { Authenticator } from "../../access/tokens.js";
-import { KEY_HEADER, cookieOf, setCookie } from "../../access/console-sessions.js";
-import { ForkdError } from "../../util/errors.js";
+import { ANONYMOUS, LOCAL, isAdmin } from "../../access/index.js";
+import type { Caller } from "../../access/index.js";
+import { Authenticator } from "../../access/index.js";
+import { KEY_HEADER, cookieOf, setCookie } from "../../access/index.js";
+import { ForkdError } from "../../util/index.js";
 import { ConsoleLogin } from "../contract/schemas.js";
 import type { ApiContext, ApiEnv } from "../env.js";
 import { parseBody } from "../parse.js";

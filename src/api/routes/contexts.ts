@@ -3,7 +3,7 @@
  * restart. A context belongs to one kernel: `language` names it (default python).
  */
 import { Hono } from "hono";
-import type { Services } from "../../app/services.js";
+import type { Services } from "../../app/index.js";
 import type { ApiEnv } from "../env.js";
 import { ContextParam, ContextQuery, CreateContext } from "../contract/schemas.js";
 import { parseBody, parseParams, parseQuery } from "../parse.js";

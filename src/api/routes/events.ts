@@ -13,20 +13,20 @@
  */
 import { Hono } from "hono";
 
-import type { Caller } from "../../access/caller.js";
-import type { CoreEvent } from "../../events/bus.js";
-import { sseComment, sseEvent } from "../../events/sse.js";
-import { UsageSampler } from "../../events/usage.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
-import { readMeta } from "../../snapshot/meta.js";
-import { errorMessage } from "../../util/errors.js";
+import type { Caller } from "../../access/index.js";
+import type { CoreEvent } from "../../events/index.js";
+import { sseComment, sseEvent } from "../../events/index.js";
+import { UsageSampler } from "../../events/index.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
+import { readMeta } from "../../snapshot/index.js";
+import { errorMessage } from "../../util/index.js";
 import type { ApiEnv } from "../env.js";
-import { replyStream } from "../../http/reply-stream.js";
-import type { ReplySink } from "../../http/reply-stream.js";
-import { mayHold, tagNames, viewerOf, visibleMetas, visiblePending } from "../../app/scope.js";
-import type { TagNames } from "../../app/scope.js";
-import { visibleTo } from "../../snapshot/namespace.js";
-import type { Services } from "../../app/services.js";
+import { replyStream } from "../../http/index.js";
+import type { ReplySink } from "../../http/index.js";
+import { mayHold, tagNames, viewerOf, visibleMetas, visiblePending } from "../../app/index.js";
+import type { TagNames } from "../../app/index.js";
+import { visibleTo } from "../../snapshot/index.js";
+import type { Services } from "../../app/index.js";
 import { sandboxView } from "../views/sandbox.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 

@@ -5,11 +5,11 @@
  */
 import { Hono } from "hono";
 import type { z } from "zod";
-import type { ExecHandle, ExecHandlers, ExecRequest } from "../../agent/client.js";
-import { startCommand } from "../../sandbox/commands/start.js";
-import type { StartIn, StartedCommand } from "../../sandbox/commands/start.js";
-import { CommandRun } from "../../app/exec.js";
-import type { Services } from "../../app/services.js";
+import type { ExecHandle, ExecHandlers, ExecRequest } from "../../agent/index.js";
+import { startCommand } from "../../sandbox/index.js";
+import type { StartIn, StartedCommand } from "../../sandbox/index.js";
+import { CommandRun } from "../../app/index.js";
+import type { Services } from "../../app/index.js";
 import type { ApiEnv } from "../env.js";
 import {
   Eval,
@@ -25,7 +25,7 @@ import type { EvalEvent, EvalResult, ExecEvent, ExecResult } from "../contract/s
 import { parseBody, parseParams, parseQuery, readBytes } from "../parse.js";
 import { commandView, endedCommandView } from "../views/command.js";
 import { toEnvelope } from "../errors.js";
-import { replyStream } from "../../http/reply-stream.js";
+import { replyStream } from "../../http/index.js";
 
 type ExecResultView = z.infer<typeof ExecResult>;
 type ExecEventView = z.infer<typeof ExecEvent>;

@@ -5,14 +5,14 @@
 import { Readable, pipeline } from "node:stream";
 import { createGunzip } from "node:zlib";
 import { Hono } from "hono";
-import type { Services } from "../../app/services.js";
+import type { Services } from "../../app/index.js";
 import type { ApiEnv } from "../env.js";
 import { Mkdir, PathQuery, RemoveQuery, Rename, WriteQuery, truthy } from "../contract/schemas.js";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import type { ApiContext } from "../env.js";
-import { DEFAULT_BODY_LIMITS, tooLarge } from "../../app/body-limits.js";
-import { ForkdError } from "../../util/errors.js";
-import { clientGone, replyStream } from "../../http/reply-stream.js";
+import { DEFAULT_BODY_LIMITS, tooLarge } from "../../app/index.js";
+import { ForkdError } from "../../util/index.js";
+import { clientGone, replyStream } from "../../http/index.js";
 import { dirListView, fileStatView } from "../views/file.js";
 
 /**

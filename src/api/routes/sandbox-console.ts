@@ -3,13 +3,13 @@
  * (default 64 KiB, at most 1 MiB), as text. A sandbox whose files are gone (exited) has none.
  */
 import { Hono } from "hono";
-import { readFileTail } from "../../util/file-tail.js";
-import { ForkdError } from "../../util/errors.js";
-import { vmFiles } from "../../vmm/config.js";
+import { readFileTail } from "../../util/index.js";
+import { ForkdError } from "../../util/index.js";
+import { vmFiles } from "../../vmm/index.js";
 import { CONSOLE_TAIL_DEFAULT, ConsoleTailQuery } from "../contract/schemas.js";
 import type { ApiEnv } from "../env.js";
 import { parseQuery } from "../parse.js";
-import type { Services } from "../../app/services.js";
+import type { Services } from "../../app/index.js";
 
 export function sandboxConsoleRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();

@@ -1,7 +1,7 @@
 /** Routes of sandboxes: fork, list, inspect, kill, branch, pause, resume, timeout, exposed ports and egress. */
 import { Hono } from "hono";
-import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../../app/services.js";
+import { ForkdError } from "../../util/index.js";
+import type { Services } from "../../app/index.js";
 import {
   Branch,
   CreateSandboxes,
@@ -16,16 +16,16 @@ import type { BranchResult, ForkResult } from "../contract/schemas.js";
 import type { z } from "zod";
 import { noteTarget } from "../env.js";
 import type { ApiContext, ApiEnv } from "../env.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
 import { parseBody, parseQuery } from "../parse.js";
-import { sampleUsage } from "../../metrics/sandbox-usage.js";
+import { sampleUsage } from "../../metrics/index.js";
 import { listPage } from "../views/sandbox-page.js";
-import { mayHold, tagNames } from "../../app/scope.js";
-import { branchAs } from "../../app/branch.js";
-import { forkAs } from "../../app/fork.js";
-import { killAs, pauseAs, resumeAs } from "../../app/lifecycle.js";
+import { mayHold, tagNames } from "../../app/index.js";
+import { branchAs } from "../../app/index.js";
+import { forkAs } from "../../app/index.js";
+import { killAs, pauseAs, resumeAs } from "../../app/index.js";
 import { sandboxView } from "../views/sandbox.js";
-import { parseNetwork } from "../../net/policy.js";
+import { parseNetwork } from "../../net/index.js";
 import { snapshotView } from "../views/snapshot.js";
 
 export function sandboxRoutes(s: Services): Hono<ApiEnv> {

@@ -1,15 +1,15 @@
 /** The route building a snapshot from a Dockerfile: the build context is the body (a tar), the options the query. */
 import { Hono } from "hono";
-import { buildCapsOf, checkBuildSize } from "../../access/build-caps.js";
-import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../../app/services.js";
+import { buildCapsOf, checkBuildSize } from "../../access/index.js";
+import { ForkdError } from "../../util/index.js";
+import type { Services } from "../../app/index.js";
 import { BuildSnapshotQuery } from "../contract/schemas.js";
 import { bodyStream, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
 import { hangupSignal, progressStream } from "../stream.js";
 import { snapshotView } from "../views/snapshot.js";
-import { newSnapshotKey, tagNames } from "../../app/scope.js";
+import { newSnapshotKey, tagNames } from "../../app/index.js";
 
 function buildArgs(raw: string | undefined): Record<string, string> {
   if (raw === undefined) return {};

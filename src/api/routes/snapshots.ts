@@ -1,16 +1,16 @@
 /** Routes of snapshots: create (optionally streamed), list, inspect, compact, delete, pack, unpack, push and pull. */
 import { Hono } from "hono";
-import { ForkdError } from "../../util/errors.js";
-import type { Services } from "../../app/services.js";
+import { ForkdError } from "../../util/index.js";
+import type { Services } from "../../app/index.js";
 import { Compact, CreateSnapshot, DeleteSnapshotQuery, Pull, Push, truthy } from "../contract/schemas.js";
 import { Readable } from "node:stream";
 import { bodyStream, parseBody, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
-import { buildCapsOf, checkBuildSize } from "../../access/build-caps.js";
-import { isAdmin } from "../../access/caller.js";
-import { splitKey } from "../../snapshot/namespace.js";
-import { TENANT_RE } from "../../util/ids.js";
+import { buildCapsOf, checkBuildSize } from "../../access/index.js";
+import { isAdmin } from "../../access/index.js";
+import { splitKey } from "../../snapshot/index.js";
+import { TENANT_RE } from "../../util/index.js";
 import {
   newSnapshotKey,
   ownedSnapshot,
@@ -18,12 +18,12 @@ import {
   viewerOf,
   visibleMetas,
   visibleSnapshot,
-} from "../../app/scope.js";
-import { deleteSnapshotAs, planDeleteAs, snapshotAs, snapshotsOf } from "../../app/snapshots.js";
+} from "../../app/index.js";
+import { deleteSnapshotAs, planDeleteAs, snapshotAs, snapshotsOf } from "../../app/index.js";
 import { hangupSignal, progressStream } from "../stream.js";
-import { replyStream } from "../../http/reply-stream.js";
+import { replyStream } from "../../http/index.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
-import type { Progress } from "../../util/progress.js";
+import type { Progress } from "../../util/index.js";
 
 export function snapshotRoutes(s: Services): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();

@@ -11,13 +11,13 @@
  */
 import { Hono } from "hono";
 import type { WebSocket } from "ws";
-import type { ExecHandle } from "../../agent/client.js";
-import { ForkdError, errorMessage } from "../../util/errors.js";
+import type { ExecHandle } from "../../agent/index.js";
+import { ForkdError, errorMessage } from "../../util/index.js";
 import { Exec, TerminalQuery } from "../contract/schemas.js";
 import type { ApiEnv } from "../env.js";
 import { toEnvelope } from "../errors.js";
 import { parseQuery } from "../parse.js";
-import type { Services } from "../../app/services.js";
+import type { Services } from "../../app/index.js";
 import { startExec } from "./exec.js";
 
 /** Unsent output past which the guest's output waits. */

@@ -6,15 +6,15 @@
  */
 import { Hono } from "hono";
 import type { z } from "zod";
-import type { WatchEvent, WatchHandle } from "../../agent/client.js";
-import type { Services } from "../../app/services.js";
+import type { WatchEvent, WatchHandle } from "../../agent/index.js";
+import type { Services } from "../../app/index.js";
 import type { ApiEnv } from "../env.js";
 import { WatchQuery, truthy } from "../contract/schemas.js";
 import type { WatchLine } from "../contract/schemas.js";
 import { parseQuery } from "../parse.js";
 import { toEnvelope } from "../errors.js";
-import { replyStream } from "../../http/reply-stream.js";
-import type { ReplySink } from "../../http/reply-stream.js";
+import { replyStream } from "../../http/index.js";
+import type { ReplySink } from "../../http/index.js";
 
 type WatchLineView = z.infer<typeof WatchLine>;
 

@@ -1,6 +1,6 @@
 /** A running or an ended command as the API shows it (schemas Command, EndedCommand). */
 import type { z } from "zod";
-import type { EndedCommand, RunningCommand } from "../../sandbox/commands/table.js";
+import type { EndedCommand, RunningCommand } from "../../sandbox/index.js";
 import type * as schemas from "../contract/schemas.js";
 
 export type CommandView = z.infer<typeof schemas.Command>;

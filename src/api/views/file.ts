@@ -1,6 +1,6 @@
 /** Files in a guest as the API serves them: the agent's stat (agent/client.ts) as wire views. */
 import type { z } from "zod";
-import type { DirEntry, FileStat as AgentStat } from "../../agent/client.js";
+import type { DirEntry, FileStat as AgentStat } from "../../agent/index.js";
 import type { DirList, FileStat } from "../contract/schemas.js";
 
 export type FileStatView = z.infer<typeof FileStat>;

@@ -1,7 +1,7 @@
 /** A sandbox's network as the API shows it (schema SandboxNetwork), from its record. */
 import type { z } from "zod";
-import type { Egress } from "../../net/policy.js";
-import type { NetworkRecord } from "../../net/service.js";
+import type { Egress } from "../../net/index.js";
+import type { NetworkRecord } from "../../net/index.js";
 import type * as schemas from "../contract/schemas.js";
 
 export type NetworkView = z.infer<typeof schemas.SandboxNetwork>;

@@ -1,5 +1,5 @@
 /** The warm pool as GET /v1/health shows it (`pool_state`, admins only). */
-import type { PoolState } from "../../sandbox/pool.js";
+import type { PoolState } from "../../sandbox/index.js";
 
 export function poolStateView(p: PoolState) {
   return {

@@ -4,8 +4,8 @@
  * `limit`. The next token names the last sandbox of the page, so a page is never repeated or
  * skipped when sandboxes come and go between calls.
  */
-import { ForkdError } from "../../util/errors.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
+import { ForkdError } from "../../util/index.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
 
 export interface PageQuery {
   state?: string;

@@ -1,7 +1,7 @@
 /** A sandbox as the API shows it (schema Sandbox), from the sandbox service's domain sandbox. */
 import type { z } from "zod";
-import { endsAt, expiresAt } from "../../sandbox/sandbox.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
+import { endsAt, expiresAt } from "../../sandbox/index.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
 import type * as schemas from "../contract/schemas.js";
 import { networkView } from "./network.js";
 

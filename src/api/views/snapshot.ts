@@ -6,10 +6,10 @@
  * tagNames) shows them as the caller writes them.
  */
 import type { z } from "zod";
-import type { SnapshotMeta } from "../../snapshot/meta.js";
-import type { SnapshotPending } from "../../snapshot/store.js";
-import { ERROR_CODES } from "../../util/errors.js";
-import type { ErrorCode } from "../../util/errors.js";
+import type { SnapshotMeta } from "../../snapshot/index.js";
+import type { SnapshotPending } from "../../snapshot/index.js";
+import { ERROR_CODES } from "../../util/index.js";
+import type { ErrorCode } from "../../util/index.js";
 import type { Snapshot, SnapshotStatus } from "../contract/schemas.js";
 
 export type SnapshotView = z.infer<typeof Snapshot>;

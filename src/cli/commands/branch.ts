@@ -10,7 +10,7 @@ import type { ApiClient, Wire } from "@forkd/sdk";
 import type { CliContext } from "../context.js";
 import { ProgressView, mib } from "../progress.js";
 import { CALL_MS, HEAVY_MS } from "../timeouts.js";
-import { sleep } from "../../util/time.js";
+import { sleep } from "../../util/index.js";
 
 /** Waits until `tag` is ready (its metadata), or throws the failure the daemon recorded. */
 export async function snapshotWritten(

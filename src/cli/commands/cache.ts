@@ -7,10 +7,10 @@
  * cache's locks (src/cache/collect.ts), the same as a daemon's own automatic collection.
  */
 import type { Command } from "commander";
-import { collect, survey } from "../../cache/collect.js";
-import type { CollectResult } from "../../cache/collect.js";
-import type { PlannedEntry } from "../../cache/plan.js";
-import { describe } from "../../cache/references.js";
+import { collect, survey } from "../../cache/index.js";
+import type { CollectResult } from "../../cache/index.js";
+import type { PlannedEntry } from "../../cache/index.js";
+import { describe } from "../../cache/index.js";
 import type { CliContext } from "../context.js";
 import { printTable } from "../table.js";
 import { usageError } from "../errors.js";

@@ -10,9 +10,9 @@ import { createInterface } from "node:readline";
 import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
 import { usageError } from "../errors.js";
-import { consoleDist } from "../../http/console-assets.js";
-import { createConsoleServer, stopConsoleServer } from "../../console/server.js";
-import { ConsoleSessions, loopbackCookie } from "../../access/console-sessions.js";
+import { consoleDist } from "../../http/index.js";
+import { createConsoleServer, stopConsoleServer } from "../../console/index.js";
+import { ConsoleSessions, loopbackCookie } from "../../access/index.js";
 import type { CliContext } from "../context.js";
 
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1"]);

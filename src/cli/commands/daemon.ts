@@ -7,7 +7,7 @@ import type { Command } from "commander";
 import type { CliContext } from "../context.js";
 import { runDoctor } from "../doctor.js";
 import { CALL_MS } from "../timeouts.js";
-import { VERSION } from "../../host/version.js";
+import { VERSION } from "../../host/index.js";
 
 export function daemonCommands(program: Command, ctx: CliContext): void {
   program
@@ -15,7 +15,7 @@ export function daemonCommands(program: Command, ctx: CliContext): void {
     .description("run the daemon in the foreground")
     .action(async () => {
       // Starting a daemon process is the one thing the CLI takes from the daemon's code.
-      const { runDaemon } = await import("../../daemon/main.js");
+      const { runDaemon } = await import("../../daemon/index.js");
       await runDaemon();
     });
 

@@ -5,7 +5,7 @@
  */
 import { Hono } from "hono";
 import type { E2bServices } from "../context.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import { e2bError } from "../errors.js";
 import { e2bEdge } from "./edge.js";
 import type { E2bEnv } from "./env.js";

@@ -6,13 +6,13 @@
  * refused ones included) are the application layer's (src/app/admission.ts, call-record.ts).
  */
 import type { MiddlewareHandler } from "hono";
-import { ANONYMOUS } from "../../access/caller.js";
-import type { Caller } from "../../access/caller.js";
-import { admit, authFailed, authRefusal, retryAfter, isMutating } from "../../app/admission.js";
-import { recordCall, startCall } from "../../app/call-record.js";
-import type { CallStart } from "../../app/call-record.js";
+import { ANONYMOUS } from "../../access/index.js";
+import type { Caller } from "../../access/index.js";
+import { admit, authFailed, authRefusal, retryAfter, isMutating } from "../../app/index.js";
+import { recordCall, startCall } from "../../app/index.js";
+import type { CallStart } from "../../app/index.js";
 import type { E2bServices } from "../context.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import { callerOfKey, e2bOf } from "../auth.js";
 import { e2bError } from "../errors.js";
 import type { E2bApiContext, E2bEnv } from "./env.js";

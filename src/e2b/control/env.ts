@@ -1,7 +1,7 @@
 /** What every request of E2B's control plane carries once its edge (edge.ts) has seen it. */
 import type { HttpBindings } from "@hono/node-server";
 import type { Context } from "hono";
-import type { Caller } from "../../access/caller.js";
+import type { Caller } from "../../access/index.js";
 
 export interface E2bVariables {
   caller: Caller;

@@ -4,11 +4,11 @@
  * template and start time, ordered by start time (newest first unless `asc`), in pages of
  * `limit` whose `nextToken` (the X-Next-Token header) names where the next page starts.
  */
-import type { Caller } from "../../access/caller.js";
+import type { Caller } from "../../access/index.js";
 import type { E2bServices } from "../context.js";
-import { mayHold, tagNames } from "../../app/scope.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
-import { ForkdError } from "../../util/errors.js";
+import { mayHold, tagNames } from "../../app/index.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
+import { ForkdError } from "../../util/index.js";
 import { listedView } from "./views.js";
 import type { E2bListedSandbox, MachineCache } from "./views.js";
 

@@ -5,7 +5,7 @@
  */
 import { helperExec } from "../envd/helper-env.js";
 import type { E2bServices } from "../context.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
 
 export interface E2bMetric {
   timestamp: string;

@@ -6,9 +6,9 @@
  * there are none). allowOut and denyOut take IPv4 addresses and CIDRs; domain names, other deny
  * entries, transform rules and egress proxies are refused (400), never silently dropped.
  */
-import { parseNetwork, NO_NETWORK } from "../../net/policy.js";
-import type { NetMode, NetworkSpec } from "../../net/policy.js";
-import { ForkdError } from "../../util/errors.js";
+import { parseNetwork, NO_NETWORK } from "../../net/index.js";
+import type { NetMode, NetworkSpec } from "../../net/index.js";
+import { ForkdError } from "../../util/index.js";
 import type { NetworkConfig } from "./schemas.js";
 
 const bad = (message: string): ForkdError => new ForkdError("invalid_argument", message);

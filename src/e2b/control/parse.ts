@@ -3,8 +3,8 @@
  * JSON body bound (past it, a 413, also without a length), else a 400 naming the field.
  */
 import type { z } from "zod";
-import { tooLarge } from "../../app/body-limits.js";
-import { ForkdError, errorMessage } from "../../util/errors.js";
+import { tooLarge } from "../../app/index.js";
+import { ForkdError, errorMessage } from "../../util/index.js";
 import type { E2bApiContext } from "./env.js";
 
 function invalid(err: z.ZodError, where: string): ForkdError {

@@ -7,13 +7,13 @@
  */
 import { Hono } from "hono";
 import type { E2bServices } from "../context.js";
-import { branchThenFork } from "../../app/branch-fork.js";
-import { forkAs } from "../../app/fork.js";
-import type { CallerForkOptions } from "../../app/fork.js";
-import { killAs, pauseAs, resumeAs } from "../../app/lifecycle.js";
-import { liveSandbox, tagNames } from "../../app/scope.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
-import { ForkdError } from "../../util/errors.js";
+import { branchThenFork } from "../../app/index.js";
+import { forkAs } from "../../app/index.js";
+import type { CallerForkOptions } from "../../app/index.js";
+import { killAs, pauseAs, resumeAs } from "../../app/index.js";
+import { liveSandbox, tagNames } from "../../app/index.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
+import { ForkdError } from "../../util/index.js";
 import { e2bOf } from "../auth.js";
 import { e2bError } from "../errors.js";
 import type { E2bApiContext, E2bEnv } from "./env.js";

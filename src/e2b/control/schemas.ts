@@ -4,7 +4,7 @@
  * E2B's server does; what forkd cannot do is refused where it is read (sandboxes.ts).
  */
 import { z } from "zod";
-import { RECORD_BUDGET, jsonChars } from "../../sandbox/record-budget.js";
+import { RECORD_BUDGET, jsonChars } from "../../sandbox/index.js";
 
 /** int32 seconds, as E2B's `timeout` fields. */
 const Seconds = z

@@ -7,17 +7,17 @@
  */
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
-import { isAdmin } from "../../access/caller.js";
-import type { Caller } from "../../access/caller.js";
-import { branchAs } from "../../app/branch.js";
-import { FORK_TAG_PREFIX } from "../../app/fork-snapshots.js";
-import { liveSandbox, noSnapshot, tagNames } from "../../app/scope.js";
-import { deleteSnapshotAs, snapshotsOf } from "../../app/snapshots.js";
-import { splitKey } from "../../snapshot/namespace.js";
+import { isAdmin } from "../../access/index.js";
+import type { Caller } from "../../access/index.js";
+import { branchAs } from "../../app/index.js";
+import { FORK_TAG_PREFIX } from "../../app/index.js";
+import { liveSandbox, noSnapshot, tagNames } from "../../app/index.js";
+import { deleteSnapshotAs, snapshotsOf } from "../../app/index.js";
+import { splitKey } from "../../snapshot/index.js";
 import type { E2bServices } from "../context.js";
-import { ADMIN_ONLY_OWNER } from "../../sandbox/branch.js";
-import { ForkdError } from "../../util/errors.js";
-import { TAG_RE, isValidKey } from "../../util/ids.js";
+import { ADMIN_ONLY_OWNER } from "../../sandbox/index.js";
+import { ForkdError } from "../../util/index.js";
+import { TAG_RE, isValidKey } from "../../util/index.js";
 import type { E2bEnv } from "./env.js";
 import { noteE2bTarget } from "./env.js";
 import { readJson, readQuery } from "./parse.js";

@@ -5,12 +5,12 @@
  * day from now: a forkd sandbox with neither has no end), envdAccessToken its derived token for
  * the caller's API key (src/e2b/access-token.ts: revoking the key revokes it).
  */
-import type { Caller } from "../../access/caller.js";
+import type { Caller } from "../../access/index.js";
 import type { E2bServices } from "../context.js";
-import { tagNames } from "../../app/scope.js";
-import type { TagNames } from "../../app/scope.js";
-import { endsAt, expiresAt } from "../../sandbox/sandbox.js";
-import type { ReadonlySandbox } from "../../sandbox/sandbox.js";
+import { tagNames } from "../../app/index.js";
+import type { TagNames } from "../../app/index.js";
+import { endsAt, expiresAt } from "../../sandbox/index.js";
+import type { ReadonlySandbox } from "../../sandbox/index.js";
 import type { E2bContext } from "../context.js";
 import { ENVD_VERSION } from "../envd-version.js";
 

@@ -6,8 +6,8 @@
  * as root (docs/e2b.md); a user named explicitly that the image lacks is refused.
  */
 import { posix } from "node:path";
-import type { AgentClient } from "../../agent/client.js";
-import { ForkdError } from "../../util/errors.js";
+import type { AgentClient } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 
 export interface Account {
   name: string;

@@ -6,10 +6,10 @@
  */
 import { createContextKey } from "@connectrpc/connect";
 import type { HandlerContext } from "@connectrpc/connect";
-import { OpenStreams } from "../../access/open-streams.js";
+import { OpenStreams } from "../../access/index.js";
 import type { E2bServices } from "../context.js";
-import type { Lease } from "../../sandbox/lease.js";
-import { ForkdError } from "../../util/errors.js";
+import type { Lease } from "../../sandbox/index.js";
+import { ForkdError } from "../../util/index.js";
 import type { Account } from "./accounts.js";
 import { Accounts, requestedUser, resolvePath } from "./accounts.js";
 import { toConnectError } from "./errors.js";

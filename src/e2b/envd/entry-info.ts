@@ -8,8 +8,8 @@
 import { posix } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import type { AgentClient } from "../../agent/client.js";
-import { ForkdError } from "../../util/errors.js";
+import type { AgentClient } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 import { helperExec } from "./helper-env.js";
 import { EntryInfoSchema, FileType } from "./gen/filesystem/filesystem_pb.js";
 import type { EntryInfo } from "./gen/filesystem/filesystem_pb.js";

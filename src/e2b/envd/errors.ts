@@ -4,8 +4,8 @@
  * body for the /files routes.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ForkdError } from "../../util/errors.js";
-import type { ErrorCode } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
+import type { ErrorCode } from "../../util/index.js";
 
 /** The guest's errno name a ForkdError carries (guest-error.ts), if any. */
 const errnoOf = (e: ForkdError): string | undefined =>

@@ -6,7 +6,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import type { EnvdState } from "./context.js";
 import { CALL_ACCESS, keepaliveMs, leaseAs, sandboxOf, withLease } from "./context.js";
 import { findEntries, statEntry } from "./entry-info.js";

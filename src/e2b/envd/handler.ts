@@ -13,7 +13,7 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import type { E2bServices } from "../context.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import type { SandboxPortHandler } from "../plane-target.js";
 import { checkedBinaryBody } from "./binary-input.js";
 import { CALL_ACCESS, SANDBOX_ID, envdState } from "./context.js";

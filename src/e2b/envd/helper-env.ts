@@ -3,9 +3,9 @@
  * never the sandbox-wide env its users set (E2B's envVars, which may hold PATH or LD_PRELOAD),
  * so a Stat, a listing or an upload cannot be broken or subverted through it.
  */
-import type { AgentClient } from "../../agent/client.js";
-import type { ExecRequest } from "../../agent/exec.js";
-import { ForkdError } from "../../util/errors.js";
+import type { AgentClient } from "../../agent/index.js";
+import type { ExecRequest } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 
 export const HELPER_ENV: Readonly<Record<string, string>> = {
   PATH: "/usr/sbin:/usr/bin:/sbin:/bin",

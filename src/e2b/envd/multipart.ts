@@ -6,7 +6,7 @@
  */
 import type { Readable } from "node:stream";
 import busboy from "busboy";
-import { ForkdError, errorMessage } from "../../util/errors.js";
+import { ForkdError, errorMessage } from "../../util/index.js";
 
 export interface FilePart {
   /** The part's filename (its full path: E2B's SDK names each file so), "" when it has none. */

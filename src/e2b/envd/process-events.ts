@@ -5,9 +5,9 @@
  * in the guest; the registry cuts a stream that takes nothing for 60 s), and the command's exit
  * is envd's end event. Output with no stream attached is dropped, as E2B's envd drops it.
  */
-import type { ExecResult } from "../../agent/client.js";
-import type { CommandTap } from "../../sandbox/commands/table.js";
-import { ForkdError } from "../../util/errors.js";
+import type { ExecResult } from "../../agent/index.js";
+import type { CommandTap } from "../../sandbox/index.js";
+import { ForkdError } from "../../util/index.js";
 import { EventQueue } from "./event-queue.js";
 
 /** What a stream of a process carries (the wire's ProcessEvent, before encoding). */

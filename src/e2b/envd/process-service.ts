@@ -9,12 +9,12 @@
  */
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { ExecRequest } from "../../agent/client.js";
-import { startCommand } from "../../sandbox/commands/start.js";
-import { argvOf } from "../../sandbox/commands/table.js";
-import type { CommandTable, RunningCommand } from "../../sandbox/commands/table.js";
-import type { Lease } from "../../sandbox/lease.js";
-import { ForkdError } from "../../util/errors.js";
+import type { ExecRequest } from "../../agent/index.js";
+import { startCommand } from "../../sandbox/index.js";
+import { argvOf } from "../../sandbox/index.js";
+import type { CommandTable, RunningCommand } from "../../sandbox/index.js";
+import type { Lease } from "../../sandbox/index.js";
+import { ForkdError } from "../../util/index.js";
 import { resolvePath } from "./accounts.js";
 import type { EnvdState } from "./context.js";
 import { keepaliveMs, leaseAs, sandboxOf } from "./context.js";

@@ -5,9 +5,9 @@
  */
 import { posix } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import type { AgentClient, Consumed } from "../../agent/client.js";
-import type { WatchEvent, WatchHandle } from "../../agent/watch.js";
-import { ForkdError } from "../../util/errors.js";
+import type { AgentClient, Consumed } from "../../agent/index.js";
+import type { WatchEvent, WatchHandle } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 import { statEntry } from "./entry-info.js";
 import { EventType, FileType, FilesystemEventSchema } from "./gen/filesystem/filesystem_pb.js";
 import type { FilesystemEvent } from "./gen/filesystem/filesystem_pb.js";

@@ -9,8 +9,8 @@
  * budget, so the others can always create theirs.
  */
 import { randomUUID } from "node:crypto";
-import type { WatchHandle } from "../../agent/watch.js";
-import { ForkdError } from "../../util/errors.js";
+import type { WatchHandle } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 import type { FilesystemEvent } from "./gen/filesystem/filesystem_pb.js";
 
 /** Events kept per watcher between polls; past it the oldest are dropped. */

@@ -4,7 +4,7 @@
  */
 import type { IncomingMessage } from "node:http";
 import type { z } from "zod";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 
 /** Reads at most `max` bytes; an empty body is `{}`. */
 export async function readJsonBody<T extends z.ZodTypeAny>(

@@ -3,9 +3,9 @@
  * names both, `<language>-<kernel's id>` ("python-default", "javascript-0123456789abcdef"), and
  * E2B's language names map onto forkd's kernels (python; js, javascript; bash runs as a command).
  */
-import type { CodeContext, EvalLanguage } from "../../agent/client.js";
-import { CONTEXT_ID_RE } from "../../agent/eval-contexts.js";
-import { ForkdError } from "../../util/errors.js";
+import type { CodeContext, EvalLanguage } from "../../agent/index.js";
+import { CONTEXT_ID_RE } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 
 /** What runs a cell of an E2B language: a kernel, or bash as a command. */
 export type CellRunner = EvalLanguage | "bash";

@@ -5,10 +5,10 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { z } from "zod";
-import type { AgentClient, CodeContext } from "../../agent/client.js";
-import { EVAL_LANGUAGES } from "../../agent/eval.js";
+import type { AgentClient, CodeContext } from "../../agent/index.js";
+import { EVAL_LANGUAGES } from "../../agent/index.js";
 import type { E2bServices } from "../context.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import { readJsonBody } from "./body.js";
 import { e2bContext, parseE2bContextId, runnerOf } from "./context-ids.js";
 import { NdjsonReply } from "./ndjson-reply.js";

@@ -17,11 +17,11 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { z } from "zod";
-import { CellEnv } from "../../app/cell-env.js";
+import { CellEnv } from "../../app/index.js";
 import type { E2bServices } from "../context.js";
-import { ForkdError, errorMessage } from "../../util/errors.js";
-import type { EvalLanguage } from "../../agent/client.js";
-import type { Lease } from "../../sandbox/lease.js";
+import { ForkdError, errorMessage } from "../../util/index.js";
+import type { EvalLanguage } from "../../agent/index.js";
+import type { Lease } from "../../sandbox/index.js";
 import { readJsonBody } from "./body.js";
 import { parseE2bContextId, runnerOf } from "./context-ids.js";
 import { cellEndLines, errorLine, outputLine } from "./messages.js";

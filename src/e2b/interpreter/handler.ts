@@ -4,7 +4,7 @@
  * (contexts.ts), GET /health. There is no server in the guest for it.
  */
 import type { E2bServices } from "../context.js";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import { contextsRoute } from "./contexts.js";
 import { execute } from "./execute.js";
 import { NdjsonReply } from "./ndjson-reply.js";

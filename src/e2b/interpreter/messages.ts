@@ -5,7 +5,7 @@
  * `extra`; `is_main_result` for the cell's value), error (`name`, `value`, `traceback`),
  * number_of_executions (`execution_count`) and end_of_execution.
  */
-import type { EvalResult, MimeBundle } from "../../agent/eval.js";
+import type { EvalResult, MimeBundle } from "../../agent/index.js";
 
 export type InterpreterLine = Record<string, unknown> & { type: string };
 

@@ -8,10 +8,10 @@
 import { mkdir, open } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { join } from "node:path";
-import { ForkdError } from "../../util/errors.js";
-import { TarReader } from "../../archive/tar-reader.js";
-import { CONTEXT_TAR } from "../../archive/tar-profiles.js";
-import { staysInside } from "../../archive/tar-fields.js";
+import { ForkdError } from "../../util/index.js";
+import { TarReader } from "../../archive/index.js";
+import { CONTEXT_TAR } from "../../archive/index.js";
+import { staysInside } from "../../archive/index.js";
 import { CONTEXT_LIMITS } from "./context.js";
 
 /** Bytes of file data a context may hold (the request body's bound applies too). */

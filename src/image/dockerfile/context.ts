@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { lstat, open, readdir, readFile } from "node:fs/promises";
 import { join, posix } from "node:path";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import { Glob, IgnoreRules, cleanRelative, hasGlob } from "./ignore.js";
 import { syntaxError } from "./lines.js";
 

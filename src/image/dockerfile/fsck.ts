@@ -10,8 +10,8 @@
  * seeing that image alone, and may not grow it.
  */
 import { stat } from "node:fs/promises";
-import { ForkdError } from "../../util/errors.js";
-import type { ToolRunner } from "../../vmm/jailed-tools.js";
+import { ForkdError } from "../../util/index.js";
+import type { ToolRunner } from "../../vmm/index.js";
 
 /** The superblock totals a mounted ext4 leaves stale (not the per-group counts). */
 const EXPECTED_FIX = /^Free (blocks|inodes) count wrong \(\d+, counted=\d+\)\.$/;

@@ -8,7 +8,7 @@
  * as `[z-a]` is an invalid_argument.
  */
 import { posix } from "node:path";
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 
 /** Bounds on a pattern (a .dockerignore line or a COPY source): untrusted input. */
 export const GLOB_LIMITS = { chars: 4096, wildcards: 256 };

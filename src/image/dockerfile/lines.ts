@@ -3,7 +3,7 @@
  * comments dropped, lines joined where one ends with the escape character, each logical line
  * with the number of the physical line it starts on. Bounded: size, lines and instructions.
  */
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 
 export const DOCKERFILE_LIMITS = {
   /** Bytes of the Dockerfile's text. */

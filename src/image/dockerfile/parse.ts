@@ -5,7 +5,7 @@
  * FROM, heredocs, flags forkd does not implement) is refused naming its line. Variables are
  * expanded later, by plan.ts, once the base image's environment is known.
  */
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import { logicalLines, syntaxError } from "./lines.js";
 import type { LogicalLine } from "./lines.js";
 

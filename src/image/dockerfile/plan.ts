@@ -8,8 +8,8 @@
  * held at once at most VARS_LIMIT bytes (the bound forkd-files.ts puts on an image's Env).
  */
 import { posix } from "node:path";
-import type { ImageConfig } from "../../oci/image.js";
-import { ForkdError } from "../../util/errors.js";
+import type { ImageConfig } from "../../oci/index.js";
+import { ForkdError } from "../../util/index.js";
 import { syntaxError } from "./lines.js";
 import type { ArgsForm, CommandForm, Dockerfile } from "./parse.js";
 import { WordError, word, words } from "./words.js";

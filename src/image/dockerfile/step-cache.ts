@@ -22,9 +22,9 @@ import { randomBytes } from "node:crypto";
 import { chmod, mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
 import { dirname } from "node:path";
 import { join } from "node:path";
-import { fsyncDir, writeJsonAtomic } from "../../util/atomic.js";
-import { exists } from "../../util/fs.js";
-import { isAlive } from "../../util/proc.js";
+import { fsyncDir, writeJsonAtomic } from "../../util/index.js";
+import { exists } from "../../util/index.js";
+import { isAlive } from "../../util/index.js";
 
 const KEY_RE = /^[0-9a-f]{64}$/;
 /** The mode of dockerfile/ and of every directory in it. */

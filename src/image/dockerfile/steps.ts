@@ -8,9 +8,9 @@
  */
 import { createReadStream } from "node:fs";
 import { posix } from "node:path";
-import type { AgentClient } from "../../agent/client.js";
-import type { Progress } from "../../util/progress.js";
-import { ForkdError } from "../../util/errors.js";
+import type { AgentClient } from "../../agent/index.js";
+import type { Progress } from "../../util/index.js";
+import { ForkdError } from "../../util/index.js";
 import type { CopyItem } from "./context.js";
 import type { PlanStep } from "./plan.js";
 

@@ -2,7 +2,7 @@
  * No network: the NIC on a hub port to nothing, its link down (the snapshot's own state, so the
  * default fork changes nothing). Holds nothing on the host; no port can be exposed.
  */
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import type { NetBackend } from "../backend.js";
 import type { Attachment, NetworkRecord } from "./attachment.js";
 

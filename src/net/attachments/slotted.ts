@@ -4,7 +4,7 @@
  * host rules carry its egress, and a relay (../expose.ts) per exposed port from the expose
  * address to the slot's. Released, the slot goes back to the pool to be recycled.
  */
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import type { NetBackend } from "../backend.js";
 import { PortRelay } from "../expose.js";
 import type { Egress, NetworkSpec } from "../policy.js";

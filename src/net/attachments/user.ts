@@ -4,7 +4,7 @@
  * its egress cannot change. Also what a re-adopted child whose host side this daemon does not
  * hold is given (its slirp keeps its own forwards).
  */
-import { ForkdError } from "../../util/errors.js";
+import { ForkdError } from "../../util/index.js";
 import type { NetBackend } from "../backend.js";
 import { freePort, PortRelay } from "../expose.js";
 import type { NetworkSpec } from "../policy.js";

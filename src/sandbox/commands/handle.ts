@@ -7,8 +7,8 @@
  * handlers, and what was asked of it meanwhile (stdin, signals, a size) is passed on then.
  * lost() ends it when it cannot come back (the sandbox ended, or the guest no longer has it).
  */
-import { checkPtySize } from "../../agent/client.js";
-import type { ExecHandle, ExecHandlers, ExecResult, InheritedExec } from "../../agent/client.js";
+import { checkPtySize } from "../../agent/index.js";
+import type { ExecHandle, ExecHandlers, ExecResult, InheritedExec } from "../../agent/index.js";
 
 /** Stdin queued while suspended, at most (more is dropped: nobody reads it meanwhile). */
 const QUEUED_STDIN_MAX = 1 << 20;

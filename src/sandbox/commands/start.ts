@@ -4,8 +4,8 @@
  * start (listed, signalled, attached to, through a pause and resume), its first stdin written.
  * Its failure to start says why: a bad cwd, or (`explain`: the lease's) the sandbox ending under it.
  */
-import type { AgentClient, ExecHandlers, ExecRequest } from "../../agent/client.js";
-import { withStartExplained } from "../../agent/exec-start.js";
+import type { AgentClient, ExecHandlers, ExecRequest } from "../../agent/index.js";
+import { withStartExplained } from "../../agent/index.js";
 import type { CommandSpec } from "./command.js";
 import type { CommandHandle } from "./handle.js";
 import type { CommandTable } from "./table.js";

@@ -9,8 +9,8 @@
  * finds in the guest that no one tracked (after a daemon restart, in a child of a branch) are
  * tracked from then on (adopt()).
  */
-import type { ExecHandle, ExecHandlers, InheritedExec } from "../../agent/client.js";
-import { ForkdError } from "../../util/errors.js";
+import type { ExecHandle, ExecHandlers, InheritedExec } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 import type { CommandSpec, EndedCommand, RunningCommand } from "./command.js";
 import { CommandHandle } from "./handle.js";
 import { CommandTap } from "./tap.js";

@@ -7,8 +7,8 @@
  * MAX_READERS at once; one that hangs up detaches only itself; one attached after the end gets
  * the end at once.
  */
-import type { ExecHandlers, ExecResult } from "../../agent/client.js";
-import { ForkdError } from "../../util/errors.js";
+import type { ExecHandlers, ExecResult } from "../../agent/index.js";
+import { ForkdError } from "../../util/index.js";
 
 /** A reader that does not pace falls at most this many bytes behind before it is cut. */
 export const MAX_BEHIND = 4 << 20;

@@ -1,0 +1,13 @@
+/**
+ * What registry offers: the OCI Distribution client (references, auth challenges, credentials,
+ * reachability checks, transport). Other folders import this folder through this file alone
+ * (test/unit/layering.test.ts).
+ */
+export { clientFor } from "./client.js";
+export type { RegistryClient, RegistrySettings } from "./client.js";
+export { assertReachable, tenantGuard } from "./reach.js";
+export type { Reach } from "./reach.js";
+export { DIGEST_RE, formatRef, parseRef, reference } from "./ref.js";
+export type { RegistryRef } from "./ref.js";
+export { registrySettings } from "./settings.js";
+export { bodyStream, checkScheme, discard, send } from "./transport.js";

@@ -1,0 +1,16 @@
+/**
+ * What snapshot offers: the snapshot store and service (create, seal, chains, packs, push and
+ * pull, tags by namespace). Other folders import this folder through this file alone
+ * (test/unit/layering.test.ts).
+ */
+export { BlobCache } from "./blobs.js";
+export type { DeletePlan } from "./chain.js";
+export { buildNetworkOf } from "./dockerfile.js";
+export { SnapshotMetaSchema, nicMeta, readMeta } from "./meta.js";
+export type { NicMeta, SnapshotMeta } from "./meta.js";
+export { keyIn, nameFor, reservedTags, shownTo, splitKey, visibleTo } from "./namespace.js";
+export type { Viewer } from "./namespace.js";
+export { SnapshotService } from "./service.js";
+export { SnapshotStore, memoryDiffFile } from "./store.js";
+export type { Snapshot, SnapshotEvent, SnapshotPending } from "./store.js";
+export { unpackMaxFromEnv } from "./unpack-budget.js";
