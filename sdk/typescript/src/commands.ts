@@ -37,7 +37,7 @@ export interface ProcessInfo {
   args: string[];
   startedAt: Date;
   stdinOpen: boolean;
-  /** E2B's fields: forkd's commands have no tag, and it does not report their env or cwd. */
+  /** E2B's fields: the tag an E2B envd Start gave the command (others have none); env and cwd are not reported. */
   tag?: string;
   envs: Record<string, string>;
   cwd?: string;
@@ -272,7 +272,7 @@ export class Commands {
     return this.#open("GET", `/commands/${pid}/stream`, undefined, opts);
   }
 
-  /** Commands started through the API that are still running. */
+  /** Commands still running, whichever door started them (REST, a terminal, E2B's envd). */
   async list(): Promise<ProcessInfo[]> {
     const r = await this.t.json<{ commands: CommandWire[] }>("GET", this.#path("/commands"));
     return r.commands.map((c) => ({
@@ -281,6 +281,7 @@ export class Commands {
       args: typeof c.cmd === "string" ? [] : c.cmd.slice(1),
       startedAt: new Date(c.started),
       stdinOpen: c.stdin_open,
+      ...(c.tag !== undefined ? { tag: c.tag } : {}),
       envs: {},
     }));
   }

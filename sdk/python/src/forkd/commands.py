@@ -283,7 +283,8 @@ class Commands:
             cmd = c["cmd"]
             out.append(ProcessInfo(c["pid"], cmd if isinstance(cmd, str) else (cmd[0] if cmd else ""),
                                    [] if isinstance(cmd, str) else cmd[1:],
-                                   datetime.fromisoformat(c["started"].replace("Z", "+00:00")), c["stdin_open"]))
+                                   datetime.fromisoformat(c["started"].replace("Z", "+00:00")), c["stdin_open"],
+                                   tag=c.get("tag")))
         return out
 
     def kill(self, pid, signal="SIGKILL", request_timeout=None):
