@@ -309,6 +309,63 @@ test("deleteSnapshotAs: a tenant deletes its own; a shared one or a reserved tag
     });
     await deleteSnapshotAs(s, alice, "mine", { cascade: false, force: false });
     assert.equal(await t.services.store.has("alice/mine"), false);
+    // A failed creation of its own is the tenant's to delete too (E2B's DELETE /templates/{id} as REST's).
+    const started = new Date().toISOString();
+    await t.services.store.recordFailed(
+      { tag: "alice/broke", started, source: null, owner: "alice" },
+      new Error("boom"),
+    );
+    await t.services.store.recordFailed(
+      { tag: "bob/broke", started, source: null, owner: "bob" },
+      new Error("boom"),
+    );
+    await assert.rejects(deleteSnapshotAs(s, alice, "bob/broke", { cascade: false, force: false }), {
+      code: "not_found",
+    });
+    await deleteSnapshotAs(s, alice, "broke", { cascade: false, force: false });
+    assert.equal(await t.services.store.lookup("alice/broke"), undefined);
+    assert.equal((await t.services.store.lookup("bob/broke"))?.status, "failed");
+  } finally {
+    await t.cleanup();
+  }
+});
+
+test("killAs (REST's kill as E2B's): fork snapshots past their grace that no child uses are reaped after it", async () => {
+  const old = new Date(Date.now() - 60 * 60_000).toISOString();
+  const fresh = new Date().toISOString();
+  const deleted: string[] = [];
+  const { t, s } = await fixture({
+    get: () => sandbox("sb-a", "alice"),
+    kill: async () => undefined,
+    countByTag: (tag: string) => (tag === "alice/e2b-fork-used" ? 1 : 0),
+  });
+  try {
+    const metas = [
+      { tag: "alice/e2b-fork-idle", created: old },
+      { tag: "alice/e2b-fork-used", created: old },
+      { tag: "alice/e2b-fork-young", created: fresh },
+      { tag: "alice/app", created: old },
+    ];
+    const reaped = new Promise<void>((resolve) => {
+      const r: Services = {
+        ...s,
+        store: Object.assign(Object.create(s.store) as Services["store"], { list: async () => metas }),
+        snapshots: Object.assign(Object.create(s.snapshots) as Services["snapshots"], {
+          delete: async (tag: string) => {
+            deleted.push(tag);
+            resolve();
+            return {};
+          },
+        }),
+      };
+      void killAs(r, tenant("alice"), "sb-a");
+    });
+    await Promise.race([
+      reaped,
+      new Promise((_, reject) => setTimeout(() => reject(new Error("no reap after the kill")), 5000).unref()),
+    ]);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(deleted, ["alice/e2b-fork-idle"]);
   } finally {
     await t.cleanup();
   }
