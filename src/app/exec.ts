@@ -1,5 +1,5 @@
 /**
- * EXEC AS A CALLER, the part that is not the command registry's (src/sandbox/commands.ts): a
+ * EXEC AS A CALLER, the part that is not the command registry's (src/sandbox/commands/): a
  * command or cell run for a caller is timed from its start to its exit, and that latency or its
  * failure recorded once, here, whichever door started it. (Which sandbox the caller may run in
  * is ./scope.ts; the audit line is its door's edge's: ./call-record.ts.)

@@ -172,6 +172,8 @@ export interface EnvdHost {
   startTracked(shell: string, env?: Record<string, string>): Promise<number>;
   /** The sandbox's command registry (every door's commands). */
   commands: CommandTable;
+  /** What the metrics were told: commands' latencies (seconds) and failures (`op:reason`). */
+  metrics: { exec: number[]; failures: string[] };
   close(): Promise<void>;
 }
 
@@ -189,6 +191,7 @@ export async function envdHost(
   const commands = new CommandTable();
   let leased = 0;
   const record = { id: SANDBOX_ID, env: { FROM_SANDBOX: "yes" } };
+  const metrics = { exec: [] as number[], failures: [] as string[] };
   const services = {
     sandboxes: {
       lease: (id: string) => {
@@ -208,6 +211,10 @@ export async function envdHost(
       get: () => ({ record, commands }),
     },
     limits: { body: { upload: 64 << 20 } },
+    metrics: {
+      exec: (seconds: number) => void metrics.exec.push(seconds),
+      failure: (op: string, reason: string) => void metrics.failures.push(`${op}:${reason}`),
+    },
   } as unknown as Services;
   const st = envdState(services);
   if (o.bodyIdleMs !== undefined) st.bodyIdleMs = o.bodyIdleMs;
@@ -234,6 +241,7 @@ export async function envdHost(
       return (await handle.started).pid;
     },
     commands,
+    metrics,
     close: async () => {
       envd.close();
       server.closeAllConnections();

@@ -31,6 +31,7 @@ before(async () => {
 after(async () => host.close());
 
 test("commands.run: stdout and stderr streamed to callbacks, envs, cwd relative to the home", async () => {
+  const timed = host.metrics.exec.length;
   const out: string[] = [];
   const err: string[] = [];
   const r = await sbx.commands.run('echo "$GREETING"; echo oops >&2; pwd', {
@@ -43,6 +44,9 @@ test("commands.run: stdout and stderr streamed to callbacks, envs, cwd relative 
   assert.equal(r.stdout, `hello\n${host.home}\n`);
   assert.equal(out.join(""), r.stdout);
   assert.equal(err.join(""), "oops\n");
+  // Its latency is in forkd_exec_seconds, as a REST exec's is (src/app/exec.ts).
+  await waitFor(() => host.metrics.exec.length === timed + 1);
+  assert.deepEqual(host.metrics.failures, []);
 });
 
 test("commands.run: a non-zero exit is a CommandExitError with its code and output", async () => {

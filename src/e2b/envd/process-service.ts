@@ -9,6 +9,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { CommandRun } from "../../app/index.js";
 import type { ExecRequest } from "../../agent/index.js";
 import { startCommand } from "../../sandbox/index.js";
 import { argvOf } from "../../sandbox/index.js";
@@ -133,6 +134,8 @@ export function processService(st: EnvdState): ProcessImpl {
           ...(timeoutMs !== undefined && timeoutMs > 0 ? { timeoutMs } : {}),
           ...(size ? { pty: { rows: size.rows, cols: size.cols } } : {}),
         };
+        // Timed and its failure counted once, as every door's commands are (src/app/exec.ts).
+        const run = new CommandRun(st.s, "envdStart");
         // No owner: its output goes to the streams attached (this one first: none is missed).
         const { handle, tap } = startCommand(lease, er, {
           spec: {
@@ -146,7 +149,10 @@ export function processService(st: EnvdState): ProcessImpl {
         stream = processStream(tap, () => pid, size !== undefined);
         started = handle.started.then((s) => ((pid = s.pid), s));
         handle.result
-          .catch(() => undefined)
+          .then(
+            () => run.exited(),
+            (e: unknown) => run.failed(e instanceof ForkdError ? e.code : "internal"),
+          )
           .finally(() => lease.release())
           .catch(() => undefined);
         unwired = null;
