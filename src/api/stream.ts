@@ -79,3 +79,28 @@ export function progressStream<T>(
   );
   return new Response(stream, { status, headers: { "content-type": "application/x-ndjson" } });
 }
+
+/**
+ * A creation's reply (201): its result as JSON, or with ?stream=1 (`streamed`) progress lines and
+ * then the result under `key`. Either way a client that hangs up before the result is sent
+ * cancels the work (`signal`: its Ctrl-C, as `docker build`'s), which then leaves nothing.
+ */
+export async function creationReply<T extends object>(
+  c: ApiContext,
+  streamed: boolean,
+  key: string,
+  what: string,
+  log: Logger,
+  work: (signal: AbortSignal, progress?: Progress) => Promise<T>,
+): Promise<Response> {
+  if (!streamed) return c.json(await work(hangupSignal(c)), 201);
+  return progressStream(
+    c,
+    201,
+    key,
+    what,
+    log,
+    (progress, watcher) => work(watcher.signal, progress),
+    "cancel",
+  );
+}

@@ -7,7 +7,7 @@ import { BuildSnapshotQuery } from "../contract/schemas.js";
 import { bodyStream, parseQuery } from "../parse.js";
 import { noteTarget } from "../env.js";
 import type { ApiEnv } from "../env.js";
-import { hangupSignal, progressStream } from "../stream.js";
+import { creationReply } from "../stream.js";
 import { snapshotView } from "../views/snapshot.js";
 import { newSnapshotKey, tagNames } from "../../app/index.js";
 
@@ -71,28 +71,15 @@ export function snapshotBuildRoutes(s: Services): Hono<ApiEnv> {
       owner,
       maxDiskMiB: caps?.buildDiskMiB ?? null,
     };
-    // A client that hangs up before the snapshot is published cancels the build (snapshots.ts).
-    if (q.stream !== "1") {
-      return c.json(
-        snapshotView(
-          await s.snapshots.createFromDockerfile({ ...req, signal: hangupSignal(c) }, body),
-          names,
-        ),
-        201,
-      );
-    }
-    return progressStream(
+    // A client that hangs up before the snapshot is published cancels the build.
+    return creationReply(
       c,
-      201,
+      q.stream === "1",
       "snapshot",
       `snapshot ${key}`,
       s.log,
-      async (progress, watcher) =>
-        snapshotView(
-          await s.snapshots.createFromDockerfile({ ...req, signal: watcher.signal }, body, progress),
-          names,
-        ),
-      "cancel",
+      async (signal, progress) =>
+        snapshotView(await s.snapshots.createFromDockerfile({ ...req, signal }, body, progress), names),
     );
   });
 

@@ -20,7 +20,7 @@ import {
   visibleSnapshot,
 } from "../../app/index.js";
 import { deleteSnapshotAs, planDeleteAs, snapshotAs, snapshotsOf } from "../../app/index.js";
-import { hangupSignal, progressStream } from "../stream.js";
+import { creationReply, progressStream } from "../stream.js";
 import { replyStream } from "../../http/index.js";
 import { snapshotStatusView, snapshotView } from "../views/snapshot.js";
 import type { Progress } from "../../util/index.js";
@@ -69,20 +69,12 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     };
     // A client that hangs up before the snapshot is published cancels its creation (as Ctrl-C
     // stops `docker build`): its parent VM is killed, nothing is published or pre-started.
-    if (c.req.query("stream") !== "1")
-      return c.json(snapshotView(await s.snapshots.create({ ...req, signal: hangupSignal(c) }), names), 201);
-    // Refuse a taken tag, an unknown template or an image this daemon cannot pull with a status
-    // code, before the stream starts.
-    await s.snapshots.checkCreatable(key, from, req.owner);
-    return progressStream(
-      c,
-      201,
-      "snapshot",
-      `snapshot ${key}`,
-      s.log,
-      async (progress, watcher) =>
-        snapshotView(await s.snapshots.create({ ...req, signal: watcher.signal }, progress), names),
-      "cancel",
+    const streamed = c.req.query("stream") === "1";
+    // Streamed: refuse a taken tag, an unknown template or an image this daemon cannot pull with
+    // a status code, before the stream starts.
+    if (streamed) await s.snapshots.checkCreatable(key, from, req.owner);
+    return creationReply(c, streamed, "snapshot", `snapshot ${key}`, s.log, async (signal, progress) =>
+      snapshotView(await s.snapshots.create({ ...req, signal }, progress), names),
     );
   });
 
