@@ -25,3 +25,5 @@ export { RateLimiter } from "./rate-limit.js";
 export type { RateLimits } from "./rate-limit.js";
 export { rateLimited } from "./rate-refusal.js";
 export { Authenticator, TOKEN_ID_RE, TenantName, TokenScope, TokenStore, weakTokenReason } from "./tokens.js";
+export { MAX_TOKENS, TokenEntry, checkUnique } from "./token-entry.js";
+export type { TokenBacking } from "./token-entry.js";

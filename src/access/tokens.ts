@@ -8,62 +8,31 @@
  * A token made for E2B's SDKs (`kind: "e2b"`) is `e2b_` + hex, the form those SDKs accept as an
  * API key; it is kept and scoped like every other token.
  *
- * The file is written atomically (mode 0600) by the daemon; one written by hand is accepted only
- * if it is a regular file owned by the daemon's user (or root) that nobody else may write.
+ * Where they are kept is a backing's (TokenBacking): the tokens file (./tokens-file.ts) or, in a
+ * cluster, etcd (src/cluster/cluster-tokens.ts).
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import { lstat, readFile } from "node:fs/promises";
-import { z } from "zod";
-import { writeJsonAtomic } from "../util/index.js";
-import { ForkdError, errorMessage } from "../util/index.js";
+import { ForkdError } from "../util/index.js";
 import { TENANT_RE } from "../util/index.js";
 import type { BuildCaps } from "./caller.js";
 import type { Caller } from "./caller.js";
 import { OpenStreams } from "./open-streams.js";
+import { FileTokens } from "./tokens-file.js";
+import { MAX_TOKENS, TOKEN_ID_RE, TenantName, TokenScope } from "./token-entry.js";
+import type { TokenBacking , TokenEntry} from "./token-entry.js";
+
+export { TOKEN_ID_RE, TenantName, TokenScope };
+export type { TokenEntry };
 
 export { TENANT_RE };
-export const TOKEN_ID_RE = /^tok-[a-z2-7]{12}$/;
-const MAX_TOKENS = 10_000;
-const MAX_FILE = 4 << 20;
 /** A bearer token longer than this is refused before it is hashed. */
 const MAX_PRESENTED = 512;
 export const MIN_TOKEN = 32;
 /** The API key form E2B's JS SDK accepts (it refuses others). */
 export const E2B_KEY_RE = /^e2b_[0-9a-f]+$/;
 
-export const TenantName = z
-  .string()
-  .regex(TENANT_RE, "tenant must match " + TENANT_RE.source)
-  .describe("Tenant name: 1-64 characters, lowercase letters, digits, '_', '.', '-'.");
-export const TokenScope = z
-  .enum(["admin", "tenant"])
-  .describe("admin: every sandbox and snapshot, token management and /metrics; tenant: its own only.");
-
-const TokenEntry = z.strictObject({
-  id: z.string().regex(TOKEN_ID_RE),
-  tenant: TenantName,
-  scope: TokenScope,
-  sha256: z.string().regex(/^[0-9a-f]{64}$/),
-  created: z.string(),
-  /** Sandboxes this token's tenant may hold at once (absent: only the daemon's limit). */
-  max_sandboxes: z.number().int().min(0).max(1_000_000).optional(),
-  /** Caps on what is built for its tenant (access/build-caps.ts; absent: the operator's defaults). */
-  max_memory_mib: z.number().int().min(0).max(65536).optional(),
-  max_vcpus: z.number().int().min(0).max(32).optional(),
-  max_build_disk_mib: z
-    .number()
-    .int()
-    .min(0)
-    .max(1 << 24)
-    .optional(),
-  /** "e2b": an E2B API key (`e2b_` + hex); absent: a forkd token (`fkd_` + base64url). */
-  kind: z.literal("e2b").optional(),
-});
-export type TokenEntry = z.infer<typeof TokenEntry>;
 /** What is shown of a token: everything but its hash. */
 export type TokenView = Omit<TokenEntry, "sha256">;
-
-const TokensFile = z.strictObject({ format: z.literal(1), tokens: z.array(TokenEntry).max(MAX_TOKENS) });
 
 const sha256 = (s: string): Buffer => createHash("sha256").update(s, "utf8").digest();
 const B32 = "abcdefghijklmnopqrstuvwxyz234567";
@@ -96,9 +65,9 @@ export function secretEquals(a: string, b: string): boolean {
 export const credentialOf = (id: string): string => `token:${id}`;
 
 /**
- * The tokens file: loaded at start (and on SIGHUP), changed only through create/revoke. A token
- * revoked (or gone from the file at a reload, or changed there) ends at once everything it opened
- * (`opened`).
+ * The tokens: loaded at start (and on SIGHUP), changed only through create/revoke (or, in a
+ * cluster, by another member: followed). A token revoked (or gone from the store at a reload,
+ * or changed there) ends at once everything it opened (`opened`).
  */
 export class TokenStore {
   /** What callers opened with each token, ended when it is revoked. */
@@ -107,47 +76,21 @@ export class TokenStore {
   /** sha256 (hex) → entry. */
   private byHash = new Map<string, TokenEntry>();
   private writing: Promise<unknown> = Promise.resolve();
+  readonly backing: TokenBacking;
 
-  constructor(readonly path: string) {}
+  /** A tokens file's path (this daemon's own), or another backing (the cluster's). */
+  constructor(where: string | TokenBacking) {
+    this.backing = typeof where === "string" ? new FileTokens(where) : where;
+    this.backing.follow?.((entries) => this.set(entries));
+  }
 
   get size(): number {
     return this.entries.length;
   }
 
-  /** (Re)reads the file; a missing file is an empty one. Throws on a bad file, keeping the old state. */
+  /** (Re)reads the store. Throws on a bad store, keeping the old state. */
   async load(): Promise<void> {
-    let st;
-    try {
-      st = await lstat(this.path);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT") return this.set([]);
-      throw new ForkdError("invalid_argument", `cannot read tokens file ${this.path}: ${errorMessage(e)}`);
-    }
-    if (!st.isFile())
-      throw new ForkdError("invalid_argument", `tokens file ${this.path} is not a regular file`);
-    const uid = process.geteuid?.() ?? 0;
-    if (st.uid !== uid && st.uid !== 0)
-      throw new ForkdError(
-        "invalid_argument",
-        `tokens file ${this.path} is owned by uid ${st.uid}, not by us`,
-      );
-    if (st.mode & 0o022)
-      throw new ForkdError(
-        "invalid_argument",
-        `tokens file ${this.path} is writable by others (mode ${(st.mode & 0o777).toString(8)}); chmod 600 it`,
-      );
-    if (st.size > MAX_FILE) throw new ForkdError("invalid_argument", `tokens file ${this.path} is too large`);
-    let parsed;
-    try {
-      parsed = TokensFile.parse(JSON.parse(await readFile(this.path, "utf8")));
-    } catch (e) {
-      throw new ForkdError("invalid_argument", `tokens file ${this.path} is invalid: ${errorMessage(e)}`);
-    }
-    const ids = new Set(parsed.tokens.map((t) => t.id));
-    const hashes = new Set(parsed.tokens.map((t) => t.sha256));
-    if (ids.size !== parsed.tokens.length || hashes.size !== parsed.tokens.length)
-      throw new ForkdError("invalid_argument", `tokens file ${this.path} repeats a token id or hash`);
-    this.set(parsed.tokens);
+    this.set(await this.backing.load());
   }
 
   private set(entries: TokenEntry[]): void {
@@ -220,7 +163,8 @@ export class TokenStore {
         ...(o.caps?.buildDiskMiB !== undefined ? { max_build_disk_mib: o.caps.buildDiskMiB } : {}),
         ...(o.e2b ? { kind: "e2b" as const } : {}),
       };
-      await this.save([...this.entries, entry]);
+      await this.backing.add(entry, this.entries);
+      this.set([...this.entries.filter((t) => t.id !== entry.id), entry]);
       const { sha256: _h, ...view } = entry;
       return { token, entry: view };
     });
@@ -230,15 +174,11 @@ export class TokenStore {
     return this.serial(async () => {
       const e = this.entries.find((t) => t.id === id);
       if (!e) throw new ForkdError("not_found", `no token ${id}`, { id });
-      await this.save(this.entries.filter((t) => t !== e));
+      await this.backing.remove(e, this.entries);
+      this.set(this.entries.filter((t) => t.id !== e.id));
       const { sha256: _h, ...view } = e;
       return view;
     });
-  }
-
-  private async save(entries: TokenEntry[]): Promise<void> {
-    await writeJsonAtomic(this.path, { format: 1, tokens: entries }, 0o600);
-    this.set(entries);
   }
 
   /** Runs changes one at a time, so none is lost. */

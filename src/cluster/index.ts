@@ -3,6 +3,7 @@
  * snapshot's cluster-wide digest.
  */
 export { ClusterKeys, DEFAULT_PREFIX, NODE_ID_RE, assertNodeId, keyOfSegment, keySegment } from "./keys.js";
+export { ClusterTokens } from "./cluster-tokens.js";
 export { snapshotDigest } from "./digest.js";
 export type { DigestInput } from "./digest.js";
 export {

@@ -1,0 +1,88 @@
+/**
+ * The cluster's API tokens, a TokenBacking (src/access/token-entry.ts) in etcd: `tokens/<id>`
+ * holds one token's entry (its sha256, tenant, scope, limits; never the token). Every node and
+ * gateway follows the prefix (a mirror: list, then watch), so a token created through any of
+ * them authenticates everywhere as soon as the watch tells it (milliseconds), and a revoked one
+ * stops everywhere the same way, ending what it opened on every member (TokenStore.set).
+ * Creation is create-only on the id; entries that do not parse are left out (and logged).
+ */
+import { MAX_TOKENS, TokenEntry, checkUnique } from "../access/index.js";
+import type { TokenBacking } from "../access/index.js";
+import { PrefixMirror } from "../etcd/index.js";
+import type { Kv } from "../etcd/index.js";
+import { ForkdError } from "../util/index.js";
+import type { ClusterKeys } from "./keys.js";
+import { parseRecord } from "./records.js";
+
+export class ClusterTokens implements TokenBacking {
+  private readonly mirror: PrefixMirror<TokenEntry>;
+  private started: Promise<void> | null = null;
+  private readonly followers: ((entries: TokenEntry[]) => void)[] = [];
+
+  constructor(
+    private readonly kv: Kv,
+    private readonly keys: ClusterKeys,
+    onProblem: (what: string) => void = () => undefined,
+  ) {
+    this.mirror = new PrefixMirror<TokenEntry>({
+      kv,
+      prefix: keys.tokens,
+      parse: (key, raw) => {
+        const e = parseRecord(TokenEntry, raw);
+        return e && key === keys.token(e.id) ? e : null;
+      },
+      onChange: () => {
+        const all = this.entries();
+        for (const f of this.followers) f(all);
+      },
+      onProblem,
+    });
+  }
+
+  get where(): string {
+    return `the cluster's tokens (etcd ${this.keys.tokens})`;
+  }
+
+  private entries(): TokenEntry[] {
+    // Two entries with one hash (written by hand into etcd): neither is trusted.
+    const all = [...this.mirror.values()];
+    const seen = new Map<string, number>();
+    for (const e of all) seen.set(e.sha256, (seen.get(e.sha256) ?? 0) + 1);
+    return all.filter((e) => seen.get(e.sha256) === 1);
+  }
+
+  async load(): Promise<TokenEntry[]> {
+    this.started ??= this.mirror.start();
+    await this.started;
+    const all = this.entries();
+    checkUnique(all, this.where);
+    return all;
+  }
+
+  follow(onEntries: (entries: TokenEntry[]) => void): void {
+    this.followers.push(onEntries);
+  }
+
+  async add(entry: TokenEntry): Promise<void> {
+    if ((await this.kv.count(this.keys.tokens)) >= MAX_TOKENS)
+      throw new ForkdError("resource_exhausted", `at most ${MAX_TOKENS} tokens`);
+    const key = this.keys.token(entry.id);
+    const r = await this.kv.txn(
+      [{ key, target: "version", op: "==", value: 0 }],
+      [{ type: "put", key, value: JSON.stringify(entry) }],
+    );
+    if (!r.succeeded) throw new ForkdError("conflict", `token id ${entry.id} exists already`);
+    await this.mirror.caughtUp(r.revision, 5000);
+  }
+
+  async remove(entry: TokenEntry): Promise<void> {
+    const key = this.keys.token(entry.id);
+    const r = await this.kv.txn([{ key, target: "version", op: ">", value: 0 }], [{ type: "delete", key }]);
+    if (!r.succeeded) throw new ForkdError("not_found", `no token ${entry.id}`, { id: entry.id });
+    await this.mirror.caughtUp(r.revision, 5000);
+  }
+
+  async close(): Promise<void> {
+    await this.mirror.close();
+  }
+}
