@@ -36,7 +36,10 @@ export async function down(
   // Front to back: gateways, then nodes, then etcd (nodes may still write to it while stopping).
   for (const role of ["gateway", "node", "etcd"] as const) {
     const ps = st.procs.filter((p) => p.role === role);
-    const r = await Promise.allSettled(ps.map((p) => stop(p, "SIGTERM", o.graceMs ?? 10_000)));
+    // An etcd member stopping tries to hand its leadership over to peers that are stopping too:
+    // its data is removed below, so it is given less time.
+    const grace = role === "etcd" ? 2_000 : (o.graceMs ?? 10_000);
+    const r = await Promise.allSettled(ps.map((p) => stop(p, "SIGTERM", grace)));
     for (const x of r) if (x.status === "rejected") problems.push(errorMessage(x.reason));
   }
   const left = await killClusterProcesses(st);

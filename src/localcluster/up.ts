@@ -177,6 +177,11 @@ export async function up(o: UpOptions): Promise<ClusterInfo> {
       );
     }
     await down(dir).catch((d: unknown) => say(`removing the failed cluster: ${errorMessage(d)}`));
+    if (/unknown command 'gateway'/.test(errorMessage(e)))
+      throw new ForkdError(
+        "unavailable",
+        `${errorMessage(e)}\n(this build has no \`forkd gateway\`: --gateways 0 starts none)`,
+      );
     throw e;
   }
   say(`cluster ${id} up in ${((Date.now() - t0) / 1000).toFixed(1)} s`);

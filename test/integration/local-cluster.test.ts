@@ -9,7 +9,9 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { readdir, readlink, stat } from "node:fs/promises";
+import { mkdtemp, readdir, readlink, stat } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { inNetns, listNetns, listRootLinks, NETNS_DIR, stillMade } from "../../src/localcluster/host-net.js";
 import { rootLink } from "../../src/localcluster/layout.js";
@@ -20,6 +22,7 @@ import { down } from "../../src/localcluster/down.js";
 import { startCluster } from "../helpers/cluster.js";
 import type { TestCluster } from "../helpers/cluster.js";
 import { apiRequest } from "../helpers/http.js";
+import { CLI } from "../helpers/daemon.js";
 import { isAlive } from "../../src/util/proc.js";
 import { readFile } from "node:fs/promises";
 
@@ -205,6 +208,50 @@ test(
       await cl.heal("n2");
     }
     await until("n2 reachable after heal", 10_000, () => cl.nodeServes("n2"));
+  },
+);
+
+test(
+  "a `forkd cluster up` killed midway leaves a record from which down removes all it made (beside another cluster)",
+  { skip: !ROOT },
+  async () => {
+    const dir = await mkdtemp(join(tmpdir(), "forkd-it-cluster-crash-"));
+    const up = spawn(
+      process.execPath,
+      [CLI, "cluster", "up", "--nodes", "2", "--gateways", "0", "--dir", dir],
+      {
+        env: { ...process.env, FORKD_ACCEL: process.env.FORKD_ACCEL ?? "tcg" },
+        stdio: "ignore",
+      },
+    );
+    const exited = new Promise((r) => up.once("exit", r));
+    // Killed once the second node's spec is recorded: namespaces, etcd members and a node are made.
+    const st = await until("up records its second node", 60_000, async () => {
+      const s = await readState(dir).catch(() => null);
+      return s && s.procs.some((p) => p.name === "n2") ? s : null;
+    });
+    up.kill("SIGKILL");
+    await exited;
+    const recorded = (await readState(dir)) ?? st;
+    assert.equal(recorded.phase, "starting");
+    assert.notEqual(recorded.id, cluster().st.id, "two clusters, two ids");
+    assert.notEqual(recorded.k, cluster().st.k, "two clusters, two subnets");
+    const pids = [
+      ...(await clusterProcesses(recorded)),
+      ...recorded.procs.flatMap((p) => (p.pid ? [p.pid] : [])),
+    ];
+    assert.ok(pids.length >= 3, `its etcd members and node run on: ${pids.length}`);
+
+    await down(dir);
+    assert.deepEqual(pids.filter(isAlive), []);
+    assert.deepEqual(await stillMade(recorded.made), []);
+    assert.deepEqual(
+      (await listNetns()).filter((n) => n.includes(recorded.id)),
+      [],
+    );
+    await assert.rejects(stat(dir), { code: "ENOENT" });
+    // The other cluster is untouched.
+    for (const id of NODES) assert.equal(await cluster().nodeServes(id), true, id);
   },
 );
 
