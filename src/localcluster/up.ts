@@ -66,6 +66,8 @@ export interface UpOptions {
   say?: (line: string) => void;
 }
 
+const secs = (t0: number): string => ((Date.now() - t0) / 1000).toFixed(1);
+
 async function freePort(): Promise<number> {
   return new Promise((res, rej) => {
     const s = createServer();
@@ -151,6 +153,7 @@ export async function up(o: UpOptions): Promise<ClusterInfo> {
     say(`starting ${members} etcd member(s)`);
     for (let i = 1; i <= members; i++) await startProc(st, etcdProc(st, i, members, o.etcd ?? {}, from));
     await waitAll(st, "etcd", timeouts);
+    say(`etcd has a leader (${secs(t0)} s)`);
 
     say(`starting ${o.nodes} node(s)`);
     for (let i = 1; i <= o.nodes; i++) {
@@ -159,6 +162,7 @@ export async function up(o: UpOptions): Promise<ClusterInfo> {
       await startProc(st, nodeProc(st, i, { cli, settings, from }));
     }
     await waitAll(st, "node", timeouts);
+    say(`nodes serve (${secs(t0)} s)`);
 
     if (gateways > 0) {
       say(`starting ${gateways} gateway(s)`);
@@ -184,7 +188,7 @@ export async function up(o: UpOptions): Promise<ClusterInfo> {
       );
     throw e;
   }
-  say(`cluster ${id} up in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  say(`cluster ${id} up in ${secs(t0)} s`);
   return describe(st, Date.now() - t0);
 }
 
