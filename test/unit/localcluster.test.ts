@@ -21,13 +21,19 @@ import {
   rootLink,
   CLUSTER_ID_RE,
 } from "../../src/localcluster/layout.js";
-import { commandOf } from "../../src/localcluster/launch.js";
 import { etcdProc, gatewayProc, inheritedSettings, nodeProc } from "../../src/localcluster/specs.js";
 import { newAdminToken, writeClusterSecret } from "../../src/localcluster/secrets.js";
-import { readState, writeState } from "../../src/localcluster/state.js";
+import { procOf, readState, writeState } from "../../src/localcluster/state.js";
 import type { ClusterState } from "../../src/localcluster/state.js";
 import { clientEnv, exportLines } from "../../src/localcluster/describe.js";
 import { down } from "../../src/localcluster/down.js";
+import { commandOf, running } from "../../src/localcluster/launch.js";
+import { restartProc, startProc, stopProc } from "../../src/localcluster/processes.js";
+import { clusterProcesses } from "../../src/localcluster/sweep.js";
+import { probe, waitServing } from "../../src/localcluster/waits.js";
+import { REPO_DIR } from "../../src/host/paths.js";
+import { isAlive } from "../../src/util/proc.js";
+import { createServer } from "node:net";
 
 const cluster = (dir: string, gateways = 2): ClusterState => ({
   format: 1,
@@ -227,6 +233,64 @@ test("down leaves a directory without a cluster record alone (an empty one is re
     await down(join(dir, "empty"));
     await assert.rejects(stat(join(dir, "empty")), { code: "ENOENT" });
     assert.deepEqual(await down(join(dir, "absent")), { found: false, id: null });
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("a gateway starts to its contract, is found by the cluster's marker, killed, restarted, and removed by down", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "lc-unit-"));
+  const port = async () =>
+    new Promise<number>((res) => {
+      const s = createServer().listen(0, "127.0.0.1", () => {
+        const a = s.address();
+        s.close(() => res(a && typeof a === "object" ? a.port : 0));
+      });
+    });
+  const st = cluster(dir, 0);
+  st.gateways.push({
+    name: "g1",
+    url: `http://127.0.0.1:${await port()}`,
+    e2bUrl: `http://127.0.0.1:${await port()}`,
+  });
+  await writeClusterSecret(st.secretFile);
+  const cli = join(REPO_DIR, "dist/test/fakes/gateway-cli.js");
+  try {
+    const p = await startProc(st, gatewayProc(st, 1, { cli, settings: {}, from: process.env }));
+    await waitServing(p, st.token, 10_000);
+    assert.equal(await probe(`${st.gateways[0]?.e2bUrl ?? ""}/v1/health`, st.token), null);
+    assert.deepEqual(await clusterProcesses(st), [p.pid], "found by its marker, nothing else");
+    const first = p.pid;
+    await stopProc(st, "g1", "SIGKILL");
+    assert.equal(await running(procOf(st, "g1")), false);
+    await restartProc(st, "g1");
+    assert.notEqual(procOf(st, "g1").pid, first);
+    assert.equal(await probe(procOf(st, "g1").probe, st.token), null);
+    const pid = procOf(st, "g1").pid as number;
+    await down(dir);
+    assert.equal(isAlive(pid), false);
+    await assert.rejects(stat(dir), { code: "ENOENT" });
+  } finally {
+    const left = await readState(dir).catch(() => null);
+    for (const p of left?.procs ?? [])
+      if (p.pid !== null && (await running(p))) process.kill(p.pid, "SIGKILL");
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("a gateway that cannot start fails the wait with its name and its log's tail", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "lc-unit-"));
+  const st = cluster(dir, 1);
+  const cli = join(REPO_DIR, "dist/test/fakes/gateway-cli.js");
+  try {
+    // A cluster secret too short: the gateway refuses to start.
+    await writeFile(st.secretFile, "short");
+    const p = await startProc(st, gatewayProc(st, 1, { cli, settings: {}, from: process.env }));
+    await assert.rejects(
+      waitServing(p, st.token, 10_000),
+      (e: Error) =>
+        /gateway g1 exited before it served/.test(e.message) && /fewer than 32 bytes/.test(e.message),
+    );
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
