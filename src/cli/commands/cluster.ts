@@ -6,10 +6,29 @@
  */
 import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
+import { ForkdError } from "@forkd/sdk";
 import { down, exportLines, inheritedSettings, status, up } from "../../localcluster/index.js";
 import type { CliContext } from "../context.js";
 
 const DEFAULT_DIR = "/var/lib/forkd-cluster";
+
+/**
+ * localcluster's failures carry forkd's error codes: as the SDK's errors, they end the CLI with
+ * the codes' exit statuses (2 invalid_argument, 3 not_found).
+ */
+async function coded<T>(p: Promise<T>): Promise<T> {
+  return p.catch((e: unknown) => {
+    const code = (e as { code?: unknown }).code;
+    if (
+      e instanceof Error &&
+      !(e instanceof ForkdError) &&
+      typeof code === "string" &&
+      /^[a-z_]+$/.test(code)
+    )
+      throw new ForkdError(e.message, { code });
+    throw e;
+  });
+}
 
 const count = (min: number) => (v: string) => {
   const n = Number(v);
@@ -42,17 +61,19 @@ export function clusterCommands(program: Command, ctx: CliContext): void {
         keepOnFailure?: boolean;
         json?: boolean;
       }) => {
-        const info = await up({
-          nodes: o.nodes,
-          gateways: o.gateways,
-          etcdMembers: o.etcd,
-          dir: o.dir,
-          ...(o.subnet !== undefined ? { subnet: o.subnet } : {}),
-          settings: inheritedSettings(ctx.env),
-          from: ctx.env,
-          keepOnFailure: o.keepOnFailure ?? false,
-          say: (l) => ctx.say(`forkd: ${l}`),
-        });
+        const info = await coded(
+          up({
+            nodes: o.nodes,
+            gateways: o.gateways,
+            etcdMembers: o.etcd,
+            dir: o.dir,
+            ...(o.subnet !== undefined ? { subnet: o.subnet } : {}),
+            settings: inheritedSettings(ctx.env),
+            from: ctx.env,
+            keepOnFailure: o.keepOnFailure ?? false,
+            say: (l) => ctx.say(`forkd: ${l}`),
+          }),
+        );
         if (o.json) return console.log(JSON.stringify(info, null, 2));
         for (const g of info.gateways) ctx.say(`gateway ${g.name}: ${g.url} (E2B: ${g.e2bUrl})`);
         if (info.gateways.length === 0) ctx.say("no gateway: the exports point at node n1");
@@ -70,7 +91,7 @@ export function clusterCommands(program: Command, ctx: CliContext): void {
     .description("stop a local cluster and remove every process, namespace and file it made")
     .option("--dir <dir>", "the cluster's directory", DEFAULT_DIR)
     .action(async (o: { dir: string }) => {
-      const r = await down(o.dir, { say: (l) => ctx.say(`forkd: ${l}`) });
+      const r = await coded(down(o.dir, { say: (l) => ctx.say(`forkd: ${l}`) }));
       if (!r.found) ctx.say(`forkd: no cluster in ${o.dir}`);
     });
 
@@ -81,7 +102,7 @@ export function clusterCommands(program: Command, ctx: CliContext): void {
     .option("--json", "machine-readable output")
     .option("--env", "print only the client exports (for eval)")
     .action(async (o: { dir: string; json?: boolean; env?: boolean }) => {
-      const s = await status(o.dir);
+      const s = await coded(status(o.dir));
       if (o.json) return console.log(JSON.stringify(s, null, 2));
       if (o.env) return console.log(exportLines(s.env).join("\n"));
       console.log(`cluster ${s.id} (${s.phase}) on ${s.subnet}, in ${s.dir}`);
