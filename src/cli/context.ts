@@ -11,6 +11,8 @@ import type { Paths } from "../host/index.js";
 import { ensureDaemon } from "./autostart.js";
 
 export interface CliContext {
+  /** The environment main() was given (read nowhere else). */
+  readonly env: NodeJS.ProcessEnv;
   readonly paths: Paths;
   /** The daemon's API, through the TypeScript SDK. */
   readonly api: ApiClient;
@@ -38,6 +40,7 @@ export function makeContext(env: NodeJS.ProcessEnv, say: (line: string) => void)
   const api = new ApiClient(conn);
   let started: Promise<void> | null = null;
   return {
+    env,
     paths,
     api,
     say,

@@ -9,6 +9,7 @@ import { Command, CommanderError } from "commander";
 import { VERSION } from "../host/index.js";
 import { branchCommand } from "./commands/branch.js";
 import { cacheCommands } from "./commands/cache.js";
+import { clusterCommands } from "./commands/cluster.js";
 import { consoleCommand } from "./commands/console.js";
 import { daemonCommands } from "./commands/daemon.js";
 import { execCommands } from "./commands/exec.js";
@@ -57,6 +58,7 @@ function buildProgram(ctx: CliContext): Command {
   e2bCommands(program, ctx);
   cacheCommands(program, ctx);
   consoleCommand(program, ctx);
+  clusterCommands(program, ctx);
   return program;
 }
 
