@@ -5,9 +5,12 @@ set -euo pipefail
 
 need_root() { [ "$(id -u)" = 0 ] || { echo "setup-host: run as root (apt-get install)" >&2; exit 1; }; }
 
-PKGS=(debootstrap qemu-utils e2fsprogs cpio zstd kmod busybox-static gcc libc6-dev make python3 python3-numpy python3-venv
-      iproute2 util-linux ca-certificates nftables conntrack procps
-      openssl python3-prometheus-client docker-registry attr chromium)
+# What forkd runs with (the daemon, guest image builds, netns networking), then what only its
+# tests use. FORKD_HOST_TEST_PACKAGES=0 leaves the second list out: deploy/Dockerfile does.
+PKGS=(debootstrap qemu-utils e2fsprogs cpio zstd kmod busybox-static gcc libc6-dev make python3
+      iproute2 util-linux ca-certificates nftables conntrack procps attr)
+TEST_PKGS=(python3-numpy python3-venv openssl python3-prometheus-client docker-registry chromium)
+[ "${FORKD_HOST_TEST_PACKAGES:-1}" = 0 ] || PKGS+=("${TEST_PKGS[@]}")
 QEMU_PKG=qemu-system-x86
 
 missing=()
