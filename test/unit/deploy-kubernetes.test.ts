@@ -360,13 +360,3 @@ test("a broken manifest fails the check: a misspelt field, a wrong type, a missi
     /YAML 1\.1/,
   );
 });
-
-test("forkd's image installs and builds as a host does (setup-host.sh and install.sh, not copies of them)", async () => {
-  const dockerfile = await readFile(join(REPO_DIR, "deploy", "Dockerfile"), "utf8");
-  assert.match(dockerfile, /^FROM debian:12 AS base$/m);
-  assert.match(dockerfile, /FORKD_HOST_TEST_PACKAGES=0 bash \/tmp\/setup-host\.sh/);
-  assert.match(dockerfile, /FORKD_HOST_TEST_PACKAGES=0 bash scripts\/install\.sh/);
-  assert.match(dockerfile, /^ENTRYPOINT \["\/usr\/bin\/tini", "--", "\/usr\/local\/bin\/forkd"\]$/m);
-  const setup = await readFile(join(REPO_DIR, "scripts", "setup-host.sh"), "utf8");
-  assert.match(setup, /\[ "\$\{FORKD_HOST_TEST_PACKAGES:-1\}" = 0 \] \|\| PKGS\+=\("\$\{TEST_PKGS\[@\]\}"\)/);
-});
