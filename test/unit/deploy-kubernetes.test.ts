@@ -36,6 +36,9 @@ const NODE_ENV = [
   "FORKD_LISTEN",
   "FORKD_E2B_LISTEN",
   "FORKD_CLUSTER_SECRET_FILE",
+  "FORKD_CLUSTER_CA",
+  "FORKD_CLUSTER_CERT",
+  "FORKD_CLUSTER_KEY",
   "FORKD_DATA_DIR",
   "FORKD_CACHE_DIR",
 ];
@@ -43,6 +46,9 @@ const GATEWAY_ENV = [
   "FORKD_CLUSTER",
   "FORKD_CLUSTER_PREFIX",
   "FORKD_CLUSTER_SECRET_FILE",
+  "FORKD_CLUSTER_CA",
+  "FORKD_CLUSTER_CERT",
+  "FORKD_CLUSTER_KEY",
   "FORKD_GATEWAY_LISTEN",
   "FORKD_GATEWAY_E2B_LISTEN",
 ];
@@ -114,6 +120,24 @@ function assertSecretMounted(d: Deploy, pod: IPodTemplateSpec, c: IContainer): v
   assert.ok(mount?.readOnly, "mounted read-only");
   const key = Object.keys(secret.stringData ?? secret.data ?? {})[0];
   assert.equal(file, `${mount.mountPath}/${key}`, "FORKD_CLUSTER_SECRET_FILE is the secret's key");
+}
+
+/** Where a container mounts the volume of Secret `secret`. */
+function secretMount(pod: IPodTemplateSpec, c: IContainer, secret: string): string {
+  const volume = pod.spec?.volumes?.find((v) => v.secret?.secretName === secret);
+  assert.ok(volume, `the Secret ${secret} is a volume`);
+  const mount = c.volumeMounts?.find((m) => m.name === volume.name);
+  assert.ok(mount?.readOnly, `${secret} is mounted read-only`);
+  return mount.mountPath;
+}
+
+/** etcd's CA and the client certificate: the files deploy/etcd-certs.sh makes in client/. */
+function assertEtcdClient(pod: IPodTemplateSpec, c: IContainer): void {
+  const dir = secretMount(pod, c, "forkd-etcd-client");
+  const vars = env(c);
+  assert.equal(value(vars, "FORKD_CLUSTER_CA"), `${dir}/ca.crt`);
+  assert.equal(value(vars, "FORKD_CLUSTER_CERT"), `${dir}/client.crt`);
+  assert.equal(value(vars, "FORKD_CLUSTER_KEY"), `${dir}/client.key`);
 }
 
 test("every manifest is valid against Kubernetes' own schemas (kubernetes-models, strict fields)", async () => {
@@ -225,9 +249,9 @@ test("a node runs on /dev/kvm hosts only, mounts /dev/kvm and its host directori
   ] as const) {
     assertHealthProbe(p, "api", what);
   }
-  assert.ok(fromConfigMap(d, vars.get("FORKD_CLUSTER")).startsWith("etcd://"));
   assert.match(fromConfigMap(d, vars.get("FORKD_CLUSTER_PREFIX")), /^\/.*\/$/);
   assertSecretMounted(d, pod, c);
+  assertEtcdClient(pod, c);
 });
 
 test("gateways: two replicas or more on different hosts, behind a Service with the REST and E2B ports", async () => {
@@ -260,6 +284,7 @@ test("gateways: two replicas or more on different hosts, behind a Service with t
   assert.notEqual(c.securityContext?.privileged, true);
   assert.deepEqual(c.securityContext?.capabilities?.drop, ["ALL"]);
   assertSecretMounted(d, pod, c);
+  assertEtcdClient(pod, c);
 
   const svc = one<IService>(d, "Service", "forkd");
   assert.deepEqual(svc.spec?.selector, pod.metadata?.labels);
@@ -279,7 +304,7 @@ function nodeContainer(d: Deploy): IContainer {
   return container(pod, "forkd");
 }
 
-test("etcd: three members under a headless Service, and FORKD_CLUSTER names each of them", async () => {
+test("etcd: three members under a headless Service, TLS with client certificates, named by FORKD_CLUSTER", async () => {
   const d = await loaded;
   const sts = one<IStatefulSet>(d, "StatefulSet", "etcd");
   assert.equal(sts.spec?.replicas, 3);
@@ -293,14 +318,41 @@ test("etcd: three members under a headless Service, and FORKD_CLUSTER names each
   assert.equal(svc.spec.publishNotReadyAddresses, true);
   const client = svc.spec.ports?.find((p) => p.name === "client")?.port;
   const members = [0, 1, 2].map((i) => `${sts.metadata?.name}-${i}.${svc.metadata?.name}:${client}`);
-  assert.equal(fromConfigMap(d, env(nodeContainer(d)).get("FORKD_CLUSTER")), `etcd://${members.join(",")}`);
-  const args = container(sts.spec.template, "etcd").args ?? [];
-  const initial = args
-    .find((a) => a.startsWith("--initial-cluster="))
-    ?.split("=")
-    .slice(1)
-    .join("=");
+  assert.equal(fromConfigMap(d, env(nodeContainer(d)).get("FORKD_CLUSTER")), `etcds://${members.join(",")}`);
+  const etcd = container(sts.spec.template, "etcd");
+  const args = etcd.args ?? [];
+  const flag = (name: string): string | undefined =>
+    args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+  const initial = flag("initial-cluster");
   assert.equal(initial?.split(",").length, 3, "the initial cluster has the three members");
+  assert.ok(initial?.split(",").every((m) => /^etcd-\d=https:\/\//.test(m)));
+  for (const f of [
+    "listen-client-urls",
+    "advertise-client-urls",
+    "listen-peer-urls",
+    "initial-advertise-peer-urls",
+  ]) {
+    assert.match(flag(f) ?? "", /^https:\/\//, `--${f} is TLS`);
+  }
+  assert.ok(
+    args.includes("--client-cert-auth") && args.includes("--peer-client-cert-auth"),
+    "certificates required",
+  );
+  const tls = secretMount(sts.spec.template, etcd, "forkd-etcd-server");
+  for (const [f, file] of [
+    ["cert-file", "server.crt"],
+    ["key-file", "server.key"],
+    ["trusted-ca-file", "ca.crt"],
+    ["peer-cert-file", "server.crt"],
+    ["peer-key-file", "server.key"],
+    ["peer-trusted-ca-file", "ca.crt"],
+  ] as const) {
+    assert.equal(flag(f), `${tls}/${file}`, `--${f} is deploy/etcd-certs.sh's server/${file}`);
+  }
+  // The kubelet probes /health where no certificate is asked for.
+  const metrics = etcd.ports?.find((p) => p.name === etcd.readinessProbe?.httpGet?.port);
+  assert.match(flag("listen-metrics-urls") ?? "", /^http:\/\//);
+  assert.equal(portOf(flag("listen-metrics-urls") ?? ""), metrics?.containerPort);
   const pdbs = d.manifests.filter((m) => m.kind === "PodDisruptionBudget").map((m) => m.body);
   const budget = pdbs.find((p) => JSON.stringify(p.spec).includes('"etcd"')) as
     { spec: { minAvailable: number } } | undefined;

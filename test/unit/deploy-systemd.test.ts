@@ -164,8 +164,18 @@ test("the gateway's unit: no privilege, the secret as a credential", async () =>
   assert.deepEqual(get("Restart"), ["on-failure"]);
   assert.deepEqual(get("DynamicUser"), ["yes"]);
   assert.deepEqual(get("CapabilityBoundingSet"), [""]);
-  assert.deepEqual(get("LoadCredential"), ["cluster-secret:/etc/forkd/cluster-secret"]);
-  assert.deepEqual(get("Environment"), ["FORKD_CLUSTER_SECRET_FILE=%d/cluster-secret"]);
+  // The secret and etcd's client certificate reach the transient user as credentials.
+  const credentials = new Map(get("LoadCredential").map((c) => [c.split(":")[0], c.split(":")[1]]));
+  const environment = new Map(get("Environment").map((e) => [e.split("=")[0], e.split("=")[1]]));
+  for (const [name, file, path] of [
+    ["FORKD_CLUSTER_SECRET_FILE", "cluster-secret", "/etc/forkd/cluster-secret"],
+    ["FORKD_CLUSTER_CA", "etcd-ca.crt", "/etc/forkd/etcd/ca.crt"],
+    ["FORKD_CLUSTER_CERT", "etcd-client.crt", "/etc/forkd/etcd/client.crt"],
+    ["FORKD_CLUSTER_KEY", "etcd-client.key", "/etc/forkd/etcd/client.key"],
+  ] as const) {
+    assert.equal(environment.get(name), `%d/${file}`, name);
+    assert.equal(credentials.get(file), path, file);
+  }
 });
 
 test("the example environments give a node, a gateway and an etcd member what they need", async () => {
@@ -178,6 +188,9 @@ test("the example environments give a node, a gateway and an etcd member what th
     "FORKD_NODE_ADDR",
     "FORKD_LISTEN",
     "FORKD_CLUSTER_SECRET_FILE",
+    "FORKD_CLUSTER_CA",
+    "FORKD_CLUSTER_CERT",
+    "FORKD_CLUSTER_KEY",
   ]) {
     assert.ok(node.get(k), `node.env.example sets ${k}`);
   }
@@ -190,11 +203,17 @@ test("the example environments give a node, a gateway and an etcd member what th
     assert.ok(gateway.get(k), `gateway.env.example sets ${k}`);
   }
   assert.equal(gateway.get("FORKD_CLUSTER"), node.get("FORKD_CLUSTER"));
+  // etcd: TLS with client certificates; the node's first endpoint is this member.
   const etcd = await vars("etcd.env.example");
-  const clients = (etcd.get("ETCD_ADVERTISE_CLIENT_URLS") ?? "").replace("http://", "");
+  const clients = (etcd.get("ETCD_ADVERTISE_CLIENT_URLS") ?? "").replace("https://", "");
   assert.ok(
-    node.get("FORKD_CLUSTER")?.startsWith(`etcd://${clients},`),
+    node.get("FORKD_CLUSTER")?.startsWith(`etcds://${clients},`),
     "the node's first endpoint is this member",
   );
   assert.equal(etcd.get("ETCD_INITIAL_CLUSTER")?.split(",").length, 3);
+  for (const [k, v] of etcd) {
+    if (k.endsWith("_URLS") || k === "ETCD_INITIAL_CLUSTER") assert.doesNotMatch(v, /http:/, k);
+  }
+  assert.equal(etcd.get("ETCD_CLIENT_CERT_AUTH"), "true");
+  assert.equal(etcd.get("ETCD_PEER_CLIENT_CERT_AUTH"), "true");
 });
