@@ -5,9 +5,12 @@ set -euo pipefail
 
 need_root() { [ "$(id -u)" = 0 ] || { echo "setup-host: run as root (apt-get install)" >&2; exit 1; }; }
 
-PKGS=(debootstrap qemu-utils e2fsprogs cpio zstd kmod busybox-static gcc libc6-dev make python3 python3-numpy python3-venv
-      iproute2 util-linux ca-certificates nftables conntrack procps
-      openssl python3-prometheus-client docker-registry attr chromium)
+# What forkd runs with (the daemon, guest image builds, netns networking), then what only its
+# tests use. FORKD_HOST_TEST_PACKAGES=0 leaves the second list out: deploy/Dockerfile does.
+PKGS=(debootstrap qemu-utils e2fsprogs cpio zstd kmod busybox-static gcc libc6-dev make python3
+      iproute2 util-linux ca-certificates nftables conntrack procps attr etcd-server etcd-client)
+TEST_PKGS=(python3-numpy python3-venv openssl python3-prometheus-client docker-registry chromium)
+[ "${FORKD_HOST_TEST_PACKAGES:-1}" = 0 ] || PKGS+=("${TEST_PKGS[@]}")
 QEMU_PKG=qemu-system-x86
 
 missing=()
@@ -32,10 +35,11 @@ if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.
 fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
-# docker-registry is for the registry tests (they start their own on loopback): where its
-# package started a system service, stop it.
+# docker-registry is for the registry tests and etcd-server for clusters (`forkd cluster up` and
+# the tests start their own members): where a package started a system service, stop it.
 if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
   systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  systemctl disable --now etcd >/dev/null 2>&1 || true
 fi
 apt-get install -y -qq --no-install-recommends -t bookworm-backports "$QEMU_PKG" >/dev/null
 echo "setup-host: installed; QEMU $(qemu-system-x86_64 --version | head -n1)"
