@@ -71,6 +71,7 @@ export class CatalogGuard {
     const copy = this.copies.get(tag);
     if (copy) {
       this.c.held.set(tag, copy.digest);
+      await this.c.held.save();
       return;
     }
     this.c.member.admit(`snapshot ${tag}`);
@@ -84,21 +85,24 @@ export class CatalogGuard {
       throw alreadyExists(tag, e?.origin ?? "another node");
     }
     if (r === "created") this.written.set(tag, value);
+    // Kept before the publication: a restart must know the digest of whatever it finds here.
     this.c.held.set(tag, entry.digest);
+    try {
+      await this.c.held.save();
+    } catch (e) {
+      this.published(tag, false);
+      throw e;
+    }
   }
 
   published(tag: string, ok: boolean): void {
     const value = this.written.get(tag);
     this.written.delete(tag);
-    if (ok) {
-      this.c.held
-        .save()
-        .catch((e: unknown) =>
-          this.c.log.warn("cluster: held digests not saved", { error: errorMessage(e) }),
-        );
-      return;
-    }
+    if (ok) return;
     this.c.held.delete(tag);
+    this.c.held
+      .save()
+      .catch((e: unknown) => this.c.log.warn("cluster: held digests not saved", { error: errorMessage(e) }));
     if (value !== undefined) void this.withdraw(tag, value);
   }
 

@@ -45,7 +45,8 @@ export class SnapshotFetch {
   ) {}
 
   async ensure(key: string): Promise<void> {
-    if (await this.c.store.has(key)) return;
+    // Here, or being written here (an async branch: the fork waits for it).
+    if ((await this.c.store.has(key)) || (await this.c.store.pending(key))?.status === "writing") return;
     const e = this.catalog.entry(key);
     if (!e) return; // the fork says it is not found
     if (!sameMachine(e.machine, this.c.machine))

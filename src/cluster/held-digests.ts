@@ -71,6 +71,11 @@ export class HeldDigests {
     return [...this.digests.keys()];
   }
 
+  /** Resolves once the writes begun so far are done. */
+  async settled(): Promise<void> {
+    await this.writes;
+  }
+
   /** Writes the file as it is now (writes are serialized; the last one wins). */
   save(): Promise<void> {
     const next = this.writes.then(async () => {

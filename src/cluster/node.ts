@@ -203,6 +203,8 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
     await this.member.close();
     await p?.ctx.catalog.close();
     await p?.ctx.nodes.close();
+    await p?.removals.settled();
+    await p?.ctx.held.settled();
   }
 
   // The sandbox service's cluster (src/sandbox/cluster.ts).

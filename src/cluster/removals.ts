@@ -90,7 +90,8 @@ export class Removals {
         this.pending.delete(key);
         this.c.log.info("cluster: copy removed (deleted from the cluster)", { tag: key });
       } catch (e) {
-        this.c.log.warn("cluster: copy not removed yet", { tag: key, error: errorMessage(e) });
+        // Busy (being deleted here right now, through the API): tried again.
+        this.c.log.info("cluster: copy not removed yet", { tag: key, error: errorMessage(e) });
       }
     }
   }
