@@ -54,6 +54,8 @@ export interface TestNodeOptions {
   pull?: PeerPull;
   machine?: ClusterNodeOptions["machine"];
   takenWaitMs?: number;
+  /** Warm pool members per snapshot (default none). */
+  poolSize?: number;
   /** Start no node (a test starts it). */
   noStart?: boolean;
 }
@@ -104,6 +106,7 @@ export async function testNode(kv: FakeKv, id: string, o: TestNodeOptions = {}):
       readyTimeoutMs: 5_000,
       events,
       cluster: node,
+      ...(o.poolSize ? { poolSize: o.poolSize, pool: { max: 4 } } : {}),
     });
     const tools = new JailedTools(null, null);
     const snapshots = new SnapshotService({

@@ -159,6 +159,7 @@ step("A killed -9: its node key vanishes within the lease's TTL (B stays)", asyn
     TTL_MS + 3_000,
   );
   assert.ok(ms <= TTL_MS + 3_000, `${ms} ms`);
+  console.log(`nodes/a vanished ${ms} ms after the kill`);
   assert.ok(await kv.get(keys.node("b")), "B is still a member");
   assert.equal(await kv.get(keys.holding("a", TAG)), null, "its holdings went with its lease");
 });
@@ -197,6 +198,7 @@ step("A cut off from etcd refuses new work within the TTL; once etcd answers it 
   etcd.signal("SIGSTOP");
   const ms = await until("A to refuse", async () => (await probe()) === "unavailable", TTL_MS + 4_000);
   assert.ok(ms <= TTL_MS + 4_000, `refused after ${ms} ms`);
+  console.log(`A refused new work ${ms} ms after etcd stopped`);
   assert.equal(
     await codeOf(apiRequest(a.ep, "POST", "/v1/sandboxes", { snapshot_tag: TAG, n: 1 }, 30_000)),
     "unavailable",
@@ -204,7 +206,8 @@ step("A cut off from etcd refuses new work within the TTL; once etcd answers it 
   // Its sandbox runs on meanwhile.
   assert.equal((await apiRequest<SandboxView>(a.ep, "GET", `/v1/sandboxes/${child}`)).state, "running");
   etcd.signal("SIGCONT");
-  await until("A to re-join", async () => (await probe()) === "not_found", 60_000);
+  const back = await until("A to re-join", async () => (await probe()) === "not_found", 60_000);
+  console.log(`A took new work again ${back} ms after etcd resumed`);
   assert.notEqual((await kv.get(keys.node("a")))?.lease, lease, "a new lease");
   const r = await apiRequest<{ sandboxes: SandboxView[] }>(
     a.ep,

@@ -69,6 +69,20 @@ test("a node registers under its lease: addresses, version, machine, capacity; i
   });
 });
 
+test("holdings carry the warm pool's ready members, from its events", async () => {
+  const kv = new FakeKv();
+  const a = await testNode(kv, "a", { poolSize: 1 });
+  try {
+    assert.equal((await holding(kv, "a", "base"))?.warm, 0);
+    a.svc.prewarm("base");
+    await until("a warm member told", async () => (await holding(kv, "a", "base"))?.warm === 1, 15_000);
+    await a.svc.forgetSnapshot("base");
+    await until("its member gone", async () => (await holding(kv, "a", "base"))?.warm === 0, 15_000);
+  } finally {
+    await a.cleanup();
+  }
+});
+
 test("a second node with a live node's id refuses to start", async () => {
   const kv = new FakeKv();
   const a = await testNode(kv, "same");
