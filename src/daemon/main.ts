@@ -315,7 +315,12 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       await node.start({ store, sandboxes, snapshots, events });
     } catch (e) {
       await kv?.close();
-      throw e;
+      throw new ForkdError(
+        e instanceof ForkdError ? e.code : "unavailable",
+        `node ${node.id} cannot join the cluster (${env.FORKD_CLUSTER ?? ""}): ${errorMessage(e)}`,
+        {},
+        e,
+      );
     }
   }
   const services: ApiServices & E2bServices = {
