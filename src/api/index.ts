@@ -6,3 +6,4 @@
 export { createApp } from "./app.js";
 export type { ApiServices } from "./services.js";
 export { TERMINAL_UPGRADE } from "./terminal-upgrade.js";
+export { snapshotView } from "./views/snapshot.js";

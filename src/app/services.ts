@@ -51,6 +51,8 @@ export interface Services {
     accel: AccelChoice;
     qemu: { binary: string; version: string };
     startedAt: string;
+    /** The cluster node this daemon is (FORKD_NODE_ID; null or absent: it runs alone). */
+    node?: string | null;
     /** Guest images: built in <cacheDir>/images, from packs in <cacheDir>/imported (image/content.ts). */
     cacheDir: string;
     /** The data, cache and repository directories by logical name (kept from tenants' errors). */

@@ -54,7 +54,7 @@ export async function deletableKey(s: Services, caller: Caller, tag: string): Pr
   if (s.snapshots.namespaces.isReserved(splitKey(tag).name)) throw reserved(tag);
   const key = await snapshotKey(s, caller, tag);
   // A failed or ready one of its own (a shared one: refused, as it is not the caller's to change).
-  const owner = (await s.store.lookup(key))?.owner;
+  const owner = (await s.snapshots.lookup(key))?.owner;
   if (!canChange(caller, owner))
     throw new ForkdError("forbidden", `snapshot ${tag} is shared; only an admin may change it`, { tag });
   return key;

@@ -7,6 +7,7 @@
  * (its disk layer's sum changes when rebased onto its paths; the content does not).
  */
 import { createHash } from "node:crypto";
+import type { SnapshotMeta } from "../snapshot/index.js";
 
 export interface DigestInput {
   parentDigest: string | null;
@@ -24,4 +25,20 @@ export function snapshotDigest(d: DigestInput): string {
     if (f) h.update(`${name} ${f.size} ${f.sha256}\n`);
   }
   return h.digest("hex");
+}
+
+/**
+ * The digest input of a snapshot from its metadata: its own files (a diff snapshot's diff, not
+ * the base image it maps), its image's content address (of an image made before content
+ * addresses: its build hash, a label), and its parent's digest.
+ */
+export function metaDigestInput(meta: SnapshotMeta, parentDigest: string | null): DigestInput {
+  const f = meta.files;
+  return {
+    parentDigest,
+    imageContent: meta.image.content ?? `build:${meta.image.hash}`,
+    files: f.memoryDiff
+      ? { "memory.diff": f.memoryDiff, vmstate: f.vmstate, disk: f.disk }
+      : { memory: f.memory, vmstate: f.vmstate, disk: f.disk },
+  };
 }

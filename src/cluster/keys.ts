@@ -9,6 +9,8 @@
  *   by-node/<node>/<id>          "" while the sandbox is the node's (running or paused)
  *   by-owner/<tenant>/<id>       "" while a tenant's sandbox is running or paused (quota)
  *   tokens/<id>                  an API token (src/access/tokens.ts's entry)
+ *   cluster-id                   a random name the first node gives the cluster (create-only):
+ *                                a node whose etcd was started afresh knows it is a new cluster
  *
  * A snapshot key `alice/app` is written `alice~app` in a key (as in the store's directories:
  * `~` is in no tenant or tag), so every key segment is one path component.
@@ -82,6 +84,9 @@ export class ClusterKeys {
   }
   byOwnerEntry(tenant: string, id: string): string {
     return `${this.byOwner(tenant)}${id}`;
+  }
+  get clusterId(): string {
+    return `${this.prefix}cluster-id`;
   }
   get tokens(): string {
     return `${this.prefix}tokens/`;

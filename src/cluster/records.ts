@@ -76,7 +76,8 @@ export type Holding = z.infer<typeof Holding>;
  */
 export const CatalogEntry = z.object({
   key: Key,
-  owner: Tenant.nullable(),
+  /** Its tenant; null: shared; "@admin": an admin's private one (src/sandbox/branch.ts ADMIN_ONLY_OWNER). */
+  owner: z.union([Tenant, z.literal("@admin")]).nullable(),
   parent: Key.nullable(),
   digest: Sha,
   origin: NodeId,

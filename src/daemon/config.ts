@@ -2,12 +2,17 @@
  * The daemon's access settings, read once from the environment and checked before anything
  * listens: the TCP listener (FORKD_LISTEN, with tokens, optionally TLS), E2B's API listener
  * (FORKD_E2B_LISTEN, the same tokens and TLS), request limits, tenants' build caps and the audit log. Every number is
- * validated; a bad setting stops the daemon with a clear message.
+ * validated; a bad setting stops the daemon with a clear message. And the cluster a node joins
+ * (FORKD_CLUSTER and its settings: readClusterConfig; none: the daemon runs alone).
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isIP } from "node:net";
 import type { AuthFailureLimits } from "../access/index.js";
+import { ClusterKeys, DEFAULT_PREFIX, assertNodeId } from "../cluster/index.js";
+import { parseEndpoints } from "../etcd/index.js";
+import type { EtcdEndpoints } from "../etcd/index.js";
+import { readClusterSecret } from "./cluster-secret.js";
 import { DEFAULT_BUILD_CAPS } from "../access/index.js";
 import type { BuildCaps } from "../access/index.js";
 import type { RateLimits } from "../access/index.js";
@@ -169,4 +174,119 @@ function e2bDomain(v: string | undefined): string | null {
   )
     throw new ForkdError("invalid_argument", `FORKD_E2B_DOMAIN must be a DNS name, not ${JSON.stringify(v)}`);
   return d;
+}
+
+/** A node's cluster (docs/cluster.md, "Nodes"). */
+export interface ClusterConfig {
+  /** FORKD_CLUSTER: etcd's members. */
+  endpoints: EtcdEndpoints;
+  /** FORKD_CLUSTER_CA, _CERT, _KEY: PEM files for an etcds:// cluster. */
+  tls: { ca?: string; cert?: string; key?: string };
+  /** FORKD_CLUSTER_PREFIX (default /forkd/): the keyspace. */
+  keys: ClusterKeys;
+  /** FORKD_NODE_ID. */
+  nodeId: string;
+  /** FORKD_NODE_ADDR: the origin gateways and peers reach this node's REST listener at. */
+  api: string;
+  /** FORKD_NODE_E2B_ADDR: its E2B listener's origin (null: not served). */
+  e2b: string | null;
+  /** FORKD_CLUSTER_SECRET_FILE's key (peers authenticate with it). */
+  secret: Buffer;
+}
+
+/** Settings that mean something only in a cluster. */
+const CLUSTER_ONLY = [
+  "FORKD_NODE_ID",
+  "FORKD_NODE_ADDR",
+  "FORKD_NODE_E2B_ADDR",
+  "FORKD_CLUSTER_SECRET_FILE",
+  "FORKD_CLUSTER_PREFIX",
+  "FORKD_CLUSTER_CA",
+  "FORKD_CLUSTER_CERT",
+  "FORKD_CLUSTER_KEY",
+] as const;
+
+/** The cluster this daemon joins as a node, or null (FORKD_CLUSTER unset: it runs alone). */
+export async function readClusterConfig(env: NodeJS.ProcessEnv): Promise<ClusterConfig | null> {
+  const bad = (msg: string, field: string) => new ForkdError("invalid_argument", msg, { field });
+  if (!env.FORKD_CLUSTER) {
+    const set = CLUSTER_ONLY.filter((n) => env[n]);
+    if (set.length > 0) throw bad(`${set.join(", ")}: cluster settings; set FORKD_CLUSTER too`, set[0] ?? "");
+    return null;
+  }
+  const endpoints = parseEndpoints(env.FORKD_CLUSTER);
+  const id = env.FORKD_NODE_ID ?? "";
+  if (!id) throw bad("FORKD_CLUSTER needs FORKD_NODE_ID (this node's name in the cluster)", "FORKD_NODE_ID");
+  try {
+    assertNodeId(id);
+  } catch {
+    throw bad(`FORKD_NODE_ID ${JSON.stringify(id)} must match ^[a-z0-9][a-z0-9-]{0,62}$`, "FORKD_NODE_ID");
+  }
+  if (!env.FORKD_NODE_ADDR)
+    throw bad(
+      "FORKD_CLUSTER needs FORKD_NODE_ADDR (the http(s) URL peers reach this node at)",
+      "FORKD_NODE_ADDR",
+    );
+  if (!env.FORKD_LISTEN)
+    throw bad("FORKD_CLUSTER needs FORKD_LISTEN (the REST listener FORKD_NODE_ADDR reaches)", "FORKD_LISTEN");
+  const api = httpOrigin("FORKD_NODE_ADDR", env.FORKD_NODE_ADDR);
+  const e2b = env.FORKD_NODE_E2B_ADDR ? httpOrigin("FORKD_NODE_E2B_ADDR", env.FORKD_NODE_E2B_ADDR) : null;
+  if (e2b && !env.FORKD_E2B_LISTEN)
+    throw bad(
+      "FORKD_NODE_E2B_ADDR needs FORKD_E2B_LISTEN (the E2B listener it reaches)",
+      "FORKD_NODE_E2B_ADDR",
+    );
+  if (!env.FORKD_CLUSTER_SECRET_FILE)
+    throw bad(
+      "FORKD_CLUSTER needs FORKD_CLUSTER_SECRET_FILE (0600, at least 32 bytes: peers authenticate with it)",
+      "FORKD_CLUSTER_SECRET_FILE",
+    );
+  const keys = new ClusterKeys(env.FORKD_CLUSTER_PREFIX || DEFAULT_PREFIX);
+  const tls = {
+    ...(env.FORKD_CLUSTER_CA ? { ca: env.FORKD_CLUSTER_CA } : {}),
+    ...(env.FORKD_CLUSTER_CERT ? { cert: env.FORKD_CLUSTER_CERT } : {}),
+    ...(env.FORKD_CLUSTER_KEY ? { key: env.FORKD_CLUSTER_KEY } : {}),
+  };
+  if (!endpoints.tls && Object.keys(tls).length > 0)
+    throw bad("FORKD_CLUSTER_CA/_CERT/_KEY need an etcds:// FORKD_CLUSTER", "FORKD_CLUSTER");
+  if (!tls.cert !== !tls.key)
+    throw bad("FORKD_CLUSTER_CERT and FORKD_CLUSTER_KEY go together", "FORKD_CLUSTER_CERT");
+  return {
+    endpoints,
+    tls,
+    keys,
+    nodeId: id,
+    api,
+    e2b,
+    secret: await readClusterSecret(env.FORKD_CLUSTER_SECRET_FILE),
+  };
+}
+
+/** An http(s) origin (scheme, host, optional port; no path, query or credentials), normalized. */
+export function httpOrigin(name: string, v: string): string {
+  const bad = () =>
+    new ForkdError(
+      "invalid_argument",
+      `${name} must be an http(s) origin like http://10.0.0.5:7000 (no path), not ${JSON.stringify(v)}`,
+      { field: name },
+    );
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    throw bad();
+  }
+  if (
+    (u.protocol !== "http:" && u.protocol !== "https:") ||
+    u.username ||
+    u.password ||
+    u.pathname !== "/" ||
+    u.search ||
+    u.hash ||
+    !u.hostname
+  )
+    throw bad();
+  const origin = u.origin;
+  if (origin.length > 512 || !/^https?:\/\/[^\s/]+$/.test(origin)) throw bad();
+  return origin;
 }

@@ -2,7 +2,9 @@
  * The daemon: the single owner of snapshots and sandboxes. Builds every service, recovers state
  * left by an earlier daemon (re-adopting running children), and serves the API on a unix socket
  * (mode 0600: the local admin) and, with bearer tokens, on TCP (optionally TLS). Every listener
- * shares the limits, the audit log and the metrics.
+ * shares the limits, the audit log and the metrics. With FORKD_CLUSTER it is a node of a
+ * cluster (src/cluster/node.ts): it joins before it serves, and its store and sandbox service
+ * are given the cluster; without, it runs alone exactly as before.
  */
 import { parseLiveMode } from "../vmm/index.js";
 import { Cgroups } from "../host/index.js";
@@ -30,7 +32,11 @@ import type { E2bServices } from "../e2b/index.js";
 import { AuditLog } from "../audit/index.js";
 import { SharingProbe } from "../metrics/index.js";
 import { Metrics } from "../metrics/index.js";
-import { readAccessConfig } from "./config.js";
+import { readAccessConfig, readClusterConfig } from "./config.js";
+import { ClusterNode, peerTransferUnavailable } from "../cluster/index.js";
+import { EtcdKv } from "../etcd/index.js";
+import { snapshotView } from "../api/index.js";
+import { defaultCpu } from "../vmm/index.js";
 import { reservedTags } from "../snapshot/index.js";
 import type { TcpConfig } from "./config.js";
 import { chooseAccel } from "../vmm/index.js";
@@ -84,6 +90,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const log = jsonLogger("daemon");
   // Every access setting is checked before anything is touched.
   const cfg = await readAccessConfig(env, paths.dataDir);
+  // The cluster this daemon is a node of (null: alone), checked as strictly.
+  const clusterCfg = await readClusterConfig(env);
   // Tags no tenant may take (src/snapshot/namespace.ts): a bad one stops the start here.
   const reserved = reservedTags(env.FORKD_RESERVED_TAGS);
   const poolCfg = poolConfig(env);
@@ -138,7 +146,28 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   if (!tools.jailed) log.warn("host tools (qemu-img, e2fsck) on guests' disks are not jailed");
   // What changes in sandboxes and snapshots, told as it happens (GET /v1/events).
   const events = new EventBus();
-  const store = new SnapshotStore(snapshotsDir(paths), events);
+  const maxSandboxes = Number(env.FORKD_MAX_SANDBOXES ?? 1000);
+  // A node of a cluster: its store and sandbox service are given it; it joins once they recovered.
+  const kv = clusterCfg ? new EtcdKv(clusterCfg.endpoints, { tls: clusterCfg.tls }) : null;
+  const node =
+    clusterCfg && kv
+      ? new ClusterNode({
+          kv,
+          keys: clusterCfg.keys,
+          id: clusterCfg.nodeId,
+          api: clusterCfg.api,
+          e2b: clusterCfg.e2b,
+          version: VERSION,
+          machine: { accel: accel.accel, qemu: qemuVer, cpu: defaultCpu(accel.accel, env) },
+          maxSandboxes,
+          dir: join(paths.dataDir, "cluster"),
+          log,
+          view: (meta) => snapshotView(meta),
+          // The peer transfer is wired here (src/snapshot/peer-pull.ts); until then, 503.
+          pull: peerTransferUnavailable,
+        })
+      : null;
+  const store = new SnapshotStore(snapshotsDir(paths), events, node);
   const network = await NetworkService.start({
     dataDir: paths.dataDir,
     env,
@@ -171,7 +200,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     pool: poolCfg,
     poolSize: poolCfg.perTag,
     forkParallelism: Number(env.FORKD_FORK_PARALLELISM ?? 0) || undefined,
-    maxSandboxes: Number(env.FORKD_MAX_SANDBOXES ?? 1000),
+    maxSandboxes,
     memsnap,
     branchLive: parseLiveMode(env.FORKD_BRANCH_LIVE),
     network,
@@ -180,6 +209,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     crash,
     events,
     tools,
+    ...(node ? { cluster: node } : {}),
   });
   const cleaned = await store.recover(quarantine);
   const { adopted, removed, quarantined } = await sandboxes.recover();
@@ -279,6 +309,20 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     cache,
     reservedTags: reserved,
   });
+  // A node joins now (what survived is recovered): reconciled with the cluster before it serves.
+  if (node) {
+    try {
+      await node.start({ store, sandboxes, snapshots, events });
+    } catch (e) {
+      await kv?.close();
+      throw new ForkdError(
+        e instanceof ForkdError ? e.code : "unavailable",
+        `node ${node.id} cannot join the cluster (${env.FORKD_CLUSTER ?? ""}): ${errorMessage(e)}`,
+        {},
+        e,
+      );
+    }
+  }
   const services: ApiServices & E2bServices = {
     store,
     sandboxes,
@@ -289,6 +333,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       accel,
       qemu: { binary: qemu, version: qemuVer },
       startedAt: new Date().toISOString(),
+      node: clusterCfg?.nodeId ?? null,
       cacheDir: paths.cacheDir,
       hostDirs: { data: paths.dataDir, cache: paths.cacheDir, forkd: paths.repoDir },
     },
@@ -393,6 +438,10 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       await cache.close();
       if (o.killSandboxes) await sandboxes.killAll();
       else await sandboxes.detachAll();
+      // A node leaves: its lease revoked (record and holdings gone); sandboxes left running are
+      // reconciled by the next start.
+      await node?.close();
+      await kv?.close();
       await audit.close();
       // Slots stay for children left running (a restarted daemon re-adopts them); with none
       // left, this daemon's namespaces, interfaces and host table go, so a stopped daemon leaves

@@ -100,6 +100,7 @@ export async function branch(
   const s = ctx.live.running(id);
   const memsnap = ctx.memsnap;
   if (!memsnap) throw new ForkdError("unavailable", "branching needs native/memsnap/forkd-memsnap");
+  ctx.cluster?.admit("branch");
   notInTransition(s);
   const ns = s.record.owner ?? null;
   const name = assertKey(tag ?? keyIn(ns, `br-${newSandboxId().slice(3, 15)}`));

@@ -14,6 +14,7 @@ import type { LiveCapturer, LiveMode } from "../vmm/index.js";
 import type { MemoryDiffs } from "../vmm/index.js";
 import type { Strays } from "../vmm/index.js";
 import type { ToolRunner } from "../vmm/index.js";
+import type { SandboxCluster } from "./cluster.js";
 import type { WarmPool } from "./pool.js";
 import type { SandboxRegistry } from "./registry.js";
 
@@ -50,4 +51,6 @@ export interface SandboxContext {
   readonly pool: WarmPool;
   /** Host tools on what VMMs wrote (qemu-img flattening a branch), jailed. */
   readonly tools: ToolRunner;
+  /** The cluster this node is a member of (./cluster.ts); null: a daemon alone. */
+  readonly cluster: SandboxCluster | null;
 }

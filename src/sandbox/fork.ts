@@ -24,7 +24,7 @@ import { saveRecord } from "./record.js";
 import { fanoutJournal } from "./recovery.js";
 import { register } from "./register.js";
 import { restoreChild } from "./restore.js";
-import { retire } from "./retire.js";
+import { kill, retire } from "./retire.js";
 import { GUEST_DEFAULT_PIDS } from "./sandbox.js";
 import type { E2bRecord, ReadonlySandbox, Sandbox, SandboxLimits, SandboxRecord } from "./sandbox.js";
 import { settleWithLimit } from "../util/index.js";
@@ -79,6 +79,11 @@ export async function forkChildren(
   if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
     throw new ForkdError("invalid_argument", `n must be an integer in 1..${MAX_FORK}`, { field: "n" });
   }
+  // In a cluster: new work only while a member, and a snapshot held elsewhere fetched first.
+  if (ctx.cluster) {
+    ctx.cluster.admit("fork");
+    await ctx.cluster.ensureSnapshot(tag);
+  }
   // A snapshot still being written (an async branch) is waited for, briefly; never half-read.
   const snap = await ctx.store.getReady(tag, ctx.writingWaitMs);
   ctx.net.check(opts.network ?? NO_NETWORK, snap.meta.nic, tag);
@@ -125,6 +130,17 @@ export async function forkChildren(
   });
   if (out.failures.length > 0)
     ctx.log.warn("fork: some children failed", { tag, failed: out.failures.length, n });
+  // In a cluster the children are recorded where they run before the reply names them; a node
+  // that cannot record them (cut off) kills them: nothing runs that the cluster does not know.
+  if (ctx.cluster && out.sandboxes.length > 0) {
+    try {
+      await ctx.cluster.recordForked(out.sandboxes);
+    } catch (e) {
+      await Promise.all(out.sandboxes.map((sb) => kill(ctx, sb.record.id).catch(() => undefined)));
+      await rm(journal, { force: true }).catch(() => undefined);
+      throw e;
+    }
+  }
   ctx.crash("fork:after-record");
   // The reply goes out now, naming every child: they are their client's.
   await rm(journal, { force: true })

@@ -5,6 +5,7 @@
  */
 export { ADMIN_ONLY_OWNER } from "./branch.js";
 export type { BranchResult } from "./branch.js";
+export type { SandboxCluster } from "./cluster.js";
 export { startCommand } from "./commands/start.js";
 export type { StartIn, StartedCommand } from "./commands/start.js";
 export { argvOf } from "./commands/table.js";

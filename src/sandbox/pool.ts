@@ -86,6 +86,8 @@ export class WarmPool {
     private readonly prepare: PrepareMember,
     private readonly log: Logger,
     private readonly now: () => number = Date.now,
+    /** Told when the members of `tag` ready now change (taken, made, drained). */
+    private readonly onChange: (tag: string, ready: number) => void = () => undefined,
   ) {
     this.sweeper =
       opts.max > 0 && opts.perTag > 0 ? setInterval(() => this.rebalance(), opts.sweepMs ?? 10_000) : null;
@@ -120,7 +122,16 @@ export class WarmPool {
       void discard(p);
     }
     if (list.length === 0) this.ready.delete(tag);
+    if (p) this.changed(tag);
     return p ?? null;
+  }
+
+  private changed(tag: string): void {
+    try {
+      this.onChange(tag, this.ready.get(tag)?.length ?? 0);
+    } catch {
+      // a listener's failure is its own
+    }
   }
 
   /** Pre-started VMMs waiting, by snapshot tag. */
@@ -174,6 +185,7 @@ export class WarmPool {
     this.retryAt.delete(tag);
     this.coldUntil.delete(tag);
     this.memSeen.delete(tag);
+    if (list.length > 0) this.changed(tag);
     await Promise.all(list.map(discard));
   }
 
@@ -206,6 +218,7 @@ export class WarmPool {
       const gone = list.splice(0, extra);
       if (list.length === 0) this.ready.delete(tag);
       this.log.info("pool: drained", { tag, members: gone.length, left: list.length });
+      this.changed(tag);
       for (const p of gone) void discard(p);
     }
     const t = this.now();
@@ -283,6 +296,7 @@ export class WarmPool {
     }
     list.push(p);
     this.ready.set(tag, list);
+    this.changed(tag);
   }
 }
 

@@ -15,7 +15,9 @@ export type SandboxEvent =
   /** A sandbox was created, or its state changed (running, paused, exited). */
   | { type: "sandbox"; sandbox: ReadonlySandbox }
   /** A sandbox is no longer listed (killed, or an exited one forgotten). */
-  | { type: "sandbox-gone"; id: string; exitReason: string | null; owner: string | null };
+  | { type: "sandbox-gone"; id: string; exitReason: string | null; owner: string | null }
+  /** The warm pool's members of snapshot `tag` that are ready now changed (to `ready`). */
+  | { type: "pool"; tag: string; ready: number };
 
 /** Where the registry tells it: the daemon's event bus, or nowhere. */
 export interface SandboxEventSink {

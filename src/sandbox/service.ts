@@ -24,6 +24,7 @@ import { NO_CRASH } from "../util/index.js";
 import type { CrashPoint } from "../util/index.js";
 import type { Logger } from "../util/index.js";
 import type { SandboxEventSink } from "./registry.js";
+import type { SandboxCluster } from "./cluster.js";
 import { Quarantine } from "../util/index.js";
 import type { VmmDriver } from "../vmm/index.js";
 import { forkdLiveCapture } from "../vmm/index.js";
@@ -97,6 +98,8 @@ export interface SandboxServiceOptions {
   events?: SandboxEventSink;
   /** Runs qemu-img on what VMMs wrote, jailed (default: as the daemon, unjailed: tests). */
   tools?: ToolRunner;
+  /** The cluster this node is a member of (cluster.ts; absent: a daemon alone). */
+  cluster?: SandboxCluster;
 }
 
 export class SandboxService {
@@ -128,7 +131,11 @@ export class SandboxService {
         { ...poolDefaults(), perTag: o.poolSize ?? 0, ...o.pool },
         (tag, hot) => poolMember(ctx, tag, hot),
         o.log,
+        undefined,
+        // Its members' comings and goings are told (a cluster publishes each snapshot's warmth).
+        (tag, ready) => o.events?.emit({ type: "pool", tag, ready }),
       ),
+      cluster: o.cluster ?? null,
     };
     this.ctx = ctx;
     this.sweeper = new Sweeper(ctx);

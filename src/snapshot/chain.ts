@@ -184,6 +184,11 @@ export interface DeleteHooks {
   beforeDelete(tag: string): Promise<void>;
   /** Runs qemu-img flattening a dependent (force), jailed. */
   tools: ToolRunner;
+  /**
+   * Called once the local checks passed, before anything changes, with every tag that would be
+   * deleted (a cluster's checks and catalog: ./cluster.ts); a throw refuses the delete.
+   */
+  beforeChange?: (tags: string[]) => Promise<void>;
 }
 
 /**
@@ -214,6 +219,11 @@ export async function deleteSnapshot(
         },
       );
     }
+  }
+  if (hooks.beforeChange) {
+    // Refused for its dependents here, before the cluster is told (store.delete would refuse later).
+    if (!o.cascade && !o.force && (await store.has(tag))) await store.assertNoDependents(tag);
+    await hooks.beforeChange([...below, tag]);
   }
   const orphaned: string[] = [];
   if (o.force) {

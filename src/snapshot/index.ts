@@ -5,11 +5,12 @@
  */
 export { BlobCache } from "./blobs.js";
 export type { DeletePlan } from "./chain.js";
+export type { SnapshotCluster } from "./cluster.js";
 export { buildNetworkOf } from "./dockerfile.js";
 export { SnapshotMetaSchema, nicMeta, readMeta } from "./meta.js";
 export type { NicMeta, SnapshotMeta } from "./meta.js";
 export { keyIn, nameFor, reservedTags, shownTo, splitKey, visibleTo } from "./namespace.js";
-export type { Viewer } from "./namespace.js";
+export type { KeyEntry, Viewer } from "./namespace.js";
 export { SnapshotService } from "./service.js";
 export { SnapshotStore, memoryDiffFile } from "./store.js";
 export type { Snapshot, SnapshotEvent, SnapshotPending } from "./store.js";

@@ -31,7 +31,7 @@ import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./s
 import { unpackSnapshot } from "./unpack.js";
 import type { PinScope } from "../cache/index.js";
 import { Namespaces, reservedTags } from "./namespace.js";
-import type { Viewer } from "./namespace.js";
+import type { KeyEntry, KeyLookup, Viewer } from "./namespace.js";
 import type { Reach } from "../registry/index.js";
 
 /** A request's owner as a registry's reach: the admin's (no owner) is the operator's, a tenant's its own. */
@@ -87,7 +87,20 @@ export class SnapshotService {
   readonly namespaces: Namespaces;
 
   constructor(private readonly o: SnapshotServiceOptions) {
-    this.namespaces = new Namespaces(o.store, o.reservedTags ?? reservedTags(undefined));
+    // In a cluster a tag the catalog has is taken and found here too (src/cluster/).
+    const keys: KeyLookup = o.store.cluster ? { lookup: (key) => this.lookup(key) } : o.store;
+    this.namespaces = new Namespaces(keys, o.reservedTags ?? reservedTags(undefined));
+  }
+
+  /** What is at key `key`: here (ready, being written, failed), or in the cluster's catalog. */
+  async lookup(key: string): Promise<KeyEntry | undefined> {
+    return (await this.o.store.lookup(key)) ?? this.o.store.cluster?.lookup(key);
+  }
+
+  /** A conflict when `tag` is published here or (in a cluster) in the catalog. */
+  private async assertFree(tag: string): Promise<void> {
+    if ((await this.o.store.has(tag)) || this.o.store.cluster?.lookup(tag) !== undefined)
+      throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
   }
 
   /** Ready snapshots, and those being written or failed (pending). */
@@ -121,8 +134,7 @@ export class SnapshotService {
   async checkCreatable(tag: string, from: SnapshotFrom, owner: string | null = null): Promise<void> {
     if ("template" in from) await this.o.create.images.assertKnown(from.template);
     else if ("image" in from) await this.resolver().admit?.(from.image, reachOf(owner));
-    if (await this.o.store.has(tag))
-      throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
+    await this.assertFree(tag);
   }
 
   private resolver(): ImageResolver {
@@ -219,8 +231,7 @@ export class SnapshotService {
   /** Prepares the guest image, makes the snapshot and pre-starts its warm pool. */
   private async build(req: NewSnapshotRequest, progress: Progress): Promise<SnapshotMeta> {
     // A taken tag before the image is pulled or built (create claims it again, atomically).
-    if (await this.o.store.has(req.tag))
-      throw new ForkdError("conflict", `snapshot ${req.tag} already exists`, { tag: req.tag });
+    await this.assertFree(req.tag);
     const { from, ...rest } = req;
     // What the snapshot is made from stays pinned in the cache until its meta.json names it.
     const pins = this.o.cache?.scope();
@@ -358,15 +369,39 @@ export class SnapshotService {
    * Deletes `tag` (never one sandboxes use; `cascade`: with its subtree, `force`: its dependents
    * flattened first), draining each deleted tag's warm pool first.
    */
-  delete(
+  async delete(
     tag: string,
     o: { cascade: boolean; force: boolean },
   ): Promise<{ cascaded?: string[]; orphaned?: string[] }> {
+    const cluster = this.o.store.cluster;
+    if (!cluster) return deleteSnapshot(this.o.store, tag, o, this.deleteHooks());
+    // In a cluster a delete is the cluster's: refused while any node runs from it, then out of
+    // the catalog (every node removes its copy), then here. One this node does not hold is
+    // removed from the catalog alone.
+    if (!(await this.o.store.has(tag)) && (await this.o.store.pending(tag))?.status !== "failed") {
+      const gone = await cluster.deleting(tag, o, []);
+      return o.cascade ? { cascaded: gone.filter((t) => t !== tag) } : {};
+    }
     return deleteSnapshot(this.o.store, tag, o, {
-      inUse: (t) => this.o.sandboxes.countByTag(t),
-      beforeDelete: (t) => this.o.sandboxes.forgetSnapshot(t),
-      tools: this.o.create.tools,
+      ...this.deleteHooks(),
+      beforeChange: async (tags) => void (await cluster.deleting(tag, o, tags)),
     });
+  }
+
+  /**
+   * Removes this node's copy of `tag` once the cluster deleted it (src/cluster/): never one
+   * sandboxes here use; branches of it that stay in the catalog are flattened first.
+   */
+  async deleteCopy(tag: string): Promise<void> {
+    await deleteSnapshot(this.o.store, tag, { cascade: false, force: true }, this.deleteHooks());
+  }
+
+  private deleteHooks() {
+    return {
+      inUse: (t: string) => this.o.sandboxes.countByTag(t),
+      beforeDelete: (t: string) => this.o.sandboxes.forgetSnapshot(t),
+      tools: this.o.create.tools,
+    };
   }
 
   /** What delete() with these options would do (nothing is changed). */

@@ -30,6 +30,7 @@ import type { Quarantine } from "../util/index.js";
 import type { SnapshotMeta } from "./meta.js";
 import { memoryDiffFile, sealSnapshot, snapshotFiles } from "./seal.js";
 import type { SealMeta, SealOptions, SnapshotFiles } from "./seal.js";
+import type { SnapshotCluster } from "./cluster.js";
 
 export { memoryDiffFile, snapshotFiles } from "./seal.js";
 export type { SnapshotFiles } from "./seal.js";
@@ -106,10 +107,15 @@ export class SnapshotStore {
    */
   private readonly creating = new Map<string, SnapshotPending>();
 
-  /** `events`: where tags' creation, status changes and deletion are told (src/events/bus.ts). */
+  /**
+   * `events`: where tags' creation, status changes and deletion are told (src/events/bus.ts).
+   * `cluster`: the cluster's catalog a new tag is claimed and published in (./cluster.ts; null:
+   * a daemon alone).
+   */
   constructor(
     readonly root: string,
     private readonly events: SnapshotEventSink = { emit: () => undefined },
+    readonly cluster: SnapshotCluster | null = null,
   ) {}
 
   /** The directory of key `tag` (this store's paths are all made here and in stagingDir). */
@@ -366,6 +372,15 @@ export class SnapshotStore {
       throw new ForkdError("conflict", `snapshot ${tag} is being created or deleted`, { tag });
     if (await this.has(tag)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
     this.busy.add(tag);
+    // Tags are cluster-wide: one the catalog has is taken (checked before any work).
+    if (this.cluster) {
+      try {
+        await this.cluster.claim(tag);
+      } catch (e) {
+        this.busy.delete(tag);
+        throw e;
+      }
+    }
     // Re-creating a tag that failed replaces the failure record.
     await rm(this.failedPath(tag), { force: true });
     return () => this.busy.delete(tag);
@@ -375,7 +390,15 @@ export class SnapshotStore {
   async publish(staging: string, tag: string): Promise<void> {
     const dest = this.dirOf(tag);
     if (await exists(dest)) throw new ForkdError("conflict", `snapshot ${tag} already exists`, { tag });
-    await rename(staging, dest);
+    // In a cluster its catalog entry is written first: a conflict there publishes nothing here.
+    if (this.cluster) await this.cluster.publishing(tag, await readMeta(snapshotFiles(staging).meta));
+    try {
+      await rename(staging, dest);
+    } catch (e) {
+      this.cluster?.published(tag, false);
+      throw e;
+    }
+    this.cluster?.published(tag, true);
     await fsyncDir(this.root);
     // A background write is told ready when its promise settles (track()).
     if (!this.writing.has(tag)) this.events.emit({ type: "snapshot", tag });
@@ -543,6 +566,18 @@ export class SnapshotStore {
     return (await this.list()).filter((m) => m.memoryBase?.tag === tag).map((m) => m.tag);
   }
 
+  /** Refuses (conflict) while branches stack on `tag` or map its memory image. */
+  async assertNoDependents(tag: string): Promise<void> {
+    const deps = [...new Set([...(await this.dependents(tag)), ...(await this.memoryDependents(tag))])];
+    if (deps.length > 0) {
+      throw new ForkdError(
+        "conflict",
+        `snapshot ${tag} has dependents (branches stacked on it): ${deps.join(", ")}; delete them first`,
+        { tag, dependents: deps },
+      );
+    }
+  }
+
   /** Deletes a snapshot: renamed away first (atomic disappearance), then removed. */
   async delete(tag: string): Promise<void> {
     const dir = this.dirOf(tag);
@@ -555,19 +590,13 @@ export class SnapshotStore {
       }
       throw new ForkdError("not_found", `no snapshot tagged ${tag}`, { tag });
     }
-    const deps = [...new Set([...(await this.dependents(tag)), ...(await this.memoryDependents(tag))])];
-    if (deps.length > 0) {
-      throw new ForkdError(
-        "conflict",
-        `snapshot ${tag} has dependents (branches stacked on it): ${deps.join(", ")}; delete them first`,
-        { tag, dependents: deps },
-      );
-    }
+    await this.assertNoDependents(tag);
     this.busy.add(tag);
     try {
       const trash = this.stagingDir(`deleted-${tag}-${Date.now()}`);
       await rename(dir, trash);
       this.verified.delete(tag);
+      this.cluster?.deleted(tag);
       await fsyncDir(this.root);
       this.events.emit({ type: "snapshot-gone", tag });
       await rm(trash, { recursive: true, force: true });

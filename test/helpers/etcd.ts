@@ -15,6 +15,8 @@ export interface EtcdMember {
   url: string;
   /** etcdctl with this member's endpoint. */
   ctl(...args: string[]): Promise<string>;
+  /** Sends the member a signal (SIGSTOP: it stops answering, as if cut off; SIGCONT: back). */
+  signal(sig: NodeJS.Signals): void;
   stop(): Promise<void>;
 }
 
@@ -63,7 +65,11 @@ export async function startEtcd(): Promise<EtcdMember> {
   return {
     url,
     ctl,
+    signal(sig) {
+      if (proc.exitCode === null) proc.kill(sig);
+    },
     async stop() {
+      if (proc.exitCode === null) proc.kill("SIGCONT");
       if (proc.exitCode === null) {
         const exited = new Promise((r) => proc.once("exit", r));
         proc.kill("SIGKILL");

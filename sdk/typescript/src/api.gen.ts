@@ -1476,6 +1476,8 @@ export interface components {
             };
             /** @description The tenant whose token created it; null: an admin. */
             owner: string | null;
+            /** @description The cluster node it runs on (FORKD_NODE_ID); null: the daemon runs alone, not in a cluster. */
+            node: string | null;
             /** @description The host-side limits in force (null: not limited, or the host has no cgroups). */
             limits: {
                 memory_mib: number | null;

@@ -86,6 +86,8 @@ export interface SandboxInfo {
   state: "running" | "paused" | "exited";
   startedAt: Date;
   exitReason: string | null;
+  /** The cluster node it runs on; null: its daemon runs alone (not in a cluster). */
+  node: string | null;
   /** forkd's idle timeout (ms; null: none). */
   idleTimeoutMs: number | null;
   /** E2B's absolute timeout: when it is killed (or paused: lifecycle.onTimeout); null: none. */
@@ -196,6 +198,7 @@ export function infoOf(w: SandboxWire): SandboxInfo {
     state: w.state,
     startedAt: new Date(w.created),
     exitReason: w.exit_reason,
+    node: w.node ?? null,
     idleTimeoutMs: w.timeout_ms,
     deadline: typeof w.deadline === "string" ? new Date(w.deadline) : null,
     endAt: earliest(w.deadline, w.expires_at, w.ends_at),

@@ -851,6 +851,12 @@ export const Sandbox = named(
       .describe("When its lifetime (limits.lifetime_ms) ends and the host kills it."),
     metadata: z.record(z.string(), z.string()),
     owner: z.string().nullable().describe("The tenant whose token created it; null: an admin."),
+    node: z
+      .string()
+      .nullable()
+      .describe(
+        "The cluster node it runs on (FORKD_NODE_ID); null: the daemon runs alone, not in a cluster.",
+      ),
     limits: z
       .object({
         memory_mib: z.number().int().nullable(),

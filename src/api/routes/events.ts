@@ -135,7 +135,7 @@ class EventStream {
       case "sandbox": {
         if (!mayHold(this.caller, e.sandbox.record.owner)) return;
         // Its view now, as it is at the change (sent in turn).
-        const view = sandboxView(e.sandbox, this.names);
+        const view = sandboxView(e.sandbox, this.names, this.s.info.node ?? null);
         this.then(async () => this.send("sandbox", view));
         return;
       }
@@ -183,7 +183,7 @@ class EventStream {
     const sandboxes = this.s.sandboxes
       .list()
       .filter((sb) => mayHold(this.caller, sb.record.owner))
-      .map((sb) => sandboxView(sb, this.names));
+      .map((sb) => sandboxView(sb, this.names, this.s.info.node ?? null));
     const all = await this.s.snapshots.list();
     const snapshots = visibleMetas(this.caller, all.snapshots);
     const pending = visiblePending(this.caller, all.pending);

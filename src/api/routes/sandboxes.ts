@@ -38,7 +38,10 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     const mine = all.filter((sb) => mayHold(caller, sb.record.owner));
     const page = listPage(mine, q);
     const names = tagNames(caller);
-    return c.json({ sandboxes: page.items.map((sb) => sandboxView(sb, names)), next_token: page.nextToken });
+    return c.json({
+      sandboxes: page.items.map((sb) => sandboxView(sb, names, s.info.node ?? null)),
+      next_token: page.nextToken,
+    });
   });
 
   app.post("/", async (c) => {
@@ -68,13 +71,14 @@ export function sandboxRoutes(s: Services): Hono<ApiEnv> {
     );
     const names = tagNames(caller);
     const reply: z.infer<typeof ForkResult> = {
-      sandboxes: r.sandboxes.map((sb) => sandboxView(sb, names)),
+      sandboxes: r.sandboxes.map((sb) => sandboxView(sb, names, s.info.node ?? null)),
       failures: r.failures,
     };
     return c.json(reply, 201);
   });
 
-  const view = (c: ApiContext, sb: ReadonlySandbox) => sandboxView(sb, tagNames(c.get("caller")));
+  const view = (c: ApiContext, sb: ReadonlySandbox) =>
+    sandboxView(sb, tagNames(c.get("caller")), s.info.node ?? null);
 
   app.get("/:id", (c) => c.json(view(c, s.sandboxes.get(c.req.param("id")))));
 

@@ -9,8 +9,15 @@ export type SandboxView = z.infer<typeof schemas.Sandbox>;
 
 const isoOrNull = (at: number | null): string | null => (at === null ? null : new Date(at).toISOString());
 
-/** `names`: how the caller is shown the store key of its snapshot (src/app/scope.ts tagNames). */
-export const sandboxView = (s: ReadonlySandbox, names: (key: string) => string = (k) => k): SandboxView => ({
+/**
+ * `names`: how the caller is shown the store key of its snapshot (src/app/scope.ts tagNames);
+ * `node`: the cluster node this daemon is (null: alone).
+ */
+export const sandboxView = (
+  s: ReadonlySandbox,
+  names: (key: string) => string = (k) => k,
+  node: string | null = null,
+): SandboxView => ({
   id: s.record.id,
   tag: names(s.record.tag),
   pid: s.record.pid,
@@ -31,6 +38,7 @@ export const sandboxView = (s: ReadonlySandbox, names: (key: string) => string =
   ends_at: isoOrNull(endsAt(s)),
   metadata: s.record.metadata ?? {},
   owner: s.record.owner ?? null,
+  node,
   limits: {
     memory_mib: s.record.limits?.memoryMiB ?? null,
     cpus: s.record.limits?.cpus ?? null,

@@ -69,11 +69,12 @@ export function sandboxCommands(program: Command, ctx: CliContext): void {
           console.log(JSON.stringify(r, null, 2));
         } else {
           printTable(
-            ["ID", "PID", "TAG", "NET", "READY_MS", "TOTAL_MS", "PORTS"],
+            ["ID", "PID", "TAG", "NODE", "NET", "READY_MS", "TOTAL_MS", "PORTS"],
             r.sandboxes.map((s) => [
               s.id,
               String(s.pid),
               s.tag,
+              s.node ?? "-",
               s.network.mode,
               String(Math.round(s.timings.ready_ms)),
               String(Math.round(s.timings.total_ms)),
@@ -96,8 +97,8 @@ export function sandboxCommands(program: Command, ctx: CliContext): void {
       if (o.json) console.log(JSON.stringify(r.sandboxes, null, 2));
       else
         printTable(
-          ["ID", "PID", "TAG", "STATE", "CREATED"],
-          r.sandboxes.map((s) => [s.id, String(s.pid), s.tag, s.state, s.created]),
+          ["ID", "PID", "TAG", "STATE", "NODE", "CREATED"],
+          r.sandboxes.map((s) => [s.id, String(s.pid), s.tag, s.state, s.node ?? "-", s.created]),
         );
     });
 

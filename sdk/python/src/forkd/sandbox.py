@@ -32,6 +32,8 @@ class SandboxInfo:
         self.state = w["state"]
         self.started_at = _when(w["created"])
         self.exit_reason = w["exit_reason"]
+        # The cluster node it runs on; None: its daemon runs alone (not in a cluster).
+        self.node = w.get("node")
         # forkd's idle timeout (s; None: none)
         self.idle_timeout = w["timeout_ms"] / 1000 if w["timeout_ms"] is not None else None
         # E2B's absolute timeout: when it is killed (or paused: lifecycle on_timeout); None: none

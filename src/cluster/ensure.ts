@@ -1,0 +1,107 @@
+/**
+ * A fork of a snapshot this node lacks: when the catalog has it (made on a machine of this
+ * node's kind: else 409), it is fetched from a node that holds it, once however many forks wait
+ * for it (single flight), its chain with it. The transfer itself is a PeerPull (given the key
+ * and a function returning its holders, best first: the origin, then the warmest, each live
+ * and holding the catalog's digest); the copies it seals pass the catalog (catalog.ts
+ * expectCopy). Until the peer transfer is wired in, `peerTransferUnavailable` answers 503.
+ */
+import { ForkdError } from "../util/index.js";
+import type { CatalogGuard } from "./catalog.js";
+import type { NodeContext } from "./context.js";
+import { Holding, parseRecord } from "./records.js";
+import type { CatalogEntry, MachineKind } from "./records.js";
+
+/** A node that holds a snapshot, and where its REST listener is. */
+export interface Holder {
+  node: string;
+  url: string;
+}
+
+/** Fetches snapshot `key` (and what of its chain is missing) from `holders()`, best first. */
+export type PeerPull = (key: string, holders: () => Promise<Holder[]>) => Promise<void>;
+
+/** The placeholder until the peer transfer (src/snapshot/peer-pull.ts) is wired in. */
+export const peerTransferUnavailable: PeerPull = async (key) => {
+  throw new ForkdError(
+    "unavailable",
+    `peer transfer not available: snapshot ${key} is held by other nodes only`,
+    { tag: key },
+  );
+};
+
+const sameMachine = (a: MachineKind, b: MachineKind): boolean =>
+  a.accel === b.accel && a.qemu === b.qemu && a.cpu === b.cpu;
+
+const kindOf = (m: MachineKind): string => `${m.accel}, QEMU ${m.qemu}, CPU ${m.cpu}`;
+
+export class SnapshotFetch {
+  private readonly inflight = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly c: NodeContext,
+    private readonly catalog: CatalogGuard,
+    private readonly pull: PeerPull,
+  ) {}
+
+  async ensure(key: string): Promise<void> {
+    // Here, or being written here (an async branch: the fork waits for it).
+    if ((await this.c.store.has(key)) || (await this.c.store.pending(key))?.status === "writing") return;
+    const e = this.catalog.entry(key);
+    if (!e) return; // the fork says it is not found
+    if (!sameMachine(e.machine, this.c.machine))
+      throw new ForkdError(
+        "conflict",
+        `snapshot ${key} restores only on a machine like the one it was made on (${kindOf(e.machine)}); ` +
+          `node ${this.c.id} is ${kindOf(this.c.machine)}`,
+        { tag: key, node: this.c.id },
+      );
+    let flight = this.inflight.get(key);
+    if (!flight) {
+      flight = this.fetch(key, e).finally(() => this.inflight.delete(key));
+      this.inflight.set(key, flight);
+    }
+    await flight;
+  }
+
+  /** Nodes (live, not this one) holding `key` under the catalog's digest: origin first, then warmest. */
+  async holders(key: string): Promise<Holder[]> {
+    const e = this.catalog.entry(key);
+    if (!e) return [];
+    const live = [...this.c.nodes.values()].filter((n) => n.id !== this.c.id);
+    const found = await Promise.all(
+      live.map(async (n) => {
+        const raw = await this.c.kv.get(this.c.keys.holding(n.id, key)).catch(() => null);
+        const h = raw ? parseRecord(Holding, raw.value) : null;
+        return h && h.digest === e.digest ? { n, warm: h.warm } : null;
+      }),
+    );
+    return found
+      .filter((x) => x !== null)
+      .sort(
+        (a, b) =>
+          Number(b.n.id === e.origin) - Number(a.n.id === e.origin) ||
+          b.warm - a.warm ||
+          a.n.id.localeCompare(b.n.id),
+      )
+      .map((x) => ({ node: x.n.id, url: x.n.api }));
+  }
+
+  private async fetch(key: string, e: CatalogEntry): Promise<void> {
+    // The chain down to what is here: each copy is expected under the catalog's digest.
+    const chain: string[] = [];
+    for (let k: string | null = key, ent: CatalogEntry | undefined = e; k && ent && chain.length < 1000;) {
+      if (await this.c.store.has(k)) break;
+      chain.push(k);
+      this.catalog.expectCopy(k, ent.digest);
+      k = ent.parent;
+      ent = k ? this.catalog.entry(k) : undefined;
+    }
+    try {
+      this.c.log.info("cluster: fetching a snapshot from a peer", { tag: key, chain: chain.length });
+      await this.pull(key, () => this.holders(key));
+    } finally {
+      for (const k of chain) this.catalog.copyDone(k);
+    }
+  }
+}
