@@ -19,7 +19,7 @@ import type { Caller } from "./caller.js";
 import { OpenStreams } from "./open-streams.js";
 import { FileTokens } from "./tokens-file.js";
 import { MAX_TOKENS, TOKEN_ID_RE, TenantName, TokenScope } from "./token-entry.js";
-import type { TokenBacking , TokenEntry} from "./token-entry.js";
+import type { TokenBacking, TokenEntry } from "./token-entry.js";
 
 export { TOKEN_ID_RE, TenantName, TokenScope };
 export type { TokenEntry };
