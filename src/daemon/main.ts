@@ -33,7 +33,7 @@ import { AuditLog } from "../audit/index.js";
 import { SharingProbe } from "../metrics/index.js";
 import { Metrics } from "../metrics/index.js";
 import { readAccessConfig, readClusterConfig } from "./config.js";
-import { ClusterNode, peerTransferUnavailable } from "../cluster/index.js";
+import { ClusterNode, ClusterTokens, peerTransferUnavailable } from "../cluster/index.js";
 import { EtcdKv } from "../etcd/index.js";
 import { snapshotView } from "../api/index.js";
 import { defaultCpu } from "../vmm/index.js";
@@ -222,21 +222,28 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     staging_cleaned: cleaned.length,
   });
 
-  const tokens = new TokenStore(cfg.tokensFile);
+  // A node's tokens are the cluster's (etcd: every node and gateway follows them); alone, its file.
+  const tokens = new TokenStore(
+    clusterCfg && kv
+      ? new ClusterTokens(kv, clusterCfg.keys, (what) => log.warn("cluster tokens", { problem: what }))
+      : cfg.tokensFile,
+  );
   await tokens.load();
   const auth = new Authenticator(tokens, cfg.adminToken);
-  if (cfg.e2b && !cfg.e2b.loopback && !auth.hasTokens) {
+  // A node may start with none: the cluster's first token is made through a node's unix socket
+  // (docs/cluster.md, "The first admin token"); meanwhile its listeners refuse every request.
+  if (cfg.e2b && !cfg.e2b.loopback && !auth.hasTokens && !clusterCfg) {
     throw new ForkdError(
       "invalid_argument",
       `FORKD_E2B_LISTEN on ${cfg.e2b.host} (not loopback) needs a key: create one first ` +
-        `(forkd token create --tenant T --e2b) into ${cfg.tokensFile}, or set FORKD_TOKEN`,
+        `(forkd token create --tenant T --e2b) into ${tokens.backing.where}, or set FORKD_TOKEN`,
     );
   }
-  if (cfg.tcp && !cfg.tcp.loopback && !auth.hasTokens) {
+  if (cfg.tcp && !cfg.tcp.loopback && !auth.hasTokens && !clusterCfg) {
     throw new ForkdError(
       "invalid_argument",
       `FORKD_LISTEN on ${cfg.tcp.host} (not loopback) needs a token: set FORKD_TOKEN, or create ` +
-        `tokens first (forkd token create) into ${cfg.tokensFile}`,
+        `tokens first (forkd token create) into ${tokens.backing.where}`,
     );
   }
   const audit = await AuditLog.open({
