@@ -23,7 +23,8 @@ import {
   writeMeta,
 } from "../../src/snapshot/meta.js";
 import type { SnapshotMeta } from "../../src/snapshot/meta.js";
-import { registerStaged, stagePack, parsePackManifest } from "../../src/snapshot/pack.js";
+import { stagePack, parsePackManifest } from "../../src/snapshot/pack.js";
+import { registerStaged } from "../../src/snapshot/register.js";
 import { memoryDiffFile, SnapshotStore } from "../../src/snapshot/store.js";
 import { ForkdError } from "../../src/util/errors.js";
 import { fakeMeta } from "../helpers/snapshots.js";
