@@ -2,7 +2,8 @@
  * The daemon: the single owner of snapshots and sandboxes. Builds every service, recovers state
  * left by an earlier daemon (re-adopting running children), and serves the API on a unix socket
  * (mode 0600: the local admin) and, with bearer tokens, on TCP (optionally TLS). Every listener
- * shares the limits, the audit log and the metrics.
+ * shares the limits, the audit log and the metrics. With a cluster secret, the TCP listener also
+ * serves the peer routes (/peer/v1/: src/peer/), through which other nodes pull snapshots.
  */
 import { parseLiveMode } from "../vmm/index.js";
 import { Cgroups } from "../host/index.js";
@@ -16,6 +17,8 @@ import { guard, httpOptions } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
 import { createAdaptorServer } from "@hono/node-server";
 import { AuthFailureLimiter } from "../access/index.js";
+import { PEER_PURPOSE } from "../access/index.js";
+import { createPeerApp } from "../peer/index.js";
 import { SandboxQuota } from "../access/index.js";
 import { RateLimiter } from "../access/index.js";
 import { Authenticator, TokenStore } from "../access/index.js";
@@ -278,6 +281,15 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     buildNetwork: buildNetworkOf(network),
     cache,
     reservedTags: reserved,
+    ...(cfg.cluster
+      ? {
+          peer: {
+            bearer: cfg.cluster.secret.bearer(PEER_PURPOSE),
+            idleMs: cfg.cluster.peerIdleMs,
+            onBytes: (n: number) => metrics.peerPulled(n),
+          },
+        }
+      : {}),
   });
   const services: ApiServices & E2bServices = {
     store,
@@ -333,7 +345,13 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   let tcpAddress: string | null = null;
   if (cfg.tcp) {
     const tcpApp = createApp(services, { auth });
-    const server = await listenTcp(cfg.tcp, tcpApp, cfg.listeners);
+    // With a cluster secret, /peer/ is the peer routes' (src/peer/): other nodes pull snapshots there.
+    const peerApp = cfg.cluster ? createPeerApp({ snapshots, secret: cfg.cluster.secret, log }) : null;
+    const server = await listenTcp(
+      cfg.tcp,
+      peerApp ? withPeerRoutes(tcpApp, peerApp) : tcpApp,
+      cfg.listeners,
+    );
     server.on("upgrade", wsUpgradeHandler(tcpApp, TERMINAL_UPGRADE, upgradeFailed));
     servers.push(server);
     const a = server.address();
@@ -359,6 +377,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     if (!cfg.e2b.tls && !cfg.e2b.loopback)
       log.warn("E2B listener without TLS on a non-loopback address: keys cross the network in clear");
   }
+  if (cfg.cluster && !cfg.tcp)
+    log.warn("FORKD_CLUSTER_SECRET_FILE is set but FORKD_LISTEN is not: peers cannot pull from this node");
   log.info("forkd daemon listening", {
     socket: paths.socket,
     tcp: tcpAddress,
@@ -417,6 +437,16 @@ export function unixServer(
   const server = createAdaptorServer({ fetch: app.fetch, serverOptions: httpOptions(limits) }) as Server;
   guard(server, { ...limits, perAddress: limits.maxConnections });
   return server;
+}
+
+type Fetch = ReturnType<typeof createApp>["fetch"];
+
+/** `app`, but requests whose path starts with /peer/ go to `peer` (src/peer/). */
+function withPeerRoutes(app: { fetch: Fetch }, peer: { fetch: Fetch }): { fetch: Fetch } {
+  return {
+    fetch: (req, ...rest) =>
+      (new URL(req.url).pathname.startsWith("/peer/") ? peer : app).fetch(req, ...rest),
+  };
 }
 
 /** The TCP listener (HTTPS with a certificate), guarded (../util/listener-guard.ts). */

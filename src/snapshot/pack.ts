@@ -175,10 +175,11 @@ export async function packSnapshot(
   tag: string,
   out: NodeJS.WritableStream,
   crash?: CrashPoint,
+  sums?: FileSums,
 ): Promise<void> {
   const dir = store.stagingDir(`pack-${tag}-${Date.now().toString(36)}`);
   try {
-    await stagePack(store, tag, dir);
+    await stagePack(store, tag, dir, sums);
     // manifest.json first: an unpack bounds every later file by the size it states.
     const tar = spawn(
       "tar",

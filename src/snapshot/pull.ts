@@ -38,6 +38,8 @@ const MAX_PACK_BYTES = 256 * 2 ** 30;
 export interface PullRequest {
   ref?: string;
   url?: string;
+  /** A peer node's URL: `tag` is then the key pulled from it (the snapshot service's pullFromPeers). */
+  peer?: string;
   /** Register the pulled snapshot (the top of its chain) under this tag. */
   tag?: string;
   insecure: boolean;
@@ -58,7 +60,7 @@ export async function pullSnapshot(
   req: PullRequest,
   progress: Progress = () => undefined,
 ): Promise<PullResult> {
-  if ((req.ref === undefined) === (req.url === undefined)) {
+  if ((req.ref === undefined) === (req.url === undefined) || req.peer !== undefined) {
     throw new ForkdError("invalid_argument", "give exactly one of ref and url");
   }
   if (req.tag !== undefined) assertKey(req.tag);
