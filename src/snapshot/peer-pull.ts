@@ -14,8 +14,9 @@
  * is not used.
  *
  * One pull per key per node: concurrent pulls of a key share the first one (each caller gets
- * its progress lines and result), and a pull whose chain holds a key being pulled waits for
- * that pull first, so a base shared by both is downloaded once.
+ * its progress lines and result), and a pull whose chain shares a key with one that started
+ * earlier (a base, or the key itself pulled as another's ancestor) waits for that pull first,
+ * so a file is downloaded once. (Waits go only to earlier pulls: none waits in a circle.)
  */
 import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
@@ -53,7 +54,13 @@ export interface PeerPullResult extends StagedPullResult {
 }
 
 interface Flight {
+  /** Its place in the order pulls started here: a pull waits only for earlier ones. */
+  seq: number;
   listeners: Set<Progress>;
+  /** The keys of its chain, once its manifest is read (none if it could not be). */
+  chain: Promise<Set<string>>;
+  /** Settles `chain`. */
+  known: (keys: Set<string>) => void;
   done: Promise<PeerPullResult>;
 }
 
@@ -74,6 +81,7 @@ function otherSnapshot(first: PeerManifest, m: PeerManifest): string | null {
 
 export class PeerPuller {
   private readonly flights = new Map<string, Flight>();
+  private started = 0;
 
   constructor(private readonly o: PeerPullOptions) {}
 
@@ -110,9 +118,21 @@ export class PeerPuller {
         }
       }
     };
-    const done = this.run(deps, key, holders, fan).finally(() => this.flights.delete(key));
-    this.flights.set(key, { listeners, done });
-    return done;
+    let known: (keys: Set<string>) => void = () => undefined;
+    const chain = new Promise<Set<string>>((r) => (known = r));
+    const flight: Flight = {
+      seq: ++this.started,
+      listeners,
+      chain,
+      known,
+      done: Promise.resolve(null as never),
+    };
+    flight.done = this.run(deps, key, holders, fan, flight).finally(() => {
+      flight.known(new Set());
+      this.flights.delete(key);
+    });
+    this.flights.set(key, flight);
+    return flight.done;
   }
 
   private async run(
@@ -120,8 +140,10 @@ export class PeerPuller {
     key: string,
     holders: () => Promise<Holder[]>,
     progress: Progress,
+    self: Flight,
   ): Promise<PeerPullResult> {
-    if (await deps.store.has(key)) {
+    const here = async (): Promise<PeerPullResult | null> => {
+      if (!(await deps.store.has(key))) return null;
       progress(`${key} is here already`, { phase: "register" });
       return {
         tag: key,
@@ -130,7 +152,9 @@ export class PeerPuller {
         bytes: { downloaded: 0, files: [] },
         from: [],
       };
-    }
+    };
+    const already = await here();
+    if (already) return already;
     const first = await holders();
     if (first.length === 0) throw new ForkdError("not_found", `no node holds ${key}`, { tag: key });
     const manifests = new Map<string, PeerManifest>();
@@ -158,14 +182,18 @@ export class PeerPuller {
       );
     }
     const manifest = head.m;
-    // Its ancestors being pulled here already: that pull downloads what this one would again.
-    for (const k of manifest.chain.slice(0, -1)) {
-      const f = this.flights.get(k);
-      if (f) {
-        progress(`waiting for the pull of ${k} in progress`, { phase: "manifest" });
-        await f.done.catch(() => undefined);
-      }
+    self.known(new Set(manifest.chain));
+    // A pull that started here earlier and registers some of this chain (the key itself, or an
+    // ancestor): this one waits for it rather than download the same files again.
+    for (const f of [...this.flights.values()]) {
+      if (f.seq >= self.seq) continue;
+      const theirs = await f.chain;
+      if (!manifest.chain.some((k) => theirs.has(k))) continue;
+      progress(`waiting for the pull in progress of ${[...theirs].pop() ?? ""}`, { phase: "manifest" });
+      await f.done.catch(() => undefined);
     }
+    const now = await here();
+    if (now) return now;
     const from: string[] = [];
     const r = await pullStaged(
       deps,
@@ -213,6 +241,12 @@ export class PeerPuller {
       st.hash = createHash("sha256");
       await fh.truncate(0);
     };
+    const done = async (h: Holder) => {
+      await fh.truncate(st.target.size);
+      await fh.sync();
+      served(h.node);
+      return { wire: st.wire, sum: st.target };
+    };
     const errors: string[] = [];
     /** Holders whose copy of this file did not match its sum: not asked again. */
     const bad = new Set<string>();
@@ -225,6 +259,11 @@ export class PeerPuller {
         }
         for (const h of list) {
           if (bad.has(h.url)) continue;
+          // All its bytes came before a holder failed (it sent more): the sum decides.
+          if (st.pos === st.target.size && st.pos > 0) {
+            if (st.hash.copy().digest("hex") === st.target.sha256) return await done(h);
+            await restart(st.target);
+          }
           const sum = await this.sumAt(h, key, head, manifests, f.path).catch((e: unknown) => {
             errors.push(errorMessage(e));
             return null;
@@ -249,12 +288,7 @@ export class PeerPuller {
             errors.push(errorMessage(e));
             continue;
           }
-          if (st.hash.digest("hex") === st.target.sha256) {
-            await fh.truncate(st.target.size);
-            await fh.sync();
-            served(h.node);
-            return { wire: st.wire, sum: st.target };
-          }
+          if (st.hash.copy().digest("hex") === st.target.sha256) return await done(h);
           // Its copy is not what its manifest says: the file starts again, elsewhere.
           errors.push(`${f.path} from ${h.node} does not match its sha256`);
           await restart(st.target);
