@@ -6,10 +6,11 @@
  * Each snapshot's own files are its memory image (a diff snapshot's memory.diff instead: its
  * base's image belongs to the base), its device state and its disk layer, with the sums its
  * metadata records (sealed with them), and its meta.json as it is now (hashed: FileSums). The
- * guest image's four files are those of the root's image directory (hashed once: FileSums).
+ * guest image's four files are those of the root's image directory, with the sums its
+ * manifest.json records where those are to be believed, else hashed once (FileSums).
  */
 import { join } from "node:path";
-import { IMAGE_FILES } from "../image/index.js";
+import { IMAGE_FILES, recordedImageSums } from "../image/index.js";
 import type { ImageFile } from "../image/index.js";
 import { ForkdError } from "../util/index.js";
 import type { FileSum, FileSums } from "./file-sums.js";
@@ -59,12 +60,18 @@ export async function ownFiles(
   return out;
 }
 
-/** The four files of the guest image in `dir`, in IMAGE_FILES order. */
+/**
+ * The four files of the guest image in `dir`, in IMAGE_FILES order, with the sums its
+ * manifest.json records when they are to be believed (image/content.ts recordedImageSums: no
+ * hashing of a root filesystem of some GiB), else hashed.
+ */
 export async function imageFiles(dir: string, sums: FileSums): Promise<Map<ImageFile, HeldFile>> {
+  const recorded = await recordedImageSums(dir);
   const out = new Map<ImageFile, HeldFile>();
   for (const f of IMAGE_FILES) {
     const src = join(dir, f);
-    out.set(f, { src, ...(await sums.of(src)) });
+    const r = recorded?.[f];
+    out.set(f, { src, ...(r ? { size: r.size, sha256: r.sha256 } : await sums.of(src)) });
   }
   return out;
 }

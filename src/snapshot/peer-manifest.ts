@@ -17,7 +17,6 @@ import { ForkdError } from "../util/index.js";
 import { isValidKey } from "../util/index.js";
 import { listChain } from "./chain-files.js";
 import type { FileSums } from "./file-sums.js";
-import { splitKey } from "./namespace.js";
 import { PackManifestSchema, checkChainShape, parseManifestJson, stagedDir } from "./pack.js";
 import type { SnapshotMeta } from "./meta.js";
 import type { SnapshotStore } from "./store.js";
@@ -32,7 +31,8 @@ export type PeerManifest = z.infer<typeof PeerManifestSchema>;
 
 /**
  * Parses a peer's manifest (at most 16 MiB) and checks its shape as a pack's (checkChainShape,
- * with store keys for tags), one owner per snapshot, and a tenant's key owned by that tenant.
+ * with store keys for tags) and one owner per snapshot (each as its meta.json records it, which
+ * registration checks: an admin's branch in a tenant's namespace may be owned by no tenant).
  */
 export function parsePeerManifest(raw: string): PeerManifest {
   const m = parseManifestJson(raw, PeerManifestSchema, "peer manifest");
@@ -41,13 +41,6 @@ export function parsePeerManifest(raw: string): PeerManifest {
     throw new ForkdError("invalid_argument", "peer manifest: one owner per snapshot of its chain", {
       field: "owners",
     });
-  for (const [i, key] of m.chain.entries()) {
-    const ns = splitKey(key).ns;
-    if (ns !== null && m.owners[i] !== ns)
-      throw new ForkdError("invalid_argument", `peer manifest: ${key} is not owned by ${ns}`, {
-        field: "owners",
-      });
-  }
   return m;
 }
 

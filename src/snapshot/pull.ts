@@ -38,8 +38,11 @@ const MAX_PACK_BYTES = 256 * 2 ** 30;
 export interface PullRequest {
   ref?: string;
   url?: string;
-  /** A peer node's URL: `tag` is then the key pulled from it (the snapshot service's pullFromPeers). */
-  peer?: string;
+  /**
+   * Peer nodes' URLs (holders, best first): `tag` is then the key pulled from them (the snapshot
+   * service's pullFromPeers).
+   */
+  peer?: string | string[];
   /** Register the pulled snapshot (the top of its chain) under this tag. */
   tag?: string;
   insecure: boolean;

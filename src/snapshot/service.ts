@@ -422,16 +422,16 @@ export class SnapshotService {
           field: "tag",
         },
       );
-    const peer = req.peer ?? "";
+    const urls = typeof req.peer === "string" ? [req.peer] : (req.peer ?? []);
     const r = await this.pullFromPeers(
       assertKey(req.tag),
-      () => Promise.resolve([{ node: peer, url: peer }]),
+      () => Promise.resolve(urls.map((url) => ({ node: url, url }))),
       progress,
     );
     return {
       tag: r.tag,
       published: r.published,
-      source: peer,
+      source: r.from.join(", ") || urls.join(", "),
       digest: null,
       blobs: r.files,
       bytes: r.bytes,

@@ -1288,8 +1288,8 @@ export interface components {
             ref?: string;
             /** @description A pack file (forkd pack) at an https URL (http on loopback, or with insecure) */
             url?: string;
-            /** @description A peer forkd node's URL (http or https): pull snapshot `tag` (a store key, e.g. alice/app) from it, with its chain and guest image, under the same keys and owners; needs the cluster secret (FORKD_CLUSTER_SECRET_FILE) on both nodes */
-            peer?: string;
+            /** @description A peer forkd node's URL (http or https), or several (holders, best first: a file that fails on one resumes on the next): pull snapshot `tag` (a store key, e.g. alice/app) with its chain and guest image, under the same keys and owners; needs the cluster secret (FORKD_CLUSTER_SECRET_FILE) on both nodes */
+            peer?: string | string[];
             /** @description Register the pulled snapshot under this tag (its ancestors keep theirs); with peer: the key to pull */
             tag?: string;
             /**

@@ -621,13 +621,12 @@ export const Pull = named(
         .optional()
         .describe("A pack file (forkd pack) at an https URL (http on loopback, or with insecure)"),
       peer: z
-        .string()
-        .max(4096)
+        .union([z.string().max(4096), z.array(z.string().max(4096)).min(1).max(16)])
         .optional()
         .describe(
-          "A peer forkd node's URL (http or https): pull snapshot `tag` (a store key, e.g. alice/app) from it, " +
-            "with its chain and guest image, under the same keys and owners; needs the cluster secret " +
-            "(FORKD_CLUSTER_SECRET_FILE) on both nodes",
+          "A peer forkd node's URL (http or https), or several (holders, best first: a file that fails on one " +
+            "resumes on the next): pull snapshot `tag` (a store key, e.g. alice/app) with its chain and guest " +
+            "image, under the same keys and owners; needs the cluster secret (FORKD_CLUSTER_SECRET_FILE) on both nodes",
         ),
       tag: Tag.optional().describe(
         "Register the pulled snapshot under this tag (its ancestors keep theirs); with peer: the key to pull",

@@ -113,11 +113,14 @@ export function transferCommands(program: Command, ctx: CliContext): void {
     )
     .argument("<source>", "HOST[:PORT]/NAME[:TAG|@DIGEST], https://…/FILE.tar.zst, or with --peer the key")
     .option("--tag <tag>", "register the snapshot under this tag (its ancestors keep theirs)")
-    .option("--peer <url>", "pull the key <source> from this peer node (its FORKD_NODE_ADDR; admins only)")
+    .option(
+      "--peer <url...>",
+      "pull the key <source> from this peer node, or these (best first; its FORKD_NODE_ADDR; admins only)",
+    )
     .option("--insecure", "allow plain http to a host that is not on loopback")
     .option("--json", "print the result as JSON")
     .action(
-      async (source: string, o: { tag?: string; peer?: string; insecure?: boolean; json?: boolean }) => {
+      async (source: string, o: { tag?: string; peer?: string[]; insecure?: boolean; json?: boolean }) => {
         const api = await ctx.ready();
         const isUrl = /^[a-z][a-z0-9+.-]*:\/\//i.test(source);
         if (o.peer !== undefined && o.tag !== undefined)
