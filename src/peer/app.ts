@@ -116,7 +116,7 @@ export function createPeerApp(s: PeerServices): Hono<PeerEnv> {
           })
           .finally(() => void fh.close().catch(() => undefined));
       },
-      { outgoing: c.env?.outgoing, stallMs: STALL_MS },
+      { outgoing: c.env?.outgoing, stallMs: STALL_MS, highWaterMark: 8 << 20 },
     );
     return new Response(body, {
       status: r ? 206 : 200,

@@ -30,7 +30,7 @@ import { fetchBlob, fetchPeerManifest } from "./peer-client.js";
 import type { BlobState, Holder, PeerClientOptions } from "./peer-client.js";
 import type { PeerManifest } from "./peer-manifest.js";
 import { pullStaged } from "./staged-pull.js";
-import type { PullFile, StagedPullResult } from "./staged-pull.js";
+import type { Fetched, PullFile, StagedPullResult } from "./staged-pull.js";
 
 export type { Holder } from "./peer-client.js";
 
@@ -227,7 +227,7 @@ export class PeerPuller {
     tick: (n: number) => void,
     progress: Progress,
     served: (node: string) => void,
-  ): Promise<{ wire: number; sum: FileSum }> {
+  ): Promise<Fetched> {
     const fh = await open(out, "wx", 0o600);
     const st: BlobState = {
       target: { size: f.size, sha256: f.sha256 },
@@ -245,7 +245,7 @@ export class PeerPuller {
       await fh.truncate(st.target.size);
       await fh.sync();
       served(h.node);
-      return { wire: st.wire, sum: st.target };
+      return { wire: st.wire, sum: st.target, hashed: true };
     };
     const errors: string[] = [];
     /** Holders whose copy of this file did not match its sum: not asked again. */

@@ -180,7 +180,7 @@ async function pullRef(
         const l = digests.get(f.path);
         if (!l) throw new ForkdError("internal", `no layer for ${f.path}`);
         await decompressTo(await client.openBlob(l.digest, l.size), out, f.size);
-        return { wire: l.size, sum: { size: f.size, sha256: f.sha256 } };
+        return { wire: l.size, sum: { size: f.size, sha256: f.sha256 }, hashed: false };
       },
       register: req.tag !== undefined ? { as: req.tag } : {},
       what: "pull",

@@ -7,7 +7,8 @@
  * presentHere), memory and device-state files with the sha256 of a local snapshot's are
  * hard-linked from it; every other file is fetched by the source into a staging directory,
  * verified against its size and sha256 as it streams. Then manifest.json is written with the
- * sums of the files staged, and registration verifies and publishes the chain (register.ts).
+ * sums of the files staged, and registration verifies and publishes the chain (register.ts;
+ * a file the source hashed as it staged it is not read again).
  * Nothing is left staged, whatever happens.
  */
 import { mkdir, rm, writeFile } from "node:fs/promises";
@@ -36,6 +37,8 @@ export interface Fetched {
   wire: number;
   /** The file staged (a peer other than the first may hold its own disk layer and metadata). */
   sum: FileSum;
+  /** `sum` was computed over the very bytes staged (registration need not read them again). */
+  hashed: boolean;
 }
 
 /**
@@ -86,6 +89,7 @@ export async function pullStaged(
     const skip = await presentHere(deps, p.manifest, p.register);
     const local = await localFiles(deps);
     const staged: ChainManifest["files"] = { ...p.manifest.files };
+    const verified = new Map<string, FileSum>();
     // Wire bytes of every file: a file here already counts as done.
     const totalBytes = p.files.reduce((a, f) => a + f.wire, 0);
     let doneBytes = 0;
@@ -118,6 +122,7 @@ export async function pullStaged(
         });
       });
       staged[f.path] = got.sum;
+      if (got.hashed) verified.set(f.path, got.sum);
       out.files.downloaded++;
       out.bytes.downloaded += got.wire;
       out.bytes.files.push({ path: f.path, bytes: got.wire });
@@ -133,7 +138,7 @@ export async function pullStaged(
       mode: 0o600,
     });
     progress("verifying and registering the chain", { phase: "register" });
-    const r = await registerStaged(deps, dir, { ...p.register, allowPresent: true });
+    const r = await registerStaged(deps, dir, { ...p.register, allowPresent: true, verified });
     progress(`${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"})`, {
       phase: "register",
     });
