@@ -20,6 +20,7 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { createAdaptorServer } from "@hono/node-server";
 import { ClusterSecret, PEER_PURPOSE } from "../../src/access/cluster-secret.js";
+import { readAccessConfig } from "../../src/daemon/config.js";
 import { createPeerApp } from "../../src/peer/app.js";
 import { byteRange } from "../../src/peer/range.js";
 import { FileSums } from "../../src/snapshot/file-sums.js";
@@ -257,6 +258,23 @@ test("a cluster secret file must be its owner's alone and at least 32 bytes", as
   await assert.rejects(ClusterSecret.read(file), /holds 31 bytes; a cluster secret needs at least 32/);
   await assert.rejects(ClusterSecret.read(join(s.root, "none")), /cannot be read: ENOENT/);
   await assert.rejects(ClusterSecret.read(s.root), /not a regular file/);
+  // The daemon reads it once, with its other settings: a bad one stops the start.
+  await assert.rejects(
+    readAccessConfig({ FORKD_CLUSTER_SECRET_FILE: file }, s.root),
+    /FORKD_CLUSTER_SECRET_FILE .*holds 31 bytes/,
+  );
+  await writeFile(file, "k".repeat(64), { mode: 0o600 });
+  const cfg = await readAccessConfig({ FORKD_CLUSTER_SECRET_FILE: file, FORKD_PEER_IDLE_MS: "5000" }, s.root);
+  assert.equal(cfg.cluster?.peerIdleMs, 5000);
+  assert.equal(
+    cfg.cluster?.secret.bearer(PEER_PURPOSE),
+    ClusterSecret.of(Buffer.from("k".repeat(64))).bearer(PEER_PURPOSE),
+  );
+  assert.equal((await readAccessConfig({}, s.root)).cluster, null);
+  await assert.rejects(
+    readAccessConfig({ FORKD_CLUSTER_SECRET_FILE: file, FORKD_PEER_IDLE_MS: "x" }, s.root),
+    /FORKD_PEER_IDLE_MS/,
+  );
 });
 
 test("Range: bytes=N-, N-M and -N; anything else is the whole file; past the end is 416", () => {
