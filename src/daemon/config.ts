@@ -12,7 +12,7 @@ import type { AuthFailureLimits } from "../access/index.js";
 import { ClusterKeys, DEFAULT_PREFIX, assertNodeId } from "../cluster/index.js";
 import { parseEndpoints } from "../etcd/index.js";
 import type { EtcdEndpoints } from "../etcd/index.js";
-import { readClusterSecret } from "./cluster-secret.js";
+import { ClusterSecret } from "../access/index.js";
 import { DEFAULT_BUILD_CAPS } from "../access/index.js";
 import type { BuildCaps } from "../access/index.js";
 import type { RateLimits } from "../access/index.js";
@@ -55,6 +55,12 @@ export interface AccessConfig {
   audit: { dir: string; maxBytes: number; keep: number };
   /** Every listener's connection bounds and timeouts (src/util/listener-guard.ts). */
   listeners: ListenerLimits;
+  /**
+   * FORKD_CLUSTER_SECRET_FILE: the cluster's secret (0600, >= 32 bytes), which opens the peer
+   * routes (src/peer/) and lets this node pull from its peers; FORKD_PEER_IDLE_MS: how long a
+   * pull waits on a silent peer before it moves to another. Null: no cluster secret.
+   */
+  cluster: { secret: ClusterSecret; peerIdleMs: number } | null;
 }
 
 function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
@@ -114,10 +120,18 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
     throw new ForkdError("invalid_argument", "FORKD_E2B_DOMAIN needs FORKD_E2B_LISTEN");
   }
   const d = DEFAULT_BODY_LIMITS;
+  const secretFile = env.FORKD_CLUSTER_SECRET_FILE;
+  const cluster = secretFile
+    ? {
+        secret: await ClusterSecret.read(secretFile),
+        peerIdleMs: int(env, "FORKD_PEER_IDLE_MS", 30_000, 100),
+      }
+    : null;
   return {
     tcp,
     e2b,
     adminToken,
+    cluster,
     listeners: {
       maxConnections,
       perAddress: int(env, "FORKD_CONNECTIONS_PER_ADDRESS", DEFAULT_LIMITS.perAddress, 1),
@@ -191,7 +205,7 @@ export interface ClusterConfig {
   /** FORKD_NODE_E2B_ADDR: its E2B listener's origin (null: not served). */
   e2b: string | null;
   /** FORKD_CLUSTER_SECRET_FILE's key (peers authenticate with it). */
-  secret: Buffer;
+  secret: ClusterSecret;
 }
 
 /** Settings that mean something only in a cluster. */
@@ -258,7 +272,7 @@ export async function readClusterConfig(env: NodeJS.ProcessEnv): Promise<Cluster
     nodeId: id,
     api,
     e2b,
-    secret: await readClusterSecret(env.FORKD_CLUSTER_SECRET_FILE),
+    secret: await ClusterSecret.read(env.FORKD_CLUSTER_SECRET_FILE),
   };
 }
 

@@ -5,6 +5,8 @@
  * shares the limits, the audit log and the metrics. With FORKD_CLUSTER it is a node of a
  * cluster (src/cluster/node.ts): it joins before it serves, and its store and sandbox service
  * are given the cluster; without, it runs alone exactly as before.
+ * With a cluster secret, the TCP listener also serves the peer routes (/peer/v1/: src/peer/),
+ * through which other nodes pull snapshots.
  */
 import { parseLiveMode } from "../vmm/index.js";
 import { Cgroups } from "../host/index.js";
@@ -18,6 +20,8 @@ import { guard, httpOptions } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
 import { createAdaptorServer } from "@hono/node-server";
 import { AuthFailureLimiter } from "../access/index.js";
+import { PEER_PURPOSE } from "../access/index.js";
+import { createPeerApp } from "../peer/index.js";
 import { SandboxQuota } from "../access/index.js";
 import { RateLimiter } from "../access/index.js";
 import { Authenticator, TokenStore } from "../access/index.js";
@@ -34,6 +38,7 @@ import { SharingProbe } from "../metrics/index.js";
 import { Metrics } from "../metrics/index.js";
 import { readAccessConfig, readClusterConfig } from "./config.js";
 import { ClusterNode, ClusterTokens, peerTransferUnavailable } from "../cluster/index.js";
+import type { PeerPull } from "../cluster/index.js";
 import { EtcdKv } from "../etcd/index.js";
 import { snapshotView } from "../api/index.js";
 import { defaultCpu } from "../vmm/index.js";
@@ -149,6 +154,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const maxSandboxes = Number(env.FORKD_MAX_SANDBOXES ?? 1000);
   // A node of a cluster: its store and sandbox service are given it; it joins once they recovered.
   const kv = clusterCfg ? new EtcdKv(clusterCfg.endpoints, { tls: clusterCfg.tls }) : null;
+  // A snapshot this node lacks is pulled from its holders by the snapshot service (made below).
+  const peerPull: { fn: PeerPull } = { fn: peerTransferUnavailable };
   const node =
     clusterCfg && kv
       ? new ClusterNode({
@@ -163,8 +170,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
           dir: join(paths.dataDir, "cluster"),
           log,
           view: (meta) => snapshotView(meta),
-          // The peer transfer is wired here (src/snapshot/peer-pull.ts); until then, 503.
-          pull: peerTransferUnavailable,
+          pull: (key, holders) => peerPull.fn(key, holders),
         })
       : null;
   const store = new SnapshotStore(snapshotsDir(paths), events, node);
@@ -315,7 +321,19 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     buildNetwork: buildNetworkOf(network),
     cache,
     reservedTags: reserved,
+    ...(cfg.cluster
+      ? {
+          peer: {
+            bearer: cfg.cluster.secret.bearer(PEER_PURPOSE),
+            idleMs: cfg.cluster.peerIdleMs,
+            onBytes: (n: number) => metrics.peerPulled(n),
+          },
+        }
+      : {}),
   });
+  peerPull.fn = async (key, holders) => {
+    await snapshots.pullFromPeers(key, holders);
+  };
   // A node joins now (what survived is recovered): reconciled with the cluster before it serves.
   if (node) {
     try {
@@ -385,7 +403,13 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   let tcpAddress: string | null = null;
   if (cfg.tcp) {
     const tcpApp = createApp(services, { auth });
-    const server = await listenTcp(cfg.tcp, tcpApp, cfg.listeners);
+    // With a cluster secret, /peer/ is the peer routes' (src/peer/): other nodes pull snapshots there.
+    const peerApp = cfg.cluster ? createPeerApp({ snapshots, secret: cfg.cluster.secret, log }) : null;
+    const server = await listenTcp(
+      cfg.tcp,
+      peerApp ? withPeerRoutes(tcpApp, peerApp) : tcpApp,
+      cfg.listeners,
+    );
     server.on("upgrade", wsUpgradeHandler(tcpApp, TERMINAL_UPGRADE, upgradeFailed));
     servers.push(server);
     const a = server.address();
@@ -411,6 +435,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     if (!cfg.e2b.tls && !cfg.e2b.loopback)
       log.warn("E2B listener without TLS on a non-loopback address: keys cross the network in clear");
   }
+  if (cfg.cluster && !cfg.tcp)
+    log.warn("FORKD_CLUSTER_SECRET_FILE is set but FORKD_LISTEN is not: peers cannot pull from this node");
   log.info("forkd daemon listening", {
     socket: paths.socket,
     tcp: tcpAddress,
@@ -473,6 +499,16 @@ export function unixServer(
   const server = createAdaptorServer({ fetch: app.fetch, serverOptions: httpOptions(limits) }) as Server;
   guard(server, { ...limits, perAddress: limits.maxConnections });
   return server;
+}
+
+type Fetch = ReturnType<typeof createApp>["fetch"];
+
+/** `app`, but requests whose path starts with /peer/ go to `peer` (src/peer/). */
+function withPeerRoutes(app: { fetch: Fetch }, peer: { fetch: Fetch }): { fetch: Fetch } {
+  return {
+    fetch: (req, ...rest) =>
+      (new URL(req.url).pathname.startsWith("/peer/") ? peer : app).fetch(req, ...rest),
+  };
 }
 
 /** The TCP listener (HTTPS with a certificate), guarded (../util/listener-guard.ts). */

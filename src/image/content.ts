@@ -13,7 +13,7 @@
  */
 import { createHash } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { z } from "zod";
 import { ForkdError } from "../util/index.js";
 import { exists } from "../util/index.js";
@@ -60,25 +60,56 @@ const BuiltManifest = z.object({
   }),
 });
 
+/** The four files' sums an image's manifest.json records (with its own), and its image hash. */
+async function recorded(
+  dir: string,
+): Promise<{ sums: Record<ImageFile, FileSum>; imageHash: string } | null> {
+  try {
+    const raw = await readFile(join(dir, "manifest.json"));
+    if (raw.length > 1 << 20) return null;
+    const m = BuiltManifest.parse(JSON.parse(raw.toString("utf8")));
+    return {
+      imageHash: m.image_hash,
+      sums: {
+        ...m.files,
+        "manifest.json": { size: raw.length, sha256: createHash("sha256").update(raw).digest("hex") },
+      },
+    };
+  } catch {
+    return null;
+  }
+}
+
+/** Whether `dir` holds the builder's provenance record naming `imageHash`. */
+const builtWith = async (dir: string, imageHash: string): Promise<boolean> =>
+  readFile(join(dir, "provenance"), "utf8").then(
+    (prov) => prov.split("\n").includes(`image_hash=${imageHash}`),
+    () => false,
+  );
+
 /**
  * The content address of an image the builder made (`dir` holds its provenance record naming
  * the hash in its manifest), from the sums the builder recorded while building and the
  * manifest's own hash; null for anything else (an image of unknown origin is never reused).
  */
 export async function builtImageAddress(dir: string): Promise<string | null> {
-  try {
-    const raw = await readFile(join(dir, "manifest.json"));
-    if (raw.length > 1 << 20) return null;
-    const m = BuiltManifest.parse(JSON.parse(raw.toString("utf8")));
-    const prov = await readFile(join(dir, "provenance"), "utf8");
-    if (!prov.split("\n").includes(`image_hash=${m.image_hash}`)) return null;
-    return imageAddress({
-      ...m.files,
-      "manifest.json": { size: raw.length, sha256: createHash("sha256").update(raw).digest("hex") },
-    });
-  } catch {
-    return null;
-  }
+  const r = await recorded(dir);
+  if (!r || !(await builtWith(dir, r.imageHash))) return null;
+  return imageAddress(r.sums);
+}
+
+/**
+ * The sums of the four files of image directory `dir` as its manifest.json records them, when
+ * they are to be believed: an image the builder made (its provenance record), or one named by
+ * its content address (imported, or built from a Dockerfile) whose recorded sums make that very
+ * address (so they are the sums its files were verified against, or written with). Null
+ * otherwise: whoever needs the sums hashes the files.
+ */
+export async function recordedImageSums(dir: string): Promise<Record<ImageFile, FileSum> | null> {
+  const r = await recorded(dir);
+  if (!r) return null;
+  if (imageAddress(r.sums) === basename(dir) || (await builtWith(dir, r.imageHash))) return r.sums;
+  return null;
 }
 
 /**

@@ -5,7 +5,7 @@
  */
 export { ImageBuilder } from "./builder.js";
 export type { GuestImage } from "./builder.js";
-export { IMAGE_FILES, findImage, imageAddress, importedDir } from "./content.js";
+export { IMAGE_FILES, findImage, imageAddress, importedDir, recordedImageSums } from "./content.js";
 export type { ImageFile } from "./content.js";
 export { buildDockerfile } from "./dockerfile/build.js";
 export type { BaseImage, BuildNetwork, DockerfileBuildResult, FromResolver } from "./dockerfile/build.js";

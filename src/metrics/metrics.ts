@@ -44,6 +44,7 @@ export class Metrics {
   private readonly execSeconds: Histogram;
   private readonly failures: Counter<"op" | "reason">;
   private readonly processFailures: Counter<"kind">;
+  private readonly peerPulledBytes: Counter;
 
   constructor(src: MetricsSources) {
     const registers = [this.registry];
@@ -199,6 +200,11 @@ export class Metrics {
       labelNames: ["kind"],
       registers,
     });
+    this.peerPulledBytes = new Counter({
+      name: "forkd_peer_pulled_bytes_total",
+      help: "Bytes of snapshot and image files received from peers of the cluster (pulls from peers, src/snapshot/peer-pull.ts)",
+      registers,
+    });
     // Both series exist from the start (at 0), so an alert can watch them.
     for (const kind of ["unhandled_rejection", "uncaught_exception"]) this.processFailures.inc({ kind }, 0);
   }
@@ -220,6 +226,9 @@ export class Metrics {
   }
   processFailure(kind: "unhandled_rejection" | "uncaught_exception"): void {
     this.processFailures.inc({ kind });
+  }
+  peerPulled(bytes: number): void {
+    this.peerPulledBytes.inc(bytes);
   }
 
   async render(): Promise<{ contentType: string; text: string }> {

@@ -10,4 +10,5 @@ export type { Reach } from "./reach.js";
 export { DIGEST_RE, formatRef, parseRef, reference } from "./ref.js";
 export type { RegistryRef } from "./ref.js";
 export { registrySettings } from "./settings.js";
-export { bodyStream, checkScheme, discard, send } from "./transport.js";
+export { bodyStream, checkScheme, discard, readLimited, send } from "./transport.js";
+export type { Sent } from "./transport.js";

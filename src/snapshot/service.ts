@@ -29,6 +29,14 @@ import type { Progress } from "../util/index.js";
 import type { PushResult, TransferDeps } from "./push.js";
 import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./store.js";
 import { unpackSnapshot } from "./unpack.js";
+import { FileSums } from "./file-sums.js";
+import { heldFile } from "./held-files.js";
+import type { HeldFile } from "./chain-files.js";
+import { peerManifest } from "./peer-manifest.js";
+import type { PeerManifest } from "./peer-manifest.js";
+import { PEER_PULL_DEFAULTS, PeerPuller } from "./peer-pull.js";
+import type { Holder, PeerPullOptions, PeerPullResult } from "./peer-pull.js";
+import { assertKey } from "../util/index.js";
 import type { PinScope } from "../cache/index.js";
 import { Namespaces, reservedTags } from "./namespace.js";
 import type { KeyEntry, KeyLookup, Viewer } from "./namespace.js";
@@ -76,6 +84,11 @@ export interface SnapshotServiceOptions {
   cache?: CacheUse;
   /** Tags no tenant may take (absent: namespace.ts's defaults). */
   reservedTags?: ReadonlySet<string>;
+  /**
+   * Pulls from peers of the cluster (peer-pull.ts): the cluster secret's peer bearer and the
+   * bounds of each exchange (absent: this node pulls from no peer).
+   */
+  peer?: { bearer: string } & Partial<Omit<PeerPullOptions, "bearer">>;
 }
 
 /** Thrown when what an operation was about to use was collected from the cache meanwhile. */
@@ -86,10 +99,16 @@ export class SnapshotService {
   /** Tags by namespace: what a caller's tag is in the store (namespace.ts). */
   readonly namespaces: Namespaces;
 
+  /** Sums of files no metadata records (images, meta.json), hashed once (file-sums.ts). */
+  private readonly sums = new FileSums();
+  /** Pulls from peers, one per key (null: no cluster secret, no peer pulls). */
+  private readonly peers: PeerPuller | null;
+
   constructor(private readonly o: SnapshotServiceOptions) {
     // In a cluster a tag the catalog has is taken and found here too (src/cluster/).
     const keys: KeyLookup = o.store.cluster ? { lookup: (key) => this.lookup(key) } : o.store;
     this.namespaces = new Namespaces(keys, o.reservedTags ?? reservedTags(undefined));
+    this.peers = o.peer ? new PeerPuller({ ...PEER_PULL_DEFAULTS, ...o.peer }) : null;
   }
 
   /** What is at key `key`: here (ready, being written, failed), or in the cluster's catalog. */
@@ -319,7 +338,43 @@ export class SnapshotService {
 
   /** Streams `tag`'s pack (tar + zstd) into `out`. */
   pack(tag: string, out: NodeJS.WritableStream): Promise<void> {
-    return packSnapshot(this.o.store, tag, out, this.o.crash);
+    return packSnapshot(this.o.store, tag, out, this.o.crash, this.sums);
+  }
+
+  /** What a peer pulling `key` needs (peer-manifest.ts): not_found unless held here, ready. */
+  peerManifest(key: string): Promise<PeerManifest> {
+    return peerManifest(this.o.store, assertKey(key), this.sums);
+  }
+
+  /** The file of a snapshot held here (or of its image) whose sha256 is `sha256` (held-files.ts). */
+  heldFile(sha256: string): Promise<HeldFile> {
+    return heldFile(this.o.store, this.sums, sha256);
+  }
+
+  /**
+   * Pulls `key` (its chain and guest image) from the peers `holders()` names, best first,
+   * keeping its keys and owners; one pull per key on this node (peer-pull.ts).
+   */
+  async pullFromPeers(
+    key: string,
+    holders: () => Promise<Holder[]>,
+    progress: Progress = () => undefined,
+  ): Promise<PeerPullResult> {
+    if (!this.peers)
+      throw new ForkdError(
+        "unavailable",
+        "this node pulls from no peer: it has no cluster secret (FORKD_CLUSTER_SECRET_FILE)",
+      );
+    const pins = this.o.cache?.scope();
+    try {
+      const { crash: _c, ...deps } = this.unpackDeps(null, pins);
+      return await this.peers.pull(deps, key, holders, (line, detail) => {
+        this.o.log.info(`pull ${key} from peers: ${line}`);
+        progress(line, detail);
+      });
+    } finally {
+      await pins?.release();
+    }
   }
 
   /** Registers the snapshots of the pack `input` in `viewer`'s namespace (null: an admin's, shared). */
@@ -345,8 +400,12 @@ export class SnapshotService {
     });
   }
 
-  /** Pulls a snapshot (and its chain) from a registry or a URL into `viewer`'s namespace. */
+  /**
+   * Pulls a snapshot (and its chain) from a registry or a URL into `viewer`'s namespace, or
+   * (`peer`, an admin's only) key `tag` from that peer node, under the same keys and owners.
+   */
   async pull(req: PullRequest, viewer: Viewer, progress: Progress = () => undefined): Promise<PullResult> {
+    if (req.peer !== undefined) return this.pullPeerRequest(req, viewer, progress);
     // (No fault injection in a pull: its crash points are an unpack's.)
     const pins = this.o.cache?.scope();
     try {
@@ -358,6 +417,36 @@ export class SnapshotService {
     } finally {
       await pins?.release();
     }
+  }
+
+  private async pullPeerRequest(req: PullRequest, viewer: Viewer, progress: Progress): Promise<PullResult> {
+    if (viewer !== null)
+      throw new ForkdError(
+        "forbidden",
+        "pulling from a peer node is for admins: it keeps every tenant's keys",
+      );
+    if (req.tag === undefined || req.ref !== undefined || req.url !== undefined)
+      throw new ForkdError(
+        "invalid_argument",
+        "a pull from a peer names the key to pull (tag), and no ref or url",
+        {
+          field: "tag",
+        },
+      );
+    const urls = typeof req.peer === "string" ? [req.peer] : (req.peer ?? []);
+    const r = await this.pullFromPeers(
+      assertKey(req.tag),
+      () => Promise.resolve(urls.map((url) => ({ node: url, url }))),
+      progress,
+    );
+    return {
+      tag: r.tag,
+      published: r.published,
+      source: r.from.join(", ") || urls.join(", "),
+      digest: null,
+      blobs: r.files,
+      bytes: r.bytes,
+    };
   }
 
   /** A new base snapshot `newTag` with `tag`'s state and no parent. */

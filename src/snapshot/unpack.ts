@@ -34,9 +34,9 @@ import {
   maxPackFileSize,
   mapPackError,
   parsePackManifest,
-  registerStaged,
   stagingName,
 } from "./pack.js";
+import { registerStaged } from "./register.js";
 import type { PackManifest, Registered, UnpackDeps } from "./pack.js";
 import { childEnv } from "../util/index.js";
 import type { Progress } from "../util/index.js";

@@ -159,6 +159,18 @@ test("tenants get 403 on admin-only routes; an admin manages tokens through the 
   );
 });
 
+test("a pull from a peer node is an admin's; without a cluster secret it is unavailable", async () => {
+  const body = { peer: "http://127.0.0.1:9", tag: "alice/app" };
+  assert.equal((await call("POST", "/v1/snapshots/pull", { token: alice, json: body })).status, 403);
+  const noSecret = await call("POST", "/v1/snapshots/pull", { token: ADMIN, json: body });
+  assert.equal(noSecret.status, 503, JSON.stringify(noSecret.body));
+  assert.match(noSecret.body.error?.message ?? "", /FORKD_CLUSTER_SECRET_FILE/);
+  for (const json of [{ peer: "http://127.0.0.1:9" }, { ...body, ref: "h/n:t" }, { peer: [], tag: "x" }]) {
+    const r = await call("POST", "/v1/snapshots/pull", { token: ADMIN, json });
+    assert.equal(r.status, 400, JSON.stringify(json));
+  }
+});
+
 test("bodies over their bound are 413 before anything runs, with or without a declared length", async () => {
   const big = JSON.stringify({ snapshot_tag: "shared", metadata: { k: "x".repeat(8000) } });
   const declared = await call("POST", "/v1/sandboxes", {

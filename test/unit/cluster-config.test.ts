@@ -9,6 +9,7 @@ import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { ClusterSecret } from "../../src/access/index.js";
 import { httpOrigin, readClusterConfig } from "../../src/daemon/config.js";
 import { ForkdError } from "../../src/util/errors.js";
 
@@ -55,7 +56,11 @@ test("a node's settings: endpoints, id, origins, prefix, the secret (its trailin
     assert.equal(c.api, "http://10.0.0.5:7000");
     assert.equal(c.e2b, null);
     assert.equal(c.keys.node("node-1"), "/prod/nodes/node-1");
-    assert.equal(c.secret.length, 64);
+    assert.equal(
+      c.secret.bearer("x"),
+      ClusterSecret.of(Buffer.from(GOOD.trim())).bearer("x"),
+      "the file's bytes",
+    );
   });
 });
 

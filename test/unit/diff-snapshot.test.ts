@@ -8,11 +8,8 @@
  */
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
-import { copyFile, mkdir, mkdtemp, readFile, rename, rm, stat, truncate, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { copyFile, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { compactSnapshot, deleteSnapshot } from "../../src/snapshot/chain.js";
 import { applyMemoryDiff } from "../../src/snapshot/memory-diff.js";
 import {
@@ -22,127 +19,22 @@ import {
   SNAPSHOT_FORMAT_DIFF,
   writeMeta,
 } from "../../src/snapshot/meta.js";
-import type { SnapshotMeta } from "../../src/snapshot/meta.js";
-import { registerStaged, stagePack, parsePackManifest } from "../../src/snapshot/pack.js";
+import { stagePack, parsePackManifest } from "../../src/snapshot/pack.js";
+import { registerStaged } from "../../src/snapshot/register.js";
 import { memoryDiffFile, SnapshotStore } from "../../src/snapshot/store.js";
 import { ForkdError } from "../../src/util/errors.js";
-import { fakeMeta } from "../helpers/snapshots.js";
+import { PAGES, PSZ, baseSnapshot, diffOf, diffSnapshot, scratch } from "../helpers/fake-chain.js";
+import type { Scratch } from "../helpers/fake-chain.js";
 import { testTools } from "../helpers/tools.js";
 
-const sh = promisify(execFile);
 // qemu-img on the layers runs as the daemon runs it: jailed when root.
 const { tools, release } = await testTools();
 after(release);
-const PSZ = 4096;
-const PAGES = 1024;
-
-/** A forkd-memsnap diff (native/memsnap/forkd-memsnap.c's format) of `runs` {page, bytes}. */
-function diffOf(runs: Array<{ page: number; data: Buffer }>): Buffer {
-  const head = Buffer.alloc(24);
-  head.write("FKMDIFF1", 0, "latin1");
-  head.writeBigUInt64LE(BigInt(PSZ), 8);
-  head.writeBigUInt64LE(BigInt(PSZ * PAGES), 16);
-  const parts = [head];
-  for (const r of runs) {
-    const rec = Buffer.alloc(16);
-    rec.writeBigUInt64LE(BigInt(r.page * PSZ), 0);
-    rec.writeBigUInt64LE(BigInt(r.data.length), 8);
-    parts.push(rec, Buffer.from(r.data));
-  }
-  parts.push(Buffer.alloc(16));
-  return Buffer.concat(parts);
-}
-
 /** `base` with `runs` written over it: what a child of the diff snapshot sees. */
 function expected(base: Buffer, runs: Array<{ page: number; data: Buffer }>): Buffer {
   const out = Buffer.from(base);
   for (const r of runs) r.data.copy(out, r.page * PSZ);
   return out;
-}
-
-interface Scratch {
-  root: string;
-  store: SnapshotStore;
-  imageDir: string;
-  done: () => Promise<void>;
-}
-
-async function scratch(): Promise<Scratch> {
-  const root = await mkdtemp(join(tmpdir(), "forkd-diffsnap-"));
-  await mkdir(join(root, "snapshots"));
-  const imageDir = join(root, "image");
-  await mkdir(imageDir);
-  await writeFile(join(imageDir, "vmlinuz"), "kernel");
-  await writeFile(join(imageDir, "initrd.img"), "initrd");
-  await writeFile(join(imageDir, "rootfs.ext4"), "");
-  await truncate(join(imageDir, "rootfs.ext4"), 1 << 20);
-  const sums: Record<string, unknown> = {};
-  for (const f of ["vmlinuz", "initrd.img", "rootfs.ext4"]) sums[f] = await sha256File(join(imageDir, f));
-  await writeFile(
-    join(imageDir, "manifest.json"),
-    JSON.stringify({
-      format: 2,
-      template: "python",
-      kernel_version: "6",
-      image_hash: "ab".repeat(32),
-      files: sums,
-    }),
-  );
-  return {
-    root,
-    store: new SnapshotStore(join(root, "snapshots")),
-    imageDir,
-    done: () => rm(root, { recursive: true, force: true }),
-  };
-}
-
-const qcow2 = (path: string, backing: string, fmt: "raw" | "qcow2") =>
-  sh("qemu-img", ["create", "-q", "-f", "qcow2", "-u", "-b", backing, "-F", fmt, path, "1M"]);
-
-/** A base snapshot with a full memory image `mem`. */
-async function baseSnapshot(s: Scratch, tag: string, mem: Buffer): Promise<SnapshotMeta> {
-  const f = s.store.filesFor(tag);
-  await mkdir(f.dir);
-  await writeFile(f.memory, mem);
-  await writeFile(f.vmstate, `devices of ${tag}`);
-  await qcow2(f.disk, join(s.imageDir, "rootfs.ext4"), "raw");
-  await qcow2(f.childDisk, f.disk, "qcow2");
-  return writeMeta(f.meta, {
-    ...fakeMeta(tag, null, {
-      memory: await sha256File(f.memory),
-      vmstate: await sha256File(f.vmstate),
-      disk: await sha256File(f.disk),
-    }),
-    image: { hash: "ab".repeat(32), dir: s.imageDir, kernelVersion: "6" },
-    parent: null,
-  });
-}
-
-/** A diff branch of `parent` whose memory is `diff` over `base`'s image (what branch.ts writes). */
-async function diffSnapshot(
-  s: Scratch,
-  tag: string,
-  parent: SnapshotMeta,
-  base: SnapshotMeta,
-  diff: Buffer,
-): Promise<SnapshotMeta> {
-  const f = s.store.filesFor(tag);
-  await mkdir(f.dir);
-  await writeFile(memoryDiffFile(f.dir), diff);
-  await writeFile(f.vmstate, `devices of ${tag}`);
-  await qcow2(f.disk, s.store.filesFor(parent.tag).disk, "qcow2");
-  await qcow2(f.childDisk, f.disk, "qcow2");
-  return writeMeta(f.meta, {
-    ...fakeMeta(tag, null, {
-      memory: base.files.memory,
-      memoryDiff: await sha256File(memoryDiffFile(f.dir)),
-      vmstate: await sha256File(f.vmstate),
-      disk: await sha256File(f.disk),
-    }),
-    image: { hash: "ab".repeat(32), dir: s.imageDir, kernelVersion: "6" },
-    parent: { tag: parent.tag, checksum: parent.checksum },
-    memoryBase: { tag: base.tag, checksum: base.files.memory.sha256 },
-  });
 }
 
 const MEM = Buffer.alloc(PSZ * PAGES, 0x11);

@@ -13,7 +13,7 @@ import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { builtImageAddress, findImage, imageAddress } from "../../src/image/content.js";
+import { builtImageAddress, findImage, imageAddress, recordedImageSums } from "../../src/image/content.js";
 import { sha256File, writeMeta } from "../../src/snapshot/meta.js";
 import { PACK_FORMAT } from "../../src/snapshot/pack.js";
 import type { PackManifest, UnpackDeps } from "../../src/snapshot/pack.js";
@@ -191,6 +191,31 @@ test("a pack whose image this host built (same files) reuses it; an image withou
     await unpack(s.deps, file, "a2");
     assert.equal((await s.deps.store.get("a2")).meta.image.dir, d);
     assert.deepEqual(await readdir(join(s.deps.cacheDir, "imported")).catch(() => []), []);
+  } finally {
+    await s.done();
+  }
+});
+
+test("an image's recorded sums are believed only for the builder's images and content-addressed ones", async () => {
+  const s = await scratch();
+  try {
+    const dir = join(s.root, "p");
+    await fakePack(dir);
+    const real = await sumsOf(join(dir, "image"), ["vmlinuz", "initrd.img", "rootfs.ext4", "manifest.json"]);
+    // Built here (provenance): the builder's record. Without provenance, under another name: none.
+    const built = await builtImage(s.deps.cacheDir, join(dir, "image"));
+    assert.deepEqual(await recordedImageSums(built), real);
+    await rm(join(built, "provenance"));
+    assert.equal(await recordedImageSums(built), null);
+    // Installed by an unpack under its content address: the sums that make that address.
+    await unpack(s.deps, await tarZst(dir, join(s.root, "p.tar.zst")), "a1");
+    const imported = (await s.deps.store.get("a1")).meta.image.dir;
+    assert.match(imported, /\/imported\/[0-9a-f]{64}$/);
+    assert.deepEqual(await recordedImageSums(imported), real);
+    // A manifest whose recorded sums are not those of its files makes another address: not believed.
+    const lying = join(s.root, "cache", "imported", "cd".repeat(32));
+    await cp(imported, lying, { recursive: true });
+    assert.equal(await recordedImageSums(lying), null);
   } finally {
     await s.done();
   }

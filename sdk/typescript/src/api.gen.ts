@@ -254,7 +254,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Pull a snapshot from an OCI registry (ref) or a pack file (url): verified before anything is registered; all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
+        /** Pull a snapshot from an OCI registry (ref), a pack file (url) or a peer node of the cluster (peer, with the key as tag: only what this node lacks, under the same keys and owners): verified before anything is registered; all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
         post: operations["pullSnapshot"];
         delete?: never;
         options?: never;
@@ -1288,7 +1288,9 @@ export interface components {
             ref?: string;
             /** @description A pack file (forkd pack) at an https URL (http on loopback, or with insecure) */
             url?: string;
-            /** @description Register the pulled snapshot under this tag (its ancestors keep theirs) */
+            /** @description A peer forkd node's URL (http or https), or several (holders, best first: a file that fails on one resumes on the next): pull snapshot `tag` (a store key, e.g. alice/app) with its chain and guest image, under the same keys and owners; needs the cluster secret (FORKD_CLUSTER_SECRET_FILE) on both nodes */
+            peer?: string | string[];
+            /** @description Register the pulled snapshot under this tag (its ancestors keep theirs); with peer: the key to pull */
             tag?: string;
             /**
              * @description Allow plain http to a registry (or pack URL) that is not on loopback
@@ -1312,8 +1314,13 @@ export interface components {
                 reused: number;
             };
             bytes: {
-                /** @description Compressed bytes downloaded */
+                /** @description Bytes received over the wire (a registry's: compressed) */
                 downloaded: number;
+                /** @description Bytes received per file downloaded, by its path in the chain's layout */
+                files?: {
+                    path: string;
+                    bytes: number;
+                }[];
             };
         };
         TransferProgressEvent: {
@@ -2938,7 +2945,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Pull a snapshot from an OCI registry (ref) or a pack file (url): verified before anything is registered; all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
+            /** @description Pull a snapshot from an OCI registry (ref), a pack file (url) or a peer node of the cluster (peer, with the key as tag: only what this node lacks, under the same keys and owners): verified before anything is registered; all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent). */
             201: {
                 headers: {
                     [name: string]: unknown;

@@ -215,8 +215,9 @@ export const ROUTES: RouteSpec[] = [
     method: "post",
     path: "/v1/snapshots/pull",
     summary:
-      "Pull a snapshot from an OCI registry (ref) or a pack file (url): verified before anything is registered; " +
-      "all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent).",
+      "Pull a snapshot from an OCI registry (ref), a pack file (url) or a peer node of the cluster (peer, with " +
+      "the key as tag: only what this node lacks, under the same keys and owners): verified before anything is " +
+      "registered; all or nothing. With ?stream=1 the reply is NDJSON progress (TransferProgressEvent).",
     // The daemon's registry credentials and network are the operator's: not for tenants.
     admin: true,
     heavy: true,

@@ -620,10 +620,27 @@ export const Pull = named(
         .max(4096)
         .optional()
         .describe("A pack file (forkd pack) at an https URL (http on loopback, or with insecure)"),
-      tag: Tag.optional().describe("Register the pulled snapshot under this tag (its ancestors keep theirs)"),
+      peer: z
+        .union([z.string().max(4096), z.array(z.string().max(4096)).min(1).max(16)])
+        .optional()
+        .describe(
+          "A peer forkd node's URL (http or https), or several (holders, best first: a file that fails on one " +
+            "resumes on the next): pull snapshot `tag` (a store key, e.g. alice/app) with its chain and guest " +
+            "image, under the same keys and owners; needs the cluster secret (FORKD_CLUSTER_SECRET_FILE) on both nodes",
+        ),
+      tag: Tag.optional().describe(
+        "Register the pulled snapshot under this tag (its ancestors keep theirs); with peer: the key to pull",
+      ),
       insecure: Insecure,
     })
-    .refine((b) => (b.ref === undefined) !== (b.url === undefined), "give exactly one of ref and url"),
+    .refine(
+      (b) => [b.ref, b.url, b.peer].filter((x) => x !== undefined).length === 1,
+      "give exactly one of ref, url and peer",
+    )
+    .refine(
+      (b) => b.peer === undefined || b.tag !== undefined,
+      "a pull from a peer names the key to pull (tag)",
+    ),
   "Pull",
 );
 
@@ -640,7 +657,13 @@ export const Pulled = named(
       downloaded: z.number().int(),
       reused: z.number().int().describe("Files this host had: not downloaded"),
     }),
-    bytes: z.object({ downloaded: z.number().int().describe("Compressed bytes downloaded") }),
+    bytes: z.object({
+      downloaded: z.number().int().describe("Bytes received over the wire (a registry's: compressed)"),
+      files: z
+        .array(z.object({ path: z.string(), bytes: z.number().int() }))
+        .optional()
+        .describe("Bytes received per file downloaded, by its path in the chain's layout"),
+    }),
   }),
   "Pulled",
 );

@@ -158,6 +158,7 @@ export function snapshotRoutes(s: Services): Hono<ApiEnv> {
     const req = {
       ...(body.ref !== undefined ? { ref: body.ref } : {}),
       ...(body.url !== undefined ? { url: body.url } : {}),
+      ...(body.peer !== undefined ? { peer: body.peer } : {}),
       ...(body.tag !== undefined ? { tag: body.tag } : {}),
       insecure: body.insecure,
     };

@@ -108,35 +108,47 @@ export function transferCommands(program: Command, ctx: CliContext): void {
   program
     .command("pull")
     .description(
-      "register a snapshot from an OCI registry, or from a pack file at an https URL (verified first; all or nothing)",
+      "register a snapshot from an OCI registry, from a pack file at an https URL, or from a peer node of the " +
+        "cluster (--peer: only what this node lacks, under the same keys) (verified first; all or nothing)",
     )
-    .argument("<source>", "HOST[:PORT]/NAME[:TAG|@DIGEST], or https://…/FILE.tar.zst")
+    .argument("<source>", "HOST[:PORT]/NAME[:TAG|@DIGEST], https://…/FILE.tar.zst, or with --peer the key")
     .option("--tag <tag>", "register the snapshot under this tag (its ancestors keep theirs)")
+    .option(
+      "--peer <url...>",
+      "pull the key <source> from this peer node, or these (best first; its FORKD_NODE_ADDR; admins only)",
+    )
     .option("--insecure", "allow plain http to a host that is not on loopback")
     .option("--json", "print the result as JSON")
-    .action(async (source: string, o: { tag?: string; insecure?: boolean; json?: boolean }) => {
-      const api = await ctx.ready();
-      const isUrl = /^[a-z][a-z0-9+.-]*:\/\//i.test(source);
-      const view = new ProgressView(ctx.progressOut);
-      let r;
-      try {
-        r = await interruptible(GOES_ON, (signal) =>
-          api.pull(
-            {
-              ...(isUrl ? { url: source } : { ref: source }),
-              ...(o.tag !== undefined ? { tag: o.tag } : {}),
-              insecure: o.insecure ?? false,
-            },
-            { timeoutMs: PROGRESS_IDLE_MS, signal, onProgress: (ev) => view.event(ev) },
-          ),
+    .action(
+      async (source: string, o: { tag?: string; peer?: string[]; insecure?: boolean; json?: boolean }) => {
+        const api = await ctx.ready();
+        const isUrl = /^[a-z][a-z0-9+.-]*:\/\//i.test(source);
+        if (o.peer !== undefined && o.tag !== undefined)
+          throw new Error("--peer keeps the key it pulls: no --tag with it");
+        const from =
+          o.peer !== undefined
+            ? { peer: o.peer, tag: source }
+            : {
+                ...(isUrl ? { url: source } : { ref: source }),
+                ...(o.tag !== undefined ? { tag: o.tag } : {}),
+              };
+        const view = new ProgressView(ctx.progressOut);
+        let r;
+        try {
+          r = await interruptible(GOES_ON, (signal) =>
+            api.pull(
+              { ...from, insecure: o.insecure ?? false },
+              { timeoutMs: PROGRESS_IDLE_MS, signal, onProgress: (ev) => view.event(ev) },
+            ),
+          );
+        } finally {
+          view.end();
+        }
+        if (o.json) return console.log(JSON.stringify(r, null, 2));
+        console.log(
+          `${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"}; ` +
+            `${r.blobs.downloaded} downloaded (${mib(r.bytes.downloaded)}), ${r.blobs.reused} here already)`,
         );
-      } finally {
-        view.end();
-      }
-      if (o.json) return console.log(JSON.stringify(r, null, 2));
-      console.log(
-        `${r.tag} ready (registered: ${r.published.join(", ") || "nothing new"}; ` +
-          `${r.blobs.downloaded} downloaded (${mib(r.bytes.downloaded)}), ${r.blobs.reused} here already)`,
-      );
-    });
+      },
+    );
 }
