@@ -1,9 +1,18 @@
 /**
  * What cluster offers: forkd across hosts on etcd: the keyspace, the records kept there, a
- * snapshot's cluster-wide digest.
+ * snapshot's cluster-wide digest, the views gateways keep of it, placement, the tenant quota
+ * across nodes, the janitor of lost sandboxes, console tickets used once.
  */
 export { ClusterKeys, DEFAULT_PREFIX, NODE_ID_RE, assertNodeId, keyOfSegment, keySegment } from "./keys.js";
 export { snapshotDigest } from "./digest.js";
+export { Janitor, LOST_KEEP_MS, forgetLost, lostReason } from "./janitor.js";
+export { HELD_BONUS, WARM_BONUS, eligible, mostRoom, place, sameMachine } from "./placement.js";
+export type { Candidate, Placement, PlacementResult } from "./placement.js";
+export { ClusterQuota } from "./quota.js";
+export type { Reservation } from "./quota.js";
+export { UsedTickets } from "./tickets.js";
+export { ClusterView } from "./view.js";
+export type { NodeHolding } from "./view.js";
 export type { DigestInput } from "./digest.js";
 export {
   CatalogEntry,

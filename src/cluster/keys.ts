@@ -9,6 +9,12 @@
  *   by-node/<node>/<id>          "" while the sandbox is the node's (running or paused)
  *   by-owner/<tenant>/<id>       "" while a tenant's sandbox is running or paused (quota)
  *   tokens/<id>                  an API token (src/access/tokens.ts's entry)
+ *   quota/<tenant>               the guard of a tenant's admissions: every gateway that reserves
+ *                                sandboxes for the tenant changes it in the same transaction
+ *                                (compare-and-swap on its revision: src/cluster/quota.ts)
+ *   reservations/<tenant>/<r>    sandboxes a gateway's fork in flight may add (a count), under
+ *                                that gateway's lease
+ *   console-tickets/<sha256>     a console ticket used once (its expiry, ms), swept after it
  *
  * A snapshot key `alice/app` is written `alice~app` in a key (as in the store's directories:
  * `~` is in no tenant or tag), so every key segment is one path component.
@@ -71,6 +77,9 @@ export class ClusterKeys {
   sandbox(id: string): string {
     return `${this.sandboxes}${id}`;
   }
+  get byNodeAll(): string {
+    return `${this.prefix}by-node/`;
+  }
   byNode(node: string): string {
     return `${this.prefix}by-node/${node}/`;
   }
@@ -82,6 +91,21 @@ export class ClusterKeys {
   }
   byOwnerEntry(tenant: string, id: string): string {
     return `${this.byOwner(tenant)}${id}`;
+  }
+  quotaGuard(tenant: string): string {
+    return `${this.prefix}quota/${tenant}`;
+  }
+  reservations(tenant: string): string {
+    return `${this.prefix}reservations/${tenant}/`;
+  }
+  reservation(tenant: string, id: string): string {
+    return `${this.reservations(tenant)}${id}`;
+  }
+  get consoleTickets(): string {
+    return `${this.prefix}console-tickets/`;
+  }
+  consoleTicket(digest: string): string {
+    return `${this.consoleTickets}${digest}`;
   }
   get tokens(): string {
     return `${this.prefix}tokens/`;

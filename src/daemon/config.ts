@@ -52,7 +52,7 @@ export interface AccessConfig {
   listeners: ListenerLimits;
 }
 
-function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
+export function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
   const v = env[name];
   if (v === undefined || v === "") return def;
   const n = Number(v);

@@ -5,7 +5,7 @@
  */
 export { FAVICON_ICO, SECURITY_HEADERS, consoleDist, page, serveAsset } from "./console-assets.js";
 export type { AssetReply } from "./console-assets.js";
-export type { HeaderFilter } from "./proxy-headers.js";
+export type { HeaderFilter, PassedCredentials } from "./proxy-headers.js";
 export { proxyRequest } from "./proxy-request.js";
 export { proxyUpgrade } from "./proxy-upgrade.js";
 export { clientGone, replyStream } from "./reply-stream.js";

@@ -1,5 +1,6 @@
 /**
- * The daemon itself and the host: daemon (runs it in the foreground), doctor (host checks, no
+ * The daemon itself and the host: daemon (runs it in the foreground), gateway (a cluster's front
+ * door, in the foreground), doctor (host checks, no
  * daemon needed), status (health and versions), openapi (the running daemon's document),
  * metrics.
  */
@@ -17,6 +18,17 @@ export function daemonCommands(program: Command, ctx: CliContext): void {
       // Starting a daemon process is the one thing the CLI takes from the daemon's code.
       const { runDaemon } = await import("../../daemon/index.js");
       await runDaemon();
+    });
+
+  program
+    .command("gateway")
+    .description(
+      "run a cluster's gateway in the foreground: forkd's REST API, E2B's API and the console over every node " +
+        "(FORKD_CLUSTER, FORKD_CLUSTER_SECRET_FILE, FORKD_GATEWAY_LISTEN, FORKD_GATEWAY_E2B_LISTEN; docs/cluster.md)",
+    )
+    .action(async () => {
+      const { runGateway } = await import("../../daemon/index.js");
+      await runGateway();
     });
 
   program
