@@ -26,7 +26,9 @@ export async function listSnapshots(
   who: Authenticated,
   signal: AbortSignal,
 ): Promise<{ snapshots: unknown[]; pending: unknown[] }> {
-  const snapshots = entriesFor(g, who.caller).map((e) => entryView(e, who.caller));
+  const snapshots = entriesFor(g, who.caller)
+    .map((e) => entryView(e, who.caller))
+    .sort((a, b) => (String(a.tag) < String(b.tag) ? -1 : String(a.tag) > String(b.tag) ? 1 : 0));
   const shown = new Set(snapshots.map((s) => (s as { tag: string }).tag));
   const pending = new Map<string, unknown>();
   for (const a of await fanOut(g, "rest", "/v1/snapshots", credentialHeaders(who.authorization), signal)) {
