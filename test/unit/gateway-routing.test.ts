@@ -8,6 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
+import type { ReadableStreamReadResult } from "node:stream/web";
 import WebSocket from "ws";
 import { routeSandbox } from "../../src/gateway/sandbox-route.js";
 import type { NodeRecord, SandboxLocation } from "../../src/cluster/records.js";
