@@ -3,6 +3,7 @@
  * the gateway's unit tests: nodes n1..nN (the snapshot `app` held on n1 and in the catalog,
  * `alice/own` alice's), the tests' tokens, quick bounds. close() stops everything.
  */
+import { randomBytes } from "node:crypto";
 import type { Caller } from "../../src/access/caller.js";
 import { ClusterKeys } from "../../src/cluster/keys.js";
 import type { GatewayBounds } from "../../src/gateway/context.js";
@@ -49,11 +50,14 @@ export async function fakeCluster(
   await kv.put(keys.catalogEntry("app"), JSON.stringify(catalogEntry("app", "n1")));
   await kv.put(keys.catalogEntry("alice/own"), JSON.stringify(catalogEntry("alice/own", "n1", "alice")));
   const gateways: TestGateway[] = [];
+  // One cluster secret: any of its gateways opens another's console sessions.
+  const secret = randomBytes(32);
   const start = async () => {
     const g = await startTestGateway({
       kv,
       keys,
       tokens: TOKENS,
+      secret,
       bounds: o.bounds ?? {},
       consoleDist: o.consoleDist ?? null,
     });
