@@ -6,8 +6,9 @@
  * console's own cookie or key), E2B's API key and envd access token passed on (the node checks
  * them), the latency until the node's reply headers in the metrics, and every open relay
  * registered under its node, so that a node leaving the cluster (its lease expired: dead or cut
- * off) cuts the relays to it at once instead of leaving them to TCP. A node that cannot be
- * reached is the door's 502, one that does not start its answer in time 504.
+ * off) ends the relays to it at once instead of leaving them to TCP (a call it has not
+ * answered yet gets 503, a reply under way is cut). A node that cannot be reached is the door's
+ * 502, one that does not start its answer in time 504.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
@@ -87,7 +88,14 @@ export function relay(
   }
   req.url = targetOf(req);
   const started = performance.now();
-  const unregister = g.relays.open(node.id, () => res.destroy());
+  // The node leaving the cluster ends the relay: with an answer if none has started, else cut.
+  const unregister = g.relays.open(node.id, () => {
+    if (res.headersSent) return void res.destroy();
+    const gone = new ForkdError("unavailable", `node ${node.id} left the cluster before it answered`, {
+      node: node.id,
+    });
+    (o.door === "rest" ? sendError : sendE2bError)(res, gone);
+  });
   res.once("close", unregister);
   proxyRequest(req, res, to, {
     name: `node ${node.id}`,

@@ -75,7 +75,9 @@ export function proxyRequest(
 
 /** The door's refusal, or a cut when the client has had part of a reply already. */
 function refuse(res: ServerResponse, o: RelayOptions, status: 502 | 504, why: string): void {
-  if (res.headersSent || res.destroyed || res.writableEnded) return void res.destroy();
+  // A reply that ended whole (answered already) is left to go out; one under way is cut.
+  if (res.writableEnded) return;
+  if (res.headersSent || res.destroyed) return void res.destroy();
   const r = o.refusal(status, why);
   res.writeHead(status, {
     "content-type": r.contentType ?? "application/json",
