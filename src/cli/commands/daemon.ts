@@ -10,13 +10,16 @@ import { runDoctor } from "../doctor.js";
 import { CALL_MS } from "../timeouts.js";
 import { VERSION } from "../../host/index.js";
 
+/** The daemon's entry point (`forkd daemon`, `forkd gateway` run in this process): the CLI's one import of daemon code. */
+const entry = () => import("../../daemon/index.js");
+
 export function daemonCommands(program: Command, ctx: CliContext): void {
   program
     .command("daemon")
     .description("run the daemon in the foreground")
     .action(async () => {
       // Starting a daemon process is the one thing the CLI takes from the daemon's code.
-      const { runDaemon } = await import("../../daemon/index.js");
+      const { runDaemon } = await entry();
       await runDaemon();
     });
 
@@ -27,7 +30,7 @@ export function daemonCommands(program: Command, ctx: CliContext): void {
         "(FORKD_CLUSTER, FORKD_CLUSTER_SECRET_FILE, FORKD_GATEWAY_LISTEN, FORKD_GATEWAY_E2B_LISTEN; docs/cluster.md)",
     )
     .action(async () => {
-      const { runGateway } = await import("../../daemon/index.js");
+      const { runGateway } = await entry();
       await runGateway();
     });
 
