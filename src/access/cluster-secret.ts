@@ -27,7 +27,8 @@ export class ClusterSecret {
 
   /** Reads and checks the secret file at `path` (mode, length). */
   static async read(path: string, name = "FORKD_CLUSTER_SECRET_FILE"): Promise<ClusterSecret> {
-    const bad = (why: string) => new ForkdError("invalid_argument", `${name} ${path}: ${why}`);
+    const bad = (why: string) =>
+      new ForkdError("invalid_argument", `${name} ${path}: ${why}`, { field: name });
     const fh = await open(path, "r").catch((e: unknown) => {
       throw bad(`cannot be read: ${(e as NodeJS.ErrnoException).code ?? String(e)}`);
     });

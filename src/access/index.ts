@@ -19,6 +19,7 @@ export {
   setCookie,
 } from "./console-sessions.js";
 export type { ConsoleSession } from "./console-sessions.js";
+export { MIN_CLUSTER_SECRET, SEALED_SESSION_TTL_MS, SealedSessions } from "./sealed-sessions.js";
 export { OpenStreams } from "./open-streams.js";
 export type { EndOpened } from "./open-streams.js";
 export { SandboxQuota } from "./quota.js";

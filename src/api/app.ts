@@ -99,6 +99,13 @@ export function createApp(s: ApiServices, listener: Listener = LOCAL_LISTENER): 
       e2b: s.info.e2b ?? null,
     }),
   );
+  // A cluster's gateway lists its nodes (src/gateway/nodes.ts); a daemon is no cluster.
+  app.get("/v1/nodes", () => {
+    throw new ForkdError(
+      "not_found",
+      "GET /v1/nodes is a cluster gateway's (forkd gateway); this is one daemon",
+    );
+  });
   app.route("/v1/tokens", accessRoutes(s));
   app.route("/v1/snapshots", snapshotBuildRoutes(s));
   app.route("/v1/snapshots", snapshotRoutes(s));

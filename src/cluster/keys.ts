@@ -11,6 +11,12 @@
  *   tokens/<id>                  an API token (src/access/tokens.ts's entry)
  *   cluster-id                   a random name the first node gives the cluster (create-only):
  *                                a node whose etcd was started afresh knows it is a new cluster
+ *   quota/<tenant>               the guard of a tenant's admissions: every gateway that reserves
+ *                                sandboxes for the tenant changes it in the same transaction
+ *                                (compare-and-swap on its revision: src/cluster/quota.ts)
+ *   reservations/<tenant>/<r>    sandboxes a gateway's fork in flight may add (a count), under
+ *                                that gateway's lease
+ *   console-tickets/<sha256>     a console ticket used once (its expiry, ms), swept after it
  *
  * A snapshot key `alice/app` is written `alice~app` in a key (as in the store's directories:
  * `~` is in no tenant or tag), so every key segment is one path component.
@@ -73,6 +79,9 @@ export class ClusterKeys {
   sandbox(id: string): string {
     return `${this.sandboxes}${id}`;
   }
+  get byNodeAll(): string {
+    return `${this.prefix}by-node/`;
+  }
   byNode(node: string): string {
     return `${this.prefix}by-node/${node}/`;
   }
@@ -87,6 +96,21 @@ export class ClusterKeys {
   }
   get clusterId(): string {
     return `${this.prefix}cluster-id`;
+  }
+  quotaGuard(tenant: string): string {
+    return `${this.prefix}quota/${tenant}`;
+  }
+  reservations(tenant: string): string {
+    return `${this.prefix}reservations/${tenant}/`;
+  }
+  reservation(tenant: string, id: string): string {
+    return `${this.reservations(tenant)}${id}`;
+  }
+  get consoleTickets(): string {
+    return `${this.prefix}console-tickets/`;
+  }
+  consoleTicket(digest: string): string {
+    return `${this.consoleTickets}${digest}`;
   }
   get tokens(): string {
     return `${this.prefix}tokens/`;

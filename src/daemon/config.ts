@@ -63,7 +63,7 @@ export interface AccessConfig {
   cluster: { secret: ClusterSecret; peerIdleMs: number } | null;
 }
 
-function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
+export function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
   const v = env[name];
   if (v === undefined || v === "") return def;
   const n = Number(v);

@@ -26,7 +26,8 @@ import type { ReadonlySandbox } from "../sandbox/index.js";
 import { ForkdError } from "../util/index.js";
 import { SANDBOX_ID_RE } from "../util/index.js";
 import type { E2bContext } from "./context.js";
-import type { SandboxAccess, SandboxTarget } from "./plane-target.js";
+import type { SandboxAccess } from "./plane-target.js";
+import type { SandboxTarget } from "../http/index.js";
 import { signedFileRequest } from "./envd/signature.js";
 
 const MAX_KEY = 512;

@@ -19,7 +19,7 @@ import type { E2bServices } from "./context.js";
 import type { SandboxAccess } from "./plane-target.js";
 import { e2bOf } from "./auth.js";
 import { ENVD_PORT, INTERPRETER_PORT } from "./sandbox-plane.js";
-import type { SandboxTarget } from "./plane-target.js";
+import type { SandboxTarget } from "../http/index.js";
 
 /** envd's Connect calls that change the sandbox (the rest read it or stream from it). */
 const ENVD_MUTATING = new Set([

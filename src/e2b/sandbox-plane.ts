@@ -1,5 +1,5 @@
 /**
- * E2B's sandbox plane: a request routed to one port of one sandbox (routing.ts) and already
+ * E2B's sandbox plane: a request routed to one port of one sandbox (src/http/sandbox-route.ts) and already
  * authorized (auth.ts) goes to envd's API on 49983 (envd/handler.ts), to the code interpreter
  * on 49999 (the handler passed in), and on any other port to the guest's own service, reached
  * like forkd's getHost (guest-port.ts).

@@ -1,6 +1,6 @@
 /**
  * The E2B listener's request handler (FORKD_E2B_LISTEN): a request routed to a sandbox
- * (routing.ts: E2B's `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers or a `<port>-<id>.<domain>`
+ * (src/http/sandbox-route.ts: E2B's `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers or a `<port>-<id>.<domain>`
  * Host) is authorized (auth.ts), takes its caller's slots and is audited (plane-edge.ts), a paused
  * sandbox created with auto-resume is resumed, and it is handed to the sandbox plane
  * (sandbox-plane.ts: envd, the code interpreter, the guest's own ports); every other request goes
@@ -26,9 +26,10 @@ import { createControlApp } from "./control/app.js";
 import { e2bError, sendE2bError, sendJson } from "./errors.js";
 import { guestPortUpgrade } from "./guest-port.js";
 import { PlaneCall } from "./plane-edge.js";
-import { sandboxTarget } from "./routing.js";
+import { sandboxTarget } from "../http/index.js";
 import { ENVD_PORT, INTERPRETER_PORT, createSandboxPlane } from "./sandbox-plane.js";
-import type { SandboxPortHandler, SandboxTarget } from "./plane-target.js";
+import type { SandboxPortHandler } from "./plane-target.js";
+import type { SandboxTarget } from "../http/index.js";
 
 export interface E2bHandlerOptions {
   /** Port 49999's handler (the code interpreter); absent: not served. */

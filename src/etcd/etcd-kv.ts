@@ -41,6 +41,8 @@ const unavailable = (what: string, e: unknown): ForkdError =>
 export class EtcdKv implements Kv {
   private readonly client: Etcd3;
   private readonly callMs: number;
+  /** Leases granted and kept alive by this client: close() stops keeping them. */
+  private readonly leases = new Set<KeptLease>();
 
   constructor(endpoints: EtcdEndpoints, opts: EtcdKvOptions = {}) {
     this.callMs = opts.callMs ?? 5000;
@@ -184,10 +186,17 @@ export class EtcdKv implements Kv {
       lease.release();
       throw unavailable("lease grant", e);
     }
-    return new KeptLease(lease, id, ttlSeconds);
+    const kept = new KeptLease(lease, id, ttlSeconds, () => this.leases.delete(kept));
+    this.leases.add(kept);
+    return kept;
   }
 
+  /**
+   * Closes the client. Its leases are no longer kept alive (etcd3's own close() leaves their
+   * keepalives running) nor revoked: etcd expires them after their TTL, as a dead process's.
+   */
   async close(): Promise<void> {
+    for (const l of [...this.leases]) l.release();
     this.client.close();
   }
 }
@@ -228,6 +237,7 @@ class KeptLease implements KvLease {
     private readonly lease: Lease,
     readonly id: string,
     readonly ttlSeconds: number,
+    private readonly forget: () => void,
   ) {
     lease.on("keepaliveSucceeded", () => {
       this.last = Date.now();
@@ -250,10 +260,19 @@ class KeptLease implements KvLease {
     else this.handlers.push(fn);
   }
 
+  /** Stops keeping the lease alive without revoking it, and without telling it lost (a close). */
+  release(): void {
+    clearInterval(this.watchdog);
+    this.lost ??= "released";
+    this.lease.release();
+    this.forget();
+  }
+
   private markLost(why: string): void {
     if (this.lost !== null) return;
     this.lost = why;
     clearInterval(this.watchdog);
+    this.forget();
     this.lease.release();
     for (const h of this.handlers.splice(0)) {
       try {
@@ -266,6 +285,7 @@ class KeptLease implements KvLease {
 
   async revoke(): Promise<void> {
     clearInterval(this.watchdog);
+    this.forget();
     const done = this.lost === null;
     this.lost ??= "revoked";
     if (!done) return;

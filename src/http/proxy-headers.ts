@@ -3,8 +3,10 @@
  * ./proxy-upgrade.ts) passes on. Never forwarded either way: the hop-by-hop headers (the fixed
  * list and every header the Connection header names, RFC 9110 7.6.1). Never forwarded upstream:
  * this daemon's own credentials, whatever door they came in by (X-Access-Token, X-API-Key, the
- * web console's X-Forkd-Console and X-Forkd-Console-Key, and its session cookies). What else a
- * door keeps back (its routing headers, an Authorization that is ours) its `keep` filter says.
+ * web console's X-Forkd-Console and X-Forkd-Console-Key, and its session cookies), unless the
+ * door names one it passes (`pass`: a cluster's gateway hands E2B's X-API-Key and X-Access-Token
+ * to the node that checks them). What else a door keeps back (its routing headers, an
+ * Authorization that is ours) its `keep` filter says.
  */
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
 import { COOKIE as CONSOLE_COOKIE } from "../access/index.js";
@@ -63,18 +65,23 @@ export function withoutConsoleCookies(value: string): string | null {
   return kept.length === 0 ? null : kept.join("; ");
 }
 
+/** Credential headers (lower case) a door forwards upstream as they came (default: none). */
+export type PassedCredentials = ReadonlySet<string>;
+const NONE: PassedCredentials = new Set();
+
 /**
  * What reaches upstream of request header `name` (lower case), `value`: null for a hop-by-hop
- * header (also one the Connection header named: `hop`), a credential of ours, or what `keep`
- * refuses; a Cookie goes without the console's cookies.
+ * header (also one the Connection header named: `hop`), a credential of ours (but those `pass`
+ * names), or what `keep` refuses; a Cookie goes without the console's cookies.
  */
 export function upstreamHeader(
   name: string,
   value: string,
   hop: ReadonlySet<string>,
   keep: HeaderFilter,
+  pass: PassedCredentials = NONE,
 ): string | null {
-  if (HOP_BY_HOP.has(name) || hop.has(name) || CREDENTIALS.has(name)) return null;
+  if (HOP_BY_HOP.has(name) || hop.has(name) || (CREDENTIALS.has(name) && !pass.has(name))) return null;
   const v = name === "cookie" ? withoutConsoleCookies(value) : value;
   return v === null ? null : keep(name, v);
 }
@@ -100,9 +107,10 @@ export function upstreamHeaders(
   h: IncomingHttpHeaders,
   keep: HeaderFilter,
   set: Record<string, string> = {},
+  pass: PassedCredentials = NONE,
 ): Record<string, string | string[]> {
   const hop = connectionNamed(h);
-  return { ...filtered(h, (k, v) => upstreamHeader(k, v, hop, keep)), ...set };
+  return { ...filtered(h, (k, v) => upstreamHeader(k, v, hop, keep, pass)), ...set };
 }
 
 /** The headers of upstream's reply as they go to the client: no hop-by-hop, nothing `keep` refuses. */
@@ -121,6 +129,7 @@ export function upgradeHead(
   req: IncomingMessage,
   keep: HeaderFilter,
   set: Record<string, string> = {},
+  pass: PassedCredentials = NONE,
 ): string {
   let head = `${req.method ?? "GET"} ${req.url ?? "/"} HTTP/1.1\r\n`;
   const h = req.rawHeaders;
@@ -132,7 +141,9 @@ export function upgradeHead(
     const lower = name.toLowerCase();
     if (replaced.has(lower)) continue;
     const value =
-      lower === "connection" || lower === "upgrade" ? h[i + 1]! : upstreamHeader(lower, h[i + 1]!, hop, keep);
+      lower === "connection" || lower === "upgrade"
+        ? h[i + 1]!
+        : upstreamHeader(lower, h[i + 1]!, hop, keep, pass);
     if (value === null) continue;
     head += `${name}: ${value.replace(/[\r\n]/g, "")}\r\n`;
   }

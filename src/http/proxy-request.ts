@@ -13,7 +13,7 @@
 import { request } from "node:http";
 import type { ClientRequest, IncomingMessage, ServerResponse } from "node:http";
 import { errorMessage } from "../util/index.js";
-import type { HeaderFilter } from "./proxy-headers.js";
+import type { HeaderFilter, PassedCredentials } from "./proxy-headers.js";
 import { replyHeaders, upstreamHeaders } from "./proxy-headers.js";
 import type { RelayOptions, Upstream } from "./upstream.js";
 import { CONNECT_TIMEOUT_MS } from "./upstream.js";
@@ -29,6 +29,10 @@ export interface ProxyRequestOptions extends RelayOptions {
   keepReply?: HeaderFilter;
   /** The reply's headers must come within this of the request (default: none). */
   headersTimeoutMs?: number;
+  /** Credential headers this door forwards as they came (./proxy-headers.ts; default: none). */
+  pass?: PassedCredentials;
+  /** Told once upstream's reply head came (its status): a door's latency metric. */
+  onReply?: (status: number) => void;
 }
 
 const keepAll: HeaderFilter = (_n, v) => v;
@@ -71,7 +75,9 @@ export function proxyRequest(
 
 /** The door's refusal, or a cut when the client has had part of a reply already. */
 function refuse(res: ServerResponse, o: RelayOptions, status: 502 | 504, why: string): void {
-  if (res.headersSent || res.destroyed || res.writableEnded) return void res.destroy();
+  // A reply that ended whole (answered already) is left to go out; one under way is cut.
+  if (res.writableEnded) return;
+  if (res.headersSent || res.destroyed) return void res.destroy();
   const r = o.refusal(status, why);
   res.writeHead(status, {
     "content-type": r.contentType ?? "application/json",
@@ -91,7 +97,7 @@ function relay(
     ...to,
     method: req.method,
     path: req.url ?? "/",
-    headers: upstreamHeaders(req.headers, o.keep ?? keepAll, o.set),
+    headers: upstreamHeaders(req.headers, o.keep ?? keepAll, o.set, o.pass),
   });
   const timers: NodeJS.Timeout[] = [];
   const within = (ms: number | undefined, why: string) => {
@@ -124,6 +130,11 @@ function relay(
       drop(ur);
       refuse(res, o, 502, `${o.name} answered status ${String(ur.statusCode)}`);
       return;
+    }
+    try {
+      o.onReply?.(ur.statusCode);
+    } catch {
+      // a metric's own failure is not the reply's
     }
     try {
       res.writeHead(ur.statusCode, replyHeaders(ur.headers, o.keepReply ?? keepAll));

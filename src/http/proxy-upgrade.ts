@@ -17,7 +17,7 @@ import { connect } from "node:net";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { errorMessage } from "../util/index.js";
-import type { HeaderFilter } from "./proxy-headers.js";
+import type { HeaderFilter, PassedCredentials } from "./proxy-headers.js";
 import { upgradeHead } from "./proxy-headers.js";
 import type { RelayOptions, Upstream } from "./upstream.js";
 
@@ -30,6 +30,8 @@ export interface ProxyUpgradeOptions extends RelayOptions {
   handshakeTimeoutMs: number;
   /** Told once when the client's socket closes: the status the client got (0: none). */
   done?: (status: number) => void;
+  /** Credential headers this door forwards as they came (./proxy-headers.ts; default: none). */
+  pass?: PassedCredentials;
 }
 
 /** How long a client has to take the last bytes of a reply upstream ended, before it is cut. */
@@ -82,7 +84,7 @@ export function proxyUpgrade(
         up = conn;
         conn.once("connect", () => {
           if (o.idleTimeoutMs !== undefined) conn.setTimeout(o.idleTimeoutMs, () => conn.destroy());
-          conn.write(upgradeHead(req, o.keep ?? ((_n, v) => v), o.set));
+          conn.write(upgradeHead(req, o.keep ?? ((_n, v) => v), o.set, o.pass));
           if (head.length > 0) conn.write(head);
           socket.pipe(conn);
         });

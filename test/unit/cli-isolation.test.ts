@@ -2,7 +2,7 @@
  * The CLI is a client like the others: it reaches the daemon only through the TypeScript SDK
  * and holds no daemon code. From src/cli, following every static import, nothing in src/api,
  * src/daemon or any other HTTP client is reached; its only
- * dynamic import is the daemon's entry point, for `forkd daemon`. And it keeps no module
+ * dynamic import is the daemon's entry point, for `forkd daemon` and `forkd gateway`. And it keeps no module
  * state: no top-level `let`/`var`, the environment read in main() alone (and handed to the
  * daemon it starts).
  */
@@ -65,7 +65,7 @@ test("src/cli reaches no daemon code, and the daemon only through the SDK", asyn
     );
     assert.ok(!rel.startsWith("client/"), `the CLI reaches ${rel}: its one client is the SDK`);
   }
-  // The one dynamic import: `forkd daemon` runs the daemon in this process.
+  // The one dynamic import: `forkd daemon` (and `forkd gateway`) run in this process.
   const dynamic: string[] = [];
   for (const f of start) for (const d of dynamicImports(await readFile(f, "utf8"))) dynamic.push(d);
   assert.deepEqual(dynamic, ["../../daemon/index.js"]);

@@ -126,7 +126,7 @@ test("FORKD_NODE_ADDR: an http(s) origin, normalized; a path, a query, credentia
 
 test("the secret file: 0600 (no group or other bits), at least 32 bytes", async () => {
   await withSecret(GOOD, 0o644, async (path) => {
-    await assert.rejects(readClusterConfig(base(path)), refused("FORKD_CLUSTER_SECRET_FILE", /mode is 644/));
+    await assert.rejects(readClusterConfig(base(path)), refused("FORKD_CLUSTER_SECRET_FILE", /mode 644/));
   });
   await withSecret("short\n", 0o600, async (path) => {
     await assert.rejects(

@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
 import { Code } from "@connectrpc/connect";
-import { sandboxTarget } from "../../src/e2b/routing.js";
+import { sandboxTarget } from "../../src/http/sandbox-route.js";
 import { connectCode, httpError, toConnectError } from "../../src/e2b/envd/errors.js";
 import { fileSignature, signatureValid } from "../../src/e2b/envd/signature.js";
 import { requestedUser, resolvePath } from "../../src/e2b/envd/accounts.js";

@@ -72,6 +72,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/nodes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots each holds; admin callers only. A daemon alone answers 404. */
+        get: operations["listNodes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tokens": {
         parameters: {
             query?: never;
@@ -968,6 +985,48 @@ export interface components {
                 domain: string | null;
             } | null;
         };
+        ClusterNode: {
+            id: string;
+            /** @description Its REST listener, as gateways and peers reach it. */
+            api: string;
+            /** @description Its E2B listener (null: not served). */
+            e2b: string | null;
+            version: string;
+            started: string;
+            /** @description When its record was last written (it is rewritten as its load changes). */
+            updated: string;
+            /** @description A draining node takes no new work; its sandboxes run on. */
+            draining: boolean;
+            /** @description What a snapshot restores on: device state loads only into the same machine. */
+            machine: {
+                /** @enum {string} */
+                accel: "kvm" | "tcg";
+                /** @description QEMU's version */
+                qemu: string;
+                /** @description The CPU model guests see */
+                cpu: string;
+            };
+            capacity: {
+                cores: number;
+                memory_mib: number;
+                free_memory_mib: number;
+                /** @description FORKD_MAX_SANDBOXES */
+                max_sandboxes: number;
+                running: number;
+                paused: number;
+            };
+            /** @description (running + paused) / max_sandboxes */
+            load: number;
+            /** @description Snapshots it holds whole (store keys), with its warm pool members of each. */
+            holds: {
+                tag: string;
+                digest: string;
+                warm: number;
+            }[];
+        };
+        NodeList: {
+            nodes: components["schemas"]["ClusterNode"][];
+        };
         Token: {
             id: string;
             tenant: string;
@@ -1455,8 +1514,11 @@ export interface components {
             id: string;
             tag: string;
             pid: number;
-            /** @enum {string} */
-            state: "running" | "paused" | "exited";
+            /**
+             * @description lost: its node left a cluster (died or was cut off); a gateway answers it from etcd (exit_reason says why, node where it ran).
+             * @enum {string}
+             */
+            state: "running" | "paused" | "exited" | "lost";
             created: string;
             exit_reason: string | null;
             timings: {
@@ -2072,6 +2134,64 @@ export interface operations {
                 };
                 content: {
                     "text/plain; version=0.0.4": string;
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description forbidden: a tenant token on an admin-only route */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    listNodes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots each holds; admin callers only. A daemon alone answers 404. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeList"];
                 };
             };
             /** @description unauthenticated: no bearer token, or not a valid one (TCP) */

@@ -10,7 +10,7 @@ export interface SandboxQuery {
   /** Pairs every listed sandbox has in its metadata. */
   metadata?: Record<string, string>;
   /** The states to list (default: all). */
-  state?: Array<"running" | "paused" | "exited">;
+  state?: Array<"running" | "paused" | "exited" | "lost">;
 }
 
 interface ListWire {

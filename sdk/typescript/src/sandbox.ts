@@ -83,7 +83,7 @@ export interface SandboxInfo {
   /** E2B's name for `snapshot`. */
   templateId: string;
   pid: number;
-  state: "running" | "paused" | "exited";
+  state: "running" | "paused" | "exited" | "lost";
   startedAt: Date;
   exitReason: string | null;
   /** The cluster node it runs on; null: its daemon runs alone (not in a cluster). */

@@ -83,6 +83,17 @@ export const ROUTES: RouteSpec[] = [
     responses: { 200: { kind: "text", contentType: "text/plain; version=0.0.4" } },
   },
   {
+    operationId: "listNodes",
+    method: "get",
+    path: "/v1/nodes",
+    summary:
+      "A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots " +
+      "each holds; admin callers only. A daemon alone answers 404.",
+    tag: "daemon",
+    admin: true,
+    responses: { 200: json(S.NodeList) },
+  },
+  {
     operationId: "listTokens",
     method: "get",
     path: "/v1/tokens",

@@ -160,6 +160,43 @@ export const Version = named(
   "Version",
 );
 
+const Machine = z
+  .object({
+    accel: z.enum(["kvm", "tcg"]),
+    qemu: z.string().describe("QEMU's version"),
+    cpu: z.string().describe("The CPU model guests see"),
+  })
+  .describe("What a snapshot restores on: device state loads only into the same machine.");
+
+export const ClusterNode = named(
+  z.object({
+    id: z.string(),
+    api: z.string().describe("Its REST listener, as gateways and peers reach it."),
+    e2b: z.string().nullable().describe("Its E2B listener (null: not served)."),
+    version: z.string(),
+    started: z.string(),
+    updated: z.string().describe("When its record was last written (it is rewritten as its load changes)."),
+    draining: z.boolean().describe("A draining node takes no new work; its sandboxes run on."),
+    machine: Machine,
+    capacity: z.object({
+      cores: z.number().int(),
+      memory_mib: z.number().int(),
+      free_memory_mib: z.number().int(),
+      max_sandboxes: z.number().int().describe("FORKD_MAX_SANDBOXES"),
+      running: z.number().int(),
+      paused: z.number().int(),
+    }),
+    load: z.number().describe("(running + paused) / max_sandboxes"),
+    holds: z
+      .array(z.object({ tag: z.string(), digest: z.string(), warm: z.number().int() }))
+      .describe("Snapshots it holds whole (store keys), with its warm pool members of each."),
+  }),
+  "ClusterNode",
+  "A node of a cluster, as its record in etcd says (served by a gateway).",
+);
+
+export const NodeList = named(z.object({ nodes: z.array(ClusterNode) }), "NodeList");
+
 // ---------------------------------------------------------------- access
 
 export const TokenId = z.string().regex(TOKEN_ID_RE, "token id must match " + TOKEN_ID_RE.source);
@@ -851,7 +888,12 @@ export const Sandbox = named(
     id: z.string(),
     tag: z.string(),
     pid: z.number().int(),
-    state: z.enum(["running", "paused", "exited"]),
+    state: z
+      .enum(["running", "paused", "exited", "lost"])
+      .describe(
+        "lost: its node left a cluster (died or was cut off); a gateway answers it from etcd " +
+          "(exit_reason says why, node where it ran).",
+      ),
     created: z.string(),
     exit_reason: z.string().nullable(),
     timings: z.object({
@@ -909,8 +951,8 @@ export const ListSandboxesQuery = z.object({
   state: z
     .string()
     .regex(
-      /^(running|paused|exited)(,(running|paused|exited))*$/,
-      "state: running, paused, exited, comma-separated",
+      /^(running|paused|exited|lost)(,(running|paused|exited|lost))*$/,
+      "state: running, paused, exited, lost, comma-separated",
     )
     .optional()
     .describe("Only sandboxes in one of these states (comma-separated)."),

@@ -1,5 +1,6 @@
 /**
- * The daemon itself and the host: daemon (runs it in the foreground), doctor (host checks, no
+ * The daemon itself and the host: daemon (runs it in the foreground), gateway (a cluster's front
+ * door, in the foreground), doctor (host checks, no
  * daemon needed), status (health and versions), openapi (the running daemon's document),
  * metrics.
  */
@@ -9,14 +10,28 @@ import { runDoctor } from "../doctor.js";
 import { CALL_MS } from "../timeouts.js";
 import { VERSION } from "../../host/index.js";
 
+/** The daemon's entry point (`forkd daemon`, `forkd gateway` run in this process): the CLI's one import of daemon code. */
+const entry = () => import("../../daemon/index.js");
+
 export function daemonCommands(program: Command, ctx: CliContext): void {
   program
     .command("daemon")
     .description("run the daemon in the foreground")
     .action(async () => {
       // Starting a daemon process is the one thing the CLI takes from the daemon's code.
-      const { runDaemon } = await import("../../daemon/index.js");
+      const { runDaemon } = await entry();
       await runDaemon();
+    });
+
+  program
+    .command("gateway")
+    .description(
+      "run a cluster's gateway in the foreground: forkd's REST API, E2B's API and the console over every node " +
+        "(FORKD_CLUSTER, FORKD_CLUSTER_SECRET_FILE, FORKD_GATEWAY_LISTEN, FORKD_GATEWAY_E2B_LISTEN; docs/cluster.md)",
+    )
+    .action(async () => {
+      const { runGateway } = await entry();
+      await runGateway();
     });
 
   program

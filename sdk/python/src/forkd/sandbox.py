@@ -457,7 +457,7 @@ class ForkError(ForkdError):
 
 
 class SandboxState:
-    """E2B's SandboxState values (forkd's states: running, paused, exited)."""
+    """E2B's SandboxState values (forkd's: running, paused, exited; lost via a cluster gateway)."""
 
     RUNNING = "running"
     PAUSED = "paused"

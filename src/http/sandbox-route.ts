@@ -1,5 +1,6 @@
 /**
- * Which sandbox port an E2B sandbox-plane request is for, the way E2B's client proxy routes:
+ * Which sandbox port an E2B sandbox-plane request is for (E2B's listener of a daemon and a
+ * cluster's gateway route by it alike), the way E2B's client proxy routes:
  * the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers (what the SDKs send with
  * E2B_SANDBOX_URL), else a Host of the form `<port>-<sandboxId>.<domain>`. Both are validated
  * strictly: a sandbox id is forkd's (`sb-` + 16 base32 characters), a port 1 to 65535 in
@@ -7,7 +8,12 @@
  */
 import type { IncomingMessage } from "node:http";
 import { SANDBOX_ID_RE } from "../util/index.js";
-import type { SandboxTarget } from "./plane-target.js";
+
+/** A request's sandbox and port on E2B's sandbox plane. */
+export interface SandboxTarget {
+  sandboxId: string;
+  port: number;
+}
 
 const PORT_RE = /^[1-9][0-9]{0,4}$/;
 /** `<port>-<id>.` at the start of a Host (the domain after it is whatever the SDK was told). */

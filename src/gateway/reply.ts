@@ -1,0 +1,120 @@
+/**
+ * The gateway's own replies on a raw response: a JSON body, forkd's error envelope
+ * ({"error": {code, message, details}}, the status of its code: src/util/error-status.ts) or
+ * E2B's ({code, message}), and a request body read whole within a bound (the gateway reads only
+ * what it must decide on: a fork's, a login's; everything it relays streams).
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { STATUS_CODES } from "node:http";
+import type { Duplex } from "node:stream";
+import { ForkdError, errorMessage, statusOf } from "../util/index.js";
+
+/** A whole JSON reply; a reply already started is cut instead (it cannot be answered twice). */
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  if (res.headersSent || res.destroyed) {
+    res.destroy();
+    return;
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": String(Buffer.byteLength(text)),
+    "cache-control": "no-store",
+    ...headers,
+  });
+  res.end(text);
+}
+
+/** forkd's error envelope of `e` (anything not a ForkdError: internal, its message not told). */
+export function envelope(e: unknown): { status: number; body: { error: Record<string, unknown> } } {
+  if (e instanceof ForkdError)
+    return {
+      status: statusOf(e.code),
+      body: { error: { code: e.code, message: e.message, details: e.details } },
+    };
+  return { status: 500, body: { error: { code: "internal", message: "internal error", details: {} } } };
+}
+
+export function sendError(res: ServerResponse, e: unknown): void {
+  const { status, body } = envelope(e);
+  const wait = e instanceof ForkdError ? e.details.retry_after_s : undefined;
+  sendJson(res, status, body, typeof wait === "number" ? { "retry-after": String(wait) } : {});
+}
+
+/** E2B's error reply of `e`: {code: status, message}. */
+export function sendE2bError(res: ServerResponse, e: unknown): void {
+  const status = e instanceof ForkdError ? statusOf(e.code) : 500;
+  const message = e instanceof ForkdError ? e.message : "internal error";
+  const wait = e instanceof ForkdError ? e.details.retry_after_s : undefined;
+  sendJson(
+    res,
+    status,
+    { code: status, message },
+    typeof wait === "number" ? { "retry-after": String(wait) } : {},
+  );
+}
+
+/** The request's body, at most `max` bytes (413 past it), within `ms` (408-like timeout after). */
+export function readBody(req: IncomingMessage, max: number, ms = 30_000): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers["content-length"] ?? "0");
+    if (declared > max) {
+      req.resume();
+      return reject(new ForkdError("payload_too_large", `the body is over ${max} bytes`, { limit: max }));
+    }
+    const parts: Buffer[] = [];
+    let got = 0;
+    const timer = setTimeout(() => {
+      req.destroy();
+      reject(new ForkdError("timeout", "the request's body did not come in time"));
+    }, ms);
+    req.on("data", (c: Buffer) => {
+      got += c.length;
+      if (got > max) {
+        clearTimeout(timer);
+        // The rest is read and dropped, so the refusal can still be answered.
+        req.removeAllListeners("data");
+        req.resume();
+        reject(new ForkdError("payload_too_large", `the body is over ${max} bytes`, { limit: max }));
+        return;
+      }
+      parts.push(c);
+    });
+    req.on("end", () => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(parts));
+    });
+    req.on("error", (e) => {
+      clearTimeout(timer);
+      reject(new ForkdError("invalid_argument", `the request's body broke off: ${errorMessage(e)}`));
+    });
+  });
+}
+
+/** A body read by readBody() as a JSON object (400 otherwise). */
+export function jsonObject(raw: Buffer): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = raw.length === 0 ? {} : JSON.parse(raw.toString("utf8"));
+  } catch {
+    throw new ForkdError("invalid_argument", "the body is not JSON");
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v))
+    throw new ForkdError("invalid_argument", "the body must be a JSON object");
+  return v as Record<string, unknown>;
+}
+
+/** A whole JSON reply on a raw socket (an upgrade refused), then its end. */
+export function rawReply(socket: Duplex, status: number, body: unknown): void {
+  if (!socket.writable) return void socket.destroy();
+  const text = JSON.stringify(body);
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "Error"}\r\ncontent-type: application/json\r\n` +
+      `content-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`,
+  );
+}
