@@ -5,8 +5,8 @@
  * the console's sealed sessions), starts the gateway (src/gateway/) and serves forkd's REST API
  * and the console on FORKD_GATEWAY_LISTEN and E2B's API on FORKD_GATEWAY_E2B_LISTEN, each
  * guarded as a daemon's listeners are (src/util/listener-guard.ts; TLS with FORKD_TLS_CERT and
- * FORKD_TLS_KEY). Callers are authenticated by the API tokens (FORKD_TOKEN, FORKD_TOKENS_FILE;
- * SIGHUP reloads the file) until the cluster's token store holds them. SIGTERM/SIGINT stop it:
+ * FORKD_TLS_KEY). Callers are authenticated by the cluster's API tokens (etcd's tokens/, followed
+ * as they change: src/cluster/cluster-tokens.ts) and FORKD_TOKEN, an admin. SIGTERM/SIGINT stop it:
  * listeners close, open relays get 2 s, the gateway's lease is revoked.
  */
 import { lstat, readFile } from "node:fs/promises";
@@ -22,7 +22,7 @@ import {
   TokenStore,
 } from "../access/index.js";
 import { weakTokenReason } from "../access/index.js";
-import { ClusterKeys, DEFAULT_PREFIX } from "../cluster/index.js";
+import { ClusterKeys, ClusterTokens, DEFAULT_PREFIX } from "../cluster/index.js";
 import { listenE2b } from "../e2b/index.js";
 import { EtcdKv, parseEndpoints } from "../etcd/index.js";
 import { startGateway } from "../gateway/index.js";
@@ -44,7 +44,6 @@ export interface GatewayConfig {
   rest: TcpConfig;
   e2b: TcpConfig | null;
   adminToken: string | undefined;
-  tokensFile: string | null;
   listeners: ListenerLimits;
   bounds: Partial<GatewayBounds>;
   sweepMs: number;
@@ -111,12 +110,6 @@ export async function readGatewayConfig(env: NodeJS.ProcessEnv): Promise<Gateway
     : null;
   if (e2b && e2b.port !== 0 && e2b.port === rest.port && e2b.host === rest.host)
     throw new ForkdError("invalid_argument", "FORKD_GATEWAY_E2B_LISTEN and FORKD_GATEWAY_LISTEN must differ");
-  const tokensFile = env.FORKD_TOKENS_FILE || null;
-  if (!adminToken && !tokensFile)
-    throw new ForkdError(
-      "invalid_argument",
-      "a gateway needs FORKD_TOKEN or FORKD_TOKENS_FILE (the cluster's tokens)",
-    );
   return {
     cluster,
     clusterTls: {
@@ -129,7 +122,6 @@ export async function readGatewayConfig(env: NodeJS.ProcessEnv): Promise<Gateway
     rest,
     e2b,
     adminToken,
-    tokensFile,
     listeners: {
       maxConnections,
       perAddress: int(env, "FORKD_CONNECTIONS_PER_ADDRESS", DEFAULT_LIMITS.perAddress, 1),
@@ -185,15 +177,19 @@ const addressOf = (s: Server): string => {
 export async function startGatewayProcess(env: NodeJS.ProcessEnv = process.env): Promise<GatewayProcess> {
   const log = jsonLogger("gateway");
   const cfg = await readGatewayConfig(env);
-  const tokens = new TokenStore(cfg.tokensFile ?? "/nonexistent/forkd-gateway-tokens.json");
-  if (cfg.tokensFile) await tokens.load();
-  const auth = new Authenticator(tokens, cfg.adminToken);
   const kv = new EtcdKv(cfg.cluster, { tls: cfg.clusterTls });
+  const keys = new ClusterKeys(cfg.prefix);
+  // The cluster's tokens (etcd), which every node follows too; FORKD_TOKEN is an admin besides.
+  const tokens = new TokenStore(
+    new ClusterTokens(kv, keys, (what) => log.warn("cluster tokens", { problem: what })),
+  );
+  const auth = new Authenticator(tokens, cfg.adminToken);
   let running: RunningGateway;
   try {
+    await tokens.load();
     running = await startGateway({
       kv,
-      keys: new ClusterKeys(cfg.prefix),
+      keys,
       auth,
       sessions: new SealedSessions(cfg.secret),
       log,
@@ -237,13 +233,8 @@ export async function startGatewayProcess(env: NodeJS.ProcessEnv = process.env):
     rest: addressOf(restServer),
     e2b: e2bServer ? addressOf(e2bServer) : null,
     async reloadTokens() {
-      if (!cfg.tokensFile) return;
-      try {
-        await tokens.load();
-        log.info("tokens reloaded", { tokens: tokens.size });
-      } catch (e) {
-        log.warn("tokens file not reloaded; the previous tokens stay in force", { error: errorMessage(e) });
-      }
+      // The cluster's tokens are followed as etcd changes them: nothing to reload.
+      log.info("tokens follow the cluster's etcd", { tokens: tokens.size });
     },
     async close() {
       if (closed) return;
