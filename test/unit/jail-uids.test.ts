@@ -161,7 +161,7 @@ test("host processes: a process naming a path under the data directory is its ow
     );
     try {
       let mine: HostProcess | undefined;
-      for (let i = 0; i < 100 && !mine; i++) {
+      for (let i = 0; i < 500 && !mine; i++) {
         mine = (await hostProcesses(a!)).find((p) => p.pid === child.pid && p.uid === uid);
         if (!mine) await new Promise((r) => setTimeout(r, 20));
       }
