@@ -77,7 +77,8 @@ test("E2B's sandbox plane goes to the sandbox's node with its access token, by h
   const c = await fakeCluster({ nodes: 2 });
   try {
     const ids: { sandboxID: string; clientID: string }[] = [];
-    for (let i = 0; i < 3; i++)
+    // Until one lands on n2 (n1's warmth and holding take the first few).
+    for (let i = 0; i < 8 && !ids.some((x) => x.clientID === "n2"); i++)
       ids.push(
         (
           await call<{ sandboxID: string; clientID: string }>(c.gw.e2bUrl, "POST", "/sandboxes", {
@@ -138,7 +139,7 @@ test("E2B's sandbox plane goes to the sandbox's node with its access token, by h
     assert.match(gone.body.message, /^The sandbox sb-zzzzzzzzzzzzzzzz was not found/);
     // A lost one answers the same (the plane checks no credential first: it tells nothing).
     const lostOne = ids.find((x) => x.clientID === "n2");
-    assert.ok(lostOne, "a sandbox on n2 (the third create: n1's warmth is worth two)");
+    assert.ok(lostOne, "a sandbox on n2");
     {
       c.nodes[1]!.kill();
       await until(async () => (await c.gw.running.gateway.view.sandbox(lostOne.sandboxID))?.state === "lost");
