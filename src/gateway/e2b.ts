@@ -4,7 +4,8 @@
  * headers or a `<port>-<id>.<domain>` Host: src/http/sandbox-route.ts) goes to the E2B
  * listener of the sandbox's node as it came (the node authorizes it: the sandbox's envd access
  * token or an API key, both passed on), WebSocket upgrades too; a sandbox no node serves
- * answers 502, as E2B's proxy answers for a sandbox that is gone. Its control plane is
+ * answers 502, as E2B's proxy answers for a sandbox that is gone, the same whatever the reason
+ * (no credential is checked before it: it tells nothing of which ids exist). Its control plane is
  * authenticated here (an API key): a create is placed and sent to one node (./fork.ts, one
  * child), listings are merged (./e2b-list.ts), a sandbox's calls go to its node, a template's
  * delete to a holder. Errors are E2B's {code, message}.
@@ -13,6 +14,7 @@ import type { IncomingMessage, RequestListener, ServerResponse } from "node:http
 import type { Duplex } from "node:stream";
 import { mayHold } from "../app/index.js";
 import { forgetLost } from "../cluster/index.js";
+import type { NodeRecord } from "../cluster/index.js";
 import { sandboxTarget } from "../http/index.js";
 import type { SandboxTarget } from "../http/index.js";
 import { ForkdError, SANDBOX_ID_RE, errorMessage, statusOf } from "../util/index.js";
@@ -29,9 +31,13 @@ const LISTS = new Set(["/sandboxes", "/v2/sandboxes", "/snapshots"]);
 const TEMPLATE = /^\/templates\/([^/]+)$/;
 
 /** E2B's answer for a sandbox-plane request no node serves. */
-const planeGone = (t: SandboxTarget, why?: string) => ({
+/**
+ * The same answer whatever the reason (no record, lost, its node gone): the plane is reached
+ * before any credential is checked, so it tells nothing of which ids exist.
+ */
+const planeGone = (t: SandboxTarget) => ({
   code: 502,
-  message: `The sandbox ${t.sandboxId} was not found (or is not running)${why ? `: ${why}` : ""}`,
+  message: `The sandbox ${t.sandboxId} was not found (or is not running)`,
   sandboxId: t.sandboxId,
 });
 
@@ -47,24 +53,21 @@ export function e2bHandler(g: Gateway): RequestListener {
   };
 }
 
-/** The node whose E2B listener serves sandbox-plane target `t`, or why none does. */
-async function planeNode(g: Gateway, t: SandboxTarget) {
+/** The node whose E2B listener serves sandbox-plane target `t` (null: none does). */
+async function planeNode(g: Gateway, t: SandboxTarget): Promise<NodeRecord | null> {
   const r = await g.view.sandbox(t.sandboxId);
-  if (!r || r.state === "exited") return { why: undefined };
-  if (r.state === "lost") return { why: r.reason ?? "it is lost" };
+  if (!r || r.state === "exited" || r.state === "lost") return null;
   const node = g.view.node(r.node);
-  if (!node) return { why: `its node ${r.node} left the cluster` };
-  if (node.e2b === null) return { why: `its node ${r.node} serves no E2B listener` };
-  return { node };
+  return node && node.e2b !== null ? node : null;
 }
 
 async function plane(g: Gateway, req: IncomingMessage, res: ServerResponse, t: SandboxTarget): Promise<void> {
-  const p = await planeNode(g, t);
-  if (!p.node) {
+  const node = await planeNode(g, t);
+  if (!node) {
     req.resume();
-    return sendJson(res, 502, planeGone(t, p.why));
+    return sendJson(res, 502, planeGone(t));
   }
-  relay(g, req, res, p.node, { door: "e2b", kind: "e2b-plane" });
+  relay(g, req, res, node, { door: "e2b", kind: "e2b-plane" });
 }
 
 async function control(g: Gateway, req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -165,10 +168,10 @@ export function e2bUpgrade(g: Gateway): (req: IncomingMessage, socket: Duplex, h
     if (!t)
       return rawReply(socket, 404, { code: 404, message: "only a sandbox's own ports take an upgrade" });
     planeNode(g, t).then(
-      (p) =>
-        p.node
-          ? relayUpgrade(g, req, socket, head, p.node, { door: "e2b", kind: "e2b-plane" })
-          : rawReply(socket, 502, planeGone(t, p.why)),
+      (node) =>
+        node
+          ? relayUpgrade(g, req, socket, head, node, { door: "e2b", kind: "e2b-plane" })
+          : rawReply(socket, 502, planeGone(t)),
       (e: unknown) => rawReply(socket, 503, { code: 503, message: errorMessage(e) }),
     );
   };

@@ -8,7 +8,7 @@
  * changes, `snapshot-gone` when it goes) and the nodes' pending ones; a sandbox marked lost (a
  * `sandbox` in state lost) and a lost record forgotten (`sandbox-gone`); `usage` of every node
  * together; a `: ping` every 15 s. A node that joins is followed from then on (its `state` told
- * as `sandbox` events). A client that reads slower than events come (more than 4 MiB waiting for
+ * as `sandbox` events), and so is one whose stream ended while it stays in the cluster. A client that reads slower than events come (more than 4 MiB waiting for
  * it) is cut, as a daemon cuts it; a client that hangs up closes every node stream at once.
  */
 import type { ServerResponse } from "node:http";
@@ -25,6 +25,8 @@ import { recordView } from "./record-view.js";
 
 export const EVENTS_MAX_QUEUED = 4 << 20;
 export const PING_EVERY_MS = 15_000;
+/** A node's stream that ended is opened again after this, while the node is in the cluster. */
+const REFOLLOW_MS = 2_000;
 
 type Json = Record<string, unknown>;
 
@@ -108,13 +110,33 @@ class MergedEvents {
           if (!first) this.fromNode(node.id, e);
         },
         () => {
-          this.streams.delete(node.id);
+          if (this.streams.get(node.id) === stream) this.streams.delete(node.id);
           this.usage.delete(node.id);
           resolve(null);
+          this.again(node.id);
         },
       );
       this.streams.set(node.id, stream);
     });
+  }
+
+  /**
+   * A node's stream that ended while the node is still in the cluster (it restarted, a
+   * connection broke) is followed again after a pause, its `state` told as `sandbox` events.
+   */
+  private again(id: string): void {
+    if (this.stopped) return;
+    const t = setTimeout(() => {
+      this.timers.splice(this.timers.indexOf(t), 1);
+      const node = this.g.view.node(id);
+      if (this.stopped || !node || this.streams.has(id)) return;
+      void this.follow(node).then((first) => {
+        for (const sb of Array.isArray(first?.sandboxes) ? (first.sandboxes as unknown[]) : [])
+          this.send("sandbox", sb);
+      });
+    }, REFOLLOW_MS);
+    t.unref();
+    this.timers.push(t);
   }
 
   private fromNode(node: string, e: NodeEvent): void {
@@ -197,7 +219,7 @@ class MergedEvents {
     if (this.stopped) return;
     this.stopped = true;
     this.unsubscribe?.();
-    for (const t of this.timers) clearInterval(t);
+    for (const t of this.timers) clearTimeout(t);
     for (const s of [...this.streams.values()]) s.close();
     this.streams.clear();
   }

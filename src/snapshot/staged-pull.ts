@@ -1,8 +1,8 @@
 /**
  * The loop every pull of a chain's files shares, whichever its source (a registry's blobs:
- * pull.ts; peers of the cluster: peer-pull.ts): with the chain's manifest read and checked, the
- * whole is bounded by the unpack limit and free space before anything is downloaded; files this
- * node has are not downloaded (those registration will not use: the guest image when an image
+ * pull.ts; peers of the cluster: peer-pull.ts): with the chain's manifest read and checked,
+ * what it will download is bounded by the unpack limit and free space before anything is;
+ * files this node has are not downloaded (those registration will not use: the guest image when an image
  * of its content address is here, the files of a chain snapshot here already: register.ts
  * presentHere), memory and device-state files with the sha256 of a local snapshot's are
  * hard-linked from it; every other file is fetched by the source into a staging directory,
@@ -75,7 +75,6 @@ export async function pullStaged(
   p: StagedPull,
   progress: Progress,
 ): Promise<StagedPullResult> {
-  await checkSpace(deps, p.manifest);
   const dir = deps.store.stagingDir(stagingName(p.what));
   const count = p.files.length;
   const out: StagedPullResult = {
@@ -88,6 +87,10 @@ export async function pullStaged(
     await mkdir(dir, { mode: 0o700 });
     const skip = await presentHere(deps, p.manifest, p.register);
     const local = await localFiles(deps);
+    await checkSpace(
+      deps,
+      p.files.filter((f) => !skip.has(f.path) && !local.has(f.sha256)),
+    );
     const staged: ChainManifest["files"] = { ...p.manifest.files };
     const verified = new Map<string, FileSum>();
     // Wire bytes of every file: a file here already counts as done.
@@ -150,12 +153,12 @@ export async function pullStaged(
 
 /**
  * Refuses a pull past the unpack limit (FORKD_UNPACK_MAX_MIB) or that would not fit (with a
- * margin) on the data directory's filesystem, before anything is downloaded: every file is
- * then staged at exactly its listed size (a longer one is refused as it streams), so the listed
- * sizes bound what the pull writes.
+ * margin) on the data directory's filesystem, before anything is downloaded: every file it
+ * will download is then staged at exactly its listed size (a longer one is refused as it
+ * streams), so the listed sizes bound what the pull writes.
  */
-async function checkSpace(deps: UnpackDeps, m: ChainManifest): Promise<void> {
-  const need = Object.values(m.files).reduce((a, f) => a + f.size, 0);
+async function checkSpace(deps: UnpackDeps, files: PullFile[]): Promise<void> {
+  const need = files.reduce((a, f) => a + f.size, 0);
   const limit = await limitFor(deps);
   if (need > limit.bytes) throw overLimit(limit, need);
 }

@@ -169,7 +169,7 @@ test("a node killed: its sandboxes are lost within 15 s on every gateway, and ne
   // n3 died in the test before (its lease left to expire); n2 now.
   const r = await call<ForkReply>(gwA.url, "POST", "/v1/sandboxes", {
     token: "bob-token",
-    body: { snapshot_tag: "app", n: 4 },
+    body: { snapshot_tag: "app", n: 8 },
   });
   const onN2 = r.body.sandboxes.filter((s) => s.node === "n2");
   assert.ok(onN2.length > 0, JSON.stringify(r.body));

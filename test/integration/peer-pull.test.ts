@@ -14,7 +14,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { api, forkOne, sh } from "../helpers/vm.js";
-import { makeDaemon } from "../helpers/daemon.js";
+import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { freePort } from "../helpers/port.js";
 import { startPeerProxy } from "../helpers/peer-proxy.js";
@@ -161,7 +161,10 @@ step("a branch made on the first node ships only its own files", async () => {
   await sh(a, id, "echo one > /root/branch.txt");
   await api(a, "POST", `/v1/sandboxes/${id}/branch`, { tag: "pb1" });
   await api(a, "DELETE", `/v1/sandboxes/${id}`);
-  const r = await pull("pb1", aUrl);
+  // By the CLI this time: forkd pull --peer URL KEY.
+  const out = await cli(b, ["pull", "--peer", aUrl, "pb1", "--json"]);
+  assert.equal(out.code, 0, out.stderr);
+  const r = JSON.parse(out.stdout) as Pulled;
   assert.deepEqual(r.published, ["pb1"]);
   const paths = (r.bytes.files ?? []).map((f) => f.path).sort();
   for (const p of paths) assert.match(p, /^snapshots\/(pb1\/|alice~pbase\/meta\.json$)/, p);

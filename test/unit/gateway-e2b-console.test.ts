@@ -9,7 +9,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { REPO_DIR } from "../../src/host/paths.js";
-import { fakeCluster } from "../helpers/fake-cluster.js";
+import { fakeCluster, until } from "../helpers/fake-cluster.js";
 import { call } from "../helpers/gateway.js";
 
 test("E2B: create placed with the caller's key, listings merged, a sandbox's calls to its node", async () => {
@@ -77,7 +77,8 @@ test("E2B's sandbox plane goes to the sandbox's node with its access token, by h
   const c = await fakeCluster({ nodes: 2 });
   try {
     const ids: { sandboxID: string; clientID: string }[] = [];
-    for (let i = 0; i < 3; i++)
+    // Until one lands on n2 (n1's warmth and holding take the first few).
+    for (let i = 0; i < 8 && !ids.some((x) => x.clientID === "n2"); i++)
       ids.push(
         (
           await call<{ sandboxID: string; clientID: string }>(c.gw.e2bUrl, "POST", "/sandboxes", {
@@ -136,6 +137,20 @@ test("E2B's sandbox plane goes to the sandbox's node with its access token, by h
     });
     assert.equal(gone.status, 502);
     assert.match(gone.body.message, /^The sandbox sb-zzzzzzzzzzzzzzzz was not found/);
+    // A lost one answers the same (the plane checks no credential first: it tells nothing).
+    const lostOne = ids.find((x) => x.clientID === "n2");
+    assert.ok(lostOne, "a sandbox on n2");
+    {
+      c.nodes[1]!.kill();
+      await until(async () => (await c.gw.running.gateway.view.sandbox(lostOne.sandboxID))?.state === "lost");
+      const lost = await call<{ code: number; message: string }>(c.gw.e2bUrl, "GET", "/health", {
+        headers: { "e2b-sandbox-id": lostOne.sandboxID, "e2b-sandbox-port": "49983" },
+      });
+      assert.deepEqual(
+        [lost.status, lost.body.message],
+        [502, `The sandbox ${lostOne.sandboxID} was not found (or is not running)`],
+      );
+    }
   } finally {
     await c.close();
   }

@@ -114,8 +114,9 @@ export function transferCommands(program: Command, ctx: CliContext): void {
     .argument("<source>", "HOST[:PORT]/NAME[:TAG|@DIGEST], https://…/FILE.tar.zst, or with --peer the key")
     .option("--tag <tag>", "register the snapshot under this tag (its ancestors keep theirs)")
     .option(
-      "--peer <url...>",
-      "pull the key <source> from this peer node, or these (best first; its FORKD_NODE_ADDR; admins only)",
+      "--peer <url>",
+      "pull the key <source> from this peer node (its FORKD_NODE_ADDR; admins only); repeated: holders, best first",
+      (url: string, prev: string[] | undefined) => [...(prev ?? []), url],
     )
     .option("--insecure", "allow plain http to a host that is not on loopback")
     .option("--json", "print the result as JSON")
