@@ -54,6 +54,11 @@ export class ClusterSecret {
     return new ClusterSecret(Buffer.from(key));
   }
 
+  /** The secret's bytes, for keys derived from it in this process (sealed sessions); never sent. */
+  bytes(): Buffer {
+    return Buffer.from(this.key);
+  }
+
   /** The bearer of `purpose`: HMAC-SHA256(secret, purpose), hex. */
   bearer(purpose: string): string {
     return createHmac("sha256", this.key).update(purpose).digest("hex");

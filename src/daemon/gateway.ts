@@ -9,19 +9,13 @@
  * as they change: src/cluster/cluster-tokens.ts) and FORKD_TOKEN, an admin. SIGTERM/SIGINT stop it:
  * listeners close, open relays get 2 s, the gateway's lease is revoked.
  */
-import { lstat, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import type { RequestListener, Server } from "node:http";
 import { createServer as createHttpServer } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
-import {
-  AuthFailureLimiter,
-  Authenticator,
-  MIN_CLUSTER_SECRET,
-  SealedSessions,
-  TokenStore,
-} from "../access/index.js";
-import { weakTokenReason } from "../access/index.js";
+import { AuthFailureLimiter, Authenticator, SealedSessions, TokenStore } from "../access/index.js";
+import { ClusterSecret, weakTokenReason } from "../access/index.js";
 import { ClusterKeys, ClusterTokens, DEFAULT_PREFIX } from "../cluster/index.js";
 import { listenE2b } from "../e2b/index.js";
 import { EtcdKv, parseEndpoints } from "../etcd/index.js";
@@ -51,29 +45,13 @@ export interface GatewayConfig {
   authFailures: { rps: number; burst: number };
 }
 
-/** FORKD_CLUSTER_SECRET_FILE: a regular file nobody else may read, of at least 32 bytes. */
+/** FORKD_CLUSTER_SECRET_FILE: the cluster secret (src/access/cluster-secret.ts reads and checks it). */
 export async function readClusterSecret(path: string | undefined): Promise<Buffer> {
   if (!path)
-    throw new ForkdError("invalid_argument", "FORKD_CLUSTER_SECRET_FILE is required (the cluster secret)");
-  const st = await lstat(path).catch((e: unknown) => {
-    throw new ForkdError(
-      "invalid_argument",
-      `cannot read FORKD_CLUSTER_SECRET_FILE ${path}: ${errorMessage(e)}`,
-    );
-  });
-  if (!st.isFile() || (st.mode & 0o077) !== 0)
-    throw new ForkdError(
-      "invalid_argument",
-      `FORKD_CLUSTER_SECRET_FILE ${path} must be a regular file of mode 0600`,
-    );
-  const secret = (await readFile(path)).subarray(0, 4096);
-  const trimmed = Buffer.from(secret.toString("utf8").trim(), "utf8");
-  if (trimmed.length < MIN_CLUSTER_SECRET)
-    throw new ForkdError(
-      "invalid_argument",
-      `the cluster secret must be at least ${MIN_CLUSTER_SECRET} bytes`,
-    );
-  return trimmed;
+    throw new ForkdError("invalid_argument", "FORKD_CLUSTER_SECRET_FILE is required (the cluster secret)", {
+      field: "FORKD_CLUSTER_SECRET_FILE",
+    });
+  return (await ClusterSecret.read(path)).bytes();
 }
 
 export async function readGatewayConfig(env: NodeJS.ProcessEnv): Promise<GatewayConfig> {
