@@ -208,12 +208,11 @@ export interface ClusterConfig {
   secret: ClusterSecret;
 }
 
-/** Settings that mean something only in a cluster. */
+/** Settings that mean something only in a cluster (a cluster secret alone opens the peer routes: src/peer/). */
 const CLUSTER_ONLY = [
   "FORKD_NODE_ID",
   "FORKD_NODE_ADDR",
   "FORKD_NODE_E2B_ADDR",
-  "FORKD_CLUSTER_SECRET_FILE",
   "FORKD_CLUSTER_PREFIX",
   "FORKD_CLUSTER_CA",
   "FORKD_CLUSTER_CERT",

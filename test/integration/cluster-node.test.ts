@@ -123,15 +123,29 @@ step("a snapshot made on A is in the catalog and in A's holdings; its tag is tak
     10_000,
   );
   assert.equal(await kv.get(keys.holding("b", TAG)), null);
-  // B: refused at once (409), before any work; its fork needs the peer transfer (503 for now).
+  // B: refused at once (409), before any work.
   assert.equal(
     await codeOf(apiRequest(b.ep, "POST", "/v1/snapshots", { tag: TAG, memory_mib: 256 }, 30_000)),
     "conflict",
   );
-  assert.equal(
-    await codeOf(apiRequest(b.ep, "POST", "/v1/sandboxes", { snapshot_tag: TAG, n: 1 }, 30_000)),
-    "unavailable",
+  // B's fork of it pulls it from A (its holder) first, then B holds it under the same digest.
+  const onB = await apiRequest<{ sandboxes: SandboxView[] }>(
+    b.ep,
+    "POST",
+    "/v1/sandboxes",
+    { snapshot_tag: TAG, n: 1 },
+    600_000,
   );
+  assert.equal(onB.sandboxes[0]?.node, "b");
+  await until(
+    "B's holding",
+    async () => (await read(Holding, keys.holding("b", TAG)))?.digest === e?.digest,
+    10_000,
+  );
+  await apiRequest(b.ep, "DELETE", `/v1/sandboxes/${onB.sandboxes[0]?.id ?? ""}`);
+  // Its record is exited (not running, so not counted as a live sandbox); the later steps count
+  // the cluster's records of running sandboxes: it goes.
+  await kv.delete(keys.sandbox(onB.sandboxes[0]?.id ?? ""));
 });
 
 step("a fork on A writes where its child runs before it answers; the view names the node", async () => {
