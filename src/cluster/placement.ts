@@ -3,12 +3,14 @@
  * forks say; docs/cluster.md, "Placement"). A node is a candidate when it takes work (not
  * draining), runs the snapshot's machine (accelerator, QEMU version and CPU model equal to its
  * catalog entry's: device state loads only there) and has room. Each child goes, one at a time,
- * to the candidate with the lowest score: its load fraction (held + assigned + placed here) /
- * maxSandboxes, less a small locality bonus while it has a warm pool member of the snapshot left
- * (WARM_BONUS) or holds it (HELD_BONUS). So a fork goes first where the snapshot is warm, then
- * where it is held, then where there is room, and a large one spreads: the bonus is worth a few
- * children, not a node's whole capacity (fork -n 30 of a snapshot on one node of three spreads
- * over the three). Ties go to the node id first in order, so the result is deterministic.
+ * to the candidate with the lowest score: its load (held + assigned + placed here) less a
+ * locality bonus counted in children, while it has a warm pool member of the snapshot left
+ * (WARM_BONUS) or holds it (HELD_BONUS), as a fraction of its maxSandboxes. So a fork goes first
+ * where the snapshot is warm, then where it is held, then where there is room, and a large one
+ * spreads: the bonus is worth a few children whatever FORKD_MAX_SANDBOXES is (an upper bound, not
+ * what a node runs well: fork -n 30 of a snapshot on one node of three spreads over the three;
+ * a bonus of a fraction of the bound kept all 30 on the holder at the default bound of 1000).
+ * Ties go to the node id first in order, so the result is deterministic.
  */
 import type { MachineKind } from "./records.js";
 
@@ -42,8 +44,9 @@ export interface PlacementResult {
   unplaced: number;
 }
 
-export const WARM_BONUS = 0.1;
-export const HELD_BONUS = 0.05;
+/** Children a node with a warm member of the snapshot, or holding it, takes before others. */
+export const WARM_BONUS = 4;
+export const HELD_BONUS = 2;
 
 export const sameMachine = (a: MachineKind, b: MachineKind): boolean =>
   a.accel === b.accel && a.qemu === b.qemu && a.cpu === b.cpu;
@@ -74,7 +77,7 @@ export function place(
       const used = c.held + c.assigned + mine;
       if (used >= c.maxSandboxes) continue;
       const bonus = c.warm > mine ? WARM_BONUS : c.holds ? HELD_BONUS : 0;
-      const score = used / c.maxSandboxes - bonus;
+      const score = (used - bonus) / c.maxSandboxes;
       if (score < bestScore) {
         best = c;
         bestScore = score;

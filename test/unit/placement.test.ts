@@ -38,7 +38,7 @@ test("one child goes where the snapshot is warm, then where it is held, then whe
   );
   // The bonus is small: a warm node far busier than another loses to it.
   assert.deepEqual(counts(place([node("a", { warm: 2, holds: true, held: 10 }), node("b")], 1, M)), { b: 1 });
-  assert.ok(WARM_BONUS > HELD_BONUS && WARM_BONUS < 0.5);
+  assert.ok(WARM_BONUS > HELD_BONUS && WARM_BONUS <= 4, "the bonus is worth a few children");
 });
 
 test("fork -n 30 of a snapshot held on one node of three spreads over the three", () => {
@@ -52,6 +52,11 @@ test("fork -n 30 of a snapshot held on one node of three spreads over the three"
   assert.ok((c.n2 ?? 0) >= 8 && (c.n3 ?? 0) >= 8, JSON.stringify(c));
   // The holder is chosen first: its part comes first.
   assert.equal(r.placements[0]?.node, "n1");
+  // At the default bound (FORKD_MAX_SANDBOXES=1000) too: the bonus is children, not a fraction of it.
+  const big = (id: string, o: Partial<Candidate> = {}) => ({ ...node(id, o), maxSandboxes: 1000 });
+  const d = counts(place([big("n1", { holds: true, warm: 2 }), big("n2"), big("n3")], 30, M));
+  assert.deepEqual(Object.keys(d).sort(), ["n1", "n2", "n3"], JSON.stringify(d));
+  assert.ok((d.n2 ?? 0) >= 8 && (d.n3 ?? 0) >= 8, JSON.stringify(d));
 });
 
 test("a node's load counts its held, its assigned and this fork's children", () => {
