@@ -30,6 +30,9 @@ export const peerTransferUnavailable: PeerPull = async (key) => {
   );
 };
 
+/** How long a fork waits for the origin of a snapshot just made to show it holds it. */
+const HOLDING_WAIT_MS = 10_000;
+
 const sameMachine = (a: MachineKind, b: MachineKind): boolean =>
   a.accel === b.accel && a.qemu === b.qemu && a.cpu === b.cpu;
 
@@ -64,8 +67,27 @@ export class SnapshotFetch {
     await flight;
   }
 
-  /** Nodes (live, not this one) holding `key` under the catalog's digest: origin first, then warmest. */
+  /**
+   * Nodes (live, not this one) holding `key` under the catalog's digest: origin first, then
+   * warmest. A snapshot just made is in the catalog a moment before its origin's holding is
+   * written: while the origin is live and no holder shows, this asks again for up to
+   * HOLDING_WAIT_MS (a fork placed here right after the snapshot was made waits, not fails).
+   */
   async holders(key: string): Promise<Holder[]> {
+    const end = Date.now() + HOLDING_WAIT_MS;
+    for (;;) {
+      const found = await this.holdersNow(key);
+      const origin = this.catalog.entry(key)?.origin;
+      const originLive =
+        origin !== undefined &&
+        origin !== this.c.id &&
+        [...this.c.nodes.values()].some((n) => n.id === origin);
+      if (found.length > 0 || !originLive || Date.now() >= end) return found;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  private async holdersNow(key: string): Promise<Holder[]> {
     const e = this.catalog.entry(key);
     if (!e) return [];
     const live = [...this.c.nodes.values()].filter((n) => n.id !== this.c.id);
