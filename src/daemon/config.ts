@@ -19,7 +19,7 @@ import type { RateLimits } from "../access/index.js";
 import { weakTokenReason } from "../access/index.js";
 import { DEFAULT_BODY_LIMITS } from "../app/index.js";
 import type { BodyLimits } from "../app/index.js";
-import { ForkdError } from "../util/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import { DEFAULT_LIMITS } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
 
@@ -87,28 +87,12 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
     const weak = weakTokenReason(adminToken);
     if (weak) throw new ForkdError("invalid_argument", `FORKD_TOKEN is refused: ${weak}`);
   }
-  const certPath = env.FORKD_TLS_CERT;
-  const keyPath = env.FORKD_TLS_KEY;
-  if (!certPath !== !keyPath)
-    throw new ForkdError("invalid_argument", "FORKD_TLS_CERT and FORKD_TLS_KEY go together");
-  if (certPath && !env.FORKD_LISTEN && !env.FORKD_E2B_LISTEN)
+  if (env.FORKD_TLS_CERT && !env.FORKD_LISTEN && !env.FORKD_E2B_LISTEN)
     throw new ForkdError(
       "invalid_argument",
       "FORKD_TLS_CERT/FORKD_TLS_KEY need FORKD_LISTEN or FORKD_E2B_LISTEN",
     );
-  const read = async (p: string, what: string) =>
-    readFile(p).catch((e: unknown) => {
-      throw new ForkdError("invalid_argument", `cannot read ${what} ${p}: ${String(e)}`);
-    });
-  const tls =
-    certPath && keyPath
-      ? { cert: await read(certPath, "FORKD_TLS_CERT"), key: await read(keyPath, "FORKD_TLS_KEY") }
-      : null;
-  const maxConnections = int(env, "FORKD_MAX_CONNECTIONS", 1024, 1);
-  const listener = (name: string, v: string): TcpConfig => {
-    const a = parseListen(name, v);
-    return { ...a, loopback: isLoopback(a.host), tls, maxConnections };
-  };
+  const { listener, maxConnections } = await tcpListeners(env, 1024);
   const tcp = env.FORKD_LISTEN ? listener("FORKD_LISTEN", env.FORKD_LISTEN) : null;
   let e2b: E2bListenConfig | null = null;
   if (env.FORKD_E2B_LISTEN) {
@@ -170,6 +154,36 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
 }
 
 /** HOST:PORT (IPv6: [ADDR]:PORT) of a listener setting. */
+/**
+ * How a TCP listener of this process is made (the daemon's and the gateway's alike): the TLS
+ * certificate and key (FORKD_TLS_CERT, FORKD_TLS_KEY: both or neither, read once) and the
+ * connection bound (FORKD_MAX_CONNECTIONS, default `defaultMax`); the function it returns turns
+ * one `host:port` setting into its listener.
+ */
+export async function tcpListeners(
+  env: NodeJS.ProcessEnv,
+  defaultMax: number,
+): Promise<{ listener: (name: string, v: string) => TcpConfig; maxConnections: number }> {
+  const certPath = env.FORKD_TLS_CERT;
+  const keyPath = env.FORKD_TLS_KEY;
+  if (!certPath !== !keyPath)
+    throw new ForkdError("invalid_argument", "FORKD_TLS_CERT and FORKD_TLS_KEY go together");
+  const read = (p: string, what: string) =>
+    readFile(p).catch((e: unknown) => {
+      throw new ForkdError("invalid_argument", `cannot read ${what} ${p}: ${errorMessage(e)}`);
+    });
+  const tls =
+    certPath && keyPath
+      ? { cert: await read(certPath, "FORKD_TLS_CERT"), key: await read(keyPath, "FORKD_TLS_KEY") }
+      : null;
+  const maxConnections = int(env, "FORKD_MAX_CONNECTIONS", defaultMax, 1);
+  const listener = (name: string, v: string): TcpConfig => {
+    const a = parseListen(name, v);
+    return { ...a, loopback: isLoopback(a.host), tls, maxConnections };
+  };
+  return { listener, maxConnections };
+}
+
 export function parseListen(name: string, v: string): { host: string; port: number } {
   const m = /^\[?([^\]]*)\]?:(\d+)$/.exec(v);
   const port = Number(m?.[2]);

@@ -9,7 +9,6 @@
  * as they change: src/cluster/cluster-tokens.ts) and FORKD_TOKEN, an admin. SIGTERM/SIGINT stop it:
  * listeners close, open relays get 2 s, the gateway's lease is revoked.
  */
-import { readFile } from "node:fs/promises";
 import type { RequestListener, Server } from "node:http";
 import { createServer as createHttpServer } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
@@ -24,11 +23,12 @@ import type { GatewayBounds, RunningGateway } from "../gateway/index.js";
 import { VERSION, defaultPaths } from "../host/index.js";
 import { consoleDist } from "../http/index.js";
 import { reservedTags } from "../snapshot/index.js";
-import { DEFAULT_LIMITS, ForkdError, errorMessage, guard, httpOptions, jsonLogger } from "../util/index.js";
+import { DEFAULT_LIMITS, ForkdError, guard, httpOptions, jsonLogger } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
-import { int, isLoopback, parseListen } from "./config.js";
+import { int, tcpListeners } from "./config.js";
 import type { TcpConfig } from "./config.js";
 import { installFailurePolicy } from "./failure-policy.js";
+import { runUntilSignal } from "./run-until-signal.js";
 
 export interface GatewayConfig {
   cluster: ReturnType<typeof parseEndpoints>;
@@ -65,23 +65,7 @@ export async function readGatewayConfig(env: NodeJS.ProcessEnv): Promise<Gateway
     const weak = weakTokenReason(adminToken);
     if (weak) throw new ForkdError("invalid_argument", `FORKD_TOKEN is refused: ${weak}`);
   }
-  const certPath = env.FORKD_TLS_CERT;
-  const keyPath = env.FORKD_TLS_KEY;
-  if (!certPath !== !keyPath)
-    throw new ForkdError("invalid_argument", "FORKD_TLS_CERT and FORKD_TLS_KEY go together");
-  const read = (p: string, what: string) =>
-    readFile(p).catch((e: unknown) => {
-      throw new ForkdError("invalid_argument", `cannot read ${what} ${p}: ${errorMessage(e)}`);
-    });
-  const tls =
-    certPath && keyPath
-      ? { cert: await read(certPath, "FORKD_TLS_CERT"), key: await read(keyPath, "FORKD_TLS_KEY") }
-      : null;
-  const maxConnections = int(env, "FORKD_MAX_CONNECTIONS", 4096, 1);
-  const listener = (name: string, v: string): TcpConfig => {
-    const a = parseListen(name, v);
-    return { ...a, loopback: isLoopback(a.host), tls, maxConnections };
-  };
+  const { listener, maxConnections } = await tcpListeners(env, 4096);
   const rest = listener("FORKD_GATEWAY_LISTEN", env.FORKD_GATEWAY_LISTEN || "127.0.0.1:8790");
   const e2b = env.FORKD_GATEWAY_E2B_LISTEN
     ? listener("FORKD_GATEWAY_E2B_LISTEN", env.FORKD_GATEWAY_E2B_LISTEN)
@@ -234,16 +218,5 @@ export async function runGateway(): Promise<void> {
   installFailurePolicy({ log, count: (kind) => count.fn?.(kind) });
   const g = await startGatewayProcess();
   count.fn = (kind) => g.running.gateway.metrics.processFailure(kind);
-  const stop = () => {
-    g.close().then(
-      () => process.exit(0),
-      (e: unknown) => {
-        log.warn("stopping failed", { error: errorMessage(e) });
-        process.exit(1);
-      },
-    );
-  };
-  process.on("SIGTERM", stop);
-  process.on("SIGINT", stop);
-  process.on("SIGHUP", () => void g.reloadTokens());
+  runUntilSignal(log, g);
 }

@@ -73,6 +73,7 @@ import { ImagePuller } from "../oci/index.js";
 import { Quarantine } from "../util/index.js";
 import { Strays } from "../vmm/index.js";
 import { installFailurePolicy } from "./failure-policy.js";
+import { runUntilSignal } from "./run-until-signal.js";
 import { AccessTokens } from "../e2b/index.js";
 import { createE2bHandler, createE2bUpgradeHandler, listenE2b } from "../e2b/index.js";
 import { interpreterHandler } from "../e2b/index.js";
@@ -557,16 +558,5 @@ export async function runDaemon(): Promise<void> {
   installFailurePolicy({ log, count: (kind) => metrics?.processFailure(kind) });
   const d = await startDaemon();
   if (d.services.metrics instanceof Metrics) metrics = d.services.metrics;
-  const stop = () => {
-    d.close().then(
-      () => process.exit(0),
-      (e: unknown) => {
-        log.warn("stopping failed", { error: errorMessage(e) });
-        process.exit(1);
-      },
-    );
-  };
-  process.on("SIGTERM", stop);
-  process.on("SIGINT", stop);
-  process.on("SIGHUP", () => void d.reloadTokens());
+  runUntilSignal(log, d);
 }
