@@ -2,7 +2,7 @@
 # Builds the forkd guest image for a template or a given root tree, with per-stage caching.
 #
 #   guest/image/build.sh --template python --cache DIR [--agent PATH | --no-agent]
-#                        [--evalsrv PATH] [--mirror URI]
+#                        [--evalsrv PATH] [--mirror URI] [--base-only]
 #   guest/image/build.sh --rootfs-dir DIR --rootfs-key KEY --cache DIR [--forkd-files DIR] [...]
 # Without --agent: `make -C guest/agent` if guest/agent/Makefile exists (-> guest/agent/forkd-agent),
 # else no agent (the initramfs then falls back to /sbin/init or /bin/sh). --no-agent forces none.
@@ -30,6 +30,8 @@
 # tree has none (proc sys dev run tmp etc), and makes the ext4 from it.
 #   final-image  key: rootfs key, the /.forkd files' sha256s (agent, kernels, env, config), code
 # image hash = sha256 over (format, "rootfs", the rootfs key, the kernel/initramfs/final hashes).
+# --base-only (template mode): make (or find) the template's rootfs-base stage only and print its
+# directory (it holds rootfs-base.tar.zst, the debootstrap tree): what tests build images from.
 # --forkd-files DIR: a folder with the image's `env` (KEY=VALUE entries each ended by NUL)
 # and `config` (key=value lines); both optional, nothing else in it is read.
 #
@@ -169,7 +171,7 @@ commit_dir() {
 # ---------------------------------------------------------------------------------------
 # arguments
 TEMPLATE= CACHE= AGENT= EVALSRV= NO_AGENT=0 MIRROR=${FORKD_MIRROR:-}
-ROOTFS_DIR= ROOTFS_KEY= FORKD_FILES=
+ROOTFS_DIR= ROOTFS_KEY= FORKD_FILES= BASE_ONLY=0
 usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -179,6 +181,7 @@ while [ $# -gt 0 ]; do
 	--evalsrv) EVALSRV=${2:?--evalsrv needs a value}; shift 2 ;;
 	--mirror) MIRROR=${2:?--mirror needs a value}; shift 2 ;;
 	--no-agent) NO_AGENT=1; shift ;;
+	--base-only) BASE_ONLY=1; shift ;;
 	--rootfs-dir) ROOTFS_DIR=${2:?--rootfs-dir needs a value}; shift 2 ;;
 	--rootfs-key) ROOTFS_KEY=${2:?--rootfs-key needs a value}; shift 2 ;;
 	--forkd-files) FORKD_FILES=${2:?--forkd-files needs a value}; shift 2 ;;
@@ -189,6 +192,7 @@ done
 [ -n "$CACHE" ] || { usage; die "--cache is required"; }
 if [ -n "$ROOTFS_DIR" ]; then
 	[ -z "$TEMPLATE" ] || die "--template and --rootfs-dir exclude each other"
+	[ "$BASE_ONLY" = 0 ] || die "--base-only goes with --template"
 	[[ "$ROOTFS_KEY" =~ ^[A-Za-z0-9:._-]{1,200}$ ]] || die "--rootfs-dir needs --rootfs-key (letters, digits, :._-)"
 	[ -d "$ROOTFS_DIR" ] || die "--rootfs-dir $ROOTFS_DIR: no such directory"
 	ROOTFS_DIR=$(cd "$ROOTFS_DIR" && pwd -P)
@@ -614,6 +618,12 @@ initramfs=$H_INITRAMFS
 final=$H_FINAL")
 fi
 IMAGE_DIR="$CACHE/images/$IMAGE_HASH"
+
+if [ "$BASE_ONLY" = 1 ]; then
+	KEY=$KEY_BASE run_stage rootfs-base "$H_BASE" stage_rootfs_base
+	echo "$STAGE_DIR" >&3
+	exit 0
+fi
 
 if [ -f "$IMAGE_DIR/manifest.json" ] && [ -f "$IMAGE_DIR/provenance" ] &&
 	grep -qx "image_hash=$IMAGE_HASH" "$IMAGE_DIR/provenance"; then

@@ -3,15 +3,16 @@
  * loopback one of registry.ts): a tar writer for layers (every entry type, pax long names and
  * xattrs), pushImage() for manifests, indexes and manifest lists with gzip, zstd or plain
  * layers, and ready-made images: a static busybox tree, a multi-layer image exercising every
- * flatten rule (MULTI_LAYER_EXPECT says what its tree must hold), a Debian tree from the cached
- * debootstrap tarball (when there is one), and hostile images.
+ * flatten rule (MULTI_LAYER_EXPECT says what its tree must hold), a Debian tree from the python
+ * template's debootstrap tarball, and hostile images.
  */
 import { execFileSync, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, readFileSync } from "node:fs";
-import { mkdir, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { Readable } from "node:stream";
 import { gzipSync } from "node:zlib";
 import { clientFor } from "../../src/registry/client.js";
@@ -605,36 +606,29 @@ export function hostileTars(): Record<string, { layers: Buffer[]; entry: string;
 
 // ---------------------------------------------------------------- the Debian tree
 
-/** What the Debian test image must have by default: python3 with numpy (the python template's base). */
-export const DEBIAN_PYTHON = ["python3", "python3-numpy"];
-
 /**
- * The cached debootstrap tarball (`<cache>/stages/rootfs-base-*\/rootfs-base.tar.zst`) whose
- * stage installed every package of `packages` (its stage.key's `packages=` line), or null.
- * Several bases exist once several templates were built (python, node).
+ * The python template's debootstrap tarball (`<cache>/stages/rootfs-base-<hash>/rootfs-base.tar.zst`:
+ * python3 with numpy), as guest/image/build.sh --base-only finds it, or makes it when it is not
+ * cached (a cache collection may have removed it while keeping the images made from it).
  */
-export async function debootstrapTarball(
-  cache = "/var/cache/forkd",
-  packages: string[] = DEBIAN_PYTHON,
-): Promise<string | null> {
-  const stages = join(cache, "stages");
-  const names = (await readdir(stages).catch(() => [] as string[]))
-    .filter((n) => n.startsWith("rootfs-base-"))
-    .sort();
-  for (const n of names) {
-    const p = join(stages, n, "rootfs-base.tar.zst");
-    const key = await readFile(join(stages, n, "stage.key"), "utf8").catch(() => "");
-    const has = new Set((/^packages=(.*)$/m.exec(key)?.[1] ?? "").split(",").map((x) => x.trim()));
-    if (!packages.every((x) => has.has(x))) continue;
-    if (
-      await stat(p).then(
-        (st) => st.isFile(),
-        () => false,
-      )
-    )
-      return p;
-  }
-  return null;
+export async function debootstrapTarball(cache = "/var/cache/forkd", template = "python"): Promise<string> {
+  const script = fileURLToPath(new URL("../../../guest/image/build.sh", import.meta.url));
+  const dir = await new Promise<string>((resolve, reject) => {
+    const p = spawn("bash", [script, "--template", template, "--cache", cache, "--base-only", "--no-agent"], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    p.stdout.on("data", (b: Buffer) => (out += b.toString()));
+    p.stderr.on("data", (b: Buffer) => (err = (err + b.toString()).slice(-4000)));
+    p.on("error", reject);
+    p.on("exit", (code) =>
+      code === 0 ? resolve(out.trim()) : reject(new Error(`build.sh --base-only exit ${code}: ${err}`)),
+    );
+  });
+  const file = join(dir, "rootfs-base.tar.zst");
+  await stat(file);
+  return file;
 }
 
 function sh(cmd: string, args: string[]): Promise<void> {
@@ -654,11 +648,9 @@ function sh(cmd: string, args: string[]): Promise<void> {
  */
 export async function debootstrapLayer(
   cache = "/var/cache/forkd",
-  packages: string[] = DEBIAN_PYTHON,
   o: { devNodes?: boolean } = {},
-): Promise<{ file: string; compression: "zstd"; diffId: string } | null> {
-  const src = await debootstrapTarball(cache, packages);
-  if (!src) return null;
+): Promise<{ file: string; compression: "zstd"; diffId: string }> {
+  const src = await debootstrapTarball(cache);
   const key = createHash("sha256")
     .update(src)
     .update(String((await stat(src)).mtimeMs))
@@ -752,17 +744,15 @@ export async function pushTestImages(host: string): Promise<TestImages> {
 }
 
 /**
- * Pushes the Debian image (`host/<repo>:latest`, by default `forkd-test/debian`: python3 and
- * numpy), or null without a debootstrap tarball that has `packages`.
+ * Pushes the Debian image (`host/<repo>:latest`, by default `forkd-test/debian`: the python
+ * template's debootstrap tree, python3 and numpy).
  */
 export async function pushDebianImage(
   host: string,
   cache = "/var/cache/forkd",
-  packages: string[] = DEBIAN_PYTHON,
   repo = "forkd-test/debian",
-): Promise<PushedImage | null> {
-  const layer = await debootstrapLayer(cache, packages);
-  if (!layer) return null;
+): Promise<PushedImage> {
+  const layer = await debootstrapLayer(cache);
   return pushImage(host, repo, "latest", [layer], {
     config: {
       Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],

@@ -15,15 +15,16 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { api, forkOne, sh } from "../helpers/vm.js";
 import { cli, makeDaemon } from "../helpers/daemon.js";
 import type { TestDaemon } from "../helpers/daemon.js";
 import { rawRequest, readAll } from "../helpers/http.js";
 import { steps } from "../helpers/steps.js";
+import { debootstrapTarball } from "../helpers/oci-images.js";
 
 const sh$ = promisify(execFile);
 const { step, failed } = steps();
@@ -45,21 +46,16 @@ let digest: string;
 
 before(async () => {
   work = await mkdtemp(join(tmpdir(), "forkd-imgsnap-"));
-  // The python template's debootstrap tree (other templates' have no python3; of several, the last by name).
-  let base: string | undefined;
-  const stages = (await readdir(join(CACHE, "stages")).catch(() => [] as string[])).sort();
-  for (const n of stages.filter((x) => x.startsWith("rootfs-base-"))) {
-    const pkgs = await readFile(join(CACHE, "stages", n, "packages.txt"), "utf8").catch(() => "");
-    if (/^python3-numpy=/m.test(pkgs)) base = n;
-  }
-  assert.ok(base, `no python debootstrap stage under ${CACHE}/stages: build the python template first`);
+  // The python template's debootstrap tree (made by build.sh when no cache holds it).
+  const tarball = await debootstrapTarball(CACHE);
+  const base = basename(dirname(tarball));
   tree = join(work, "rootfs");
   await mkdir(tree);
   await sh$("sh", [
     "-c",
     `zstd -dcq "$1" | tar --numeric-owner --xattrs --xattrs-include='*' -xpf - -C "$2"`,
     "-",
-    join(CACHE, "stages", base, "rootfs-base.tar.zst"),
+    tarball,
     tree,
   ]);
   for (const [p, text] of Object.entries(ADDED)) {
