@@ -328,6 +328,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
             bearer: cfg.cluster.secret.bearer(PEER_PURPOSE),
             idleMs: cfg.cluster.peerIdleMs,
             onBytes: (n: number) => metrics.peerPulled(n),
+            onPull: (result: "ok" | "failed") => metrics.peerPull(result),
           },
         }
       : {}),

@@ -45,6 +45,7 @@ export class Metrics {
   private readonly failures: Counter<"op" | "reason">;
   private readonly processFailures: Counter<"kind">;
   private readonly peerPulledBytes: Counter;
+  private readonly peerPulls: Counter;
 
   constructor(src: MetricsSources) {
     const registers = [this.registry];
@@ -205,6 +206,13 @@ export class Metrics {
       help: "Bytes of snapshot and image files received from peers of the cluster (pulls from peers, src/snapshot/peer-pull.ts)",
       registers,
     });
+    this.peerPulls = new Counter({
+      name: "forkd_peer_pulls_total",
+      help: "Snapshots pulled from peers of the cluster, by result (ok, failed): one per pull however many forks waited for it",
+      labelNames: ["result"],
+      registers,
+    });
+    for (const result of ["ok", "failed"]) this.peerPulls.inc({ result }, 0);
     // Both series exist from the start (at 0), so an alert can watch them.
     for (const kind of ["unhandled_rejection", "uncaught_exception"]) this.processFailures.inc({ kind }, 0);
   }
@@ -229,6 +237,9 @@ export class Metrics {
   }
   peerPulled(bytes: number): void {
     this.peerPulledBytes.inc(bytes);
+  }
+  peerPull(result: "ok" | "failed"): void {
+    this.peerPulls.inc({ result });
   }
 
   async render(): Promise<{ contentType: string; text: string }> {

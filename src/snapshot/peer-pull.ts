@@ -39,6 +39,8 @@ export interface PeerPullOptions extends PeerClientOptions {
   rounds: number;
   /** Told every chunk received from a peer (the Prometheus counter of peer-pulled bytes). */
   onBytes?: (n: number) => void;
+  /** Told once per pull that ended (however many callers joined it): whether it succeeded. */
+  onPull?: (result: "ok" | "failed") => void;
 }
 
 export const PEER_PULL_DEFAULTS: Omit<PeerPullOptions, "bearer"> = {
@@ -131,6 +133,12 @@ export class PeerPuller {
       flight.known(new Set());
       this.flights.delete(key);
     });
+    flight.done.then(
+      (r) => {
+        if (r.published.length > 0 || r.files.downloaded > 0) this.o.onPull?.("ok");
+      },
+      () => this.o.onPull?.("failed"),
+    );
     this.flights.set(key, flight);
     return flight.done;
   }

@@ -499,11 +499,12 @@ test("a manifest that lies about sizes is refused before anything is downloaded"
   );
 });
 
-test("two concurrent pulls of one key are one download", async () => {
+test("two concurrent pulls of one key are one download (and one pull counted)", async () => {
   const s = await sourceNode();
   const t = await emptyNode();
   const p = await proxyOf(await servePeer(s));
-  const pulls = puller();
+  const counted: string[] = [];
+  const pulls = puller({ onPull: (r) => counted.push(r) });
   const [one, two] = await Promise.all([
     pulls.pull(depsOf(t), "alice/app", holders(p.url)),
     pulls.pull(depsOf(t), "alice/app", holders(p.url)),
@@ -512,6 +513,13 @@ test("two concurrent pulls of one key are one download", async () => {
   assert.deepEqual(one.published, ["py", "alice/app"]);
   assert.equal(p.blobGets().length, 12, "each file once");
   assert.equal(p.requests.filter((r) => r.path.endsWith("/manifest")).length, 1);
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(counted, ["ok"]);
+  // Pulled again: it is here; nothing happened, nothing is counted.
+  await pulls.pull(depsOf(t), "alice/app", holders(p.url));
+  await assert.rejects(pulls.pull(depsOf(t), "nobody/nothing", holders()));
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(counted, ["ok", "failed"]);
   // A pull of the base while the branch's is in flight waits for it, and downloads nothing.
   const u = await emptyNode();
   const q = await proxyOf(await servePeer(s));
