@@ -95,6 +95,9 @@ function relay(
 ): ClientRequest {
   const up = request({
     ...to,
+    // Node's global agent cuts a socket silent for 5 s (its keep-alive timeout, applied to a
+    // request in flight too): a relayed call may be silent for minutes (an exec, a build).
+    timeout: o.idleTimeoutMs ?? 0,
     method: req.method,
     path: req.url ?? "/",
     headers: upstreamHeaders(req.headers, o.keep ?? keepAll, o.set, o.pass),

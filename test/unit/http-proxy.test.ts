@@ -147,6 +147,20 @@ test("proxy: a pooled connection is not held to the connect bound; the reply's h
   }
 });
 
+test("proxy: an upstream silent past Node's 5 s keep-alive timeout is waited for, on a new and a pooled connection", async () => {
+  // (Seen on a cluster: every relayed exec of `sleep 8` was cut at 5 s by Node's global agent.)
+  const up = createServer((_req, res) => void setTimeout(() => res.end("slow and fine"), 5_500));
+  up.keepAliveTimeout = 20_000;
+  const f = await front(await listen(up));
+  try {
+    const [a, b] = [await f.get(), await f.get()];
+    assert.deepEqual([a.status, a.body, b.status, b.body], [200, "slow and fine", 200, "slow and fine"]);
+  } finally {
+    await close(f.srv);
+    await close(up);
+  }
+});
+
 test("proxy: an upgrade's refusal comes back with its body; one not answered in time is the door's 504", async () => {
   const silent = new Set<Socket>();
   const raw = createNetServer((sock) => {
