@@ -84,6 +84,8 @@ interface Parts {
 
 /** The node record is rewritten this often without a change of load (its free memory moves). */
 const REFRESH_MS = 15_000;
+/** How long a new snapshot's creation waits for its holding to be written (then it answers anyway). */
+const HOLDING_WRITE_MS = 5_000;
 
 export class ClusterNode implements SnapshotCluster, SandboxCluster {
   readonly member: Membership;
@@ -231,8 +233,20 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
     await this.part().catalog.publishing(tag, meta);
   }
 
-  published(tag: string, ok: boolean): void {
-    this.parts?.catalog.published(tag, ok);
+  async published(tag: string, ok: boolean): Promise<void> {
+    const p = this.parts;
+    if (!p) return;
+    p.catalog.published(tag, ok);
+    if (!ok) return;
+    // Its holding is written before the creation answers (a GET or a fork through a gateway
+    // right after it finds the snapshot here), within a bound: past it the flush goes on alone.
+    p.holdings.mark(tag);
+    await Promise.race([
+      p.holdings.flushNow().catch((e: unknown) =>
+        this.o.log.warn("cluster: a new snapshot's holding not written yet", { tag, error: errorMessage(e) }),
+      ),
+      sleep(HOLDING_WRITE_MS),
+    ]);
   }
 
   deleted(tag: string): void {

@@ -21,8 +21,11 @@ export interface SnapshotCluster {
    * caller removes what it made).
    */
   publishing(tag: string, meta: SnapshotMeta): Promise<void>;
-  /** After the publication (`ok`), or when it failed after publishing() (its entry is withdrawn). */
-  published(tag: string, ok: boolean): void;
+  /**
+   * After the publication (`ok`: settles once the cluster shows this node holding it, or after a
+   * bounded wait; never rejects), or when it failed after publishing() (its entry is withdrawn).
+   */
+  published(tag: string, ok: boolean): Promise<void>;
   /** `tag` was deleted from this node (its own entry leaves the catalog; a copy's does not). */
   deleted(tag: string): void;
   /** What the catalog has at `key` (a snapshot of another node), or undefined. */

@@ -395,11 +395,12 @@ export class SnapshotStore {
     try {
       await rename(staging, dest);
     } catch (e) {
-      this.cluster?.published(tag, false);
+      await this.cluster?.published(tag, false);
       throw e;
     }
-    this.cluster?.published(tag, true);
     await fsyncDir(this.root);
+    // Read your writes: whoever is told it is made finds it held here through any gateway.
+    await this.cluster?.published(tag, true);
     // A background write is told ready when its promise settles (track()).
     if (!this.writing.has(tag)) this.events.emit({ type: "snapshot", tag });
   }
