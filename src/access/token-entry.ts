@@ -56,6 +56,11 @@ export interface TokenBacking {
   remove(entry: TokenEntry, current: readonly TokenEntry[]): Promise<void>;
   /** Tells the store's changes made elsewhere (another node, a gateway): the whole set after each. */
   follow?(onEntries: (entries: TokenEntry[]) => void): void;
+  /**
+   * Settles once every change made elsewhere before the call has been told (bounded; never
+   * rejects): a token just made on another member is then known here.
+   */
+  catchUp?(): Promise<void>;
 }
 
 /** Entries read from a store: the same id or hash twice is a bad store. */

@@ -88,6 +88,11 @@ export class TokenStore {
     return this.entries.length;
   }
 
+  /** Settles once changes made elsewhere before now are known here (a cluster's; bounded). */
+  async catchUp(): Promise<void> {
+    await this.backing.catchUp?.();
+  }
+
   /** (Re)reads the store. Throws on a bad store, keeping the old state. */
   async load(): Promise<void> {
     this.set(await this.backing.load());
@@ -225,6 +230,18 @@ export class Authenticator {
   /** Whether any token at all would be accepted. */
   get hasTokens(): boolean {
     return this.adminToken !== undefined || this.tokens.size > 0;
+  }
+
+  /**
+   * Before authenticate(): a bearer this member does not know may be a token made a moment ago
+   * through another member of the cluster; this waits (bounded) until every token change made
+   * before now is known here. Nothing to wait for with a known token, or with no bearer.
+   */
+  async fresh(header: string | undefined): Promise<void> {
+    const presented = bearerOf(header);
+    if (presented === null || this.tokens.find(presented)) return;
+    if (this.adminToken !== undefined && secretEquals(presented, this.adminToken)) return;
+    await this.tokens.catchUp();
   }
 
   authenticate(header: string | undefined): Caller | null {

@@ -35,6 +35,7 @@ export function edge(s: ApiServices, listener: Listener): MiddlewareHandler<ApiE
     c.set("target", {});
     c.set("hostDirs", s.info.hostDirs);
     const match = matchRoute(c.req.method, c.req.path);
+    await listener.auth?.fresh(c.req.header("authorization"));
     const caller = callerOf(s, c, listener, match);
     if (caller instanceof Response) {
       record(s, c, caller, ANONYMOUS, call);

@@ -3,7 +3,9 @@
  * holds one token's entry (its sha256, tenant, scope, limits; never the token). Every node and
  * gateway follows the prefix (a mirror: list, then watch), so a token created through any of
  * them authenticates everywhere as soon as the watch tells it (milliseconds), and a revoked one
- * stops everywhere the same way, ending what it opened on every member (TokenStore.set).
+ * stops everywhere the same way, ending what it opened on every member (TokenStore.set). A
+ * bearer a member does not know makes it catch up first (catchUp: etcd's revision now, the
+ * mirror waited for), so a token made a moment ago through another member works at once.
  * Creation is create-only on the id; entries that do not parse are left out (and logged).
  */
 import { MAX_TOKENS, TokenEntry, checkUnique } from "../access/index.js";
@@ -14,8 +16,16 @@ import { ForkdError } from "../util/index.js";
 import type { ClusterKeys } from "./keys.js";
 import { parseRecord } from "./records.js";
 
+/** A catch-up's wait for the mirror (then the caller goes on with what is known). */
+const CATCH_UP_MS = 2_000;
+/** Catch-ups start at most this often (however many unknown bearers arrive). */
+const CATCH_UP_EVERY_MS = 200;
+
 export class ClusterTokens implements TokenBacking {
   private readonly mirror: PrefixMirror<TokenEntry>;
+  /** The next catch-up, shared by every caller waiting for it. */
+  private next: Promise<void> | null = null;
+  private lastStart = 0;
   private started: Promise<void> | null = null;
   private readonly followers: ((entries: TokenEntry[]) => void)[] = [];
 
@@ -57,6 +67,27 @@ export class ClusterTokens implements TokenBacking {
     const all = this.entries();
     checkUnique(all, this.where);
     return all;
+  }
+
+  /**
+   * Reads etcd's revision now and waits for the mirror to reach it: every token made or revoked
+   * before the call is then known here. Shared by concurrent callers; one starts at most every
+   * CATCH_UP_EVERY_MS (an unknown bearer cannot make a member read etcd at its own rate).
+   */
+  catchUp(): Promise<void> {
+    this.next ??= (async () => {
+      const wait = this.lastStart + CATCH_UP_EVERY_MS - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      this.next = null; // who comes from now on waits for the next round
+      this.lastStart = Date.now();
+      try {
+        const { revision } = await this.kv.list(this.keys.tokens, 1);
+        await this.mirror.caughtUp(revision, CATCH_UP_MS);
+      } catch {
+        // etcd unreachable: what is known here is all there is.
+      }
+    })();
+    return this.next;
   }
 
   follow(onEntries: (entries: TokenEntry[]) => void): void {

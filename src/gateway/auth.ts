@@ -69,6 +69,7 @@ export async function restCaller(
     const refused = blocked(g, req);
     if (refused) throw refused;
   }
+  if (authorization !== undefined) await g.auth.fresh(authorization);
   const caller = authorization !== undefined ? g.auth.authenticate(authorization) : null;
   if (!caller) {
     if (attempt) g.authFailures.fail(remoteOf(req));
@@ -116,12 +117,13 @@ async function consoleSession(
 }
 
 /** The E2B caller of `req`: its API key (X-API-Key, else a bearer token); 401 without a valid one. */
-export function e2bCaller(g: Gateway, req: IncomingMessage): Authenticated {
+export async function e2bCaller(g: Gateway, req: IncomingMessage): Promise<Authenticated> {
   const refused = blocked(g, req);
   if (refused) throw refused;
   const apiKey = header(req, "x-api-key")?.trim();
   const bearer = /^Bearer +(\S+) *$/i.exec(header(req, "authorization") ?? "")?.[1];
   const key = apiKey || bearer;
+  if (key && key.length <= 512) await g.auth.fresh(`Bearer ${key}`);
   const caller = key && key.length <= 512 ? g.auth.authenticate(`Bearer ${key}`) : null;
   if (!caller) {
     g.authFailures.fail(remoteOf(req));

@@ -23,6 +23,8 @@ import type { Logger } from "../util/index.js";
 export interface BearerAuth {
   /** The caller of an `Authorization` header's bearer token; null: none of the cluster's. */
   authenticate(header: string | undefined): Caller | null;
+  /** Waits (bounded) until a bearer made a moment ago elsewhere in the cluster is known here. */
+  fresh(header: string | undefined): Promise<void>;
 }
 
 export interface GatewayBounds {

@@ -79,7 +79,7 @@ async function control(g: Gateway, req: IncomingMessage, res: ServerResponse): P
     res.writeHead(204);
     return void res.end();
   }
-  const who = e2bCaller(g, req);
+  const who = await e2bCaller(g, req);
   const ac = new AbortController();
   res.once("close", () => {
     if (!res.writableFinished) ac.abort();

@@ -33,6 +33,7 @@ export const mapAuth = (tokens: ReadonlyMap<string, Caller>) => ({
     const m = /^Bearer (\S+)$/.exec(header ?? "");
     return m?.[1] ? (tokens.get(m[1]) ?? null) : null;
   },
+  fresh: async (): Promise<void> => undefined,
 });
 
 export const tenant = (name: string, maxSandboxes: number | null = null): Caller => ({

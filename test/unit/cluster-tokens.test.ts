@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Authenticator, TokenStore } from "../../src/access/index.js";
 import { ClusterKeys, ClusterTokens } from "../../src/cluster/index.js";
+import type { Kv, KvWatchEvent } from "../../src/etcd/index.js";
 import { FakeKv } from "../fakes/kv.js";
 
 const until = async (ok: () => boolean, ms = 2000): Promise<void> => {
@@ -43,6 +44,44 @@ test("a token made through one member authenticates at another; a revoke ends it
   await until(() => a.auth.authenticate(`Bearer ${made.token}`) === null);
   assert.equal(ended, 1, "what the token opened on the other member ended");
   await assert.rejects(b.store.revoke(made.entry.id), /no token/);
+});
+
+/** `kv` whose watches tell each event `lagMs` late (a member whose watch is behind), counting lists. */
+function lagging(kv: FakeKv, lagMs: number): { kv: Kv; lists: () => number } {
+  let lists = 0;
+  const k = Object.create(kv) as Kv;
+  Object.assign(k, {
+    list: (prefix: string, limit?: number) => {
+      lists++;
+      return kv.list(prefix, limit);
+    },
+    watch: (prefix: string, from: number, onEvent: (e: KvWatchEvent) => void, onError: (e: Error) => void) =>
+      kv.watch(prefix, from, (e) => void setTimeout(() => onEvent(e), lagMs), onError),
+  });
+  return { kv: k, lists: () => lists };
+}
+
+test("a token made a moment ago through another member works at once: an unknown bearer makes a member catch up", async () => {
+  const kv = new FakeKv();
+  const keys = new ClusterKeys("/c3/");
+  const a = await member(kv, keys);
+  const slow = lagging(kv, 400);
+  const bStore = new TokenStore(new ClusterTokens(slow.kv, keys));
+  await bStore.load();
+  const b = { store: bStore, auth: new Authenticator(bStore) };
+  const made = await a.store.create({ tenant: "alice", scope: "tenant" });
+  const header = `Bearer ${made.token}`;
+  assert.equal(b.auth.authenticate(header), null, "b's watch has not told it yet");
+  await b.auth.fresh(header);
+  assert.equal(b.auth.authenticate(header)?.tenant, "alice");
+  // A known bearer, or none, reads nothing of etcd; unknown ones share few catch-ups.
+  const before = slow.lists();
+  await b.auth.fresh(header);
+  await b.auth.fresh(undefined);
+  assert.equal(slow.lists(), before);
+  await Promise.all(Array.from({ length: 50 }, (_, i) => b.auth.fresh(`Bearer fkd_unknown${i}`)));
+  assert.ok(slow.lists() - before <= 2, `${slow.lists() - before} catch-ups for 50 unknown bearers`);
+  assert.equal(b.auth.authenticate("Bearer fkd_unknown1"), null);
 });
 
 test("what etcd holds is checked: a bad entry, one under another id's key, and two with one hash are left out", async () => {

@@ -30,6 +30,9 @@ export function e2bEdge(s: E2bServices): MiddlewareHandler<E2bEnv> {
     let release: (() => void) | null = null;
     let refused: Response | null = null;
     try {
+      // An API key made a moment ago through another member of a cluster is known first.
+      const key = keyOf(c);
+      if (key) await e2bOf(s).auth.fresh(`Bearer ${key}`);
       const r = gate(s, c);
       if (r instanceof Response) return (refused = r);
       release = r;
