@@ -242,9 +242,14 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
     // right after it finds the snapshot here), within a bound: past it the flush goes on alone.
     p.holdings.mark(tag);
     await Promise.race([
-      p.holdings.flushNow().catch((e: unknown) =>
-        this.o.log.warn("cluster: a new snapshot's holding not written yet", { tag, error: errorMessage(e) }),
-      ),
+      p.holdings
+        .flushNow()
+        .catch((e: unknown) =>
+          this.o.log.warn("cluster: a new snapshot's holding not written yet", {
+            tag,
+            error: errorMessage(e),
+          }),
+        ),
       sleep(HOLDING_WRITE_MS),
     ]);
   }

@@ -8,7 +8,7 @@
  * SIGKILL and started again (same data directory, same command); a node cut off the network (an
  * nft table inside its namespace dropping everything through its one link onto the hub, `eth0`,
  * in and out: whatever a cable pulled out would stop; its own loopback and its sandboxes' slots
- * still work) and healed; the etcd leader found (etcdctl endpoint status) and killed.
+ * still work) and healed; its sending throttled (tc tbf on that link); the etcd leader found (etcdctl endpoint status) and killed.
  */
 import { execFile } from "node:child_process";
 import { mkdtemp } from "node:fs/promises";
@@ -47,6 +47,11 @@ export interface TestCluster {
   /** Drops every packet through node `id`'s link onto the cluster (in and out). */
   cut(id: string): Promise<void>;
   heal(id: string): Promise<void>;
+  /** Limits what node `id` sends onto the cluster to `mbit` Mbit/s (tc tbf on its link). */
+  throttle(id: string, mbit: number): Promise<void>;
+  unthrottle(id: string): Promise<void>;
+  /** Runs `cmd` in node `id`'s network namespace (as a process on that host would). */
+  inNode(id: string, cmd: string, args: string[]): Promise<{ stdout: string; stderr: string }>;
   /** etcdctl against every member (or `endpoints`), from the root namespace. */
   etcdctl(args: string[], endpoints?: string[]): Promise<string>;
   /** The member that leads now (null: none answers as leader). */
@@ -136,6 +141,31 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
     },
     heal: async (id) => {
       await nft(id, `add table inet ${CUT_TABLE}\ndelete table inet ${CUT_TABLE}\n`);
+    },
+    throttle: async (id, mbit) => {
+      await inNetns(memberNetns(st.id, id), "tc", [
+        "qdisc",
+        "replace",
+        "dev",
+        MEMBER_IF,
+        "root",
+        "tbf",
+        "rate",
+        `${mbit}mbit`,
+        "burst",
+        "64kb",
+        "latency",
+        "400ms",
+      ]);
+    },
+    unthrottle: async (id) => {
+      await inNetns(memberNetns(st.id, id), "tc", ["qdisc", "del", "dev", MEMBER_IF, "root"]).catch(
+        () => undefined,
+      );
+    },
+    inNode: async (id, cmd, args) => {
+      const r = await inNetns(memberNetns(st.id, id), cmd, args);
+      return { stdout: r.stdout, stderr: r.stderr };
     },
     etcdctl,
     etcdLeader: async () => {
