@@ -4,7 +4,8 @@
  * n1 holds guest images: n2 and n3 receive images and snapshots through the cluster), two
  * gateways, all real (test/helpers/cluster.ts), VMs real (TCG here).
  *
- * In order, on one cluster: a fan-out of 30 through a gateway spreads over the three nodes and
+ * In order, on one cluster: each node serves from a namespace, data dir and cache of its own; a
+ * fan-out of 30 through a gateway spreads over the three nodes and
  * each node pulls the snapshot once; a branch on one node forked on the others carries its
  * memory, disk and processes, and each node pulls about its diff only; forkd's TypeScript SDK and
  * E2B's SDK work unchanged through a gateway (create, commands, files, PTY, fork, pause/resume,
@@ -13,12 +14,26 @@
  * re-adopted, no duplicates), a node cut off the network (it refuses work it cannot record,
  * healed: it rejoins), the etcd leader killed (requests answer after the election, nothing
  * lost), a gateway killed (the other serves the same sandboxes at once), the peer serving a pull
- * killed mid-transfer (the pull resumes from another holder).
+ * killed mid-transfer (the pull resumes from another holder). Last, `forkd cluster up` killed
+ * midway leaves a record `down` removes everything by (beside this cluster), and `down` of this
+ * one, a sandbox left running, removes every process, namespace, link, table, marker and file.
  */
 import { after, before } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtemp, readdir, readFile, readlink, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Sandbox as E2bSandbox } from "e2b";
 import { Sandbox, fork as sdkFork } from "@forkd/sdk";
+import { listNetns, listRootLinks, NETNS_DIR, stillMade } from "../../src/localcluster/host-net.js";
+import { rootLink } from "../../src/localcluster/layout.js";
+import { procOf, readState } from "../../src/localcluster/state.js";
+import type { ClusterState } from "../../src/localcluster/state.js";
+import { clusterProcesses } from "../../src/localcluster/sweep.js";
+import { down } from "../../src/localcluster/down.js";
+import { isAlive } from "../../src/util/proc.js";
+import { CLI } from "../helpers/daemon.js";
 import { startCluster } from "../helpers/cluster.js";
 import type { TestCluster } from "../helpers/cluster.js";
 import { ApiError, apiRequest, rawRequest, readAll } from "../helpers/http.js";
@@ -33,8 +48,14 @@ const BASE = "cl-base";
 const LOST_WITHIN_MS = 20_000;
 
 let c: TestCluster | undefined;
+/** A child left running for `down` to remove (its VMM's pid). */
+let leftVmm: number | null = null;
 const { step, failed } = steps();
 
+const cluster = (): TestCluster => {
+  if (!c) throw new Error("no cluster");
+  return c;
+};
 const cl = (): TestCluster => {
   if (!c) throw new Error("no cluster");
   return c;
@@ -141,9 +162,53 @@ before(async () => {
 });
 
 after(async () => {
+  // The last step took it down; a failure before leaves it up to look at.
   if (c && !failed()) await c.down();
   else if (c) process.stderr.write(`cluster left up for a look: forkd cluster down --dir ${c.st.dir}\n`);
 });
+
+step(
+  "each node serves its API on its own address, from a namespace, data dir and cache of its own",
+  async () => {
+    if (!ROOT) return;
+    const cl = cluster();
+    const addrs = new Set<string>();
+    for (const id of NODES) {
+      const h = await apiRequest<{ ok: boolean }>(cl.node(id), "GET", "/v1/health", undefined, 10_000);
+      assert.equal(h.ok, true, id);
+      const n = cl.st.nodes.find((x) => x.id === id);
+      assert.ok(n);
+      addrs.add(n.addr);
+      // The daemon runs in its node's namespace (the one bound at /run/netns/<ns>).
+      const p = procOf(cl.st, id);
+      assert.ok(p.pid !== null && p.netns !== null);
+      const ns = await stat(join(NETNS_DIR, p.netns));
+      assert.equal(await readlink(`/proc/${p.pid}/ns/net`), `net:[${ns.ino}]`, id);
+      // Its /sys is its namespace's (src/localcluster/launch.ts): its own slots' links, not the root's.
+      const links = await readdir(`/proc/${p.pid}/root/sys/class/net`);
+      assert.ok(
+        links.includes("eth0") && links.some((l) => l.startsWith(`fk${n.netId}h`)),
+        `${id}: ${links.join(" ")}`,
+      );
+      assert.ok(!links.includes(rootLink(cl.st.id)), `${id} sees the root namespace's links`);
+      // ...and the host's cgroup hierarchies under it (per-sandbox limits).
+      assert.ok((await readdir(`/proc/${p.pid}/root/sys/fs/cgroup`)).length > 0, `${id} has no cgroups`);
+    }
+    assert.equal(addrs.size, 3);
+    const [n1, n2, n3] = cl.st.nodes;
+    assert.ok(n1 && n2 && n3);
+    assert.equal(n1.cacheDir, "/var/cache/forkd");
+    for (const n of [n2, n3]) {
+      assert.ok(n.cacheDir.startsWith(cl.st.dir + "/"), n.cacheDir);
+      assert.deepEqual(
+        await readdir(join(n.cacheDir, "images")).catch(() => []),
+        [],
+        `${n.id} holds no image`,
+      );
+    }
+    assert.equal(new Set(cl.st.nodes.map((n) => n.dataDir)).size, 3);
+  },
+);
 
 step(
   "fan-out of 30 through a gateway: all answer, over the three nodes, each pulled the snapshot once",
@@ -512,8 +577,97 @@ step("the peer serving a pull killed mid-transfer: the pull resumes from another
     "ok\n",
   );
   await cl().restartNode("n1");
-  await destroy(
-    gw(),
-    [onN2, ...r.sandboxes].map((s) => s.id),
+  await destroy(gw(), [onN2.id]);
+  // Left running: `down` must remove it (the last step).
+  leftVmm = (await apiRequest<{ pid: number }>(gw(), "GET", `/v1/sandboxes/${r.sandboxes[0]!.id}`)).pid;
+});
+
+step(
+  "a `forkd cluster up` killed midway leaves a record from which down removes all it made (beside another cluster)",
+  async () => {
+    if (!ROOT) return;
+    const dir = await mkdtemp(join(tmpdir(), "forkd-it-cluster-crash-"));
+    const up = spawn(
+      process.execPath,
+      [CLI, "cluster", "up", "--nodes", "2", "--gateways", "0", "--dir", dir],
+      {
+        env: { ...process.env, FORKD_ACCEL: process.env.FORKD_ACCEL ?? "tcg" },
+        stdio: "ignore",
+      },
+    );
+    const exited = new Promise((r) => up.once("exit", r));
+    // Killed once the second node's spec is recorded: namespaces, etcd members and a node are made.
+    const st = await until("up records its second node", 60_000, async () => {
+      const s = await readState(dir).catch(() => null);
+      return s && s.procs.some((p) => p.name === "n2") ? s : null;
+    });
+    up.kill("SIGKILL");
+    await exited;
+    const recorded = (await readState(dir)) ?? st;
+    assert.equal(recorded.phase, "starting");
+    assert.notEqual(recorded.id, cluster().st.id, "two clusters, two ids");
+    assert.notEqual(recorded.k, cluster().st.k, "two clusters, two subnets");
+    const pids = [
+      ...(await clusterProcesses(recorded)),
+      ...recorded.procs.flatMap((p) => (p.pid ? [p.pid] : [])),
+    ];
+    assert.ok(pids.length >= 3, `its etcd members and node run on: ${pids.length}`);
+
+    await down(dir);
+    assert.deepEqual(pids.filter(isAlive), []);
+    assert.deepEqual(await stillMade(recorded.made), []);
+    assert.deepEqual(
+      (await listNetns()).filter((n) => n.includes(recorded.id)),
+      [],
+    );
+    await assert.rejects(stat(dir), { code: "ENOENT" });
+    // The other cluster is untouched.
+    for (const id of NODES) assert.equal(await cluster().nodeServes(id), true, id);
+  },
+);
+
+step("down removes every process, namespace, link, table, marker and file the cluster made", async () => {
+  if (!ROOT) return;
+  const cl = cluster();
+  const st: ClusterState = cl.st;
+  const record = await readState(st.dir);
+  assert.ok(record);
+  const pids = [...(await clusterProcesses(st)), ...st.procs.flatMap((p) => (p.pid ? [p.pid] : []))];
+  assert.ok(pids.length >= 6, `processes found: ${pids.length}`);
+  if (leftVmm !== null) assert.ok(pids.includes(leftVmm), "the child's VMM is found as the cluster's");
+  const netIds = st.nodes.map((n) => n.netId);
+  const forkdNs = (await listNetns()).filter((n) => netIds.some((id) => n.startsWith(`forkd-${id}-`)));
+  assert.ok(forkdNs.length > 0, "the nodes made slot namespaces");
+
+  // The per-sandbox cgroups of the child left running (a killed node never removes them).
+  const cgroups: string[] = [];
+  if (leftVmm !== null)
+    for (const m of (await readFile(`/proc/${leftVmm}/cgroup`, "utf8")).matchAll(
+      /^\d+:([^:,]*)[^:]*:(\/forkd\/[a-z0-9-]+)$/gm,
+    ))
+      cgroups.push(join("/sys/fs/cgroup", m[1] || "unified", m[2] ?? ""));
+  assert.ok(leftVmm === null || cgroups.length > 0, "the child runs in cgroups of its own");
+
+  await down(st.dir);
+  c = undefined;
+
+  const alive = pids.filter(isAlive);
+  const what = async (pid: number) =>
+    `${pid}: ${await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "?")} ${(await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "?")).replace(/\0/g, " ")}`;
+  assert.deepEqual(alive, [], `processes left:\n${(await Promise.all(alive.map(what))).join("\n")}`);
+  assert.deepEqual(await stillMade(st.made), []);
+  const nsNow = await listNetns();
+  assert.deepEqual(
+    nsNow.filter((n) => n.includes(st.id) || forkdNs.includes(n)),
+    [],
   );
+  assert.deepEqual(
+    (await listRootLinks()).filter((l) => l.includes(st.id)),
+    [],
+  );
+  for (const id of netIds) await assert.rejects(stat(join("/run/forkd/net", id)), { code: "ENOENT" });
+  await assert.rejects(stat(st.dir), { code: "ENOENT" });
+  for (const d of cgroups) await assert.rejects(stat(d), { code: "ENOENT" }, d);
+  // Again: nothing to do.
+  assert.deepEqual(await down(st.dir), { found: false, id: null });
 });

@@ -3,7 +3,7 @@
  * with (the cluster settings of docs/cluster.md on every node, the gateways' contract, etcd's
  * static cluster), the settings a caller's environment passes on, the secrets, the record's
  * checks, the client exports, and `down` on a directory holding no cluster. The real cluster is
- * test/integration/local-cluster.test.ts.
+ * test/integration/cluster.test.ts.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
