@@ -9,7 +9,9 @@
  *
  * A periodic sweep does the same for records of nodes absent from the cluster (a gateway that
  * was down when the node went, a record written after it), drops index keys of absent nodes left
- * without a live record, and forgets `lost` records older than `lostKeepMs`.
+ * without a live record, and forgets `lost` records older than `lostKeepMs`, and `exited` ones
+ * as old of nodes absent (a node removes its own once it removed the sandbox; an absent one
+ * never will).
  */
 import type { Kv } from "../etcd/index.js";
 import { errorMessage } from "../util/index.js";
@@ -124,7 +126,8 @@ export class Janitor {
 
   /**
    * The sweep: live records of absent nodes are marked (the reason says the sweep found them),
-   * and lost records past their keep are forgotten. Resolves to what it did.
+   * and lost records past their keep are forgotten, and exited ones of absent nodes. Resolves
+   * to what it did.
    */
   async sweep(): Promise<{ marked: number; forgotten: number }> {
     const gone = new Set<string>();
@@ -132,7 +135,8 @@ export class Janitor {
     const keep = this.o.lostKeepMs ?? LOST_KEEP_MS;
     for (const r of this.o.records()) {
       if (LIVE.has(r.state) && !this.o.present(r.node)) gone.add(r.node);
-      if (r.state === "lost" && this.now() - Date.parse(r.updated) > keep) old.push(r);
+      const ended = r.state === "lost" || (r.state === "exited" && !this.o.present(r.node));
+      if (ended && this.now() - Date.parse(r.updated) > keep) old.push(r);
     }
     // Index keys of absent nodes (their records gone or already marked by another gateway).
     const k = this.o.keys;
@@ -151,7 +155,7 @@ export class Janitor {
       const key = this.o.keys.sandbox(r.id);
       const e = await this.o.kv.get(key).catch(() => null);
       const cur = e ? parseRecord(SandboxLocation, e.value) : null;
-      if (!e || cur?.state !== "lost") return;
+      if (!e || cur?.state !== r.state) return;
       const t = await this.o.kv
         .txn([{ key, target: "mod", op: "==", value: e.modRevision }], [{ type: "delete", key }])
         .catch(() => null);

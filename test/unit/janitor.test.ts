@@ -114,7 +114,7 @@ test("a record changed meanwhile (the node wrote it) is not overwritten", async 
   assert.equal((await read(kv, id(0)))?.state, "exited");
 });
 
-test("the sweep marks sandboxes of nodes absent, drops index keys left alone, forgets old lost records", async () => {
+test("the sweep marks sandboxes of nodes absent, drops index keys left alone, forgets old lost records and old exited ones of absent nodes", async () => {
   const kv = new FakeKv();
   await sandbox(kv, id(0), "n3", "running");
   await kv.put(keys.byNodeEntry("n4", id(1)), ""); // an index key of an absent node without a record
@@ -129,10 +129,18 @@ test("the sweep marks sandboxes of nodes absent, drops index keys left alone, fo
     updated: new Date(T0).toISOString(),
   };
   await kv.put(keys.sandbox(id(2)), JSON.stringify(old));
+  // Exited while their node was away: the absent node's goes, the present node's is its own.
+  await kv.put(keys.sandbox(id(3)), JSON.stringify({ ...old, id: id(3), state: "exited", reason: null }));
+  await kv.put(
+    keys.sandbox(id(4)),
+    JSON.stringify({ ...old, id: id(4), node: "n1", state: "exited", reason: null }),
+  );
   const now = T0 + 25 * 3_600_000;
   const j = janitor(kv, new Set(["n1"]), await records(kv), now);
   const r = await j.sweep();
-  assert.deepEqual(r, { marked: 1, forgotten: 1 });
+  assert.deepEqual(r, { marked: 1, forgotten: 2 });
+  assert.equal(await read(kv, id(3)), null);
+  assert.equal((await read(kv, id(4)))?.state, "exited");
   const lost = await read(kv, id(0));
   assert.equal(lost?.state, "lost");
   assert.match(lost?.reason ?? "", /^node n3 was not in the cluster at /);
