@@ -143,12 +143,17 @@ const statusOf = async (p: Promise<unknown>): Promise<number> => {
   }
 };
 
-const newToken = async (tenant: string, o: { e2b?: boolean; admin?: boolean } = {}) =>
+const newToken = async (tenant: string, o: { e2b?: boolean; admin?: boolean; max?: number } = {}) =>
   apiRequest<{ token: string; info: { id: string } }>(
     gw(),
     "POST",
     "/v1/tokens",
-    { tenant, ...(o.admin ? { scope: "admin" } : {}), ...(o.e2b ? { e2b: true } : {}) },
+    {
+      tenant,
+      ...(o.admin ? { scope: "admin" } : {}),
+      ...(o.e2b ? { e2b: true } : {}),
+      ...(o.max !== undefined ? { max_sandboxes: o.max } : {}),
+    },
     30_000,
   );
 
@@ -384,33 +389,50 @@ step(
   },
 );
 
-step("a tenant sees nothing of another's on any door; a revoked token is refused everywhere", async () => {
-  if (!ROOT) return;
-  const doors = [gw("g1"), gw("g2"), ...NODES.map((id) => cl().node(id))];
-  const where = new Map<string, string | undefined>();
-  for (const id of aSandboxes) where.set(id, (await view(as(gw(), tenantA), id)).node);
-  for (const [i, door] of doors.entries()) {
-    const mine = await apiRequest<{ sandboxes: SandboxView[] }>(as(door, tenantB), "GET", "/v1/sandboxes");
-    assert.deepEqual(
-      mine.sandboxes.filter((s) => aSandboxes.includes(s.id)),
-      [],
-      door.url,
-    );
-    for (const id of aSandboxes.slice(0, 2)) {
-      assert.equal(await statusOf(view(as(door, tenantB), id)), 404, `${door.url} ${id}`);
-      assert.equal(await statusOf(sh(as(door, tenantB), id, "true")), 404);
+step(
+  "a tenant sees nothing of another's on any door; a revoked token is refused everywhere; a tenant's limit holds cluster-wide",
+  async () => {
+    if (!ROOT) return;
+    const doors = [gw("g1"), gw("g2"), ...NODES.map((id) => cl().node(id))];
+    const where = new Map<string, string | undefined>();
+    for (const id of aSandboxes) where.set(id, (await view(as(gw(), tenantA), id)).node);
+    for (const [i, door] of doors.entries()) {
+      const mine = await apiRequest<{ sandboxes: SandboxView[] }>(as(door, tenantB), "GET", "/v1/sandboxes");
+      assert.deepEqual(
+        mine.sandboxes.filter((s) => aSandboxes.includes(s.id)),
+        [],
+        door.url,
+      );
+      for (const id of aSandboxes.slice(0, 2)) {
+        assert.equal(await statusOf(view(as(door, tenantB), id)), 404, `${door.url} ${id}`);
+        assert.equal(await statusOf(sh(as(door, tenantB), id, "true")), 404);
+      }
+      // A sees its own through a gateway, and through a node where it runs there.
+      for (const id of aSandboxes)
+        if (i < 2 || where.get(id) === NODES[i - 2]) assert.equal((await view(as(door, tenantA), id)).id, id);
     }
-    // A sees its own through a gateway, and through a node where it runs there.
-    for (const id of aSandboxes)
-      if (i < 2 || where.get(id) === NODES[i - 2]) assert.equal((await view(as(door, tenantA), id)).id, id);
-  }
-  await apiRequest(gw("g2"), "DELETE", `/v1/tokens/${tenantBId}`, undefined, 30_000);
-  for (const door of doors)
-    await until(`${door.url} refuses the revoked token`, 10_000, async () => {
-      return (await statusOf(apiRequest(as(door, tenantB), "GET", "/v1/sandboxes"))) === 401;
-    });
-  await destroy(gw(), aSandboxes);
-});
+    await apiRequest(gw("g2"), "DELETE", `/v1/tokens/${tenantBId}`, undefined, 30_000);
+    for (const door of doors)
+      await until(`${door.url} refuses the revoked token`, 10_000, async () => {
+        return (await statusOf(apiRequest(as(door, tenantB), "GET", "/v1/sandboxes"))) === 401;
+      });
+    await destroy(gw(), aSandboxes);
+    // A tenant's limit holds across nodes and gateways: 3 through one, then 1 more through the other.
+    const q = (await newToken("cl-q", { max: 3 })).token;
+    const three = await fork(as(gw("g1"), q), BASE, 3);
+    assert.equal(three.sandboxes.length, 3);
+    const refused = await fork(as(gw("g2"), q), BASE, 1).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(refused instanceof ApiError && refused.code === "resource_exhausted", String(refused));
+    await destroy(
+      as(gw("g2"), q),
+      three.sandboxes.map((x) => x.id),
+    );
+    assert.equal((await fork(as(gw("g2"), q), BASE, 1)).sandboxes.length, 1, "room again once ended");
+  },
+);
 
 step(
   "a node killed -9: its sandboxes lost within the bound, new work elsewhere; restarted, re-adopted once",
