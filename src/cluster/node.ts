@@ -241,17 +241,10 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
     // Its holding is written before the creation answers (a GET or a fork through a gateway
     // right after it finds the snapshot here), within a bound: past it the flush goes on alone.
     p.holdings.mark(tag);
-    await Promise.race([
-      p.holdings
-        .flushNow()
-        .catch((e: unknown) =>
-          this.o.log.warn("cluster: a new snapshot's holding not written yet", {
-            tag,
-            error: errorMessage(e),
-          }),
-        ),
-      sleep(HOLDING_WRITE_MS),
-    ]);
+    const written = p.holdings.flushNow().catch((e: unknown) => {
+      this.o.log.warn("cluster: a new snapshot's holding not written yet", { tag, error: errorMessage(e) });
+    });
+    await Promise.race([written, sleep(HOLDING_WRITE_MS)]);
   }
 
   deleted(tag: string): void {
