@@ -60,7 +60,9 @@ function spawnLogged(
 ): Proc {
   if (cmd === process.execPath) args = [...nodeFlags(), ...args];
   // Killed with the bench, should it die before it stops them (setpriv execs: the pid is theirs).
-  const [file, ...argv] = existsSync(SETPRIV) ? [SETPRIV, "--pdeathsig", "KILL", cmd, ...args] : [cmd, ...args];
+  const [file, ...argv] = existsSync(SETPRIV)
+    ? [SETPRIV, "--pdeathsig", "KILL", cmd, ...args]
+    : [cmd, ...args];
   const fd = openSync(log, "a");
   try {
     const proc = spawn(file ?? cmd, argv, {
@@ -152,7 +154,10 @@ export async function startNodeHost(
     [join(REPO_DIR, "dist/bench/cluster-node-host.js"), JSON.stringify({ ...spec, dir })],
     join(dir, `host-${spec.ids[0]}.out`),
     // Each daemon has libuv's 4 file threads of its own: so do the nodes sharing a process.
-    { stdout: "pipe", env: { ...process.env, UV_THREADPOOL_SIZE: String(Math.min(1024, 4 * spec.ids.length)) } },
+    {
+      stdout: "pipe",
+      env: { ...process.env, UV_THREADPOOL_SIZE: String(Math.min(1024, 4 * spec.ids.length)) },
+    },
   );
   const out = p.proc.stdout;
   if (!out) throw new Error("no stdout");

@@ -6,6 +6,7 @@
  * relays open to each node (cut when the node leaves the cluster), listeners of the cluster's
  * changes (event streams).
  */
+import type { Agent } from "node:http";
 import type { AuthFailureLimiter, Caller, SealedSessions } from "../access/index.js";
 import type {
   CatalogEntry,
@@ -155,6 +156,8 @@ export class ChangeHub {
 /** The gateway while it runs: its deps and its request-time bookkeeping. */
 export interface Gateway extends GatewayDeps {
   assignments: Assignments;
+  /** Connections kept open to the nodes for calls whose answer the gateway reads (./node-pool.ts). */
+  pool: Agent;
   relays: Relays;
   hub: ChangeHub;
 }

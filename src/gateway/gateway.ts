@@ -20,6 +20,7 @@ import type { Logger } from "../util/index.js";
 import { Assignments, ChangeHub, DEFAULT_BOUNDS, Relays } from "./context.js";
 import type { BearerAuth, Gateway, GatewayBounds } from "./context.js";
 import { e2bHandler, e2bUpgrade } from "./e2b.js";
+import { nodePool } from "./node-pool.js";
 import { restHandler, restUpgrade } from "./rest.js";
 
 export interface GatewayOptions {
@@ -147,6 +148,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     bounds: { ...DEFAULT_BOUNDS, ...o.bounds },
     reserved: o.reserved ?? new Set(),
     assignments: new Assignments(),
+    pool: nodePool(),
     relays,
     hub,
   };
@@ -175,6 +177,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       if (closed) return;
       closed = true;
       clearInterval(timer);
+      gateway.pool.destroy();
       await view.close().catch(() => undefined);
       await lease.revoke();
     },

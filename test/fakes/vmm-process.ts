@@ -101,7 +101,9 @@ export class FakeVmmProcess extends EventEmitter {
     // A silent guest stands in even for a frozen one (which stays frozen for a later restore).
     const frozen = saved?.kind === "devices" && !silent ? this.world.frozen.get(saved.guest) : undefined;
     if (frozen) this.world.frozen.delete(frozen.name);
-    this.setGuest(frozen ?? (await FakeGuest.start({ python: this.world.python, silent, light: this.world.light })));
+    this.setGuest(
+      frozen ?? (await FakeGuest.start({ python: this.world.python, silent, light: this.world.light })),
+    );
     this.guest?.freeze();
     this.status = "paused";
   }

@@ -59,6 +59,8 @@ export class FakeNode {
   /** The last `failLast` children of each fork fail (vmm_error). */
   failLast = 0;
   private readonly sockets = new Set<Socket>();
+  /** Connections its listeners accepted so far. */
+  connections = 0;
   private lease: KvLease | null = null;
   private rest!: Server;
   private e2bServer: Server | null = null;
@@ -101,6 +103,7 @@ export class FakeNode {
     };
     const track = (s: Server) =>
       s.on("connection", (sock: Socket) => {
+        this.connections++;
         this.sockets.add(sock);
         sock.on("close", () => this.sockets.delete(sock));
       });
