@@ -22,6 +22,7 @@ import { writeFile } from "node:fs/promises";
 import { loadavg } from "node:os";
 import { parseArgs, promisify } from "node:util";
 import { REPO_DIR } from "../src/host/paths.js";
+import { mirrorBytesPerSandbox } from "./cluster-mirror-memory.js";
 import { runSize } from "./cluster-size.js";
 import type { SizeResult } from "./cluster-size.js";
 import { r1, r2 } from "./stats.js";
@@ -213,6 +214,13 @@ async function main(): Promise<void> {
     const sandboxes = fixed ?? n * perNode;
     results.push(await runSize({ ...opts, nodes: n, sandboxes, log }));
   }
+  const biggest = results[results.length - 1];
+  const mirror = biggest
+    ? {
+        sandboxes: biggest.sandboxes,
+        bytesPerSandbox: Math.round(await mirrorBytesPerSandbox(biggest.sandboxes, biggest.nodes)),
+      }
+    : null;
   const seconds = (performance.now() - t0) / 1000;
   const out = {
     date: new Date().toISOString(),
@@ -227,12 +235,18 @@ async function main(): Promise<void> {
     durationS: r1(seconds),
     loadAverage: { start: r1(loadStart), end: r1(loadavg()[0] ?? NaN) },
     results,
+    mirror,
   };
   console.log(
     `forkd cluster scale (commit ${commit}, ${out.date}; ${r1(seconds / 60)} min, load ${out.loadAverage.start} → ${out.loadAverage.end})\n`,
   );
   console.log(table(results));
   console.log("\n" + goals(results));
+  if (mirror)
+    console.log(
+      `\nThe gateway's view of ${mirror.sandboxes} sandboxes (src/cluster/view.ts, measured in this process after a full GC): ` +
+        `${mirror.bytesPerSandbox} bytes of heap per sandbox.`,
+    );
   const g = growth(results);
   if (g) console.log("\n" + g);
   console.log("\n" + JSON.stringify(out));
