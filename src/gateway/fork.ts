@@ -160,6 +160,7 @@ async function sendPart(
   } catch (e) {
     const code = e instanceof ForkdError ? e.code : "unavailable";
     g.metrics.nodeFailure(p.node, code === "timeout" ? "timeout" : "unreachable");
+    if (neverReached(e)) done();
     return {
       node: p.node,
       offset,
@@ -168,7 +169,8 @@ async function sendPart(
       outcome: { ok: false, code, message: errorMessage(e).replace(`node ${p.node} `, "") },
     };
   } finally {
-    done();
+    // Answered (or maybe started): counted until the node's record counts them.
+    g.assignments.settle(p.node, done);
   }
 }
 

@@ -58,6 +58,8 @@ export class FakeNode {
   hang = false;
   /** The last `failLast` children of each fork fail (vmm_error). */
   failLast = 0;
+  /** Its record is not rewritten after a fork while true (a node whose rewrite lags). */
+  recordLags = false;
   private readonly sockets = new Set<Socket>();
   /** Connections its listeners accepted so far. */
   connections = 0;
@@ -228,7 +230,7 @@ export class FakeNode {
       out.push(view);
       for (const s of this.streams) s.write(`event: sandbox\ndata: ${JSON.stringify(view)}\n\n`);
     }
-    await this.publish();
+    if (!this.recordLags) await this.publish();
     return out;
   }
 

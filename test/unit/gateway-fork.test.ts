@@ -186,6 +186,39 @@ test("forks reuse the gateway's open connection to each node; a part broken on o
   }
 });
 
+test("children a node answered for count against its room until its record counts them: no node is sent past its bound", async () => {
+  const c = await fakeCluster({ nodes: 2, node: { maxSandboxes: 10 } });
+  try {
+    for (const n of c.nodes) n.recordLags = true; // their records still say 0 running
+    for (let i = 0; i < 2; i++) {
+      const r = await call<ForkReply>(c.gw.url, "POST", "/v1/sandboxes", {
+        token: "bob-token",
+        body: { snapshot_tag: "app", n: 10 },
+      });
+      assert.equal(r.body.sandboxes.length, 10, JSON.stringify(r.body));
+    }
+    for (const n of c.nodes) assert.equal(n.children.size, 10, `${n.o.id} got as many as its bound`);
+    const full = await call<{ error: { code: string } }>(c.gw.url, "POST", "/v1/sandboxes", {
+      token: "bob-token",
+      body: { snapshot_tag: "app" },
+    });
+    assert.equal(full.body.error.code, "resource_exhausted");
+    // Once a node's record is rewritten, it is what counts.
+    for (const n of c.nodes) {
+      n.recordLags = false;
+      await n.publish();
+    }
+    await until(
+      () => c.gw.running.gateway.assignments.of("n1") === 0,
+      5000,
+      "n1's answered children released",
+    );
+    assert.equal(c.gw.running.gateway.assignments.of("n2"), 0);
+  } finally {
+    await c.close();
+  }
+});
+
 test("the tenant's quota holds across nodes; a refusal reaches no node", async () => {
   const c = await fakeCluster();
   try {
