@@ -160,7 +160,7 @@ async function sendPart(
   } catch (e) {
     const code = e instanceof ForkdError ? e.code : "unavailable";
     g.metrics.nodeFailure(p.node, code === "timeout" ? "timeout" : "unreachable");
-    if (neverReached(e)) done();
+    if (neverReached(e)) done(); // nothing started there
     return {
       node: p.node,
       offset,
@@ -169,7 +169,7 @@ async function sendPart(
       outcome: { ok: false, code, message: errorMessage(e).replace(`node ${p.node} `, "") },
     };
   } finally {
-    // Answered (or maybe started): counted until the node's record counts them.
+    // Answered (or maybe started): counted until the node's record counts them (a no-op once done).
     g.assignments.settle(p.node, done);
   }
 }
