@@ -11,7 +11,7 @@ import type { Fence } from "./fence.js";
 import type { HeldDigests } from "./held-digests.js";
 import type { ClusterKeys } from "./keys.js";
 import type { Membership } from "./membership.js";
-import type { CatalogEntry, MachineKind, NodeRecord } from "./records.js";
+import type { CatalogEntry, MachineKind } from "./records.js";
 
 export interface NodeContext {
   readonly kv: Kv;
@@ -24,9 +24,8 @@ export interface NodeContext {
   readonly member: Membership;
   readonly fence: Fence;
   readonly held: HeldDigests;
-  /** catalog/ and nodes/, mirrored (src/etcd/mirror.ts). */
+  /** catalog/, mirrored (src/etcd/mirror.ts); nodes/ is read when needed (ensure.ts liveNodes). */
   readonly catalog: PrefixMirror<CatalogEntry>;
-  readonly nodes: PrefixMirror<NodeRecord>;
   readonly store: SnapshotStore;
   readonly sandboxes: SandboxService;
   readonly snapshots: SnapshotService;

@@ -9,7 +9,7 @@
 import { ForkdError } from "../util/index.js";
 import type { CatalogGuard } from "./catalog.js";
 import type { NodeContext } from "./context.js";
-import { Holding, parseRecord } from "./records.js";
+import { Holding, NodeRecord, parseRecord } from "./records.js";
 import type { CatalogEntry, MachineKind } from "./records.js";
 
 /** A node that holds a snapshot, and where its REST listener is. */
@@ -37,6 +37,20 @@ const sameMachine = (a: MachineKind, b: MachineKind): boolean =>
   a.accel === b.accel && a.qemu === b.qemu && a.cpu === b.cpu;
 
 const kindOf = (m: MachineKind): string => `${m.accel}, QEMU ${m.qemu}, CPU ${m.cpu}`;
+
+/**
+ * The nodes in the cluster now (nodes/, read when a pull needs them). A node follows no other
+ * node's record: every node rewrites its own as its load changes (up to twice a second), and N
+ * nodes each watching all N records made etcd send N² events (measured by
+ * bench/cluster-scale.ts: 42 KB sent per sandbox created at 100 nodes, 1 KB at 10).
+ */
+export async function liveNodes(c: NodeContext): Promise<NodeRecord[]> {
+  const { entries } = await c.kv.list(c.keys.nodes);
+  return entries.flatMap((e) => {
+    const r = parseRecord(NodeRecord, e.value);
+    return r && c.keys.node(r.id) === e.key ? [r] : [];
+  });
+}
 
 export class SnapshotFetch {
   private readonly inflight = new Map<string, Promise<void>>();
@@ -76,21 +90,19 @@ export class SnapshotFetch {
   async holders(key: string): Promise<Holder[]> {
     const end = Date.now() + HOLDING_WAIT_MS;
     for (;;) {
-      const found = await this.holdersNow(key);
+      const nodes = await liveNodes(this.c);
+      const found = await this.holdersNow(key, nodes);
       const origin = this.catalog.entry(key)?.origin;
-      const originLive =
-        origin !== undefined &&
-        origin !== this.c.id &&
-        [...this.c.nodes.values()].some((n) => n.id === origin);
+      const originLive = origin !== undefined && origin !== this.c.id && nodes.some((n) => n.id === origin);
       if (found.length > 0 || !originLive || Date.now() >= end) return found;
       await new Promise((r) => setTimeout(r, 250));
     }
   }
 
-  private async holdersNow(key: string): Promise<Holder[]> {
+  private async holdersNow(key: string, nodes: readonly NodeRecord[]): Promise<Holder[]> {
     const e = this.catalog.entry(key);
     if (!e) return [];
-    const live = [...this.c.nodes.values()].filter((n) => n.id !== this.c.id);
+    const live = nodes.filter((n) => n.id !== this.c.id);
     const found = await Promise.all(
       live.map(async (n) => {
         const raw = await this.c.kv.get(this.c.keys.holding(n.id, key)).catch(() => null);

@@ -36,7 +36,7 @@ import type { ClusterKeys } from "./keys.js";
 import { Locations } from "./locations.js";
 import { Membership } from "./membership.js";
 import type { NodeSelf } from "./membership.js";
-import { CatalogEntry, NodeRecord, parseRecord } from "./records.js";
+import { CatalogEntry, parseRecord } from "./records.js";
 import type { MachineKind } from "./records.js";
 import { Removals } from "./removals.js";
 import { syncSnapshots } from "./sync.js";
@@ -130,15 +130,6 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
       onChange: (ch) => this.catalogChanged(ch.value ?? ch.previous, ch.value),
       onProblem: warn,
     });
-    const nodes = new PrefixMirror<NodeRecord>({
-      kv,
-      prefix: keys.nodes,
-      parse: (k, v) => {
-        const r = parseRecord(NodeRecord, v);
-        return r && keys.node(r.id) === k ? r : null;
-      },
-      onProblem: warn,
-    });
     const ctx: NodeContext = {
       kv,
       keys,
@@ -149,7 +140,6 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
       fence: new Fence(kv, keys.node(this.o.id), () => this.member.lease),
       held,
       catalog,
-      nodes,
       store: s.store,
       sandboxes: s.sandboxes,
       snapshots: s.snapshots,
@@ -166,7 +156,6 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
     };
     try {
       await catalog.start();
-      await nodes.start();
       held.joinCluster(await this.clusterId());
       this.unsubscribe = s.events.subscribe((e) => this.onEvent(e));
       await this.member.start();
@@ -181,7 +170,6 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
       lease: this.member.lease?.id,
       ttl_s: this.member.ttlSeconds,
       catalog: catalog.size,
-      nodes: nodes.size,
     });
   }
 
@@ -204,7 +192,6 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
     }
     await this.member.close();
     await p?.ctx.catalog.close();
-    await p?.ctx.nodes.close();
     await p?.removals.settled();
     await p?.ctx.held.settled();
   }

@@ -6,6 +6,7 @@
  * relays open to each node (cut when the node leaves the cluster), listeners of the cluster's
  * changes (event streams).
  */
+import type { Agent } from "node:http";
 import type { AuthFailureLimiter, Caller, SealedSessions } from "../access/index.js";
 import type {
   CatalogEntry,
@@ -70,12 +71,45 @@ export interface GatewayDeps {
   reserved: ReadonlySet<string>;
 }
 
-/** Children sent to each node and not answered yet. */
+/**
+ * Children sent to each node that its record does not count yet: those not answered, and those
+ * answered until the node's record is next rewritten (it counts them then; a node rewrites it up
+ * to every 500 ms) or SETTLE_MS passed. Forgetting them at the answer left a window in which
+ * placement saw room the node no longer had: 125 of 3,000 children refused near full nodes
+ * (bench/cluster-scale.ts, 3 nodes of 1,000).
+ */
 export class Assignments {
   private readonly byNode = new Map<string, number>();
+  /** Releases waiting for each node's next record. */
+  private readonly settling = new Map<string, Set<() => void>>();
+
+  constructor(private readonly settleMs = SETTLE_MS) {}
 
   of(node: string): number {
     return this.byNode.get(node) ?? 0;
+  }
+
+  /** Runs `release` (add()'s) once `node`'s record is next rewritten, or settleMs passed. */
+  settle(node: string, release: () => void): void {
+    const set = this.settling.get(node) ?? new Set<() => void>();
+    this.settling.set(node, set);
+    const fire = () => {
+      clearTimeout(timer);
+      set.delete(fire);
+      if (set.size === 0 && this.settling.get(node) === set) this.settling.delete(node);
+      release();
+    };
+    const timer = setTimeout(fire, this.settleMs);
+    timer.unref();
+    set.add(fire);
+  }
+
+  /** `node`'s record was rewritten (or it left): the children it answered for are in it. */
+  recorded(node: string): void {
+    const set = this.settling.get(node);
+    if (!set) return;
+    this.settling.delete(node);
+    for (const fire of [...set]) fire();
   }
 
   /** Counts `n` children on `node` until the returned function is called. */
@@ -91,6 +125,9 @@ export class Assignments {
     };
   }
 }
+
+/** How long answered children count at most, waiting for their node's record (ms). */
+export const SETTLE_MS = 2_000;
 
 /** Relays open to each node, cut together when the node leaves the cluster. */
 export class Relays {
@@ -157,6 +194,8 @@ export class ChangeHub {
 /** The gateway while it runs: its deps and its request-time bookkeeping. */
 export interface Gateway extends GatewayDeps {
   assignments: Assignments;
+  /** Connections kept open to the nodes for calls whose answer the gateway reads (./node-pool.ts). */
+  pool: Agent;
   relays: Relays;
   hub: ChangeHub;
 }

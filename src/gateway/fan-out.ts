@@ -32,6 +32,7 @@ export async function fanOut(
           timeoutMs: g.bounds.listMs,
           connectMs: g.bounds.connectMs,
           signal,
+          agent: g.pool,
         });
         return { node, reply, error: null };
       } catch (error) {

@@ -153,12 +153,14 @@ async function sendPart(
       timeoutMs: g.bounds.forkMs,
       connectMs: g.bounds.connectMs,
       signal,
+      agent: g.pool,
     });
     g.metrics.placed(p.node, p.count);
     return { node: p.node, offset, count: p.count, unreached: false, reply: r, outcome: outcomeOf(r) };
   } catch (e) {
     const code = e instanceof ForkdError ? e.code : "unavailable";
     g.metrics.nodeFailure(p.node, code === "timeout" ? "timeout" : "unreachable");
+    if (neverReached(e)) done(); // nothing started there
     return {
       node: p.node,
       offset,
@@ -167,7 +169,8 @@ async function sendPart(
       outcome: { ok: false, code, message: errorMessage(e).replace(`node ${p.node} `, "") },
     };
   } finally {
-    done();
+    // Answered (or maybe started): counted until the node's record counts them (a no-op once done).
+    g.assignments.settle(p.node, done);
   }
 }
 

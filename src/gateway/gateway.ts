@@ -20,6 +20,7 @@ import type { Logger } from "../util/index.js";
 import { Assignments, ChangeHub, DEFAULT_BOUNDS, Relays } from "./context.js";
 import type { BearerAuth, Gateway, GatewayBounds } from "./context.js";
 import { e2bHandler, e2bUpgrade } from "./e2b.js";
+import { nodePool } from "./node-pool.js";
 import { restHandler, restUpgrade } from "./rest.js";
 
 export interface GatewayOptions {
@@ -90,6 +91,7 @@ class OwnLease {
 export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
   const hub = new ChangeHub();
   const relays = new Relays();
+  const assignments = new Assignments();
   const log = o.log;
   // Set once the janitor exists (the view tells it of nodes that go).
   const janitorRef: { j: Janitor | null } = { j: null };
@@ -98,12 +100,14 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     keys: o.keys,
     onProblem: (what) => log.warn("gateway: etcd", { what }),
     onNodeGone: (n) => {
+      assignments.recorded(n.id);
       const cut = relays.cut(n.id);
       log.warn("gateway: a node left the cluster", { node: n.id, relays_cut: cut });
       hub.tell({ node: { id: n.id, present: false } });
       void janitorRef.j?.nodeGone(n);
     },
     onNode: (n, joined) => {
+      assignments.recorded(n.id);
       if (joined) hub.tell({ node: { id: n.id, present: true } });
     },
     onSandbox: (c) => hub.tell({ sandbox: c }),
@@ -146,7 +150,8 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     authFailures: o.authFailures ?? new AuthFailureLimiter({ rps: 1, burst: 20 }),
     bounds: { ...DEFAULT_BOUNDS, ...o.bounds },
     reserved: o.reserved ?? new Set(),
-    assignments: new Assignments(),
+    assignments,
+    pool: nodePool(),
     relays,
     hub,
   };
@@ -175,6 +180,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       if (closed) return;
       closed = true;
       clearInterval(timer);
+      gateway.pool.destroy();
       await view.close().catch(() => undefined);
       await lease.revoke();
     },

@@ -4,10 +4,12 @@
  * body read whole within a bound of bytes, all within a deadline (and an abort: the client
  * hung up). A node that cannot be reached, answers late or too much is a ForkdError naming it:
  * `unavailable` (no connection: the request never reached it, safe to send elsewhere) or
- * `timeout` (it may have acted).
+ * `timeout` (it may have acted). Over a pool of kept-alive connections (`agent`: the gateway's
+ * own, ./node-pool.ts), a call on a connection already open counts as reaching the node: a
+ * failure there is never taken for one that surely did not arrive.
  */
 import { request } from "node:http";
-import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { Agent, IncomingHttpHeaders, IncomingMessage } from "node:http";
 import { ForkdError, errorMessage } from "../util/index.js";
 import { upstreamOf } from "./upstream-of.js";
 
@@ -23,6 +25,8 @@ export interface NodeCall {
   /** The reply's body may hold at most this (default 16 MiB). */
   maxBytes?: number;
   signal?: AbortSignal;
+  /** Connections kept open to the nodes (default: a new connection for this call). */
+  agent?: Agent;
 }
 
 export interface NodeReply {
@@ -66,7 +70,7 @@ export function callNode(name: string, origin: string, c: NodeCall): Promise<Nod
         ...(c.body ? { "content-type": "application/json", "content-length": String(c.body.length) } : {}),
         ...c.headers,
       },
-      agent: false,
+      agent: c.agent ?? false,
     });
     const timer = setTimeout(
       () =>
@@ -86,6 +90,11 @@ export function callNode(name: string, origin: string, c: NodeCall): Promise<Nod
     c.signal?.addEventListener("abort", onAbort);
     if (c.signal?.aborted) return onAbort();
     req.on("socket", (sock) => {
+      // A pooled connection, open already: what is written on it may reach the node.
+      if (!sock.connecting) {
+        connected = true;
+        return;
+      }
       const t = setTimeout(() => {
         if (!connected)
           finish(

@@ -15,12 +15,20 @@ import type { Server, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { REPO_DIR } from "../../src/host/paths.js";
+import { LightAgent } from "./light-agent.js";
 
 const SETPRIV = "/usr/bin/setpriv";
 
 export class FakeGuest extends EventEmitter {
   private conn: Socket | null = null;
   private dead = false;
+  /** A light guest's agent (null: a real agent process, or none). */
+  private light: LightAgent | null = null;
+  /** A light guest's replies held while it is frozen. */
+  private held: Buffer[] = [];
+  private frozen = false;
+  /** A light guest's connection count: replies to an earlier connection are dropped. */
+  private generation = 0;
   /** Identities the host gave it (IDENTITY never reaches the agent: it would rename the host). */
   readonly identities: Array<{ hostname: string; sandboxId: string }> = [];
   readonly name = `guest-${randomBytes(4).toString("hex")}`;
@@ -47,7 +55,12 @@ export class FakeGuest extends EventEmitter {
     });
   }
 
-  static async start(o: { python?: boolean; silent?: boolean } = {}): Promise<FakeGuest> {
+  static async start(o: { python?: boolean; silent?: boolean; light?: boolean } = {}): Promise<FakeGuest> {
+    if (o.light && !o.silent) {
+      const g = new FakeGuest("/nonexistent/forkd-light-guest", null, null);
+      g.light = new LightAgent();
+      return g;
+    }
     const dir = await mkdtemp(join(tmpdir(), "forkd-fake-guest-"));
     if (o.silent) return new FakeGuest(dir, null, null);
     const bin = join(REPO_DIR, "guest/agent/forkd-agent");
@@ -70,27 +83,51 @@ export class FakeGuest extends EventEmitter {
   }
 
   get connected(): boolean {
-    return this.conn !== null;
+    return this.light ? !this.dead : this.conn !== null;
   }
 
   /** Sends bytes to the agent; false when it is not connected (the caller keeps them). */
   write(b: Buffer): boolean {
+    if (this.light) {
+      if (this.dead) return false;
+      const replies = this.light.push(b);
+      const gen = this.generation;
+      if (replies.length) setImmediate(() => gen === this.generation && this.reply(replies));
+      return true;
+    }
     if (!this.conn) return false;
     this.conn.write(b);
     return true;
   }
 
+  /** A light guest's replies, once it runs. */
+  private reply(replies: Buffer[]): void {
+    if (this.dead) return;
+    if (this.frozen) this.held.push(...replies);
+    else for (const r of replies) this.emit("data", r);
+  }
+
   /** The host end of its port closed: the agent sees the hang-up and connects again. */
   hangup(): void {
+    if (this.light) {
+      this.light.reset();
+      this.generation++;
+      this.held = [];
+      setImmediate(() => !this.dead && this.emit("connected"));
+      return;
+    }
     this.conn?.destroy();
     this.conn = null;
   }
 
   freeze(): void {
+    this.frozen = true;
     this.signal("SIGSTOP");
   }
 
   thaw(): void {
+    this.frozen = false;
+    if (this.light) this.reply(this.held.splice(0));
     this.signal("SIGCONT");
   }
 
@@ -114,6 +151,6 @@ export class FakeGuest extends EventEmitter {
       await gone;
     }
     await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()));
-    await rm(this.dir, { recursive: true, force: true });
+    if (!this.light) await rm(this.dir, { recursive: true, force: true });
   }
 }

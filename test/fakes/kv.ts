@@ -169,6 +169,11 @@ export class FakeKv implements Kv {
     };
   }
 
+  /** The prefixes watched now (one entry per open watch). */
+  watching(): string[] {
+    return [...this.watchers].filter((w) => !w.closed).map((w) => w.prefix);
+  }
+
   async grantLease(ttlSeconds: number): Promise<KvLease> {
     this.check();
     const id = (this.nextLease++).toString(16);

@@ -22,6 +22,8 @@ export interface StateFile {
 export interface FakeWorld {
   faults: Faults;
   python: boolean;
+  /** Guests are light (in this process, answering only what a sandbox's life needs: guest.ts). */
+  light: boolean;
   /** Guests of VMs that saved their state and ended before running again, by name. */
   frozen: Map<string, FakeGuest>;
   gone(p: FakeVmmProcess): void;
@@ -66,7 +68,7 @@ export class FakeVmmProcess extends EventEmitter {
 
   /** Cold boot: a fresh guest runs at once. */
   async boot(silent: boolean): Promise<void> {
-    this.setGuest(await FakeGuest.start({ python: this.world.python, silent }));
+    this.setGuest(await FakeGuest.start({ python: this.world.python, silent, light: this.world.light }));
     this.port.setRunning(true);
   }
 
@@ -99,7 +101,9 @@ export class FakeVmmProcess extends EventEmitter {
     // A silent guest stands in even for a frozen one (which stays frozen for a later restore).
     const frozen = saved?.kind === "devices" && !silent ? this.world.frozen.get(saved.guest) : undefined;
     if (frozen) this.world.frozen.delete(frozen.name);
-    this.setGuest(frozen ?? (await FakeGuest.start({ python: this.world.python, silent })));
+    this.setGuest(
+      frozen ?? (await FakeGuest.start({ python: this.world.python, silent, light: this.world.light })),
+    );
     this.guest?.freeze();
     this.status = "paused";
   }

@@ -32,10 +32,12 @@ export class FakeHost {
   /** Private-page capture and apply for these VMMs (pause and BRANCH). */
   readonly memory: MemoryDiffs;
 
-  constructor(o: { python?: boolean } = {}) {
+  /** `light`: guests run no agent process (guest.ts): for benchmarks of thousands of sandboxes. */
+  constructor(o: { python?: boolean; light?: boolean } = {}) {
     this.world = {
       faults: this.faults,
       python: o.python ?? false,
+      light: o.light ?? false,
       frozen: this.frozen,
       gone: (p) => this.procs.delete(p.id.pid),
     };

@@ -58,7 +58,11 @@ export class FakeNode {
   hang = false;
   /** The last `failLast` children of each fork fail (vmm_error). */
   failLast = 0;
+  /** Its record is not rewritten after a fork while true (a node whose rewrite lags). */
+  recordLags = false;
   private readonly sockets = new Set<Socket>();
+  /** Connections its listeners accepted so far. */
+  connections = 0;
   private lease: KvLease | null = null;
   private rest!: Server;
   private e2bServer: Server | null = null;
@@ -101,6 +105,7 @@ export class FakeNode {
     };
     const track = (s: Server) =>
       s.on("connection", (sock: Socket) => {
+        this.connections++;
         this.sockets.add(sock);
         sock.on("close", () => this.sockets.delete(sock));
       });
@@ -225,7 +230,7 @@ export class FakeNode {
       out.push(view);
       for (const s of this.streams) s.write(`event: sandbox\ndata: ${JSON.stringify(view)}\n\n`);
     }
-    await this.publish();
+    if (!this.recordLags) await this.publish();
     return out;
   }
 

@@ -298,6 +298,42 @@ test("a delete is refused while a sandbox anywhere runs from it (naming it), the
   });
 });
 
+test("a node follows no other node's record (N nodes watching N records was N² events): it reads nodes/ when a pull needs holders", async () => {
+  const kv = new FakeKv();
+  const nodes: TestNode[] = [];
+  const seen: Holder[][] = [];
+  try {
+    for (const id of ["a", "b"]) nodes.push(await testNode(kv, id));
+    const c = await testNode(kv, "c", {
+      pull: async (_key, holders) => {
+        seen.push(await holders());
+        throw new ForkdError("unavailable", "no transfer in this test");
+      },
+    });
+    nodes.push(c);
+    const watched = kv.watching();
+    assert.ok(watched.length > 0, "it follows the catalog");
+    for (const id of ["a", "b", "c"])
+      assert.ok(
+        !watched.some((p) => KEYS.node(id).startsWith(p)),
+        `no watch covers nodes/${id}: ${watched.join(", ")}`,
+      );
+    // Holders come from nodes/ as it is when the pull asks: a node that left is not one.
+    await nodes[0]!.make("app");
+    await until(
+      "c's view",
+      async () => c.node.lookup("app") !== undefined && (await holding(kv, "a", "app")) !== null,
+    );
+    await assert.rejects(c.svc.fork("app", 1), /no transfer/);
+    assert.deepEqual(seen[0], [{ node: "a", url: "http://a.test:7000" }]);
+    await nodes[0]!.stop();
+    await assert.rejects(c.svc.fork("app", 1), /no transfer/);
+    assert.deepEqual(seen[1], [], "a left: no holder");
+  } finally {
+    for (const n of nodes) await n.cleanup();
+  }
+});
+
 test("a copy fetched from a peer: once for many forks, held under the catalog's digest, removed when the cluster deletes it", async () => {
   const kv = new FakeKv();
   const pulls: { key: string; holders: Holder[] }[] = [];

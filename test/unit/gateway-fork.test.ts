@@ -141,6 +141,84 @@ test("children of a node never reached go to another node once", async () => {
   }
 });
 
+test("forks reuse the gateway's open connection to each node; a part broken on one fails its children, never sent again", async () => {
+  const c = await fakeCluster({ node: { maxSandboxes: 200 } });
+  try {
+    for (let i = 0; i < 3; i++) {
+      const r = await call<ForkReply>(c.gw.url, "POST", "/v1/sandboxes", {
+        token: "bob-token",
+        body: { snapshot_tag: "app", n: 30 },
+      });
+      assert.equal(r.body.sandboxes.length, 30, JSON.stringify(r.body));
+    }
+    for (const n of c.nodes) {
+      assert.equal(n.seen.filter((s) => s.path === "/v1/sandboxes").length, 3);
+      assert.equal(n.connections, 1, `${n.o.id}: one connection for its three parts`);
+    }
+    // n2 takes its part on the open connection, then drops it unanswered: it may have acted.
+    const n2 = c.nodes[1]!;
+    n2.hang = true;
+    const before = n2.seen.length;
+    const pending = call<ForkReply>(c.gw.url, "POST", "/v1/sandboxes", {
+      token: "bob-token",
+      body: { snapshot_tag: "app", n: 30 },
+    });
+    await until(() => n2.seen.length > before, 5000, "n2's part");
+    n2.o.onKill = async () => undefined;
+    n2.kill();
+    const r = await pending;
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    assert.ok(r.body.failures.length > 0);
+    for (const f of r.body.failures) {
+      assert.equal(f.code, "unavailable");
+      assert.match(f.message, /^node n2: /);
+    }
+    assert.ok(r.body.sandboxes.every((s) => s.node !== "n2"));
+    assert.equal(r.body.sandboxes.length + r.body.failures.length, 30);
+    for (const n of [c.nodes[0]!, c.nodes[2]!])
+      assert.equal(
+        n.seen.filter((s) => s.path === "/v1/sandboxes").length,
+        4,
+        `${n.o.id}: its own part only`,
+      );
+  } finally {
+    await c.close();
+  }
+});
+
+test("children a node answered for count against its room until its record counts them: no node is sent past its bound", async () => {
+  const c = await fakeCluster({ nodes: 2, node: { maxSandboxes: 10 } });
+  try {
+    for (const n of c.nodes) n.recordLags = true; // their records still say 0 running
+    for (let i = 0; i < 2; i++) {
+      const r = await call<ForkReply>(c.gw.url, "POST", "/v1/sandboxes", {
+        token: "bob-token",
+        body: { snapshot_tag: "app", n: 10 },
+      });
+      assert.equal(r.body.sandboxes.length, 10, JSON.stringify(r.body));
+    }
+    for (const n of c.nodes) assert.equal(n.children.size, 10, `${n.o.id} got as many as its bound`);
+    const full = await call<{ error: { code: string } }>(c.gw.url, "POST", "/v1/sandboxes", {
+      token: "bob-token",
+      body: { snapshot_tag: "app" },
+    });
+    assert.equal(full.body.error.code, "resource_exhausted");
+    // Once a node's record is rewritten, it is what counts.
+    for (const n of c.nodes) {
+      n.recordLags = false;
+      await n.publish();
+    }
+    await until(
+      () => c.gw.running.gateway.assignments.of("n1") === 0,
+      5000,
+      "n1's answered children released",
+    );
+    assert.equal(c.gw.running.gateway.assignments.of("n2"), 0);
+  } finally {
+    await c.close();
+  }
+});
+
 test("the tenant's quota holds across nodes; a refusal reaches no node", async () => {
   const c = await fakeCluster();
   try {
