@@ -1,9 +1,11 @@
-/** The filter bar above the sandboxes list. */
+/** The filter bar above the sandboxes list (a node filter when sandboxes name their nodes). */
 import type { SandboxFilter } from "../lib/sandbox-filter";
 
 export function SandboxFilters(p: {
   filter: SandboxFilter;
   snapshots: string[];
+  /** The nodes the sandboxes run on (none: one daemon, no node filter). */
+  nodes: string[];
   onChange: (f: SandboxFilter) => void;
 }) {
   const f = p.filter;
@@ -19,6 +21,7 @@ export function SandboxFilters(p: {
           <option value="running">running</option>
           <option value="paused">paused</option>
           <option value="exited">exited</option>
+          <option value="lost">lost</option>
         </select>
       </label>
       <label>
@@ -32,6 +35,19 @@ export function SandboxFilters(p: {
           ))}
         </select>
       </label>
+      {p.nodes.length > 0 && (
+        <label>
+          Node
+          <select value={f.node} onChange={(e) => p.onChange({ ...f, node: e.currentTarget.value })}>
+            <option value="">any</option>
+            {p.nodes.map((n) => (
+              <option key={n} value={n}>
+                {n}
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
       <label>
         Search
         <input
