@@ -12,10 +12,12 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { recordView } from "../../src/gateway/record-view.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 
 const CLI = join(REPO_DIR, "dist/src/cli/main.js");
 const TOKEN = "t".repeat(40);
+const CREATED = "2025-01-01T00:00:00.000Z";
 
 interface Seen {
   method: string;
@@ -32,29 +34,24 @@ let execGone: (() => void) | null = null;
 /** The nodes GET /v1/sandboxes lists its two sandboxes on (null: one daemon). */
 let listedOn: [string | null, string | null] = [null, null];
 
-/** A sandbox's REST view (docs/openapi.json's Sandbox). */
-function sandboxView(id: string, node: string | null): Record<string, unknown> {
-  return {
-    id,
-    tag: "base",
-    pid: 42,
-    state: "running",
-    created: "2025-01-01T00:00:00.000Z",
-    exit_reason: null,
-    timings: { launch_ms: 1, restore_ms: 1, ready_ms: 1, total_ms: 3 },
-    from_pool: false,
-    timeout_ms: null,
-    expires_at: null,
-    deadline: null,
-    on_deadline: "kill",
-    ends_at: null,
-    metadata: {},
-    owner: null,
-    node,
-    limits: { memory_mib: null, cpus: null, pids: null, disk_mib: null, lifetime_ms: null },
-    network: { mode: "none", guest_ip: null, egress: null, ports: [] },
-  };
-}
+/** A sandbox's REST view (docs/openapi.json's Sandbox), as a gateway makes one from its record. */
+const sandboxView = (id: string, node: string | null): Record<string, unknown> => ({
+  ...recordView(
+    {
+      id,
+      node: node ?? "n0",
+      owner: null,
+      tag: "base",
+      state: "running",
+      reason: null,
+      created: CREATED,
+      updated: CREATED,
+    },
+    (k) => k,
+  ),
+  pid: 42,
+  node,
+});
 
 function json(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));

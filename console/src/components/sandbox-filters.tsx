@@ -1,6 +1,23 @@
 /** The filter bar above the sandboxes list (a node filter when sandboxes name their nodes). */
 import type { SandboxFilter } from "../lib/sandbox-filter";
 
+/** A labelled choice of one of `choices`, or "any" (""). */
+function AnyOf(p: { label: string; value: string; choices: string[]; onChange: (v: string) => void }) {
+  return (
+    <label>
+      {p.label}
+      <select value={p.value} onChange={(e) => p.onChange(e.currentTarget.value)}>
+        <option value="">any</option>
+        {p.choices.map((c) => (
+          <option key={c} value={c}>
+            {c}
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+}
+
 export function SandboxFilters(p: {
   filter: SandboxFilter;
   snapshots: string[];
@@ -24,29 +41,19 @@ export function SandboxFilters(p: {
           <option value="lost">lost</option>
         </select>
       </label>
-      <label>
-        Snapshot
-        <select value={f.snapshot} onChange={(e) => p.onChange({ ...f, snapshot: e.currentTarget.value })}>
-          <option value="">any</option>
-          {p.snapshots.map((t) => (
-            <option key={t} value={t}>
-              {t}
-            </option>
-          ))}
-        </select>
-      </label>
+      <AnyOf
+        label="Snapshot"
+        value={f.snapshot}
+        choices={p.snapshots}
+        onChange={(snapshot) => p.onChange({ ...f, snapshot })}
+      />
       {p.nodes.length > 0 && (
-        <label>
-          Node
-          <select value={f.node} onChange={(e) => p.onChange({ ...f, node: e.currentTarget.value })}>
-            <option value="">any</option>
-            {p.nodes.map((n) => (
-              <option key={n} value={n}>
-                {n}
-              </option>
-            ))}
-          </select>
-        </label>
+        <AnyOf
+          label="Node"
+          value={f.node}
+          choices={p.nodes}
+          onChange={(node) => p.onChange({ ...f, node })}
+        />
       )}
       <label>
         Search
