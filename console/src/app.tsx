@@ -87,8 +87,7 @@ export function App() {
   const route = useRoute();
   const [session, setSession] = useState<Session>("checking");
   const [attempt, setAttempt] = useState(0);
-  const loggedIn = typeof session === "object" && "in" in session;
-  const cluster = useCluster(loggedIn);
+  const cluster = useCluster(typeof session === "object" && "in" in session && session.in.admin);
   useEffect(() => {
     const secret = takeLoginSecret();
     (secret === null ? whoami() : loginWithSecret(secret)).then(

@@ -99,9 +99,9 @@ export function createApp(s: ApiServices, listener: Listener = LOCAL_LISTENER): 
       e2b: s.info.e2b ?? null,
     }),
   );
-  // A cluster's gateway lists its nodes (src/gateway/nodes.ts). A daemon answers 404 (clients
-  // read it as "no cluster here"), rather than list itself: alone it has no node id, no address
-  // peers reach and no record, and its sandboxes name no node; a node sends its caller to a gateway.
+  // A cluster's gateway lists its nodes (src/gateway/nodes.ts). A daemon answers 404 rather than
+  // list itself: alone it has no node id, no address peers reach and no record, and its
+  // sandboxes name no node; a node sends its caller to a gateway.
   app.get("/v1/nodes", () => {
     const node = s.info.node ?? null;
     throw new ForkdError(

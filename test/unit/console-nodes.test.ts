@@ -4,8 +4,8 @@
  * one daemon's API with no VM (test/helpers/services.ts): on a gateway an admin gets Nodes in
  * the navigation, each node's state, address, machine, capacity, sandboxes and held snapshots,
  * refreshed as its record changes; the sandbox list and a sandbox's page name its node. A tenant
- * gets no Nodes; one daemon neither, its list has no Node column, and #/nodes says why, with no
- * error thrown in the page.
+ * gets no Nodes; one daemon neither (the console asks no route it lacks: no 404 while it loads),
+ * its list has no Node column, and #/nodes says why, with no error thrown in the page.
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -44,28 +44,41 @@ after(async () => {
   await browser?.close().catch(() => undefined);
 });
 
-/**
- * A fresh page logged in at `origin` with `token` (the login page's form); errors thrown in it
- * are kept; `probed`: the console's GET /v1/nodes answered (its status).
- */
-async function loggedIn(
-  origin: string,
-  token: string,
-): Promise<{ page: Page; errors: string[]; probed: Promise<number> }> {
+interface LoggedIn {
+  page: Page;
+  /** Errors thrown in the page. */
+  errors: string[];
+  /** Every 404 the page was answered, and every call it made to /v1/nodes. */
+  missing: string[];
+  nodesCalls: string[];
+  /** The page's GET /v1/health after the login answered (its body). */
+  health: Promise<Record<string, unknown>>;
+}
+
+/** A fresh page logged in at `origin` with `token` (the login page's form), watched. */
+async function loggedIn(origin: string, token: string): Promise<LoggedIn> {
   const ctx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
   contexts.push(ctx);
   const page = await ctx.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(e.message));
+  const w = { errors: [] as string[], missing: [] as string[], nodesCalls: [] as string[] };
+  page.on("pageerror", (e) => w.errors.push(e.message));
+  page.on("response", (r) => {
+    if (r.status() === 404) w.missing.push(r.url());
+  });
+  page.on("request", (r) => {
+    if (new URL(r.url()).pathname === "/v1/nodes") w.nodesCalls.push(r.url());
+  });
   await page.goto(`${origin}/console/#/sandboxes`);
   await page.getByRole("heading", { level: 1, name: "Log in" }).waitFor({ timeout: WAIT });
-  const probed = page
-    .waitForResponse((r) => new URL(r.url()).pathname === "/v1/nodes", { timeout: WAIT })
-    .then((r) => r.status());
+  const health = page
+    .waitForResponse((r) => new URL(r.url()).pathname === "/v1/health", { timeout: WAIT })
+    .then(async (r) => (await r.json()) as Record<string, unknown>);
+  // A tenant's console asks no health: nothing waits for it then.
+  health.catch(() => undefined);
   await page.getByLabel("API token").fill(token);
   await page.getByRole("button", { name: "Log in" }).click();
   await page.getByRole("heading", { level: 1, name: "Sandboxes" }).waitFor({ timeout: WAIT });
-  return { page, errors, probed };
+  return { page, health, ...w };
 }
 
 const nav = (page: Page) => page.getByRole("navigation", { name: "Main" });
@@ -87,8 +100,8 @@ test("a gateway: Nodes lists each node as its record says; the sandbox list and 
     assert.equal(fork.status, 201, JSON.stringify(fork.body));
     const made = fork.body.sandboxes;
     assert.equal(made.length, 3);
-    const { page, errors, probed } = await loggedIn(c.gw.url, "admin-token");
-    assert.equal(await probed, 200);
+    const { page, errors, health } = await loggedIn(c.gw.url, "admin-token");
+    assert.deepEqual((await health).cluster, { nodes: 2, etcd: true }, "a gateway says it is one");
 
     // The list: a Node column, each row its sandbox's node.
     await page.getByRole("columnheader", { name: "Node" }).waitFor({ timeout: WAIT });
@@ -143,8 +156,9 @@ test("a gateway: Nodes lists each node as its record says; the sandbox list and 
 
     // A tenant: no Nodes, and the page says why.
     const bob = await loggedIn(c.gw.url, "bob-token");
-    assert.equal(await bob.probed, 403);
+    await bob.page.getByText("0 of 0 sandboxes").waitFor({ timeout: WAIT });
     assert.equal(await nav(bob.page).getByRole("link", { name: "Nodes" }).count(), 0);
+    assert.deepEqual(bob.nodesCalls, [], "a tenant's console does not ask for the nodes");
     await bob.page.goto(`${c.gw.url}/console/#/nodes`);
     await bob.page.getByText("Only admin callers see the cluster's nodes.").waitFor({ timeout: WAIT });
     assert.deepEqual(bob.errors, []);
@@ -159,9 +173,12 @@ test("one daemon: no Nodes, no Node column, and #/nodes says it has none", async
   try {
     t.services.console = { dist: DIST, sessions: new ConsoleSessions() };
     const origin = await t.serveTcp("a".repeat(40));
-    const { page, errors, probed } = await loggedIn(origin, "a".repeat(40));
+    const { page, errors, health, missing, nodesCalls } = await loggedIn(origin, "a".repeat(40));
     await page.getByText("0 of 0 sandboxes").waitFor({ timeout: WAIT });
-    assert.equal(await probed, 404);
+    // The admin's console asked whether this is a gateway (health has no `cluster`): it is not.
+    assert.equal((await health).cluster, undefined);
+    await page.waitForTimeout(300);
+    assert.deepEqual([missing, nodesCalls], [[], []], "nothing the page loads is a 404; no nodes asked");
     assert.equal(await nav(page).getByRole("link", { name: "Nodes" }).count(), 0);
     assert.equal(await page.getByRole("columnheader", { name: "Node" }).count(), 0);
     assert.equal(await page.getByRole("combobox", { name: /^Node\b/ }).count(), 0);

@@ -1,24 +1,25 @@
 /**
  * Whether the server is a cluster gateway whose nodes this caller may see (the navigation shows
- * Nodes only then): GET /v1/nodes asked once logged in; a 404 (one daemon) or a 403 (a tenant)
- * is a final no, any other failure is asked again after a while.
+ * Nodes only then): an admin's console asks GET /v1/health once logged in, whose `cluster` only
+ * a gateway gives (so a lone daemon's console asks nothing that answers 404); a failure is
+ * asked again after a while.
  */
 import { useEffect, useState } from "preact/hooks";
-import { loadNodes } from "../api/nodes";
+import { health } from "../api/host";
 
 const RETRY_MS = 15_000;
 
-export function useCluster(loggedIn: boolean): boolean {
+export function useCluster(admin: boolean): boolean {
   const [cluster, setCluster] = useState(false);
   useEffect(() => {
     setCluster(false);
-    if (!loggedIn) return;
+    if (!admin) return;
     let live = true;
     let retry: ReturnType<typeof setTimeout> | undefined;
     const ask = () => {
-      loadNodes().then(
-        (a) => {
-          if (live) setCluster(a.kind === "nodes");
+      health().then(
+        (h) => {
+          if (live) setCluster(h.cluster !== undefined);
         },
         () => {
           if (live) retry = setTimeout(ask, RETRY_MS);
@@ -30,6 +31,6 @@ export function useCluster(loggedIn: boolean): boolean {
       live = false;
       clearTimeout(retry);
     };
-  }, [loggedIn]);
+  }, [admin]);
   return cluster;
 }

@@ -959,6 +959,13 @@ export interface components {
                     max: number;
                 } | null;
             };
+            /** @description A cluster gateway's (forkd gateway; docs/cluster.md): absent on a daemon. */
+            cluster?: {
+                /** @description Live nodes (each with a record under its lease). */
+                nodes: number;
+                /** @description Whether the gateway's view of etcd is live. */
+                etcd: boolean;
+            };
         };
         Version: {
             version: string;
