@@ -1,6 +1,7 @@
 /**
  * The nodes page (a cluster gateway's, admins): every node of the cluster as its record says,
- * refreshed every 5 s. On one daemon, or for a tenant, it says why there is nothing to list.
+ * refreshed every 5 s. On a daemon (alone, or a node: its 404 says which), or for a tenant, it
+ * says why there is nothing to list.
  */
 import { loadNodes } from "../api/nodes";
 import type { ClusterNode } from "../api/types";
@@ -20,12 +21,7 @@ export function NodesPage() {
       <h1 id="nodes-h">Nodes</h1>
       {answer.error && <p class="status error">{answer.error}</p>}
       {a === undefined && !answer.error && <p>Loading…</p>}
-      {a?.kind === "alone" && (
-        <p>
-          This server is one forkd daemon, not a cluster gateway (<code>forkd gateway</code>): it has no
-          nodes.
-        </p>
-      )}
+      {a?.kind === "alone" && <p>No nodes to list here: {a.message}.</p>}
       {a?.kind === "forbidden" && <p>Only admin callers see the cluster's nodes.</p>}
       {a?.kind === "nodes" && <NodesTable nodes={a.nodes} now={now} />}
     </section>
