@@ -1,7 +1,8 @@
 /**
  * The console's shell: logs in with the one-time secret `forkd console`'s URL brought (in the
  * fragment, `#login=S`: never sent to a server, removed from the address at once), checks the
- * session, then the navigation, the connection banner and the current page.
+ * session, then the navigation (Nodes on a cluster gateway), the connection banner and the
+ * current page.
  */
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, messageOf } from "./api/http";
@@ -9,10 +10,12 @@ import { loginWithSecret, logout, whoami } from "./api/session";
 import type { ConsoleCaller } from "./api/types";
 import { ConnBanner } from "./components/conn-banner";
 import { Nav } from "./components/nav";
+import { useCluster } from "./lib/use-cluster";
 import { useLive } from "./lib/use-live";
 import { useRoute } from "./lib/use-route";
 import { HostPage } from "./pages/host-page";
 import { LoginPage } from "./pages/login-page";
+import { NodesPage } from "./pages/nodes-page";
 import { SandboxPage } from "./pages/sandbox-page";
 import { SandboxesPage } from "./pages/sandboxes-page";
 import { SnapshotsPage } from "./pages/snapshots-page";
@@ -61,6 +64,8 @@ function Page({ route, live }: { route: Route; live: LiveState }) {
       return <SnapshotsPage live={live} tag={route.tag} />;
     case "sandbox":
       return <SandboxPage key={route.id} live={live} id={route.id} />;
+    case "nodes":
+      return <NodesPage />;
     case "host":
       return <HostPage />;
   }
@@ -82,6 +87,7 @@ export function App() {
   const route = useRoute();
   const [session, setSession] = useState<Session>("checking");
   const [attempt, setAttempt] = useState(0);
+  const cluster = useCluster(typeof session === "object" && "in" in session && session.in.admin);
   useEffect(() => {
     const secret = takeLoginSecret();
     (secret === null ? whoami() : loginWithSecret(secret)).then(
@@ -95,7 +101,7 @@ export function App() {
         Skip to content
       </button>
       <header>
-        <Nav route={route} />
+        <Nav route={route} cluster={cluster} />
         {typeof session === "object" && "in" in session && (
           <Who caller={session.in} onOut={() => setSession("out")} />
         )}

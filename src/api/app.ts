@@ -99,11 +99,16 @@ export function createApp(s: ApiServices, listener: Listener = LOCAL_LISTENER): 
       e2b: s.info.e2b ?? null,
     }),
   );
-  // A cluster's gateway lists its nodes (src/gateway/nodes.ts); a daemon is no cluster.
+  // A cluster's gateway lists its nodes (src/gateway/nodes.ts). A daemon answers 404 rather than
+  // list itself: alone it has no node id, no address peers reach and no record, and its
+  // sandboxes name no node; a node sends its caller to a gateway.
   app.get("/v1/nodes", () => {
+    const node = s.info.node ?? null;
     throw new ForkdError(
       "not_found",
-      "GET /v1/nodes is a cluster gateway's (forkd gateway); this is one daemon",
+      node === null
+        ? "GET /v1/nodes is a cluster gateway's (forkd gateway); this is one daemon, not a cluster"
+        : `GET /v1/nodes is a cluster gateway's (forkd gateway); this is node ${node} of a cluster: ask a gateway`,
     );
   });
   app.route("/v1/tokens", accessRoutes(s));

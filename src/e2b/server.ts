@@ -23,10 +23,10 @@ import type { ListenerLimits } from "../util/index.js";
 import { authorizeSandbox } from "./auth.js";
 import type { SandboxAccess } from "./plane-target.js";
 import { createControlApp } from "./control/app.js";
-import { e2bError, sendE2bError, sendJson } from "./errors.js";
+import { e2bError, sendE2bError } from "./errors.js";
 import { guestPortUpgrade } from "./guest-port.js";
 import { PlaneCall } from "./plane-edge.js";
-import { sandboxTarget } from "../http/index.js";
+import { sandboxTarget, sendJson } from "../http/index.js";
 import { ENVD_PORT, INTERPRETER_PORT, createSandboxPlane } from "./sandbox-plane.js";
 import type { SandboxPortHandler } from "./plane-target.js";
 import type { SandboxTarget } from "../http/index.js";
@@ -73,9 +73,7 @@ function planeErrorReply(
       },
       headers: {},
     };
-  const { status, body } = e2bError(e, undefined, s?.info.hostDirs);
-  const wait = e instanceof ForkdError ? e.details.retry_after_s : undefined;
-  return { status, body, headers: typeof wait === "number" ? { "retry-after": String(wait) } : {} };
+  return e2bError(e, undefined, s?.info.hostDirs);
 }
 
 /**

@@ -9,11 +9,11 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ANONYMOUS, KEY_HEADER, cookieOf, isAdmin, setCookie } from "../access/index.js";
 import type { Caller } from "../access/index.js";
-import { serveAsset } from "../http/index.js";
+import { sendJson, serveAsset } from "../http/index.js";
 import { ForkdError } from "../util/index.js";
 import type { Authenticated } from "./auth.js";
 import type { Gateway } from "./context.js";
-import { jsonObject, readBody, sendJson } from "./reply.js";
+import { jsonObject, readBody } from "./reply.js";
 
 function callerView(c: Caller): { caller: Record<string, unknown> } {
   return {

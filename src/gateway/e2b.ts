@@ -15,7 +15,7 @@ import type { Duplex } from "node:stream";
 import { mayHold } from "../app/index.js";
 import { forgetLost } from "../cluster/index.js";
 import type { NodeRecord } from "../cluster/index.js";
-import { sandboxTarget } from "../http/index.js";
+import { sandboxTarget, sendJson } from "../http/index.js";
 import type { SandboxTarget } from "../http/index.js";
 import { ForkdError, SANDBOX_ID_RE, errorMessage, statusOf } from "../util/index.js";
 import { e2bCaller } from "./auth.js";
@@ -24,7 +24,7 @@ import type { Gateway } from "./context.js";
 import { e2bList } from "./e2b-list.js";
 import { forkAcross } from "./fork.js";
 import { relay, relayUpgrade } from "./relay.js";
-import { jsonObject, rawReply, readBody, sendE2bError, sendJson } from "./reply.js";
+import { jsonObject, rawReply, readBody, sendE2bError } from "./reply.js";
 
 const SANDBOX = /^\/(?:v2\/)?sandboxes\/([^/]+)(\/.*)?$/;
 const LISTS = new Set(["/sandboxes", "/v2/sandboxes", "/snapshots"]);

@@ -1,34 +1,14 @@
 /**
- * The gateway's own replies on a raw response: a JSON body, forkd's error envelope
- * ({"error": {code, message, details}}, the status of its code: src/util/error-status.ts) or
- * E2B's ({code, message}), and a request body read whole within a bound (the gateway reads only
+ * The gateway's own replies on a raw response: forkd's error envelope ({"error": {code, message,
+ * details}}, the status of its code: src/util/error-status.ts) or E2B's ({code, message}:
+ * src/http/e2b-error.ts, a daemon's too), and a request body read whole within a bound (the gateway reads only
  * what it must decide on: a fork's, a login's; everything it relays streams).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
+import { e2bErrorReply, sendJson } from "../http/index.js";
 import { ForkdError, errorMessage, statusOf } from "../util/index.js";
-
-/** A whole JSON reply; a reply already started is cut instead (it cannot be answered twice). */
-export function sendJson(
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    "content-type": "application/json",
-    "content-length": String(Buffer.byteLength(text)),
-    "cache-control": "no-store",
-    ...headers,
-  });
-  res.end(text);
-}
 
 /** forkd's error envelope of `e` (anything not a ForkdError: internal, its message not told). */
 export function envelope(e: unknown): { status: number; body: { error: Record<string, unknown> } } {
@@ -46,17 +26,10 @@ export function sendError(res: ServerResponse, e: unknown): void {
   sendJson(res, status, body, typeof wait === "number" ? { "retry-after": String(wait) } : {});
 }
 
-/** E2B's error reply of `e`: {code: status, message}. */
+/** E2B's error reply of `e` (src/http/e2b-error.ts): {code: status, message}. */
 export function sendE2bError(res: ServerResponse, e: unknown): void {
-  const status = e instanceof ForkdError ? statusOf(e.code) : 500;
-  const message = e instanceof ForkdError ? e.message : "internal error";
-  const wait = e instanceof ForkdError ? e.details.retry_after_s : undefined;
-  sendJson(
-    res,
-    status,
-    { code: status, message },
-    typeof wait === "number" ? { "retry-after": String(wait) } : {},
-  );
+  const r = e2bErrorReply(e);
+  sendJson(res, r.status, r.body, r.headers);
 }
 
 /** The request's body, at most `max` bytes (413 past it), within `ms` (408-like timeout after). */

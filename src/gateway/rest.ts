@@ -22,6 +22,7 @@ import type { Duplex } from "node:stream";
 import { ANONYMOUS, isAdmin } from "../access/index.js";
 import { mayHold, noSandbox, tagNames } from "../app/index.js";
 import { forgetLost, mostRoom } from "../cluster/index.js";
+import { sendJson } from "../http/index.js";
 import { ForkdError, SANDBOX_ID_RE, errorMessage } from "../util/index.js";
 import { mergedAudit } from "./audit.js";
 import { restCaller } from "./auth.js";
@@ -34,7 +35,7 @@ import { listSandboxes } from "./list.js";
 import { nodesView } from "./nodes.js";
 import { recordView } from "./record-view.js";
 import { relay, relayUpgrade } from "./relay.js";
-import { envelope, jsonObject, rawReply, readBody, sendJson } from "./reply.js";
+import { envelope, jsonObject, rawReply, readBody } from "./reply.js";
 import { routeSandbox } from "./sandbox-route.js";
 import { getSnapshot, listSnapshots, snapshotNode } from "./snapshots.js";
 

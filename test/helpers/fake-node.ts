@@ -2,7 +2,8 @@
  * A fake forkd node for the gateway's tests: two small HTTP servers (its REST and E2B
  * listeners) that register in etcd as a node does (src/cluster/records.ts: nodes/<id> under a
  * lease, holdings/, sandboxes/<id> with by-node/ and by-owner/ before a fork answers) and answer
- * what a gateway relays: forks (children made up, records written), listings, an event stream,
+ * what a gateway relays: forks (children made up with the REST API's whole view, records
+ * written), listings, an event stream,
  * an NDJSON exec stream, a terminal WebSocket (echo), E2B's create, list and sandbox plane; any
  * other call to a sandbox is echoed back. Bearer tokens are checked against a fixed map, as the
  * gateway's are. Every request is recorded (method, path, headers, body), so a test asserts what
@@ -18,6 +19,7 @@ import type { Caller } from "../../src/access/caller.js";
 import type { ClusterKeys } from "../../src/cluster/keys.js";
 import type { CatalogEntry, MachineKind, NodeRecord, SandboxLocation } from "../../src/cluster/records.js";
 import type { Kv, KvLease } from "../../src/etcd/kv.js";
+import { recordView } from "../../src/gateway/record-view.js";
 import { newSandboxId } from "../../src/util/ids.js";
 
 export const MACHINE: MachineKind = { accel: "tcg", qemu: "8.2.2", cpu: "max" };
@@ -60,6 +62,8 @@ export class FakeNode {
   failLast = 0;
   /** Its record is not rewritten after a fork while true (a node whose rewrite lags). */
   recordLags = false;
+  /** Its record says it drains (written by the next publish()). */
+  draining = false;
   private readonly sockets = new Set<Socket>();
   /** Connections its listeners accepted so far. */
   connections = 0;
@@ -163,7 +167,7 @@ export class FakeNode {
         paused: 0,
         freeMemoryMiB: 2048,
       },
-      draining: false,
+      draining: this.draining,
       updated: now,
     };
   }
@@ -205,7 +209,6 @@ export class FakeNode {
     for (let i = 0; i < n; i++) {
       const id = newSandboxId();
       const created = new Date().toISOString();
-      const view = { id, tag, state: "running", created, owner, node: this.o.id, metadata: {} };
       const loc: SandboxLocation = {
         id,
         node: this.o.id,
@@ -216,6 +219,8 @@ export class FakeNode {
         created,
         updated: created,
       };
+      // The REST API's whole Sandbox view (what a console renders), as its record gives it.
+      const view = { ...recordView(loc, (k) => k), pid: 4242 };
       await this.o.kv.txn(
         [],
         [

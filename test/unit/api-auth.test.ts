@@ -3,7 +3,7 @@
  * snapshots (another tenant's is 404, exactly like a missing one), body bounds (413, also for a
  * body sent without a length), per-caller limits (429 with Retry-After), the audit line of every
  * mutating call (refused ones too), token management through the API, tenants' build caps (403
- * naming the cap). Error replies are checked
+ * naming the cap), GET /v1/nodes (a gateway's: one daemon answers 404). Error replies are checked
  * against the committed OpenAPI document.
  */
 import { after, before, test } from "node:test";
@@ -157,6 +157,18 @@ test("tenants get 403 on admin-only routes; an admin manages tokens through the 
     (await call("POST", "/v1/tokens", { token: ADMIN, json: { tenant: "Bad Name" } })).status,
     400,
   );
+});
+
+test("GET /v1/nodes: one daemon answers 404 (a tenant 403, as on a gateway); a cluster node sends to a gateway", async () => {
+  const alone = await call("GET", "/v1/nodes", { token: ADMIN });
+  assert.equal(alone.status, 404);
+  assert.equal(alone.body.error?.code, "not_found");
+  assert.match(alone.body.error?.message ?? "", /this is one daemon, not a cluster/);
+  assert.equal((await call("GET", "/v1/nodes", { token: alice })).status, 403);
+  const node = createApp({ ...t.services, info: { ...t.services.info, node: "n1" } }, t.tcp(ADMIN));
+  const onNode = await call("GET", "/v1/nodes", { token: ADMIN, app: node });
+  assert.equal(onNode.status, 404);
+  assert.match(onNode.body.error?.message ?? "", /this is node n1 of a cluster: ask a gateway/);
 });
 
 test("a pull from a peer node is an admin's; without a cluster secret it is unavailable", async () => {

@@ -12,10 +12,12 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import { recordView } from "../../src/gateway/record-view.js";
 import { REPO_DIR } from "../../src/host/paths.js";
 
 const CLI = join(REPO_DIR, "dist/src/cli/main.js");
 const TOKEN = "t".repeat(40);
+const CREATED = "2025-01-01T00:00:00.000Z";
 
 interface Seen {
   method: string;
@@ -29,6 +31,27 @@ let url = "";
 const seen: Seen[] = [];
 /** Resolved when a client of the exec stream went away (its connection closed). */
 let execGone: (() => void) | null = null;
+/** The nodes GET /v1/sandboxes lists its two sandboxes on (null: one daemon). */
+let listedOn: [string | null, string | null] = [null, null];
+
+/** A sandbox's REST view (docs/openapi.json's Sandbox), as a gateway makes one from its record. */
+const sandboxView = (id: string, node: string | null): Record<string, unknown> => ({
+  ...recordView(
+    {
+      id,
+      node: node ?? "n0",
+      owner: null,
+      tag: "base",
+      state: "running",
+      reason: null,
+      created: CREATED,
+      updated: CREATED,
+    },
+    (k) => k,
+  ),
+  pid: 42,
+  node,
+});
 
 function json(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
@@ -79,6 +102,14 @@ function route(req: IncomingMessage, res: ServerResponse): void {
       error: { code: "conflict", message: "snapshot s2 already exists", details: {} },
     });
   }
+  if (req.method === "GET" && u.pathname === "/v1/sandboxes")
+    return json(res, 200, {
+      sandboxes: [
+        sandboxView("sb-aaaaaaaaaaaaaaaa", listedOn[0]),
+        sandboxView("sb-bbbbbbbbbbbbbbbb", listedOn[1]),
+      ],
+      next_token: null,
+    });
   if (req.method === "POST" && u.pathname.endsWith("/exec/stream")) {
     res.writeHead(200, { "content-type": "application/x-ndjson" });
     res.write(JSON.stringify({ type: "started", pid: 7 }) + "\n");
@@ -122,6 +153,39 @@ async function cli(args: string[]): Promise<{ code: number; stdout: string; stde
     return { code: x.code, stdout: x.stdout, stderr: x.stderr };
   }
 }
+
+test("ls: a NODE column only when a sandbox names its node; --json carries node either way", async () => {
+  listedOn = [null, null];
+  let r = await cli(["ls"]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(r.stdout.split("\n")[0]?.split(/\s+/), ["ID", "PID", "TAG", "STATE", "CREATED"]);
+  r = await cli(["ls", "--json"]);
+  assert.deepEqual(
+    (JSON.parse(r.stdout) as { node: string | null }[]).map((s) => s.node),
+    [null, null],
+  );
+  // In a cluster: each row its node ("-" for one that names none).
+  listedOn = ["n2", null];
+  r = await cli(["ls"]);
+  assert.equal(r.code, 0, r.stderr);
+  const rows = r.stdout
+    .trimEnd()
+    .split("\n")
+    .map((l) => l.split(/\s+/));
+  assert.deepEqual(rows[0], ["ID", "PID", "TAG", "STATE", "NODE", "CREATED"]);
+  assert.deepEqual(
+    rows.slice(1).map((c) => [c[0], c[4]]),
+    [
+      ["sb-aaaaaaaaaaaaaaaa", "n2"],
+      ["sb-bbbbbbbbbbbbbbbb", "-"],
+    ],
+  );
+  r = await cli(["ls", "--json"]);
+  assert.deepEqual(
+    (JSON.parse(r.stdout) as { node: string | null }[]).map((s) => s.node),
+    ["n2", null],
+  );
+});
 
 const deletes = () => seen.filter((s) => s.method === "DELETE").map((s) => s.url);
 

@@ -1,7 +1,8 @@
 /**
  * The web console's own small libraries (console/src/lib): the Prometheus text parser, the
  * series history (counters as rates), the snapshot tree's layout and memory-base edges, the hash
- * routes and the live state folded from the event stream.
+ * routes, the live state folded from the event stream, a cluster's nodes (the answer to GET
+ * /v1/nodes, states, free slots, totals) and the sandboxes' filter by node.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -11,7 +12,15 @@ import { layoutTree } from "../../console/src/lib/tree-layout.js";
 import { hrefOf, parseRoute } from "../../console/src/lib/route.js";
 import { applyEvent, EMPTY } from "../../console/src/lib/live-state.js";
 import { memoryBaseOf } from "../../console/src/lib/snapshot-parent.js";
-import type { Sandbox, SnapshotView } from "../../console/src/api/types.js";
+import {
+  anyNode,
+  clusterTotals,
+  freeSlots,
+  nodeState,
+  refusalAnswer,
+} from "../../console/src/lib/cluster-nodes.js";
+import { matches, NO_FILTER } from "../../console/src/lib/sandbox-filter.js";
+import type { ClusterNode, Sandbox, SnapshotView } from "../../console/src/api/types.js";
 
 const TEXT = `# HELP forkd_forks_total Forks.
 # TYPE forkd_forks_total counter
@@ -115,7 +124,8 @@ test("hash routes parse and print back", () => {
   assert.deepEqual(parseRoute("#/snapshots/br-1"), { page: "snapshots", tag: "br-1" });
   assert.deepEqual(parseRoute("#/sandboxes/sb-abc"), { page: "sandbox", id: "sb-abc" });
   assert.deepEqual(parseRoute("#/nonsense"), { page: "sandboxes" });
-  for (const h of ["#/sandboxes", "#/snapshots", "#/snapshots/x.y", "#/sandboxes/sb-1", "#/host"])
+  assert.deepEqual(parseRoute("#/nodes"), { page: "nodes" });
+  for (const h of ["#/sandboxes", "#/snapshots", "#/snapshots/x.y", "#/sandboxes/sb-1", "#/nodes", "#/host"])
     assert.equal(hrefOf(parseRoute(h)), h);
 });
 
@@ -165,4 +175,57 @@ test("a diff snapshot's memory base is drawn only when it is not its parent", ()
   assert.equal(memoryBaseOf(snap("br", "root", "root")), null, "its parent: the parent edge says it");
   assert.equal(memoryBaseOf(snap("br2", "br", "root")), "root");
   assert.equal(memoryBaseOf({ tag: "w", status: "writing", source: null } as SnapshotView), null);
+});
+
+test("a cluster's nodes: 404 is one daemon, 403 a tenant, other failures stay failures; states, slots, totals", () => {
+  assert.deepEqual(refusalAnswer(404, "one daemon"), { kind: "alone", message: "one daemon" });
+  assert.deepEqual(refusalAnswer(403, "admins only"), { kind: "forbidden", message: "admins only" });
+  for (const status of [401, 500, 502, 503]) assert.equal(refusalAnswer(status, "x"), null);
+  const node = (id: string, o: { draining?: boolean; max?: number; running?: number; paused?: number }) =>
+    ({
+      id,
+      draining: o.draining ?? false,
+      capacity: {
+        cores: 4,
+        memory_mib: 8192,
+        free_memory_mib: 4096,
+        max_sandboxes: o.max ?? 10,
+        running: o.running ?? 0,
+        paused: o.paused ?? 0,
+      },
+    }) as ClusterNode;
+  const a = node("a", { running: 3, paused: 2 });
+  const b = node("b", { draining: true, running: 1 });
+  const full = node("c", { max: 2, running: 3 });
+  assert.deepEqual([nodeState(a), nodeState(b)], ["serving", "draining"]);
+  assert.deepEqual([freeSlots(a), freeSlots(b), freeSlots(full)], [5, 9, 0]);
+  // A draining node's slots are not free: it takes no new work.
+  assert.deepEqual(clusterTotals([a, b, full]), {
+    nodes: 3,
+    draining: 1,
+    running: 7,
+    paused: 2,
+    free: 5,
+    cores: 12,
+  });
+  assert.deepEqual(clusterTotals([]), { nodes: 0, draining: 0, running: 0, paused: 0, free: 0, cores: 0 });
+});
+
+test("sandboxes name their node only in a cluster; the list filters by node and finds it by text", () => {
+  const sb = (id: string, node: string | null) =>
+    ({ id, tag: "t", state: "running", node, metadata: {}, network: { mode: "none" } }) as Sandbox;
+  const alone = [sb("a", null), sb("b", null)];
+  const spread = [sb("c", "n1"), sb("d", "n2"), sb("e", null)];
+  assert.equal(anyNode(alone), false);
+  assert.equal(anyNode([]), false);
+  assert.equal(anyNode(spread), true);
+  assert.deepEqual(
+    spread.filter((s) => matches(s, { ...NO_FILTER, node: "n2" })).map((s) => s.id),
+    ["d"],
+  );
+  assert.deepEqual(
+    spread.filter((s) => matches(s, { ...NO_FILTER, text: "N1" })).map((s) => s.id),
+    ["c"],
+  );
+  assert.equal(spread.filter((s) => matches(s, NO_FILTER)).length, 3);
 });

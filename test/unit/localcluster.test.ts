@@ -281,15 +281,17 @@ test("a gateway starts to its contract, is found by the cluster's marker, killed
 test("a gateway that cannot start fails the wait with its name and its log's tail", async () => {
   const dir = await mkdtemp(join(tmpdir(), "lc-unit-"));
   const st = cluster(dir, 1);
-  const cli = join(REPO_DIR, "dist/test/fakes/gateway-cli.js");
+  // The real `forkd gateway`: it checks its settings before it connects to anything.
+  const cli = join(REPO_DIR, "dist/src/cli/main.js");
   try {
     // A cluster secret too short: the gateway refuses to start.
-    await writeFile(st.secretFile, "short");
+    await writeFile(st.secretFile, "short", { mode: 0o600 });
     const p = await startProc(st, gatewayProc(st, 1, { cli, settings: {}, from: process.env }));
     await assert.rejects(
       waitServing(p, st.token, 10_000),
       (e: Error) =>
-        /gateway g1 exited before it served/.test(e.message) && /fewer than 32 bytes/.test(e.message),
+        /gateway g1 exited before it served/.test(e.message) &&
+        /holds 5 bytes; a cluster secret needs at least 32/.test(e.message),
     );
   } finally {
     await rm(dir, { recursive: true, force: true });

@@ -27,3 +27,5 @@ export type DeletePlan = S["DeletePlan"];
 export type AuditLine = S["AuditLine"];
 export type AuditLines = S["AuditLines"];
 export type ConsoleCaller = S["ConsoleCaller"];
+export type ClusterNode = S["ClusterNode"];
+export type NodeList = S["NodeList"];

@@ -1,4 +1,4 @@
-/** One row of the sandboxes list (cards on a phone: each cell names its column). */
+/** One row of the sandboxes list (cards on a phone: each cell names its column); its node in a cluster. */
 import type { Sandbox, Usage } from "../api/types";
 import { age, bytes } from "../lib/format";
 import { hrefOf } from "../lib/route";
@@ -6,7 +6,14 @@ import type { Action } from "../lib/use-action";
 import { limitsText } from "./limits-text";
 import { SandboxActions } from "./sandbox-actions";
 
-export function SandboxRow(p: { s: Sandbox; usage: Usage | undefined; now: number; action: Action }) {
+export function SandboxRow(p: {
+  s: Sandbox;
+  usage: Usage | undefined;
+  now: number;
+  action: Action;
+  /** The Node column (shown when any sandbox names its node). */
+  showNode: boolean;
+}) {
   const { s, usage } = p;
   return (
     <tr aria-label={`Sandbox ${s.id}`}>
@@ -19,6 +26,7 @@ export function SandboxRow(p: { s: Sandbox; usage: Usage | undefined; now: numbe
       <td data-label="Snapshot">
         <a href={hrefOf({ page: "snapshots", tag: s.tag })}>{s.tag}</a>
       </td>
+      {p.showNode && <td data-label="Node">{s.node ?? "—"}</td>}
       <td data-label="Age">{age(s.created, p.now)}</td>
       <td data-label="CPU">{usage ? `${usage.cpu_percent.toFixed(1)}%` : "—"}</td>
       <td data-label="Memory">{usage ? bytes(usage.memory_bytes) : "—"}</td>

@@ -1,9 +1,10 @@
-/** The console's hash routes: #/sandboxes, #/snapshots, #/sandboxes/ID and #/host. */
+/** The console's hash routes: #/sandboxes, #/snapshots, #/sandboxes/ID, #/nodes and #/host. */
 
 export type Route =
   | { page: "sandboxes" }
   | { page: "snapshots"; tag?: string }
   | { page: "sandbox"; id: string }
+  | { page: "nodes" }
   | { page: "host" };
 
 /** A malformed escape (a hand-typed `%E0`) is taken as it is, never thrown. */
@@ -20,6 +21,7 @@ export function parseRoute(hash: string): Route {
   const [first, second] = parts;
   if (first === "sandboxes" && second) return { page: "sandbox", id: second };
   if (first === "snapshots") return second ? { page: "snapshots", tag: second } : { page: "snapshots" };
+  if (first === "nodes") return { page: "nodes" };
   if (first === "host") return { page: "host" };
   return { page: "sandboxes" };
 }
@@ -32,6 +34,8 @@ export function hrefOf(r: Route): string {
       return r.tag ? `#/snapshots/${encodeURIComponent(r.tag)}` : "#/snapshots";
     case "sandbox":
       return `#/sandboxes/${encodeURIComponent(r.id)}`;
+    case "nodes":
+      return "#/nodes";
     case "host":
       return "#/host";
   }

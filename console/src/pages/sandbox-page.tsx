@@ -1,4 +1,7 @@
-/** One sandbox's page: its summary and actions, terminal, files, commands, console log tail and audit lines. */
+/**
+ * One sandbox's page: its summary (its node, in a cluster) and actions, terminal, files,
+ * commands, console log tail and audit lines.
+ */
 import { consoleTail } from "../api/logs";
 import { AuditTable } from "../components/audit-table";
 import { CommandHistory } from "../components/command-history";
@@ -35,6 +38,12 @@ export function SandboxPage({ live, id }: { live: LiveState; id: string }) {
             <dd>
               <a href={hrefOf({ page: "snapshots", tag: s.tag })}>{s.tag}</a>
             </dd>
+            {s.node !== null && (
+              <>
+                <dt>Node</dt>
+                <dd>{s.node}</dd>
+              </>
+            )}
             <dt>Age</dt>
             <dd>{age(s.created, now)}</dd>
             <dt>CPU</dt>

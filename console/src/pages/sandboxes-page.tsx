@@ -1,8 +1,9 @@
-/** The sandboxes page: the live list with its filters and actions. */
+/** The sandboxes page: the live list with its filters and actions (and each one's node, in a cluster). */
 import { useState } from "preact/hooks";
 import { SandboxFilters } from "../components/sandbox-filters";
 import { SandboxRow } from "../components/sandbox-row";
 import { StatusLine } from "../components/status-line";
+import { anyNode } from "../lib/cluster-nodes";
 import type { LiveState } from "../lib/live-state";
 import { matches, NO_FILTER } from "../lib/sandbox-filter";
 import { useAction } from "../lib/use-action";
@@ -15,10 +16,12 @@ export function SandboxesPage({ live }: { live: LiveState }) {
   const all = Object.values(live.sandboxes).sort((a, b) => b.created.localeCompare(a.created));
   const shown = all.filter((s) => matches(s, filter));
   const tags = [...new Set(all.map((s) => s.tag))].sort();
+  const showNode = anyNode(all);
+  const nodes = [...new Set(all.flatMap((s) => (s.node === null ? [] : [s.node])))].sort();
   return (
     <section aria-labelledby="sandboxes-h">
       <h1 id="sandboxes-h">Sandboxes</h1>
-      <SandboxFilters filter={filter} snapshots={tags} onChange={setFilter} />
+      <SandboxFilters filter={filter} snapshots={tags} nodes={nodes} onChange={setFilter} />
       <StatusLine action={action} />
       <p class="count">
         {shown.length} of {all.length} sandboxes
@@ -30,6 +33,7 @@ export function SandboxesPage({ live }: { live: LiveState }) {
               <th scope="col">Sandbox</th>
               <th scope="col">State</th>
               <th scope="col">Snapshot</th>
+              {showNode && <th scope="col">Node</th>}
               <th scope="col">Age</th>
               <th scope="col">CPU</th>
               <th scope="col">Memory</th>
@@ -41,7 +45,14 @@ export function SandboxesPage({ live }: { live: LiveState }) {
           </thead>
           <tbody>
             {shown.map((s) => (
-              <SandboxRow key={s.id} s={s} usage={live.usage[s.id]} now={now} action={action} />
+              <SandboxRow
+                key={s.id}
+                s={s}
+                usage={live.usage[s.id]}
+                now={now}
+                action={action}
+                showNode={showNode}
+              />
             ))}
           </tbody>
         </table>

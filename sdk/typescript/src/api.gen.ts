@@ -79,7 +79,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots each holds; admin callers only. A daemon alone answers 404. */
+        /** A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots each holds; admin callers only. A daemon (alone, or a cluster's node) answers 404. */
         get: operations["listNodes"];
         put?: never;
         post?: never;
@@ -958,6 +958,13 @@ export interface components {
                     busy: number;
                     max: number;
                 } | null;
+            };
+            /** @description A cluster gateway's (forkd gateway; docs/cluster.md): absent on a daemon. */
+            cluster?: {
+                /** @description Live nodes (each with a record under its lease). */
+                nodes: number;
+                /** @description Whether the gateway's view of etcd is live. */
+                etcd: boolean;
             };
         };
         Version: {
@@ -2185,7 +2192,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots each holds; admin callers only. A daemon alone answers 404. */
+            /** @description A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots each holds; admin callers only. A daemon (alone, or a cluster's node) answers 404. */
             200: {
                 headers: {
                     [name: string]: unknown;

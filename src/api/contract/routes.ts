@@ -88,7 +88,7 @@ export const ROUTES: RouteSpec[] = [
     path: "/v1/nodes",
     summary:
       "A cluster's nodes (a gateway's; docs/cluster.md): addresses, machine, capacity, load, the snapshots " +
-      "each holds; admin callers only. A daemon alone answers 404.",
+      "each holds; admin callers only. A daemon (alone, or a cluster's node) answers 404.",
     tag: "daemon",
     admin: true,
     responses: { 200: json(S.NodeList) },

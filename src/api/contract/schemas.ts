@@ -133,6 +133,13 @@ export const Health = named(
       })
       .optional()
       .describe("Which network modes this host gives, and its netns slots (admins only)."),
+    cluster: z
+      .object({
+        nodes: z.number().int().describe("Live nodes (each with a record under its lease)."),
+        etcd: z.boolean().describe("Whether the gateway's view of etcd is live."),
+      })
+      .optional()
+      .describe("A cluster gateway's (forkd gateway; docs/cluster.md): absent on a daemon."),
   }),
   "Health",
 );

@@ -1,4 +1,4 @@
-/** Sandboxes: fork, ls, inspect, kill, pause, resume, timeout, egress, expose. */
+/** Sandboxes: fork, ls (each one's node, in a cluster), inspect, kill, pause, resume, timeout, egress, expose. */
 import type { Command } from "commander";
 import type { Wire } from "@forkd/sdk";
 import type { CliContext } from "../context.js";
@@ -10,6 +10,10 @@ import type { NetworkFlags } from "../network.js";
 import { ProgressView } from "../progress.js";
 import { printTable } from "../table.js";
 import { CALL_MS, HEAVY_MS } from "../timeouts.js";
+
+/** The NODE column is shown only when some sandbox runs in a cluster (one daemon's name no node). */
+const inCluster = (sandboxes: readonly { node: string | null }[]): boolean =>
+  sandboxes.some((s) => s.node !== null);
 
 export function sandboxCommands(program: Command, ctx: CliContext): void {
   program
@@ -68,13 +72,14 @@ export function sandboxCommands(program: Command, ctx: CliContext): void {
         if (o.json) {
           console.log(JSON.stringify(r, null, 2));
         } else {
+          const node = inCluster(r.sandboxes);
           printTable(
-            ["ID", "PID", "TAG", "NODE", "NET", "READY_MS", "TOTAL_MS", "PORTS"],
+            ["ID", "PID", "TAG", ...(node ? ["NODE"] : []), "NET", "READY_MS", "TOTAL_MS", "PORTS"],
             r.sandboxes.map((s) => [
               s.id,
               String(s.pid),
               s.tag,
-              s.node ?? "-",
+              ...(node ? [s.node ?? "-"] : []),
               s.network.mode,
               String(Math.round(s.timings.ready_ms)),
               String(Math.round(s.timings.total_ms)),
@@ -94,12 +99,22 @@ export function sandboxCommands(program: Command, ctx: CliContext): void {
     .option("--json", "JSON output")
     .action(async (o: { json?: boolean }) => {
       const r = await (await ctx.ready()).listSandboxes({ timeoutMs: CALL_MS });
-      if (o.json) console.log(JSON.stringify(r.sandboxes, null, 2));
-      else
-        printTable(
-          ["ID", "PID", "TAG", "STATE", "NODE", "CREATED"],
-          r.sandboxes.map((s) => [s.id, String(s.pid), s.tag, s.state, s.node ?? "-", s.created]),
-        );
+      if (o.json) {
+        console.log(JSON.stringify(r.sandboxes, null, 2));
+        return;
+      }
+      const node = inCluster(r.sandboxes);
+      printTable(
+        ["ID", "PID", "TAG", "STATE", ...(node ? ["NODE"] : []), "CREATED"],
+        r.sandboxes.map((s) => [
+          s.id,
+          String(s.pid),
+          s.tag,
+          s.state,
+          ...(node ? [s.node ?? "-"] : []),
+          s.created,
+        ]),
+      );
     });
 
   program

@@ -8,7 +8,7 @@
 import type { MiddlewareHandler } from "hono";
 import { ANONYMOUS } from "../../access/index.js";
 import type { Caller } from "../../access/index.js";
-import { admit, authFailed, authRefusal, retryAfter, isMutating } from "../../app/index.js";
+import { admit, authFailed, authRefusal, isMutating } from "../../app/index.js";
 import { recordCall, startCall } from "../../app/index.js";
 import type { CallStart } from "../../app/index.js";
 import type { E2bServices } from "../context.js";
@@ -47,11 +47,10 @@ export function e2bEdge(s: E2bServices): MiddlewareHandler<E2bEnv> {
 
 /** E2B's error reply (a refusal made at admission keeps its Retry-After). */
 function reply(e: ForkdError): Response {
-  const { status, body } = e2bError(e);
-  const wait = retryAfter(e);
+  const { status, body, headers } = e2bError(e);
   return new Response(JSON.stringify(body), {
     status,
-    headers: { "content-type": "application/json", ...(wait !== undefined ? { "retry-after": wait } : {}) },
+    headers: { "content-type": "application/json", ...headers },
   });
 }
 
