@@ -47,8 +47,8 @@ const nodeRecord = (id: string): NodeRecord => ({
   updated: new Date(0).toISOString(),
 });
 
-/** Node `self`'s fetch, the catalog holding `entries`, the cluster's live nodes `live`. */
-function fetcher(
+/** Node `self`'s fetch, the catalog holding `entries`, the cluster's live nodes `live` (their nodes/ records). */
+async function fetcher(
   kv: FakeKv,
   o: {
     self: string;
@@ -56,8 +56,8 @@ function fetcher(
     entries: CatalogEntry[];
     pull?: (key: string, h: () => Promise<Holder[]>) => Promise<void>;
   },
-): SnapshotFetch {
-  const nodes = new Map(o.live.map((id) => [id, nodeRecord(id)]));
+): Promise<SnapshotFetch> {
+  for (const id of o.live) await kv.put(KEYS.node(id), JSON.stringify(nodeRecord(id)));
   const catalog = new Map(o.entries.map((e) => [e.key, e]));
   const ctx = {
     kv,
@@ -65,7 +65,6 @@ function fetcher(
     id: o.self,
     log: { info: () => undefined, warn: () => undefined },
     machine: MACHINE,
-    nodes: { values: () => nodes.values() },
     store: { has: async () => false, pending: async () => undefined },
   } as unknown as NodeContext;
   const guard = {
@@ -106,7 +105,7 @@ afterEach(() => mock.timers.reset());
 test("a peer fetch waits for the live origin's holding to show, then fetches from it, once for every waiting fork", async () => {
   const kv = new FakeKv();
   const asked: Holder[][] = [];
-  const f = fetcher(kv, {
+  const f = await fetcher(kv, {
     self: "b",
     live: ["a", "b"],
     entries: [entry("app", "a")],
@@ -125,7 +124,7 @@ test("a peer fetch waits for the live origin's holding to show, then fetches fro
 
 test("the wait is bounded: after 10 s with no holding, no holders (the pull has none to ask)", async () => {
   const kv = new FakeKv();
-  const f = fetcher(kv, { self: "b", live: ["a", "b", "c"], entries: [entry("app", "a")] });
+  const f = await fetcher(kv, { self: "b", live: ["a", "b", "c"], entries: [entry("app", "a")] });
   // A copy under another digest (an older snapshot of the tag) is no holder.
   await hold(kv, "c", "app", "e".repeat(64));
   const got = track(f.holders("app"));
@@ -139,20 +138,21 @@ test("the wait is bounded: after 10 s with no holding, no holders (the pull has 
 });
 
 test("no wait when the origin is not live, or is this node; holders found at once are answered at once", async () => {
-  const kv = new FakeKv();
-  const gone = track(fetcher(kv, { self: "b", live: ["b"], entries: [entry("app", "a")] }).holders("app"));
-  const self = track(
-    fetcher(kv, { self: "a", live: ["a", "b"], entries: [entry("app", "a")] }).holders("app"),
-  );
+  const f1 = await fetcher(new FakeKv(), { self: "b", live: ["b"], entries: [entry("app", "a")] });
+  const gone = track(f1.holders("app"));
+  const f2 = await fetcher(new FakeKv(), { self: "a", live: ["a", "b"], entries: [entry("app", "a")] });
+  const self = track(f2.holders("app"));
+  await settle();
   await settle();
   assert.deepEqual([gone.done, gone.value], [true, []], "its origin left: nothing to wait for");
   assert.deepEqual([self.done, self.value], [true, []], "made here: nobody else will show it");
   // Held by the origin and another node: both, the origin first, with no tick of the clock.
+  const kv = new FakeKv();
   await hold(kv, "a", "app");
   await hold(kv, "c", "app");
-  const both = track(
-    fetcher(kv, { self: "b", live: ["a", "b", "c"], entries: [entry("app", "a")] }).holders("app"),
-  );
+  const f3 = await fetcher(kv, { self: "b", live: ["a", "b", "c"], entries: [entry("app", "a")] });
+  const both = track(f3.holders("app"));
+  await settle();
   await settle();
   assert.deepEqual(both.value, [
     { node: "a", url: "http://a.test:7000" },
