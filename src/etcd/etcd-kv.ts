@@ -2,7 +2,8 @@
  * The Kv (./kv.ts) on a real etcd cluster, through npm `etcd3` (the one place that imports it).
  *
  * Every unary call has a deadline (`callMs`, default 5 s) and is retried by etcd3's policy on
- * another member while the cluster elects a leader; a call that still fails is a ForkdError
+ * another member, and by ours (./retry.ts) through an election (`leader changed`, `no leader`)
+ * until the same deadline has passed again at most; a call that still fails is a ForkdError
  * `unavailable` naming etcd, so a front door answers 503 instead of hanging. Leases are kept
  * alive by etcd3 (a keepalive every third of the TTL); on top of its own `lost` event, a
  * watchdog declares a lease lost once no keepalive has succeeded for the whole TTL: a holder
@@ -14,6 +15,7 @@ import type { IKeyValue, Lease, Watcher } from "etcd3";
 import { ForkdError, errorMessage } from "../util/index.js";
 import type { EtcdEndpoints } from "./endpoints.js";
 import type { Kv, KvCompare, KvEntry, KvLease, KvOp, KvTxnResult, KvWatch, KvWatchEvent } from "./kv.js";
+import { withRetries } from "./retry.js";
 
 export interface EtcdKvOptions {
   /** Deadline of one unary call, retries included. */
@@ -66,7 +68,7 @@ export class EtcdKv implements Kv {
 
   async get(key: string): Promise<KvEntry | null> {
     try {
-      const r = await this.client.get(key).exec();
+      const r = await withRetries("idempotent", this.callMs, () => this.client.get(key).exec());
       const kv = r.kvs[0];
       return kv ? entryOf(kv) : null;
     } catch (e) {
@@ -76,9 +78,10 @@ export class EtcdKv implements Kv {
 
   async list(prefix: string, limit?: number): Promise<{ entries: KvEntry[]; revision: number }> {
     try {
-      let b = this.client.getAll().prefix(prefix).sort("Key", "Ascend");
-      if (limit !== undefined) b = b.limit(limit);
-      const r = await b.exec();
+      const r = await withRetries("idempotent", this.callMs, () => {
+        const b = this.client.getAll().prefix(prefix).sort("Key", "Ascend");
+        return (limit !== undefined ? b.limit(limit) : b).exec();
+      });
       return { entries: r.kvs.map(entryOf), revision: Number(r.header.revision) };
     } catch (e) {
       throw unavailable(`list ${prefix}`, e);
@@ -87,7 +90,7 @@ export class EtcdKv implements Kv {
 
   async count(prefix: string): Promise<number> {
     try {
-      return await this.client.getAll().prefix(prefix).count();
+      return await withRetries("idempotent", this.callMs, () => this.client.getAll().prefix(prefix).count());
     } catch (e) {
       throw unavailable(`count ${prefix}`, e);
     }
@@ -95,9 +98,10 @@ export class EtcdKv implements Kv {
 
   async put(key: string, value: string, lease?: string): Promise<number> {
     try {
-      let b = this.client.put(key).value(value);
-      if (lease !== undefined) b = b.lease(lease);
-      const r = await b.exec();
+      const r = await withRetries("idempotent", this.callMs, () => {
+        const b = this.client.put(key).value(value);
+        return (lease !== undefined ? b.lease(lease) : b).exec();
+      });
       return Number(r.header.revision);
     } catch (e) {
       throw unavailable(`put ${key}`, e);
@@ -106,7 +110,7 @@ export class EtcdKv implements Kv {
 
   async delete(key: string): Promise<void> {
     try {
-      await this.client.delete().key(key).exec();
+      await withRetries("idempotent", this.callMs, () => this.client.delete().key(key).exec());
     } catch (e) {
       throw unavailable(`delete ${key}`, e);
     }
@@ -119,12 +123,14 @@ export class EtcdKv implements Kv {
       : [{ key: "\u0000", target: "version", op: ">", value: -1 }];
     try {
       const [first, ...rest] = all as [KvCompare, ...KvCompare[]];
-      let b = this.client.if(first.key, COLUMN[first.target], first.op, first.value);
-      for (const c of rest) b = b.and(c.key, COLUMN[c.target], c.op, c.value);
-      const r = await b
-        .then(...then.map((o) => this.op(o)))
-        .else(...otherwise.map((o) => this.op(o)))
-        .commit();
+      const r = await withRetries("txn", this.callMs, () => {
+        let b = this.client.if(first.key, COLUMN[first.target], first.op, first.value);
+        for (const c of rest) b = b.and(c.key, COLUMN[c.target], c.op, c.value);
+        return b
+          .then(...then.map((o) => this.op(o)))
+          .else(...otherwise.map((o) => this.op(o)))
+          .commit();
+      });
       return { succeeded: r.succeeded, revision: Number(r.header.revision) };
     } catch (e) {
       throw unavailable(`txn on ${all[0]?.key ?? "?"}`, e);
