@@ -12,10 +12,12 @@ import { MAX_TOKENS, TokenEntry, checkUnique } from "../access/index.js";
 import type { TokenBacking } from "../access/index.js";
 import { PrefixMirror } from "../etcd/index.js";
 import type { Kv } from "../etcd/index.js";
-import { ForkdError } from "../util/index.js";
+import { ForkdError, sleep } from "../util/index.js";
 import type { ClusterKeys } from "./keys.js";
 import { parseRecord } from "./records.js";
 
+/** Tries of a token's creation when etcd cannot say whether it was written (an election). */
+const ADD_ATTEMPTS = 3;
 /** A catch-up's wait for the mirror (then the caller goes on with what is known). */
 const CATCH_UP_MS = 2_000;
 /** Catch-ups start at most this often (however many unknown bearers arrive). */
@@ -98,12 +100,29 @@ export class ClusterTokens implements TokenBacking {
     if ((await this.kv.count(this.keys.tokens)) >= MAX_TOKENS)
       throw new ForkdError("resource_exhausted", `at most ${MAX_TOKENS} tokens`);
     const key = this.keys.token(entry.id);
-    const r = await this.kv.txn(
-      [{ key, target: "version", op: "==", value: 0 }],
-      [{ type: "put", key, value: JSON.stringify(entry) }],
-    );
-    if (!r.succeeded) throw new ForkdError("conflict", `token id ${entry.id} exists already`);
-    await this.mirror.caughtUp(r.revision, 5000);
+    const value = JSON.stringify(entry);
+    // Create-only, tried again when etcd could not say (an election): a retry that finds the
+    // entry already there with this very value is this write, applied the first time.
+    for (let attempt = 1; ; attempt++) {
+      let r: { succeeded: boolean; revision: number };
+      try {
+        r = await this.kv.txn(
+          [{ key, target: "version", op: "==", value: 0 }],
+          [{ type: "put", key, value }],
+        );
+      } catch (e) {
+        if (attempt >= ADD_ATTEMPTS) throw e;
+        await sleep(300 * attempt);
+        continue;
+      }
+      if (!r.succeeded) {
+        const cur = attempt > 1 ? await this.kv.get(key) : null;
+        if (cur?.value !== value) throw new ForkdError("conflict", `token id ${entry.id} exists already`);
+        r = { succeeded: true, revision: cur.modRevision };
+      }
+      await this.mirror.caughtUp(r.revision, 5000);
+      return;
+    }
   }
 
   async remove(entry: TokenEntry): Promise<void> {

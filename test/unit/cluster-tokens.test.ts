@@ -84,6 +84,27 @@ test("a token made a moment ago through another member works at once: an unknown
   assert.equal(b.auth.authenticate("Bearer fkd_unknown1"), null);
 });
 
+test("a creation etcd answered ambiguously (an election) is tried again, and its own write found is no conflict", async () => {
+  const kv = new FakeKv();
+  const keys = new ClusterKeys("/c4/");
+  const a = await member(kv, keys);
+  // The first transaction is applied, and its answer lost ("leader changed").
+  const txn = kv.txn.bind(kv);
+  let calls = 0;
+  kv.txn = async (...args: Parameters<FakeKv["txn"]>) => {
+    const r = await txn(...args);
+    if (++calls === 1) throw new Error("etcd: txn: 14 UNAVAILABLE: etcdserver: leader changed");
+    return r;
+  };
+  const made = await a.store.create({ tenant: "alice", scope: "tenant" });
+  assert.equal(calls, 2);
+  assert.equal(a.auth.authenticate(`Bearer ${made.token}`)?.tenant, "alice");
+  kv.txn = txn;
+  // Another token's entry under the same id is a conflict still.
+  const other = { ...made.entry, sha256: "0".repeat(64) };
+  await assert.rejects(a.store.backing.add(other, []), /exists already/);
+});
+
 test("what etcd holds is checked: a bad entry, one under another id's key, and two with one hash are left out", async () => {
   const kv = new FakeKv();
   const keys = new ClusterKeys();
