@@ -13,19 +13,13 @@ import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import {
-  AuthFailureLimiter,
-  Authenticator,
-  RateLimiter,
-  SandboxQuota,
-  TokenStore,
-} from "../src/access/index.js";
+import { Authenticator, TokenStore } from "../src/access/index.js";
 import { createApp, snapshotView } from "../src/api/index.js";
 import { NO_METRICS } from "../src/app/services.js";
 import { AuditLog } from "../src/audit/index.js";
 import { ClusterKeys, ClusterNode, ClusterTokens } from "../src/cluster/index.js";
 import { listenTcp } from "../src/daemon/main.js";
-import { readAccessConfig } from "../src/daemon/config.js";
+import { apiLimits, readAccessConfig } from "../src/daemon/config.js";
 import { EtcdKv, parseEndpoints } from "../src/etcd/index.js";
 import { EventBus } from "../src/events/index.js";
 import { ImageBuilder } from "../src/image/index.js";
@@ -158,13 +152,7 @@ export async function startBenchNode(o: BenchNodeOptions): Promise<BenchNode> {
         hostDirs: { data: o.dir },
       },
       tokens,
-      limits: {
-        body: cfg.body,
-        rate: new RateLimiter(cfg.rate),
-        quota: new SandboxQuota(),
-        buildCaps: cfg.buildCaps,
-        authFailures: new AuthFailureLimiter(cfg.authFailures),
-      },
+      limits: apiLimits(cfg),
       metrics: NO_METRICS,
       audit,
       events,

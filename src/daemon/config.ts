@@ -9,6 +9,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isIP } from "node:net";
 import type { AuthFailureLimits } from "../access/index.js";
+import { AuthFailureLimiter, RateLimiter, SandboxQuota } from "../access/index.js";
 import { ClusterKeys, DEFAULT_PREFIX, assertNodeId } from "../cluster/index.js";
 import { parseEndpoints } from "../etcd/index.js";
 import type { EtcdEndpoints } from "../etcd/index.js";
@@ -79,6 +80,17 @@ export function isLoopback(host: string): boolean {
   if (host === "localhost") return true;
   if (isIP(host) === 4) return host.startsWith("127.");
   return host === "::1";
+}
+
+/** The API's limits from the access settings: fresh limiters (one set per daemon). */
+export function apiLimits(cfg: AccessConfig) {
+  return {
+    body: cfg.body,
+    rate: new RateLimiter(cfg.rate),
+    quota: new SandboxQuota(),
+    buildCaps: cfg.buildCaps,
+    authFailures: new AuthFailureLimiter(cfg.authFailures),
+  };
 }
 
 export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string): Promise<AccessConfig> {

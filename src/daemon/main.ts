@@ -19,11 +19,8 @@ import { createServer as createHttpsServer } from "node:https";
 import { guard, httpOptions } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
 import { createAdaptorServer } from "@hono/node-server";
-import { AuthFailureLimiter } from "../access/index.js";
 import { PEER_PURPOSE } from "../access/index.js";
 import { createPeerApp } from "../peer/index.js";
-import { SandboxQuota } from "../access/index.js";
-import { RateLimiter } from "../access/index.js";
 import { Authenticator, TokenStore } from "../access/index.js";
 import { createApp } from "../api/index.js";
 import { EventBus } from "../events/index.js";
@@ -36,7 +33,7 @@ import type { E2bServices } from "../e2b/index.js";
 import { AuditLog } from "../audit/index.js";
 import { SharingProbe } from "../metrics/index.js";
 import { Metrics } from "../metrics/index.js";
-import { readAccessConfig, readClusterConfig } from "./config.js";
+import { apiLimits, readAccessConfig, readClusterConfig } from "./config.js";
 import { ClusterNode, ClusterTokens, peerTransferUnavailable } from "../cluster/index.js";
 import type { PeerPull } from "../cluster/index.js";
 import { EtcdKv } from "../etcd/index.js";
@@ -365,13 +362,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       hostDirs: { data: paths.dataDir, cache: paths.cacheDir, forkd: paths.repoDir },
     },
     tokens,
-    limits: {
-      body: cfg.body,
-      rate: new RateLimiter(cfg.rate),
-      quota: new SandboxQuota(),
-      buildCaps: cfg.buildCaps,
-      authFailures: new AuthFailureLimiter(cfg.authFailures),
-    },
+    limits: apiLimits(cfg),
     metrics,
     audit,
     events,
