@@ -57,7 +57,11 @@ export async function deleteInCluster(
     );
   }
   const gone = [...going].filter((k) => all.has(k));
-  const groups: KvOp[][] = gone.map((k) => [{ type: "delete", key: c.keys.catalogEntry(k) }]);
+  // Its recorded pushes go with it (a registry's copy is no longer the cluster's to fetch).
+  const groups: KvOp[][] = gone.map((k) => [
+    { type: "delete", key: c.keys.catalogEntry(k) },
+    { type: "delete", key: c.keys.pushesOf(k), prefix: true },
+  ]);
   // Forced: its branches stay, no longer stacked on it (each node flattens its copies: removals.ts).
   if (o.force)
     for (const k of others) {

@@ -5,12 +5,18 @@
  * and a function returning its holders, best first: the origin, then the warmest, each live
  * and holding the catalog's digest); the copies it seals pass the catalog (catalog.ts
  * expectCopy). Until the peer transfer is wired in, `peerTransferUnavailable` answers 503.
+ *
+ * When no live peer gave it (none holds it: its holders died, or all failed), the snapshot is
+ * fetched from a registry a node pushed it to (pushes.ts: newest push first, each pinned by its
+ * manifest's digest and used only while the catalog names the same chain), registered under
+ * the catalog's keys and owners.
  */
-import { ForkdError } from "../util/index.js";
+import { ForkdError, errorMessage } from "../util/index.js";
 import type { CatalogGuard } from "./catalog.js";
 import type { NodeContext } from "./context.js";
+import { fetchFailed, usablePushes } from "./pushes.js";
 import { Holding, NodeRecord, parseRecord } from "./records.js";
-import type { CatalogEntry, MachineKind } from "./records.js";
+import type { CatalogEntry, MachineKind, PushRecord } from "./records.js";
 
 /** A node that holds a snapshot, and where its REST listener is. */
 export interface Holder {
@@ -20,6 +26,12 @@ export interface Holder {
 
 /** Fetches snapshot `key` (and what of its chain is missing) from `holders()`, best first. */
 export type PeerPull = (key: string, holders: () => Promise<Holder[]>) => Promise<void>;
+
+/**
+ * Fetches snapshot `key`'s chain from the registry push `push` recorded, registered under the
+ * chain's keys with `owners` (the catalog's, root first).
+ */
+export type RegistryPull = (push: PushRecord, owners: (string | null)[]) => Promise<void>;
 
 /** The placeholder until the peer transfer (src/snapshot/peer-pull.ts) is wired in. */
 export const peerTransferUnavailable: PeerPull = async (key) => {
@@ -59,6 +71,7 @@ export class SnapshotFetch {
     private readonly c: NodeContext,
     private readonly catalog: CatalogGuard,
     private readonly pull: PeerPull,
+    private readonly fromRegistry: RegistryPull | null = null,
   ) {}
 
   async ensure(key: string): Promise<void> {
@@ -134,8 +147,38 @@ export class SnapshotFetch {
     try {
       this.c.log.info("cluster: fetching a snapshot from a peer", { tag: key, chain: chain.length });
       await this.pull(key, () => this.holders(key));
+    } catch (peer) {
+      await this.fromPushes(key, peer);
     } finally {
       for (const k of chain) this.catalog.copyDone(k);
     }
+  }
+
+  /** No peer gave `key` (`peer` says why): the registries it was pushed to, newest first. */
+  private async fromPushes(key: string, peer: unknown): Promise<void> {
+    const pull = this.fromRegistry;
+    if (!pull) throw peer;
+    const pushes = await usablePushes(this.c, key).catch((e: unknown) => {
+      this.c.log.warn("cluster: pushes of a snapshot not read", { tag: key, error: errorMessage(e) });
+      return [];
+    });
+    if (pushes.length === 0) throw peer;
+    const errors: string[] = [];
+    for (const p of pushes) {
+      const owners = p.chain.map((x) => this.catalog.entry(x.key)?.owner ?? null);
+      this.c.log.info("cluster: fetching a snapshot from the registry it was pushed to", {
+        tag: key,
+        ref: p.ref,
+        digest: p.digest,
+        peer: errorMessage(peer),
+      });
+      try {
+        await pull(p, owners);
+        return;
+      } catch (e) {
+        errors.push(`${p.ref}@${p.digest}: ${errorMessage(e)}`);
+      }
+    }
+    throw fetchFailed(key, peer, errors);
   }
 }

@@ -8,7 +8,7 @@ export { ClusterKeys, DEFAULT_PREFIX, NODE_ID_RE, assertNodeId, keyOfSegment, ke
 export { ClusterTokens } from "./cluster-tokens.js";
 export { snapshotDigest } from "./digest.js";
 export { peerTransferUnavailable } from "./ensure.js";
-export type { Holder, PeerPull } from "./ensure.js";
+export type { Holder, PeerPull, RegistryPull } from "./ensure.js";
 export { ClusterNode } from "./node.js";
 export type { ClusterNodeOptions, NodeServices } from "./node.js";
 export { Janitor, LOST_KEEP_MS, forgetLost, lostReason } from "./janitor.js";

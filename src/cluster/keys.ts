@@ -5,6 +5,8 @@
  *   nodes/<node>                 NodeRecord, under the node's lease (gone when the node is)
  *   holdings/<node>/<key>        Holding: a snapshot the node has, under the node's lease
  *   catalog/<key>                CatalogEntry: a snapshot of the cluster (tags are cluster-wide)
+ *   pushes/<key>/<ref id>        PushRecord: a push of the snapshot to an OCI registry (a node
+ *                                no live peer serves fetches it from there)
  *   sandboxes/<id>               SandboxLocation: where a sandbox runs, its state as last known
  *   by-node/<node>/<id>          "" while the sandbox is the node's (running or paused)
  *   by-owner/<tenant>/<id>       "" while a tenant's sandbox is running or paused (quota)
@@ -72,6 +74,14 @@ export class ClusterKeys {
   }
   catalogEntry(key: string): string {
     return `${this.catalog}${keySegment(key)}`;
+  }
+  /** Every recorded push of `key` (records.ts PushRecord). */
+  pushesOf(key: string): string {
+    return `${this.prefix}pushes/${keySegment(key)}/`;
+  }
+  /** The record of `key`'s push to the reference whose id (a hash of it) is `refId`. */
+  push(key: string, refId: string): string {
+    return `${this.pushesOf(key)}${refId}`;
   }
   get sandboxes(): string {
     return `${this.prefix}sandboxes/`;

@@ -28,7 +28,7 @@ import { CatalogGuard } from "./catalog.js";
 import type { NodeContext } from "./context.js";
 import { deleteInCluster } from "./deleting.js";
 import { SnapshotFetch, peerTransferUnavailable } from "./ensure.js";
-import type { PeerPull } from "./ensure.js";
+import type { PeerPull, RegistryPull } from "./ensure.js";
 import { Fence, cutOff } from "./fence.js";
 import { HeldDigests } from "./held-digests.js";
 import { Holdings } from "./holdings.js";
@@ -38,6 +38,8 @@ import { Membership } from "./membership.js";
 import type { NodeSelf } from "./membership.js";
 import { CatalogEntry, parseRecord } from "./records.js";
 import type { MachineKind } from "./records.js";
+import { recordPush } from "./pushes.js";
+import type { PushDone } from "./pushes.js";
 import { Removals } from "./removals.js";
 import { syncSnapshots } from "./sync.js";
 
@@ -60,6 +62,8 @@ export interface ClusterNodeOptions {
   view: (meta: SnapshotMeta) => Record<string, unknown>;
   /** Fetches a snapshot from its holders (default: peerTransferUnavailable). */
   pull?: PeerPull;
+  /** Fetches a snapshot from a registry a node pushed it to, when no peer gave it (default: none). */
+  fromRegistry?: RegistryPull;
   ttlSeconds?: number;
   /** How long a start waits for a record of its id (a killed predecessor's) to expire (ms). */
   takenWaitMs?: number;
@@ -152,7 +156,12 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
       holdings: new Holdings(ctx),
       locations: new Locations(ctx),
       removals: new Removals(ctx),
-      fetch: new SnapshotFetch(ctx, guard, this.o.pull ?? peerTransferUnavailable),
+      fetch: new SnapshotFetch(
+        ctx,
+        guard,
+        this.o.pull ?? peerTransferUnavailable,
+        this.o.fromRegistry ?? null,
+      ),
     };
     try {
       await catalog.start();
@@ -240,6 +249,11 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
 
   lookup(key: string): KeyEntry | undefined {
     return this.parts?.catalog.lookup(key);
+  }
+
+  async pushed(tag: string, chain: string[], p: PushDone): Promise<void> {
+    const parts = this.parts;
+    if (parts) await recordPush(parts.ctx, tag, chain, p);
   }
 
   async deleting(tag: string, o: { cascade: boolean; force: boolean }, local: string[]): Promise<string[]> {

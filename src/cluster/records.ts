@@ -90,6 +90,28 @@ export const CatalogEntry = z.object({
 });
 export type CatalogEntry = z.infer<typeof CatalogEntry>;
 
+/**
+ * pushes/<key>/<ref id>: a push of snapshot `key` to an OCI registry, written by the node that
+ * pushed it, so that a node with no live peer holding `key` can fetch it from there (ensure.ts).
+ * `digest` is the manifest's content address, which pins every blob; `chain` the cluster
+ * digests (root first) of what the pusher held under each key of the chain when it pushed: a
+ * record is used only while the catalog still names the same snapshots by those keys.
+ */
+export const PushRecord = z.object({
+  key: Key,
+  /** The reference pushed to (HOST/NAME:TAG); pulled by `digest`, never by its tag. */
+  ref: z.string().min(3).max(512),
+  digest: z.string().regex(/^sha256:[0-9a-f]{64}$/),
+  insecure: z.boolean(),
+  chain: z
+    .array(z.object({ key: Key, digest: Sha }))
+    .min(1)
+    .max(64),
+  node: NodeId,
+  pushed: Iso,
+});
+export type PushRecord = z.infer<typeof PushRecord>;
+
 export const SandboxState = z.enum(["running", "paused", "exited", "lost"]);
 export type SandboxState = z.infer<typeof SandboxState>;
 

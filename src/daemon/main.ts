@@ -35,7 +35,7 @@ import { SharingProbe } from "../metrics/index.js";
 import { Metrics } from "../metrics/index.js";
 import { apiLimits, readAccessConfig, readClusterConfig } from "./config.js";
 import { ClusterNode, ClusterTokens, peerTransferUnavailable } from "../cluster/index.js";
-import type { PeerPull } from "../cluster/index.js";
+import type { PeerPull, RegistryPull } from "../cluster/index.js";
 import { EtcdKv } from "../etcd/index.js";
 import { snapshotView } from "../api/index.js";
 import { defaultCpu } from "../vmm/index.js";
@@ -154,6 +154,11 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   const kv = clusterCfg ? new EtcdKv(clusterCfg.endpoints, { tls: clusterCfg.tls }) : null;
   // A snapshot this node lacks is pulled from its holders by the snapshot service (made below).
   const peerPull: { fn: PeerPull } = { fn: peerTransferUnavailable };
+  const registryPull: { fn: RegistryPull } = {
+    fn: async () => {
+      throw new ForkdError("unavailable", "registry pulls start with the snapshot service");
+    },
+  };
   const node =
     clusterCfg && kv
       ? new ClusterNode({
@@ -169,6 +174,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
           log,
           view: (meta) => snapshotView(meta),
           pull: (key, holders) => peerPull.fn(key, holders),
+          fromRegistry: (push, owners) => registryPull.fn(push, owners),
         })
       : null;
   const store = new SnapshotStore(snapshotsDir(paths), events, node);
@@ -332,6 +338,21 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   });
   peerPull.fn = async (key, holders) => {
     await snapshots.pullFromPeers(key, holders);
+  };
+  registryPull.fn = async (push, owners) => {
+    try {
+      await snapshots.pullFromRegistry({
+        ref: push.ref,
+        digest: push.digest,
+        insecure: push.insecure,
+        keys: push.chain.map((x) => x.key),
+        owners,
+      });
+    } catch (e) {
+      metrics.registryFallbackPull("failed");
+      throw e;
+    }
+    metrics.registryFallbackPull("ok");
   };
   // A node joins now (what survived is recovered): reconciled with the cluster before it serves.
   if (node) {

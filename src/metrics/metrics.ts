@@ -46,6 +46,7 @@ export class Metrics {
   private readonly processFailures: Counter<"kind">;
   private readonly peerPulledBytes: Counter;
   private readonly peerPulls: Counter;
+  private readonly registryFallbackPulls: Counter;
 
   constructor(src: MetricsSources) {
     const registers = [this.registry];
@@ -212,7 +213,16 @@ export class Metrics {
       labelNames: ["result"],
       registers,
     });
-    for (const result of ["ok", "failed"]) this.peerPulls.inc({ result }, 0);
+    this.registryFallbackPulls = new Counter({
+      name: "forkd_registry_fallback_pulls_total",
+      help: "Snapshots a node of a cluster fetched from the registry a node pushed them to, no live peer having given them, by result (ok, failed)",
+      labelNames: ["result"],
+      registers,
+    });
+    for (const result of ["ok", "failed"]) {
+      this.peerPulls.inc({ result }, 0);
+      this.registryFallbackPulls.inc({ result }, 0);
+    }
     // Both series exist from the start (at 0), so an alert can watch them.
     for (const kind of ["unhandled_rejection", "uncaught_exception"]) this.processFailures.inc({ kind }, 0);
   }
@@ -240,6 +250,10 @@ export class Metrics {
   }
   peerPull(result: "ok" | "failed"): void {
     this.peerPulls.inc({ result });
+  }
+
+  registryFallbackPull(result: "ok" | "failed"): void {
+    this.registryFallbackPulls.inc({ result });
   }
 
   async render(): Promise<{ contentType: string; text: string }> {

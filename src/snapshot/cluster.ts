@@ -28,6 +28,11 @@ export interface SnapshotCluster {
   published(tag: string, ok: boolean): Promise<void>;
   /** `tag` was deleted from this node (its own entry leaves the catalog; a copy's does not). */
   deleted(tag: string): void;
+  /**
+   * `tag` (its chain `chain`, root first) was pushed to a registry: recorded in the cluster so
+   * that a node no live peer serves can fetch it from there. Never rejects (the push stands).
+   */
+  pushed(tag: string, chain: string[], p: { ref: string; digest: string; insecure: boolean }): Promise<void>;
   /** What the catalog has at `key` (a snapshot of another node), or undefined. */
   lookup(key: string): KeyEntry | undefined;
   /**

@@ -27,6 +27,7 @@ import {
 import { decompressTo } from "./blobs.js";
 import { mapPackError, parsePackManifest } from "./pack.js";
 import type { UnpackDeps } from "./pack.js";
+import type { RegisterOptions } from "./register.js";
 import { pullStaged } from "./staged-pull.js";
 import { unpackSnapshot } from "./unpack.js";
 import type { TransferDeps } from "./push.js";
@@ -147,11 +148,34 @@ async function pullUrl(
   };
 }
 
+/**
+ * Pulls the artifact at `ref` pinned by its manifest `digest` (so every blob is the one pushed)
+ * and registers its chain under the cluster's `keys` and `owners` (root first): a node fetching
+ * a snapshot no live peer holds from the registry a peer pushed it to (src/cluster/ensure.ts).
+ * An admin's registration only (deps.viewer null).
+ */
+export async function pullPinned(
+  deps: TransferDeps & UnpackDeps,
+  p: { ref: string; digest: string; insecure: boolean; keys: string[]; owners: (string | null)[] },
+  progress: Progress = () => undefined,
+): Promise<PullResult> {
+  const ref = parseRef(p.ref);
+  const pinned = formatRef({ ...ref, tag: null, digest: p.digest });
+  try {
+    return await pullRef(deps, pinned, { insecure: p.insecure }, progress, {
+      keys: { keys: p.keys, owners: p.owners },
+    });
+  } catch (e) {
+    throw mapPackError(e);
+  }
+}
+
 async function pullRef(
   deps: TransferDeps & UnpackDeps,
   text: string,
-  req: PullRequest,
+  req: Pick<PullRequest, "tag" | "insecure">,
   progress: Progress,
+  register: RegisterOptions = req.tag !== undefined ? { as: req.tag } : {},
 ): Promise<PullResult> {
   const ref = parseRef(text);
   const client = clientFor(ref, deps.registry, { insecure: req.insecure, push: false });
@@ -182,7 +206,7 @@ async function pullRef(
         await decompressTo(await client.openBlob(l.digest, l.size), out, f.size);
         return { wire: l.size, sum: { size: f.size, sha256: f.sha256 }, hashed: false };
       },
-      register: req.tag !== undefined ? { as: req.tag } : {},
+      register,
       what: "pull",
     },
     progress,

@@ -19,7 +19,7 @@ import { plainLayerProblem } from "../disk/index.js";
 import { IMAGE_FILES, findImage, importedDir } from "../image/index.js";
 import { exists } from "../util/index.js";
 import { ForkdError, errorMessage } from "../util/index.js";
-import { isValidKey } from "../util/index.js";
+import { assertKey, isValidKey } from "../util/index.js";
 import type { ToolRunner } from "../vmm/index.js";
 import { SnapshotMetaSchema, diffFieldsAgree, sha256File, withSource } from "./meta.js";
 import type { SnapshotMeta } from "./meta.js";
@@ -55,6 +55,12 @@ export interface RegisterOptions {
    * owned as it is there. Only for an admin (deps.viewer null), never with `as`.
    */
   sameKeys?: boolean;
+  /**
+   * The store keys and owners the chain's snapshots get here (root first), as the cluster's
+   * catalog names them: a pack pulled from the registry a peer pushed it to (its plain tags
+   * are not the cluster's keys). Only for an admin (deps.viewer null), never with `as`.
+   */
+  keys?: { keys: string[]; owners: (string | null)[] };
 }
 
 /** The tag the chain's `i`-th snapshot is registered under, as the unpacking caller names it. */
@@ -75,6 +81,17 @@ export async function localKeys(
     if ((deps.viewer ?? null) !== null || o.as !== undefined)
       throw new ForkdError("forbidden", "a chain keeps its peer's keys only for an admin, under them");
     return [...manifest.chain];
+  }
+  if (o.keys) {
+    if ((deps.viewer ?? null) !== null || o.as !== undefined)
+      throw new ForkdError("forbidden", "a chain is registered under the cluster's keys only for an admin");
+    if (o.keys.keys.length !== manifest.chain.length || o.keys.owners.length !== manifest.chain.length)
+      throw new ForkdError(
+        "invalid_argument",
+        `the pulled chain has ${manifest.chain.length} snapshots; the cluster's catalog names ${o.keys.keys.length}`,
+      );
+    for (const k of o.keys.keys) assertKey(k);
+    return [...o.keys.keys];
   }
   const out: string[] = [];
   for (let i = 0; i < manifest.chain.length; i++) {
@@ -261,6 +278,7 @@ export async function registerStaged(
       const same =
         mine &&
         (!o.sameKeys || (here.owner ?? null) === (m.owner ?? null)) &&
+        (!o.keys || (here.owner ?? null) === (o.keys.owners[i] ?? null)) &&
         here.files.memory.sha256 === m.files.memory.sha256 &&
         here.files.memoryDiff?.sha256 === m.files.memoryDiff?.sha256 &&
         here.files.vmstate.sha256 === m.files.vmstate.sha256;
@@ -317,8 +335,13 @@ export async function registerStaged(
             files: { memory: sums.memory, vmstate: sums.vmstate, memoryDiff: sums.memoryDiff },
             ...(parentMeta ? { parent: { tag: parentMeta.tag, checksum: parentMeta.checksum } } : {}),
             ...(m.memoryBase ? { memoryBase: { ...m.memoryBase, tag: keyOfBase(m.memoryBase.tag) } } : {}),
-            // A peer's snapshot keeps its owner (its manifest named it); a pack's is the caller's.
-            owner: o.sameKeys ? (m.owner ?? null) : (splitKey(tag).ns ?? viewer),
+            // A peer's snapshot keeps its owner (its manifest named it); a pack's is the caller's, or
+            // under the cluster's keys, the catalog's owner.
+            owner: o.sameKeys
+              ? (m.owner ?? null)
+              : o.keys
+                ? (o.keys.owners[i] ?? null)
+                : (splitKey(tag).ns ?? viewer),
           },
           { beforePublish: () => deps.crash?.("unpack:before-publish") },
         );

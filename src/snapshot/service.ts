@@ -22,7 +22,7 @@ import type { ImageResolver } from "../image/index.js";
 import { envMap } from "../image/index.js";
 import { packSnapshot } from "./pack.js";
 import type { Registered, UnpackDeps } from "./pack.js";
-import { pullSnapshot } from "./pull.js";
+import { pullPinned, pullSnapshot } from "./pull.js";
 import type { PullRequest, PullResult } from "./pull.js";
 import { pushSnapshot } from "./push.js";
 import type { Progress } from "../util/index.js";
@@ -31,6 +31,7 @@ import type { Snapshot, SnapshotInfo, SnapshotPending, SnapshotStore } from "./s
 import { unpackSnapshot } from "./unpack.js";
 import { FileSums } from "./file-sums.js";
 import { heldFile } from "./held-files.js";
+import { chainOf } from "./chain-files.js";
 import type { HeldFile } from "./chain-files.js";
 import { peerManifest } from "./peer-manifest.js";
 import type { PeerManifest } from "./peer-manifest.js";
@@ -387,17 +388,48 @@ export class SnapshotService {
     }
   }
 
-  /** Pushes `tag` to the registry reference `ref`. */
-  push(
+  /** Pushes `tag` to the registry reference `ref` (in a cluster, the push is recorded there). */
+  async push(
     tag: string,
     ref: string,
     o: { insecure: boolean },
     progress: Progress = () => undefined,
   ): Promise<PushResult> {
-    return pushSnapshot(this.o.transfer, tag, ref, o, (line, detail) => {
+    const r = await pushSnapshot(this.o.transfer, tag, ref, o, (line, detail) => {
       this.o.log.info(`push ${tag}: ${line}`);
       progress(line, detail);
     });
+    const cluster = this.o.store.cluster;
+    if (cluster) {
+      const chain = await chainOf(this.o.store, tag).catch(() => null);
+      if (chain)
+        await cluster.pushed(
+          tag,
+          chain.map((m) => m.tag),
+          { ref: r.ref, digest: r.digest, insecure: o.insecure },
+        );
+    }
+    return r;
+  }
+
+  /**
+   * Fetches `key`'s chain from the registry a peer of the cluster pushed it to, pinned by the
+   * manifest's digest, registered under the catalog's keys and owners (src/cluster/ensure.ts).
+   */
+  async pullFromRegistry(
+    p: { ref: string; digest: string; insecure: boolean; keys: string[]; owners: (string | null)[] },
+    progress: Progress = () => undefined,
+  ): Promise<PullResult> {
+    const pins = this.o.cache?.scope();
+    try {
+      const { crash: _c, ...deps } = this.unpackDeps(null, pins);
+      return await pullPinned({ ...this.o.transfer, ...deps }, p, (line, detail) => {
+        this.o.log.info(`pull ${p.keys[p.keys.length - 1] ?? ""} from ${p.ref}: ${line}`);
+        progress(line, detail);
+      });
+    } finally {
+      await pins?.release();
+    }
   }
 
   /**

@@ -50,6 +50,8 @@ export interface TestCluster {
   /** Limits what node `id` sends onto the cluster to `mbit` Mbit/s (tc tbf on its link). */
   throttle(id: string, mbit: number): Promise<void>;
   unthrottle(id: string): Promise<void>;
+  /** Node `id`'s network namespace and its address there. */
+  netns(id: string): { netns: string; address: string };
   /** Runs `cmd` in node `id`'s network namespace (as a process on that host would). */
   inNode(id: string, cmd: string, args: string[]): Promise<{ stdout: string; stderr: string }>;
   /** etcdctl against every member (or `endpoints`), from the root namespace. */
@@ -163,6 +165,7 @@ export async function startCluster(o: ClusterOptions = {}): Promise<TestCluster>
         () => undefined,
       );
     },
+    netns: (id) => ({ netns: memberNetns(st.id, id), address: new URL(nodeOf(id).url).hostname }),
     inNode: async (id, cmd, args) => {
       const r = await inNetns(memberNetns(st.id, id), cmd, args);
       return { stdout: r.stdout, stderr: r.stderr };

@@ -1,6 +1,7 @@
 /**
  * A real OCI registry for tests: Debian's docker-registry (distribution 2.8) serving plain http
- * on a free loopback port, storing in a temp directory. Installed by scripts/setup-host.sh.
+ * on a free port of loopback (or of an address in a test's network namespace), storing in a
+ * temp directory. Installed by scripts/setup-host.sh.
  */
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
@@ -19,8 +20,16 @@ export interface TestRegistry {
   stop(): Promise<void>;
 }
 
-export async function startRegistry(dir: string): Promise<TestRegistry> {
+/**
+ * Starts a registry storing under `dir`: on loopback, or (`netns`, `address`) on an address
+ * inside a network namespace a test made (a cluster's node: its peers reach it there).
+ */
+export async function startRegistry(
+  dir: string,
+  at: { netns: string; address: string } | null = null,
+): Promise<TestRegistry> {
   const port = await freePort();
+  const host = `${at?.address ?? "127.0.0.1"}:${port}`;
   const storage = join(dir, "storage");
   const config = join(dir, "config.yml");
   await writeFile(
@@ -35,18 +44,22 @@ export async function startRegistry(dir: string): Promise<TestRegistry> {
       "  delete:",
       "    enabled: true",
       "http:",
-      `  addr: 127.0.0.1:${port}`,
+      `  addr: ${host}`,
       "",
     ].join("\n"),
   );
   const log = await open(join(dir, "registry.log"), "a");
-  const proc: ChildProcess = spawn(REGISTRY_BIN, ["serve", config], { stdio: ["ignore", log.fd, log.fd] });
+  const [cmd, args] = at
+    ? ["ip", ["netns", "exec", at.netns, REGISTRY_BIN, "serve", config]]
+    : [REGISTRY_BIN, ["serve", config]];
+  // (`ip netns exec` execs the registry: the child is the registry itself.)
+  const proc: ChildProcess = spawn(cmd, args, { stdio: ["ignore", log.fd, log.fd] });
   await log.close();
   const exited = new Promise((r) => proc.once("exit", r));
   const deadline = Date.now() + 20_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`docker-registry exited: see ${dir}/registry.log`);
-    const ok = await fetch(`http://127.0.0.1:${port}/v2/`).then(
+    const ok = await fetch(`http://${host}/v2/`).then(
       (r) => r.status === 200,
       () => false,
     );
@@ -55,7 +68,7 @@ export async function startRegistry(dir: string): Promise<TestRegistry> {
     await new Promise((r) => setTimeout(r, 100));
   }
   return {
-    host: `127.0.0.1:${port}`,
+    host,
     storage,
     blobPath: (digest) => {
       const hex = digest.replace(/^sha256:/, "");

@@ -10,8 +10,8 @@
  * memory, disk and processes, and each node pulls about its diff only; forkd's TypeScript SDK and
  * E2B's SDK work unchanged through a gateway (create, commands, files, PTY, fork, pause/resume,
  * snapshots), and a tenant sees nothing of another's on any door, a revoked token nowhere; then
- * each fault: a node killed -9 (its sandboxes lost within a bound, new work elsewhere, restarted:
- * re-adopted, no duplicates), a node cut off the network (it refuses work it cannot record,
+ * each fault: a node killed -9 (its sandboxes lost within a bound, new work elsewhere, a branch
+ * only it held fetched from the registry it pushed it to, restarted: re-adopted, no duplicates), a node cut off the network (it refuses work it cannot record,
  * healed: it rejoins), the etcd leader killed (requests answer after the election, nothing
  * lost), a gateway killed (the other serves the same sandboxes at once), the peer serving a pull
  * killed mid-transfer (the pull resumes from another holder). Last, `forkd cluster up` killed
@@ -39,6 +39,7 @@ import type { TestCluster } from "../helpers/cluster.js";
 import { ApiError, apiRequest, rawRequest, readAll } from "../helpers/http.js";
 import type { Endpoint } from "../helpers/http.js";
 import { parseMetrics, value } from "../helpers/prometheus.js";
+import { startRegistry } from "../helpers/registry.js";
 import { steps } from "../helpers/steps.js";
 
 const ROOT = process.getuid?.() === 0;
@@ -104,13 +105,14 @@ async function until<T>(
 }
 
 /** Node `id`'s peer pull counters (GET /metrics, parsed by Prometheus' own parser). */
-async function pulls(id: string): Promise<{ bytes: number; ok: number; failed: number }> {
+async function pulls(id: string): Promise<{ bytes: number; ok: number; failed: number; registry: number }> {
   const res = await rawRequest(cl().node(id), "GET", "/metrics", undefined, 30_000);
   const m = await parseMetrics((await readAll(res)).toString("utf8"));
   return {
     bytes: value(m, "forkd_peer_pulled_bytes_total"),
     ok: value(m, "forkd_peer_pulls_total", { result: "ok" }),
     failed: value(m, "forkd_peer_pulls_total", { result: "failed" }),
+    registry: value(m, "forkd_registry_fallback_pulls_total", { result: "ok" }),
   };
 }
 
@@ -435,27 +437,59 @@ step(
 );
 
 step(
-  "a node killed -9: its sandboxes lost within the bound, new work elsewhere; restarted, re-adopted once",
+  "a node killed -9: its sandboxes lost within the bound, new work elsewhere, its pushed branch fetched from the registry; restarted, re-adopted once",
   async () => {
     if (!ROOT) return;
     const [victim] = (await fork(cl().node("n3"), BASE, 1)).sandboxes;
     assert.ok(victim);
     await sh(gw(), victim.id, "echo survivor > /root/s.txt");
-    const t0 = Date.now();
-    await cl().killNode("n3");
-    for (const g of ["g1", "g2"])
-      await until(`${g} reports n3's sandbox lost`, LOST_WITHIN_MS, async () => {
-        const v = await view(gw(g), victim.id);
-        return v.state === "lost" ? v : null;
-      });
-    const took = Date.now() - t0;
-    process.stderr.write(`n3 killed: its sandbox lost on both gateways after ${took} ms\n`);
-    const v = await view(gw(), victim.id);
-    assert.match(v.exit_reason ?? "", /node n3/);
-    assert.equal(await statusOf(sh(gw(), victim.id, "true")), 503);
-    const elsewhere = await fork(gw(), BASE, 4);
-    assert.equal(elsewhere.sandboxes.length, 4);
-    assert.ok(elsewhere.sandboxes.every((s) => s.node !== "n3"));
+    // Its branch, pushed (through a gateway, by n3 that holds it) to a registry inside n1's
+    // namespace: once n3 is gone no peer holds it, and the node a fork lands on pulls it from there.
+    const reg = await startRegistry(await mkdtemp(join(tmpdir(), "forkd-it-cluster-reg-")), cl().netns("n1"));
+    const elsewhere: SandboxView[] = [];
+    try {
+      await apiRequest(gw(), "POST", `/v1/sandboxes/${victim.id}/branch`, { tag: "cl-reg" }, 600_000);
+      const pushed = await apiRequest<{ digest: string }>(
+        gw(),
+        "POST",
+        "/v1/snapshots/cl-reg/push",
+        { ref: `${reg.host}/forkd/cl-reg:1`, insecure: true },
+        600_000,
+      );
+      assert.match(pushed.digest, /^sha256:[0-9a-f]{64}$/);
+      const t0 = Date.now();
+      await cl().killNode("n3");
+      for (const g of ["g1", "g2"])
+        await until(`${g} reports n3's sandbox lost`, LOST_WITHIN_MS, async () => {
+          const v = await view(gw(g), victim.id);
+          return v.state === "lost" ? v : null;
+        });
+      const took = Date.now() - t0;
+      process.stderr.write(`n3 killed: its sandbox lost on both gateways after ${took} ms\n`);
+      const v = await view(gw(), victim.id);
+      assert.match(v.exit_reason ?? "", /node n3/);
+      assert.equal(await statusOf(sh(gw(), victim.id, "true")), 503);
+      elsewhere.push(...(await fork(gw(), BASE, 4)).sandboxes);
+      assert.equal(elsewhere.length, 4);
+      assert.ok(elsewhere.every((s) => s.node !== "n3"));
+
+      // The branch only n3 held: fetched from the registry by the node the fork lands on.
+      const before = { n1: await pulls("n1"), n2: await pulls("n2") };
+      const t1 = Date.now();
+      const [child] = (await fork(gw(), "cl-reg", 1)).sandboxes;
+      assert.ok(child && (child.node === "n1" || child.node === "n2"), JSON.stringify(child));
+      elsewhere.push(child);
+      const at = child.node;
+      const after = await pulls(at);
+      process.stderr.write(
+        `a fork of cl-reg (its one holder dead) answered from ${at} in ${Date.now() - t1} ms, pulled from the registry\n`,
+      );
+      assert.equal(after.registry - before[at].registry, 1, "one registry pull");
+      assert.equal(after.ok - before[at].ok, 0, "no peer gave it");
+      assert.equal(await sh(gw(), child.id, "cat /root/s.txt"), "survivor\n", "the branch's disk");
+    } finally {
+      await reg.stop();
+    }
     await cl().restartNode("n3");
     const back = await until("n3's sandbox running again", 60_000, async () => {
       const x = await view(gw(), victim.id);
@@ -468,7 +502,7 @@ step(
     assert.equal(all.filter((s) => s.id === victim.id).length, 1);
     await destroy(
       gw(),
-      [victim, ...elsewhere.sandboxes].map((s) => s.id),
+      [victim, ...elsewhere].map((s) => s.id),
     );
   },
 );
