@@ -30,6 +30,12 @@ export interface Caller {
    * the operator's defaults. An admin has none.
    */
   caps?: Partial<BuildCaps>;
+  /**
+   * A gateway of the cluster reserved this request's sandboxes against the tenant's quota
+   * across the cluster (its X-Forkd-Admitted header, checked against the cluster secret): the
+   * node does not reserve them again. Absent: a node of a cluster reserves them itself.
+   */
+  admitted?: true;
 }
 
 /** The unix socket's caller: root on this host, the local admin. */

@@ -6,7 +6,8 @@
  *
  * The secret itself never crosses the network: each use has its own bearer,
  * HMAC-SHA256(secret, purpose) in hex (`forkd-peer/1`: a node asking a peer for snapshot files,
- * src/peer/), compared in constant time. No API token is one of these bearers, and none of
+ * src/peer/; `forkd-admitted/1`: a gateway's fork already counted against the tenant's quota),
+ * compared in constant time. No API token is one of these bearers, and none of
  * these opens the API.
  */
 import { createHmac, createHash, timingSafeEqual } from "node:crypto";
@@ -15,6 +16,15 @@ import { ForkdError } from "../util/index.js";
 
 /** A node's requests to a peer's /peer/v1/ routes. */
 export const PEER_PURPOSE = "forkd-peer/1";
+
+/**
+ * A gateway's fork sent to a node, whose children the gateway already reserved against the
+ * tenant's quota across the cluster (src/cluster/quota.ts): sent as `X-Forkd-Admitted: Bearer
+ * <its bearer>`, beside the caller's own credential. A fork without it (a tenant calling a node
+ * directly) is reserved by the node itself.
+ */
+export const ADMITTED_PURPOSE = "forkd-admitted/1";
+export const ADMITTED_HEADER = "x-forkd-admitted";
 
 /** The secret's least length in bytes, and the most a secret file may hold. */
 const MIN_BYTES = 32;

@@ -6,7 +6,7 @@
 export { AuthFailureLimiter } from "./auth-failures.js";
 export type { AuthFailureLimits } from "./auth-failures.js";
 export { DEFAULT_BUILD_CAPS, buildCapsOf, checkBuildSize } from "./build-caps.js";
-export { ClusterSecret, PEER_PURPOSE } from "./cluster-secret.js";
+export { ADMITTED_HEADER, ADMITTED_PURPOSE, ClusterSecret, PEER_PURPOSE } from "./cluster-secret.js";
 export { ANONYMOUS, LOCAL, isAdmin } from "./caller.js";
 export type { BuildCaps, Caller } from "./caller.js";
 export {

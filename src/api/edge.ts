@@ -8,10 +8,10 @@
  * registered with the credential that opened it, and ended when that is revoked (./revocable.ts).
  */
 import type { MiddlewareHandler } from "hono";
-import { ANONYMOUS, LOCAL, isAdmin } from "../access/index.js";
+import { ADMITTED_HEADER, ANONYMOUS, LOCAL, isAdmin } from "../access/index.js";
 import type { Caller } from "../access/index.js";
 import type { EndOpened } from "../access/index.js";
-import { admit, authFailed, authRefusal, isMutating, retryAfter } from "../app/index.js";
+import { admit, admittedBy, authFailed, authRefusal, isMutating, retryAfter } from "../app/index.js";
 import { recordCall, startCall } from "../app/index.js";
 import type { CallStart } from "../app/index.js";
 import { KEY_HEADER, TICKET_PARAM, cookieOf } from "../access/index.js";
@@ -111,7 +111,7 @@ function callerOf(
   }
   const caller = listener.auth.authenticate(header) ?? ANONYMOUS;
   if (caller === ANONYMOUS && attempt) authFailed(s, remote);
-  return caller;
+  return admittedBy(s, caller, c.req.header(ADMITTED_HEADER));
 }
 
 /**

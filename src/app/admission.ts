@@ -14,6 +14,16 @@ import type { Services } from "./services.js";
 
 const MUTATING = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 
+/**
+ * The caller as a node of a cluster sees it: marked `admitted` when the request carries the
+ * cluster's X-Forkd-Admitted header (a gateway reserved its sandboxes against the tenant's
+ * quota: ./fork.ts withQuota does not again). A daemon alone, and any other caller: as it is.
+ */
+export function admittedBy(s: Services, caller: Caller, header: string | undefined): Caller {
+  if (!s.cluster || header === undefined || caller === ANONYMOUS || !s.cluster.admits(header)) return caller;
+  return { ...caller, admitted: true };
+}
+
 /** Whether a request with `method` changes something (its call is audited). */
 export const isMutating = (method: string): boolean => MUTATING.has(method);
 

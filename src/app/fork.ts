@@ -38,7 +38,11 @@ export async function forkAs(
   return r;
 }
 
-/** Runs `work` with `n` more sandboxes of the caller's tenant reserved against its quota (429 past it). */
+/**
+ * Runs `work` with `n` more sandboxes of the caller's tenant reserved against its quota (429 past
+ * it): on this daemon, and on a node of a cluster across the cluster too, unless a gateway
+ * reserved them there already (`caller.admitted`).
+ */
 export async function withQuota<T>(
   s: Services,
   caller: Caller,
@@ -46,10 +50,14 @@ export async function withQuota<T>(
   work: () => Promise<T>,
 ): Promise<T> {
   const release = s.limits.quota.reserve(caller, n, () => heldBy(s, caller.tenant));
+  let wide: { release(): Promise<void> } | null = null;
   try {
+    if (s.cluster && !caller.admitted && caller.tenant !== null && caller.maxSandboxes !== null)
+      wide = await s.cluster.reserve(caller.tenant, caller.maxSandboxes, n);
     return await work();
   } finally {
     release();
+    await wide?.release();
   }
 }
 

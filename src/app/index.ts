@@ -4,7 +4,7 @@
  * written once. Other folders import this folder through this file alone
  * (test/unit/layering.test.ts).
  */
-export { admit, authFailed, authRefusal, isMutating, retryAfter } from "./admission.js";
+export { admit, admittedBy, authFailed, authRefusal, isMutating, retryAfter } from "./admission.js";
 export { DEFAULT_BODY_LIMITS, tooLarge } from "./body-limits.js";
 export type { BodyLimits } from "./body-limits.js";
 export { branchThenFork } from "./branch-fork.js";
@@ -33,5 +33,5 @@ export {
   visibleSnapshot,
 } from "./scope.js";
 export type { TagNames } from "./scope.js";
-export type { Services } from "./services.js";
+export type { ClusterAdmission, Services } from "./services.js";
 export { deleteSnapshotAs, planDeleteAs, snapshotAs, snapshotsOf } from "./snapshots.js";

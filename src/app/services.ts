@@ -76,4 +76,18 @@ export interface Services {
   audit: { append(r: AuditRecord): void; readonly path?: string };
   /** Changes of sandboxes and snapshots as they happen (GET /v1/events; src/events/bus.ts). */
   events: EventBus;
+  /** A node of a cluster: tenants' quotas hold across it (absent: the daemon runs alone). */
+  cluster?: ClusterAdmission;
+}
+
+/**
+ * A tenant's quota across the cluster, as a node applies it (src/cluster/quota.ts): a fork a
+ * gateway sent with its X-Forkd-Admitted header (`admits`) was reserved by the gateway; any
+ * other fork of a tenant with a limit is reserved here, held until its children are recorded.
+ */
+export interface ClusterAdmission {
+  /** Whether the X-Forkd-Admitted header's value is the cluster's (constant time). */
+  admits(header: string | undefined): boolean;
+  /** Reserves `n` sandboxes for `tenant` under `max` across the cluster (429 past it). */
+  reserve(tenant: string, max: number, n: number): Promise<{ release(): Promise<void> }>;
 }

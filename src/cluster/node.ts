@@ -39,6 +39,8 @@ import type { NodeSelf } from "./membership.js";
 import { CatalogEntry, parseRecord } from "./records.js";
 import type { MachineKind } from "./records.js";
 import { recordPush } from "./pushes.js";
+import { ClusterQuota } from "./quota.js";
+import type { Reservation } from "./quota.js";
 import type { PushDone } from "./pushes.js";
 import { Removals } from "./removals.js";
 import { syncSnapshots } from "./sync.js";
@@ -99,7 +101,18 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
   private refresh: NodeJS.Timeout | null = null;
   private closed = false;
 
+  private readonly quota: ClusterQuota;
+
   constructor(private readonly o: ClusterNodeOptions) {
+    this.quota = new ClusterQuota({
+      kv: o.kv,
+      keys: o.keys,
+      lease: async () => {
+        const lease = this.member.lease;
+        if (!lease) throw cutOff("a fork of a tenant", "this node holds no lease");
+        return lease;
+      },
+    });
     this.member = new Membership({
       kv: o.kv,
       keys: o.keys,
@@ -249,6 +262,14 @@ export class ClusterNode implements SnapshotCluster, SandboxCluster {
 
   lookup(key: string): KeyEntry | undefined {
     return this.parts?.catalog.lookup(key);
+  }
+
+  /**
+   * Reserves `n` sandboxes of `tenant` against its quota across the cluster (src/cluster/quota.ts),
+   * under this node's lease: a fork a tenant sent to this node directly, not through a gateway.
+   */
+  async reserve(tenant: string, max: number, n: number): Promise<Reservation> {
+    return this.quota.reserve(tenant, max, n);
   }
 
   async pushed(tag: string, chain: string[], p: PushDone): Promise<void> {

@@ -14,7 +14,7 @@ import { createServer as createHttpServer } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { AuthFailureLimiter, Authenticator, SealedSessions, TokenStore } from "../access/index.js";
-import { ClusterSecret, weakTokenReason } from "../access/index.js";
+import { ADMITTED_PURPOSE, ClusterSecret, weakTokenReason } from "../access/index.js";
 import { ClusterKeys, ClusterTokens, DEFAULT_PREFIX } from "../cluster/index.js";
 import { listenE2b } from "../e2b/index.js";
 import { EtcdKv, parseEndpoints } from "../etcd/index.js";
@@ -154,6 +154,7 @@ export async function startGatewayProcess(env: NodeJS.ProcessEnv = process.env):
       keys,
       auth,
       sessions: new SealedSessions(cfg.secret),
+      admitted: ClusterSecret.of(cfg.secret).bearer(ADMITTED_PURPOSE),
       log,
       version: VERSION,
       consoleDist: consoleDist(defaultPaths(env).repoDir),

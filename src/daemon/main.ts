@@ -19,7 +19,7 @@ import { createServer as createHttpsServer } from "node:https";
 import { guard, httpOptions } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
 import { createAdaptorServer } from "@hono/node-server";
-import { PEER_PURPOSE } from "../access/index.js";
+import { ADMITTED_PURPOSE, PEER_PURPOSE } from "../access/index.js";
 import { createPeerApp } from "../peer/index.js";
 import { Authenticator, TokenStore } from "../access/index.js";
 import { createApp } from "../api/index.js";
@@ -29,6 +29,7 @@ import { TERMINAL_UPGRADE } from "../api/index.js";
 import { consoleDist } from "../http/index.js";
 import { ConsoleSessions } from "../access/index.js";
 import type { ApiServices } from "../api/index.js";
+import type { ClusterAdmission } from "../app/index.js";
 import type { E2bServices } from "../e2b/index.js";
 import { AuditLog } from "../audit/index.js";
 import { SharingProbe } from "../metrics/index.js";
@@ -368,6 +369,15 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       );
     }
   }
+  // A node's tenants' quotas hold across the cluster (src/app/fork.ts withQuota).
+  const secret = cfg.cluster?.secret;
+  const admission: ClusterAdmission | null =
+    node && secret
+      ? {
+          admits: (header) => secret.accepts(header, ADMITTED_PURPOSE),
+          reserve: (tenant, max, n) => node.reserve(tenant, max, n),
+        }
+      : null;
   const services: ApiServices & E2bServices = {
     store,
     sandboxes,
@@ -388,6 +398,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     audit,
     events,
     console: { dist: consoleDist(paths.repoDir), sessions: new ConsoleSessions() },
+    ...(admission ? { cluster: admission } : {}),
     ...(cfg.e2b
       ? {
           e2b: {

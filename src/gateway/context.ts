@@ -58,6 +58,8 @@ export interface GatewayDeps {
   view: ClusterView;
   auth: BearerAuth;
   quota: ClusterQuota;
+  /** The bearer of ADMITTED_PURPOSE (src/access/cluster-secret.ts): sent with the forks it reserved. */
+  admitted: string;
   sessions: SealedSessions;
   tickets: UsedTickets;
   metrics: GatewayMetrics;

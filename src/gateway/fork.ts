@@ -11,6 +11,7 @@
  * refused the same way (a bad body, a limit) is answered as the first node answered it, else
  * the first failure's code, as a daemon answers a fork whose children all failed.
  */
+import { ADMITTED_HEADER } from "../access/index.js";
 import { MAX_FORK } from "../sandbox/index.js";
 import { place } from "../cluster/index.js";
 import type { CatalogEntry, Placement } from "../cluster/index.js";
@@ -148,7 +149,8 @@ async function sendPart(
     const r = await callNode(p.node, origin, {
       method: "POST",
       path: req.path,
-      headers: req.headers,
+      // Its children are reserved against the tenant's quota here: the node does not again.
+      headers: { ...req.headers, [ADMITTED_HEADER]: `Bearer ${g.admitted}` },
       body: req.body(p.count),
       timeoutMs: g.bounds.forkMs,
       connectMs: g.bounds.connectMs,

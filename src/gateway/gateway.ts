@@ -28,6 +28,8 @@ export interface GatewayOptions {
   keys: ClusterKeys;
   auth: BearerAuth;
   sessions: SealedSessions;
+  /** The cluster secret's bearer of ADMITTED_PURPOSE: nodes do not reserve a fork's children again. */
+  admitted: string;
   log: Logger;
   version: string;
   consoleDist?: string | null;
@@ -141,6 +143,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     view,
     auth: o.auth,
     quota: new ClusterQuota({ kv: o.kv, keys: o.keys, lease: () => lease.get() }),
+    admitted: o.admitted,
     sessions: o.sessions,
     tickets,
     metrics,

@@ -13,6 +13,7 @@ import { SealedSessions } from "../../src/access/sealed-sessions.js";
 import { AuthFailureLimiter } from "../../src/access/auth-failures.js";
 import type { ClusterKeys } from "../../src/cluster/keys.js";
 import type { Kv } from "../../src/etcd/kv.js";
+import { ADMITTED_PURPOSE, ClusterSecret } from "../../src/access/cluster-secret.js";
 import { startGateway } from "../../src/gateway/gateway.js";
 import type { RunningGateway } from "../../src/gateway/gateway.js";
 import type { GatewayBounds } from "../../src/gateway/context.js";
@@ -61,11 +62,13 @@ export async function startTestGateway(o: {
   sweepMs?: number;
   consoleDist?: string | null;
 }): Promise<TestGateway> {
+  const secret = o.secret ?? randomBytes(32);
   const running = await startGateway({
     kv: o.kv,
     keys: o.keys,
     auth: mapAuth(o.tokens),
-    sessions: new SealedSessions(o.secret ?? randomBytes(32)),
+    sessions: new SealedSessions(secret),
+    admitted: ClusterSecret.of(secret).bearer(ADMITTED_PURPOSE),
     log: SILENT,
     version: "test",
     consoleDist: o.consoleDist ?? null,

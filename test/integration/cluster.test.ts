@@ -392,7 +392,7 @@ step(
 );
 
 step(
-  "a tenant sees nothing of another's on any door; a revoked token is refused everywhere; a tenant's limit holds cluster-wide",
+  "a tenant sees nothing of another's on any door; a revoked token is refused everywhere; a tenant's limit holds cluster-wide, at nodes too",
   async () => {
     if (!ROOT) return;
     const doors = [gw("g1"), gw("g2"), ...NODES.map((id) => cl().node(id))];
@@ -428,11 +428,27 @@ step(
       (e: unknown) => e,
     );
     assert.ok(refused instanceof ApiError && refused.code === "resource_exhausted", String(refused));
+    // Straight at a node (no gateway reserved it): the node reserves across the cluster itself.
+    const few = NODES.find((id) => three.sandboxes.filter((x) => x.node === id).length < 3) ?? "n1";
+    const direct = await fork(as(cl().node(few), q), BASE, 1).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(direct instanceof ApiError && direct.code === "resource_exhausted", String(direct));
+    assert.match(direct.message, /in the cluster/);
     await destroy(
       as(gw("g2"), q),
       three.sandboxes.map((x) => x.id),
     );
-    assert.equal((await fork(as(gw("g2"), q), BASE, 1)).sandboxes.length, 1, "room again once ended");
+    const again = [
+      ...(await fork(as(gw("g2"), q), BASE, 1)).sandboxes,
+      ...(await fork(as(cl().node("n3"), q), BASE, 2)).sandboxes,
+    ];
+    assert.equal(again.length, 3, "room again once ended, through a gateway and at a node");
+    await destroy(
+      as(gw(), q),
+      again.map((x) => x.id),
+    );
   },
 );
 

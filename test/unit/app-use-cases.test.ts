@@ -9,7 +9,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { Caller } from "../../src/access/caller.js";
 import { LOCAL } from "../../src/access/caller.js";
-import { admit, authFailed, authRefusal, isMutating, retryAfter } from "../../src/app/admission.js";
+import {
+  admit,
+  admittedBy,
+  authFailed,
+  authRefusal,
+  isMutating,
+  retryAfter,
+} from "../../src/app/admission.js";
 import { branchAs } from "../../src/app/branch.js";
 import { branchThenFork } from "../../src/app/branch-fork.js";
 import { recordCall, startCall } from "../../src/app/call-record.js";
@@ -131,6 +138,51 @@ test("forkAs: a tenant forks a shared snapshot as its own, within its quota, rel
     const unknown = () => new ForkdError("not_found", "template gone");
     await assert.rejects(forkAs(s, alice, "bob/mine", 1, {}, unknown), { message: "template gone" });
     await assert.rejects(forkAs(s, alice, "Bad Tag!", 1, {}, unknown), { message: "template gone" });
+  } finally {
+    await t.cleanup();
+  }
+});
+
+test("forkAs on a node of a cluster: a tenant's fork is reserved across the cluster unless a gateway admitted it", async () => {
+  const { t, s } = await fixture({
+    fork: async () => ({ sandboxes: [sandbox("sb-a1", "alice")], failures: [] }),
+    list: () => [],
+  });
+  const reserved: string[] = [];
+  let released = 0;
+  let full = false;
+  const node: Services = {
+    ...s,
+    cluster: {
+      admits: (h) => h === "Bearer the-cluster's",
+      reserve: async (tenant, max, n) => {
+        if (full) throw new ForkdError("resource_exhausted", `${tenant} holds ${max} in the cluster`);
+        reserved.push(`${tenant} ${max} ${n}`);
+        return { release: async () => void released++ };
+      },
+    },
+  };
+  try {
+    await fakeSnapshot(t.services.store, "base", null);
+    const alice = tenant("alice", 3);
+    // Directly at the node: reserved across the cluster, released once the fork answered.
+    await forkAs(node, alice, "base", 2, {});
+    assert.deepEqual([reserved, released], [["alice 3 2"], 1]);
+    // Through a gateway (its header, checked): reserved there, not again here.
+    const viaGateway = admittedBy(node, alice, "Bearer the-cluster's");
+    assert.equal(viaGateway.admitted, true);
+    await forkAs(node, viaGateway, "base", 1, {});
+    assert.deepEqual(reserved, ["alice 3 2"]);
+    // A forged header is no gateway's; an admin and a tenant without a limit are not reserved.
+    assert.equal(admittedBy(node, alice, "Bearer guess").admitted, undefined);
+    assert.equal(admittedBy(s, alice, "Bearer the-cluster's").admitted, undefined, "a daemon alone");
+    await forkAs(node, LOCAL, "base", 1, {});
+    await forkAs(node, tenant("carol"), "base", 1, {});
+    assert.equal(reserved.length, 1);
+    // The cluster full for the tenant: refused before any fork, nothing left reserved.
+    full = true;
+    await assert.rejects(forkAs(node, alice, "base", 1, {}), { code: "resource_exhausted" });
+    await forkAs(node, viaGateway, "base", 1, {});
   } finally {
     await t.cleanup();
   }

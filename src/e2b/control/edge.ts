@@ -6,9 +6,9 @@
  * refused ones included) are the application layer's (src/app/admission.ts, call-record.ts).
  */
 import type { MiddlewareHandler } from "hono";
-import { ANONYMOUS } from "../../access/index.js";
+import { ADMITTED_HEADER, ANONYMOUS } from "../../access/index.js";
 import type { Caller } from "../../access/index.js";
-import { admit, authFailed, authRefusal, isMutating } from "../../app/index.js";
+import { admit, admittedBy, authFailed, authRefusal, isMutating } from "../../app/index.js";
 import { recordCall, startCall } from "../../app/index.js";
 import type { CallStart } from "../../app/index.js";
 import type { E2bServices } from "../context.js";
@@ -76,7 +76,7 @@ function gate(s: E2bServices, c: E2bApiContext): Response | (() => void) | null 
       new ForkdError("unauthenticated", key === null ? "missing API key (X-API-Key)" : "invalid API key"),
     );
   }
-  c.set("caller", caller);
+  c.set("caller", admittedBy(s, caller, c.req.header(ADMITTED_HEADER)));
   const heavy = c.req.method === "POST" && HEAVY.test(path);
   try {
     return admit(s, caller, heavy);
