@@ -4,7 +4,8 @@
  * by-owner/ keys) marked a record to a transaction, 16 at once (`markOne`, as the janitor did
  * before its batches), then the same count marked by `nodeGone` (batched), then by two janitors
  * at once (two gateways), each over its own prefix in the same etcd, the same run; `--others`
- * records of 100 live nodes lie beside them (the rest of the cluster). Prints each
+ * records of 100 live nodes lie beside them (the rest of the cluster). Each janitor has its own
+ * mirror of sandboxes/, as a gateway's has. Prints each
  * time, the ratio, and the transactions the janitors sent.
  *
  *   node dist/bench/janitor-dead-node.js [--sandboxes 10000] [--others 0] [--parallel N] [--json-out FILE]
@@ -14,7 +15,7 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { ClusterKeys, Janitor, SandboxLocation, lostReason, parseRecord } from "../src/cluster/index.js";
-import { EtcdKv, parseEndpoints } from "../src/etcd/index.js";
+import { EtcdKv, PrefixMirror, parseEndpoints } from "../src/etcd/index.js";
 import type { Kv, KvOp } from "../src/etcd/index.js";
 import { startEtcd } from "./cluster-procs.js";
 import { r1 } from "./stats.js";
@@ -129,33 +130,44 @@ async function main(): Promise<void> {
   const load0 = loadavg()[0] ?? 0;
   const figures: Figure[] = [];
   try {
-    const runs: [string, (keys: ClusterKeys) => Promise<number>][] = [
-      [
-        "one record a transaction (16 at once: before)",
-        (keys) => perRecord(kv, keys, new Janitor({ kv, keys, present: () => false, records: () => [] })),
-      ],
-      ["batched (`nodeGone`: after)", (keys) => mk(keys).nodeGone(NODE)],
+    // Each janitor as a gateway runs it: with a mirror of sandboxes/ (two gateways, two mirrors).
+    const runs: [string, (keys: ClusterKeys, j: (i: number) => Janitor) => Promise<number>][] = [
+      ["one record a transaction (16 at once: before)", (keys, j) => perRecord(kv, keys, j(0))],
+      ["batched (`nodeGone`: after)", (_keys, j) => j(0).nodeGone(NODE)],
       [
         "batched, two janitors at once (two gateways)",
-        async (keys) =>
-          (await Promise.all([mk(keys).nodeGone(NODE), mk(keys).nodeGone(NODE)])).reduce((a, b) => a + b),
+        async (_keys, j) =>
+          (await Promise.all([j(0).nodeGone(NODE), j(1).nodeGone(NODE)])).reduce((a, b) => a + b),
       ],
     ];
-    const mk = (keys: ClusterKeys) =>
-      new Janitor({
-        ...{ kv, keys, present: () => false, records: () => [] },
-        ...(PARALLEL !== undefined ? { parallel: PARALLEL } : {}),
-      });
     for (const [i, [how, run]] of runs.entries()) {
       const keys = new ClusterKeys(`/bench-${i}/`);
-      log(`seeding ${N} records of node ${NODE} under ${keys.prefix}`);
+      log(`seeding ${N} records of node ${NODE} (and ${OTHERS} of live nodes) under ${keys.prefix}`);
       await seed(kv, keys);
+      const mirrors = [0, 1].map(
+        () =>
+          new PrefixMirror<SandboxLocation>({
+            kv: real,
+            prefix: keys.sandboxes,
+            parse: (_k, v) => parseRecord(SandboxLocation, v),
+          }),
+      );
+      await Promise.all(mirrors.map((m) => m.start()));
+      const j = (n: number) => {
+        const m = mirrors[n] as PrefixMirror<SandboxLocation>;
+        return new Janitor({
+          ...{ kv, keys, present: () => false, records: () => m.values() },
+          record: (id) => m.get(keys.sandbox(id)),
+          ...(PARALLEL !== undefined ? { parallel: PARALLEL } : {}),
+        });
+      };
       const txns0 = txnsSoFar();
       log(`marking: ${how}`);
       const t0 = performance.now();
-      const marked = await run(keys);
+      const marked = await run(keys, j);
       const ms = performance.now() - t0;
       const txns = txnsSoFar() - txns0;
+      await Promise.all(mirrors.map((m) => m.close()));
       const c = await check(kv, keys);
       figures.push({ how, ms: r1(ms), marked, ...c, txns });
       log(`${how}: ${r1(ms / 1000)} s, ${marked} marked, ${c.lost} lost, ${c.indexLeft} index keys left`);

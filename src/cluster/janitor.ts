@@ -30,6 +30,11 @@ export interface JanitorOptions {
   present: (id: string) => boolean;
   /** Every sandbox record the gateway mirrors (the sweep's candidates). */
   records: () => Iterable<SandboxLocation>;
+  /**
+   * The gateway's mirrored record of sandbox `id`, if any: a batch leaves out the records it
+   * shows already lost (another gateway marked them: lost is final, its index keys went with it).
+   */
+  record?: (id: string) => SandboxLocation | undefined;
   now?: () => number;
   /** Transactions (of up to MARK_BATCH records) in flight at once (default 4). */
   parallel?: number;
@@ -94,8 +99,14 @@ export class Janitor {
     const read = await this.readAll(ids);
     let marked = 0;
     const stop = { back: false };
-    await bounded(chunks([...ids], MARK_BATCH), this.o.parallel ?? 4, async (batch) => {
+    // In an order of its own: gateways marking the same node at once meet on few batches.
+    await bounded(shuffled(chunks([...ids], MARK_BATCH)), this.o.parallel ?? 4, async (all) => {
       if (stop.back) return;
+      const batch = all.filter((id) => {
+        const m = this.o.record?.(id);
+        return !(m?.state === "lost" && m.node === node);
+      });
+      if (batch.length === 0) return;
       try {
         const n = await this.markBatch(node, batch, reason, stop, read);
         marked += n;
@@ -281,6 +292,15 @@ export class Janitor {
       if (await forgetIf(this.o.kv, this.o.keys, r.id, r.state).catch(() => false)) forgotten++;
     return forgotten;
   }
+}
+
+/** `items` in a random order (Fisher-Yates). */
+function shuffled<T>(items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [items[i], items[j]] = [items[j] as T, items[i] as T];
+  }
+  return items;
 }
 
 /** `items` in runs of at most `n`. */
