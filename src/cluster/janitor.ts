@@ -199,7 +199,7 @@ export class Janitor {
     ids.forEach((id, i) => {
       const e = entries[i];
       const r = e ? parseRecord(SandboxLocation, e.value) : null;
-      // No live record of this node: an index key left alone goes (while the node is absent).
+      // Its by-node key goes either way (one left alone without a live record of this node too).
       ops.push({ type: "delete", key: k.byNodeEntry(node, id) });
       if (!e || !r || r.id !== id || r.node !== node || !LIVE.has(r.state)) return;
       const l = this.lost(r, reason);
