@@ -131,6 +131,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     keys: o.keys,
     present: (id) => view.node(id) !== undefined,
     records: () => view.sandboxesMirror.values(),
+    record: (id) => view.sandboxesMirror.get(o.keys.sandbox(id)),
     ...(o.lostKeepMs !== undefined ? { lostKeepMs: o.lostKeepMs } : {}),
     log: (msg, fields) => log.info(msg, fields),
     onMarked: () => metrics.markedLost(),

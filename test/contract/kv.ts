@@ -87,6 +87,25 @@ export const kvCases: [string, (f: KvFixture, p: string) => Promise<void>][] = [
     },
   ],
   [
+    "a transaction of more than 128 compares or operations in a branch is refused; 128 are done",
+    async ({ kv }, p) => {
+      const puts = (n: number) =>
+        Array.from({ length: n }, (_, i) => ({ type: "put" as const, key: `${p}k${i}`, value: "v" }));
+      const absent = (n: number) =>
+        Array.from({ length: n }, (_, i) => ({
+          key: `${p}c${i}`,
+          target: "version" as const,
+          op: "==" as const,
+          value: 0,
+        }));
+      await assert.rejects(kv.txn([], puts(129)));
+      await assert.rejects(kv.txn(absent(129), puts(1)));
+      assert.equal(await kv.count(p), 0);
+      assert.equal((await kv.txn(absent(128), puts(128))).succeeded, true);
+      assert.equal(await kv.count(p), 128);
+    },
+  ],
+  [
     "a watch replays from a revision, then follows puts and deletes in order",
     async ({ kv }, p) => {
       const from = await kv.put(`${p}early`, "e");

@@ -2,7 +2,8 @@
  * An in-memory Kv (src/etcd/kv.ts) for unit tests: etcd's model (one revision counter, keys
  * with create/mod revisions and versions, leases, transactions, watches replayed from a
  * revision) in one process. It passes the same contract suite as a real etcd
- * (test/contract/kv.ts). `expireLease` and `cut` stand in for time and the network.
+ * (test/contract/kv.ts), and refuses a transaction etcd would (more than `maxTxnOps` compares or
+ * operations in a branch: etcd's --max-txn-ops, 128 by default). `expireLease` and `cut` stand in for time and the network.
  */
 import type {
   Kv,
@@ -31,6 +32,10 @@ export class FakeKv implements Kv {
   private nextLease = 0x1000;
   /** While true, every call fails as an unreachable etcd does. */
   cut = false;
+  /** The most compares, or operations in one branch, a transaction may hold (etcd's default). */
+  maxTxnOps = 128;
+  /** Transactions run (applied or not), for tests that count them. */
+  txns = 0;
 
   private check(): void {
     if (this.cut) throw new ForkdError("unavailable", "etcd: unreachable (fake cut)");
@@ -101,6 +106,12 @@ export class FakeKv implements Kv {
 
   async txn(compares: KvCompare[], then: KvOp[], otherwise: KvOp[] = []): Promise<KvTxnResult> {
     this.check();
+    if (Math.max(compares.length, then.length, otherwise.length) > this.maxTxnOps)
+      throw new ForkdError(
+        "unavailable",
+        `etcd: txn on ${compares[0]?.key ?? "?"}: etcdserver: too many operations in txn request`,
+      );
+    this.txns++;
     const ok = compares.every((c) => this.holds(c));
     const ops = ok ? then : otherwise;
     const changes = ops.some((o) => o.type === "put" || this.matching(o).length > 0);

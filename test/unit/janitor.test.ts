@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ClusterKeys } from "../../src/cluster/keys.js";
-import { Janitor, forgetLost } from "../../src/cluster/janitor.js";
+import { Janitor, MARK_BATCH, forgetLost } from "../../src/cluster/janitor.js";
 import { SandboxLocation, parseRecord } from "../../src/cluster/records.js";
 import type { SandboxState } from "../../src/cluster/records.js";
 import { FakeKv } from "../fakes/kv.js";
@@ -155,4 +155,162 @@ test("a lost record is forgotten on request; a live one is not", async () => {
   await janitor(kv, new Set()).nodeGone("n2");
   assert.equal(await forgetLost(kv, keys, id(0)), true);
   assert.equal(await read(kv, id(0)), null);
+});
+
+/** Sandbox ids by number (any count below 26^4), distinct and valid. */
+const nid = (n: number) =>
+  `sb-${"a".repeat(12)}${[3, 2, 1, 0].map((p) => String.fromCharCode(97 + (Math.floor(n / 26 ** p) % 26))).join("")}`;
+
+async function many(kv: FakeKv, n: number, node = "n2") {
+  for (let i = 0; i < n; i++) await sandbox(kv, nid(i), node, "running", i % 2 ? "alice" : null);
+}
+
+test("a gone node's 1,000 sandboxes are marked in batched transactions, each once, within etcd's 128 operations", async () => {
+  const kv = new FakeKv();
+  await many(kv, 1000);
+  const marked: string[] = [];
+  const j = new Janitor({
+    kv,
+    keys,
+    present: () => false,
+    records: () => [],
+    onMarked: (r) => marked.push(r.id),
+  });
+  const before = kv.txns;
+  assert.equal(await j.nodeGone("n2"), 1000);
+  assert.equal(new Set(marked).size, 1000);
+  assert.equal(marked.length, 1000);
+  assert.ok((await records(kv)).every((r) => r.state === "lost"));
+  assert.equal(await kv.count(keys.byNode("n2")), 0);
+  assert.equal(await kv.count(keys.byOwner("alice")), 0);
+  // 1,000 records at up to MARK_BATCH a transaction (the fake refuses more than 128 operations).
+  assert.equal(kv.txns - before, Math.ceil(1000 / MARK_BATCH));
+});
+
+for (const others of [0, 2000])
+  test(`a record changed during a batch is not overwritten; the batch's others are still marked (${others ? "each read alone: the node holds few of the cluster's records" : "read in one list"})`, async () => {
+    const kv = new FakeKv();
+    await many(kv, 100);
+    for (let i = 0; i < others; i++) await sandbox(kv, nid(1000 + i), "n1", "running");
+    const gets = { n: 0 };
+    const origGet = kv.get.bind(kv);
+    kv.get = (key: string) => {
+      if (key.startsWith(keys.sandboxes)) gets.n++;
+      return origGet(key);
+    };
+    const changed = nid(7);
+    const origTxn = kv.txn.bind(kv);
+    let once = true;
+    kv.txn = async (c, t, o) => {
+      if (once && c.some((x) => x.key === keys.sandbox(changed))) {
+        once = false; // the node wrote the record after the janitor read it
+        const e = await kv.get(keys.sandbox(changed));
+        assert.ok(e);
+        await kv.put(e.key, e.value.replace('"running"', '"exited"'));
+      }
+      return origTxn(c, t, o);
+    };
+    const marked: string[] = [];
+    const j = new Janitor({
+      kv,
+      keys,
+      present: () => false,
+      records: () => [],
+      onMarked: (r) => marked.push(r.id),
+    });
+    assert.equal(await j.nodeGone("n2"), 99);
+    assert.equal((await read(kv, changed))?.state, "exited");
+    assert.equal(new Set(marked).size, 99);
+    assert.ok(!marked.includes(changed));
+    assert.equal((await records(kv)).filter((r) => r.state === "lost").length, 99);
+    // Read in one list: only the failed batch read again, a record at a time.
+    if (others === 0) assert.ok(gets.n <= 2 * MARK_BATCH, `${gets.n} gets`);
+    else assert.ok(gets.n >= 100, `${gets.n} gets`);
+  });
+
+test("a node back under its id while its sandboxes are being marked keeps the ones not yet marked", async () => {
+  const kv = new FakeKv();
+  const n = 12 * MARK_BATCH; // full batches (they go in a random order)
+  await many(kv, n);
+  const origTxn = kv.txn.bind(kv);
+  let batches = 0;
+  kv.txn = async (c, t, o) => {
+    const r = await origTxn(c, t, o);
+    if (++batches === 3) await kv.put(keys.node("n2"), "{}"); // it re-registered after 3 batches
+    return r;
+  };
+  const j = new Janitor({ kv, keys, present: () => false, records: () => [], parallel: 1 });
+  const marked = await j.nodeGone("n2");
+  kv.txn = origTxn;
+  assert.equal(marked, 3 * MARK_BATCH);
+  const all = await records(kv);
+  assert.equal(all.filter((r) => r.state === "lost").length, marked);
+  assert.equal(all.filter((r) => r.state === "running").length, n - marked);
+  // The kept ones keep their index keys; it stopped trying once it found the node back.
+  assert.equal(await kv.count(keys.byNode("n2")), n - marked);
+  assert.ok(batches <= 5, `${batches} transactions`);
+});
+
+test("two gateways marking a node of 1,000 sandboxes at once mark each once", async () => {
+  const kv = new FakeKv();
+  await many(kv, 1000);
+  const marked: string[] = [];
+  const mk = () =>
+    new Janitor({ kv, keys, present: () => false, records: () => [], onMarked: (r) => marked.push(r.id) });
+  const [a, b] = await Promise.all([mk().nodeGone("n2"), mk().nodeGone("n2")]);
+  assert.equal(a + b, 1000);
+  assert.equal(marked.length, 1000);
+  assert.equal(new Set(marked).size, 1000);
+  assert.ok((await records(kv)).every((r) => r.state === "lost"));
+  assert.equal(await kv.count(`${keys.prefix}by-node/`), 0);
+});
+
+test("the sweep forgets many old lost records in batches; one changed meanwhile stays", async () => {
+  const kv = new FakeKv();
+  const old = (i: number): SandboxLocation => ({
+    id: nid(i),
+    node: "n5",
+    owner: null,
+    tag: "app",
+    state: "lost",
+    reason: "x",
+    created: new Date(T0).toISOString(),
+    updated: new Date(T0).toISOString(),
+  });
+  for (let i = 0; i < 300; i++) await kv.put(keys.sandbox(nid(i)), JSON.stringify(old(i)));
+  const recs = await records(kv);
+  const kept = nid(5);
+  const origTxn = kv.txn.bind(kv);
+  let once = true;
+  kv.txn = async (c, t, o) => {
+    if (once && c.some((x) => x.key === keys.sandbox(kept))) {
+      once = false; // it changed after the sweep read it (no longer lost: not to be forgotten)
+      await kv.put(keys.sandbox(kept), JSON.stringify({ ...old(5), state: "running", reason: null }));
+    }
+    return origTxn(c, t, o);
+  };
+  const before = kv.txns;
+  const r = await janitor(kv, new Set(), recs, T0 + 25 * 3_600_000).sweep();
+  assert.deepEqual(r, { marked: 0, forgotten: 299 });
+  assert.deepEqual(
+    (await records(kv)).map((x) => x.id),
+    [kept],
+  );
+  // Three batches, and the failed one's 128 a record each.
+  assert.ok(kv.txns - before <= 3 + 128, `${kv.txns - before} transactions`);
+});
+
+test("a batch leaves out records the gateway's mirror shows already lost (another gateway marked them)", async () => {
+  const kv = new FakeKv();
+  await many(kv, 200);
+  const stale = await records(kv); // what a slower gateway still holds as running
+  assert.equal(await janitor(kv, new Set()).nodeGone("n2"), 200);
+  const now = new Map((await records(kv)).map((r) => [r.id, r]));
+  const before = kv.txns;
+  const late = new Janitor({
+    ...{ kv, keys, present: () => false, records: () => stale },
+    record: (id) => now.get(id),
+  });
+  assert.equal(await late.nodeGone("n2"), 0);
+  assert.equal(kv.txns, before); // nothing sent: no failed compares, no index deletes
 });
