@@ -126,7 +126,8 @@ export class Janitor {
    * The records `ids` listed from sandboxes/ when that is the cheaper read (the node holds at
    * least 1/LIST_FACTOR of the cluster's records, and they are at most LIST_MAX: a listed record
    * costs etcd and the gateway ~20x less than a get), else null (each batch gets its own), or if
-   * a list fails. In 32 lists, one per first letter of the id: a reply stays under gRPC's 4 MiB.
+   * a list fails. In 32 lists, one per first letter of the id (each list is read in pages too:
+   * src/etcd/etcd-kv.ts).
    */
   private async readAll(ids: Set<string>): Promise<Map<string, KvEntry | null> | null> {
     const k = this.o.keys;

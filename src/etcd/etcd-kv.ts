@@ -10,7 +10,7 @@
  * cut off from etcd learns it no later than etcd expires its keys (./kv.ts, KvLease).
  */
 import { readFileSync } from "node:fs";
-import { Etcd3 } from "etcd3";
+import { Etcd3, Range } from "etcd3";
 import type { IKeyValue, Lease, Watcher } from "etcd3";
 import { ForkdError, errorMessage } from "../util/index.js";
 import type { EtcdEndpoints } from "./endpoints.js";
@@ -23,6 +23,11 @@ export interface EtcdKvOptions {
   /** PEM files for an `etcds://` cluster (FORKD_CLUSTER_CA, _CERT, _KEY). */
   tls?: { ca?: string; cert?: string; key?: string };
 }
+
+/** Keys one round trip of a list reads (a record is at most 64 KiB: src/cluster/records.ts). */
+const LIST_PAGE = 500;
+/** What one reply may carry: a page of the largest records (gRPC's default is 4 MiB). */
+const MAX_RECEIVE_BYTES = 64 << 20;
 
 const COLUMN = { version: "Version", create: "Create", mod: "Mod", value: "Value", lease: "Lease" } as const;
 
@@ -53,6 +58,7 @@ export class EtcdKv implements Kv {
     this.client = new Etcd3({
       hosts: endpoints.hosts.map((h) => scheme + h),
       dialTimeout: Math.min(this.callMs, 3000),
+      grpcOptions: { "grpc.max_receive_message_length": MAX_RECEIVE_BYTES },
       defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + this.callMs }),
       ...(endpoints.tls
         ? {
@@ -76,13 +82,30 @@ export class EtcdKv implements Kv {
     }
   }
 
+  /**
+   * Read in pages of LIST_PAGE keys, every page at the first one's revision (one consistent
+   * view, however many pages): one reply of a whole prefix outgrew gRPC's receive bound (31,000
+   * sandbox records refused: bench/janitor-dead-node.ts).
+   */
   async list(prefix: string, limit?: number): Promise<{ entries: KvEntry[]; revision: number }> {
     try {
-      const r = await withRetries("idempotent", this.callMs, () => {
-        const b = this.client.getAll().prefix(prefix).sort("Key", "Ascend");
-        return (limit !== undefined ? b.limit(limit) : b).exec();
-      });
-      return { entries: r.kvs.map(entryOf), revision: Number(r.header.revision) };
+      const entries: KvEntry[] = [];
+      const { end } = Range.prefix(prefix);
+      let start = Buffer.from(prefix);
+      let revision = 0;
+      for (;;) {
+        const page = limit === undefined ? LIST_PAGE : Math.min(LIST_PAGE, limit - entries.length);
+        const r = await withRetries("idempotent", this.callMs, () => {
+          const b = this.client.getAll().inRange({ start, end }).sort("Key", "Ascend").limit(page);
+          return (revision > 0 ? b.revision(revision) : b).exec();
+        });
+        if (revision === 0) revision = Number(r.header.revision);
+        entries.push(...r.kvs.map(entryOf));
+        const last = r.kvs[r.kvs.length - 1];
+        if (!r.more || !last || (limit !== undefined && entries.length >= limit)) break;
+        start = Buffer.concat([last.key, Buffer.from([0])]);
+      }
+      return { entries, revision };
     } catch (e) {
       throw unavailable(`list ${prefix}`, e);
     }

@@ -54,6 +54,41 @@ export const kvCases: [string, (f: KvFixture, p: string) => Promise<void>][] = [
     },
   ],
   [
+    "a list longer than a page, or larger than a reply of gRPC's default bound: all of it, in key order",
+    async ({ kv }, p) => {
+      const keys = Array.from({ length: 1201 }, (_, i) => `${p}k${String(i).padStart(5, "0")}`);
+      for (let i = 0; i < keys.length; i += 100)
+        await kv.txn(
+          [],
+          keys.slice(i, i + 100).map((key) => ({ type: "put" as const, key, value: "v" })),
+        );
+      await kv.put(`${p.slice(0, -1)}~after`, "not under the prefix");
+      const all = await kv.list(p);
+      assert.deepEqual(
+        all.entries.map((e) => e.key),
+        keys,
+      );
+      assert.deepEqual(
+        (await kv.list(p, 700)).entries.map((e) => e.key),
+        keys.slice(0, 700),
+      );
+      // 100 records of 60 KiB: 6 MB in all, past the 4 MiB one reply may carry by default.
+      const big = "x".repeat(60 << 10);
+      for (let i = 0; i < 100; i += 10)
+        await kv.txn(
+          [],
+          Array.from({ length: 10 }, (_, j) => ({
+            type: "put" as const,
+            key: `${p}big/${i + j}`,
+            value: big,
+          })),
+        );
+      const got = await kv.list(`${p}big/`);
+      assert.equal(got.entries.length, 100);
+      assert.ok(got.entries.every((e) => e.value.length === big.length));
+    },
+  ],
+  [
     "a transaction runs then or otherwise, atomically, by its compares",
     async ({ kv }, p) => {
       const created = await kv.txn(
