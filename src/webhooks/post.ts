@@ -1,7 +1,7 @@
 /**
  * One delivery attempt: a POST of a JSON body with a deadline for the whole exchange (connect,
  * send, the reply's status line): a receiver that accepts and never answers is cut off at the
- * deadline and holds nothing after it. The reply's body is not read. Redirects are not followed
+ * deadline and holds nothing after it; `signal` ends it sooner. The reply's body is not read. Redirects are not followed
  * (a 3xx is a failure). `lookup`: the connection's address check (a tenant's webhook may reach
  * only public addresses: src/registry/reach.ts).
  */
@@ -22,7 +22,7 @@ export function postOnce(
   url: URL,
   headers: Record<string, string>,
   body: string,
-  o: { timeoutMs: number; lookup?: LookupFunction },
+  o: { timeoutMs: number; lookup?: LookupFunction; signal?: AbortSignal },
 ): Promise<PostResult> {
   return new Promise<PostResult>((resolve) => {
     let done = false;
@@ -50,6 +50,14 @@ export function postOnce(
       finish({ ok: false, error: `no answer within ${o.timeoutMs} ms` });
       req.destroy();
     }, o.timeoutMs);
+    // The daemon stopping: the attempt ends now (its event stays queued).
+    const abort = () => {
+      finish({ ok: false, error: "aborted: the daemon is stopping" });
+      req.destroy();
+    };
+    if (o.signal?.aborted) return abort();
+    o.signal?.addEventListener("abort", abort, { once: true });
+    req.on("close", () => o.signal?.removeEventListener("abort", abort));
     req.on("response", (res) => {
       const status = res.statusCode ?? 0;
       res.destroy();

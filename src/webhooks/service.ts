@@ -107,6 +107,10 @@ export class WebhookService {
   private readonly guard: TenantGuard;
   private readonly random: () => number;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Ends attempts under way when the daemon stops. */
+  private readonly stopping = new AbortController();
+  /** Definition changes, one at a time (each writes the whole file). */
+  private defsChain: Promise<unknown> = Promise.resolve();
   readonly stats: WebhookStats = {
     delivered: 0,
     failedAttempts: 0,
@@ -165,12 +169,13 @@ export class WebhookService {
     return hook;
   }
 
-  /** Stops sending: attempts under way end (at their deadline at most), queues are written. */
+  /** Stops sending: attempts under way are ended (their events stay queued), queues are written. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     this.unsubscribe?.();
     for (const h of this.hooks.values()) if (h.timer) clearTimeout(h.timer);
+    this.stopping.abort();
     await Promise.allSettled([...this.inFlight]);
     await Promise.all([...this.hooks.values()].map((h) => h.queue.flush()));
   }
@@ -206,7 +211,21 @@ export class WebhookService {
    * A webhook of `tenant` (null: an operator's, told of every sandbox). Its secret is the one
    * given, or a new one: returned here only.
    */
-  async create(tenant: string | null, c: CreateWebhook): Promise<{ info: WebhookInfo; secret: string }> {
+  create(tenant: string | null, c: CreateWebhook): Promise<{ info: WebhookInfo; secret: string }> {
+    return this.serial(() => this.createNow(tenant, c));
+  }
+
+  /** Runs `fn` after every definition change before it (failed or not). */
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.defsChain.then(fn, fn);
+    this.defsChain = p.catch(() => undefined);
+    return p;
+  }
+
+  private async createNow(
+    tenant: string | null,
+    c: CreateWebhook,
+  ): Promise<{ info: WebhookInfo; secret: string }> {
     if (this.closed) throw new ForkdError("unavailable", "the daemon is stopping");
     const url = parseWebhookUrl(c.url);
     if (tenant !== null) {
@@ -236,7 +255,11 @@ export class WebhookService {
   }
 
   /** Deletes webhook `id` of `tenant`'s: its undelivered events go with it. */
-  async delete(tenant: string | null, id: string): Promise<WebhookInfo> {
+  delete(tenant: string | null, id: string): Promise<WebhookInfo> {
+    return this.serial(() => this.deleteNow(tenant, id));
+  }
+
+  private async deleteNow(tenant: string | null, id: string): Promise<WebhookInfo> {
     const h = this.own(tenant, id);
     await writeDefs(
       this.defsPath,
@@ -337,6 +360,7 @@ export class WebhookService {
       lookup = h.def.tenant === null ? undefined : connectCheck(h.url, this.guard, "webhook", refuse);
       r = await postOnce(h.url, headers, ev.body, {
         timeoutMs: this.o.settings.timeoutMs,
+        signal: this.stopping.signal,
         ...(lookup ? { lookup } : {}),
       });
     } catch (e) {
@@ -359,6 +383,8 @@ export class WebhookService {
       if (back) h.queue.changed();
       return;
     }
+    // Cut by the stop: not an attempt of the receiver's; sent again at the next start.
+    if (this.closed) return;
     ev.attempts = attempt;
     h.state.failedAttempts++;
     this.stats.failedAttempts++;
