@@ -211,8 +211,11 @@ export class WebhookService {
    * A webhook of `tenant` (null: an operator's, told of every sandbox). Its secret is the one
    * given, or a new one: returned here only.
    */
-  create(tenant: string | null, c: CreateWebhook): Promise<{ info: WebhookInfo; secret: string }> {
-    return this.serial(() => this.createNow(tenant, c));
+  async create(tenant: string | null, c: CreateWebhook): Promise<{ info: WebhookInfo; secret: string }> {
+    const url = parseWebhookUrl(c.url);
+    // Before the turn: a slow name lookup holds no other creation.
+    if (tenant !== null) await assertReachable(url, this.guard, "webhook", refuse);
+    return this.serial(() => this.createNow(tenant, c, url));
   }
 
   /** Runs `fn` after every definition change before it (failed or not). */
@@ -225,9 +228,9 @@ export class WebhookService {
   private async createNow(
     tenant: string | null,
     c: CreateWebhook,
+    url: URL,
   ): Promise<{ info: WebhookInfo; secret: string }> {
     if (this.closed) throw new ForkdError("unavailable", "the daemon is stopping");
-    const url = parseWebhookUrl(c.url);
     if (tenant !== null) {
       const n = [...this.hooks.values()].filter((h) => h.def.tenant === tenant).length;
       if (n >= this.o.settings.maxPerTenant)
@@ -235,7 +238,6 @@ export class WebhookService {
           "resource_exhausted",
           `tenant ${tenant} has ${n} webhooks, the most it may have (FORKD_WEBHOOK_MAX_PER_TENANT)`,
         );
-      await assertReachable(url, this.guard, "webhook", refuse);
     }
     const events = [...new Set(c.events && c.events.length > 0 ? c.events : LIFECYCLE_EVENTS)];
     const def: WebhookDef = {
