@@ -25,6 +25,7 @@ import { terminalRoutes } from "./routes/terminal.js";
 import { sandboxConsoleRoutes } from "./routes/sandbox-console.js";
 import { eventRoutes } from "./routes/events.js";
 import { auditRoutes } from "./routes/audit.js";
+import { webhookRoutes } from "./routes/webhooks.js";
 import { consoleSessionRoutes, consoleTicketRoutes } from "./routes/console-session.js";
 import { FAVICON_ICO, serveAsset } from "../http/index.js";
 import { buildOpenApi } from "./contract/openapi.js";
@@ -125,6 +126,7 @@ export function createApp(s: ApiServices, listener: Listener = LOCAL_LISTENER): 
   app.route("/v1/sandboxes", sandboxConsoleRoutes(s));
   app.route("/v1/events", eventRoutes(s));
   app.route("/v1/audit", auditRoutes(s));
+  app.route("/v1/webhooks", webhookRoutes(s));
   app.route("/v1/console/session", consoleSessionRoutes(s, listener));
   app.route("/v1/console/ticket", consoleTicketRoutes(s));
   return app;

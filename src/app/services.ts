@@ -16,6 +16,7 @@ import type { SandboxService } from "../sandbox/index.js";
 import type { SnapshotService } from "../snapshot/index.js";
 import type { SnapshotStore } from "../snapshot/index.js";
 import type { Logger } from "../util/index.js";
+import type { WebhookService } from "../webhooks/index.js";
 import type { BodyLimits } from "./body-limits.js";
 
 /** Latencies and failures recorded by the front doors' edges and the use cases (src/metrics/metrics.ts). */
@@ -76,6 +77,8 @@ export interface Services {
   audit: { append(r: AuditRecord): void; readonly path?: string };
   /** Changes of sandboxes and snapshots as they happen (GET /v1/events; src/events/bus.ts). */
   events: EventBus;
+  /** Lifecycle webhooks (src/webhooks; absent: not served, e.g. a test's services). */
+  webhooks?: WebhookService;
   /** A node of a cluster: tenants' quotas hold across it (absent: the daemon runs alone). */
   cluster?: ClusterAdmission;
 }

@@ -17,6 +17,7 @@ import { fileCommands } from "./commands/files.js";
 import { sandboxCommands } from "./commands/sandboxes.js";
 import { snapshotCommands } from "./commands/snapshots.js";
 import { tokenCommands } from "./commands/tokens.js";
+import { webhookCommands } from "./commands/webhooks.js";
 import { e2bCommands } from "./commands/e2b.js";
 import { transferCommands } from "./commands/transfer.js";
 import { makeContext } from "./context.js";
@@ -55,6 +56,7 @@ function buildProgram(ctx: CliContext): Command {
   fileCommands(program, ctx);
   transferCommands(program, ctx);
   tokenCommands(program, ctx);
+  webhookCommands(program, ctx);
   e2bCommands(program, ctx);
   cacheCommands(program, ctx);
   consoleCommand(program, ctx);

@@ -32,6 +32,7 @@ import type { ApiServices } from "../api/index.js";
 import type { ClusterAdmission } from "../app/index.js";
 import type { E2bServices } from "../e2b/index.js";
 import { AuditLog } from "../audit/index.js";
+import { WebhookService, webhookSettings } from "../webhooks/index.js";
 import { SharingProbe } from "../metrics/index.js";
 import { Metrics } from "../metrics/index.js";
 import { apiLimits, readAccessConfig, readClusterConfig } from "./config.js";
@@ -257,6 +258,18 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
         `tokens first (forkd token create) into ${tokens.backing.where}`,
     );
   }
+  // Lifecycle webhooks: told of what the bus tells from now on (the sandboxes recovered above are
+  // known, not told created); what was queued before a restart is sent again.
+  const webhooks = new WebhookService({
+    dir: join(paths.dataDir, "webhooks"),
+    events,
+    sandboxes: () => sandboxes.list(),
+    isReady: (tag) => store.has(tag),
+    log,
+    settings: webhookSettings(env),
+    node: clusterCfg?.nodeId ?? null,
+  });
+  await webhooks.start();
   const audit = await AuditLog.open({
     ...cfg.audit,
     onError: (e) => log.warn("audit log write failed", { error: errorMessage(e) }),
@@ -282,6 +295,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
         .map((sb) => sb.record.pid),
     ),
     audit: () => audit.stats,
+    webhooks: () => ({ ...webhooks.stats, queued: webhooks.queued() }),
     toolRuns: () => tools.runs(),
   });
   // Its builds run in process groups of their own: close() stops them (the group, not just bash).
@@ -397,6 +411,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     metrics,
     audit,
     events,
+    webhooks,
     console: { dist: consoleDist(paths.repoDir), sessions: new ConsoleSessions() },
     ...(admission ? { cluster: admission } : {}),
     ...(cfg.e2b
@@ -500,6 +515,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
       // reconciled by the next start.
       await node?.close();
       await kv?.close();
+      // After the sandboxes' last events: those are queued (and written) for the next start.
+      await webhooks.close();
       await audit.close();
       // Slots stay for children left running (a restarted daemon re-adopts them); with none
       // left, this daemon's namespaces, interfaces and host table go, so a stopped daemon leaves

@@ -26,6 +26,15 @@ export interface MetricsSources {
   pool?(): PoolFigures;
   sharing: SharingProbe;
   audit(): { written: number; dropped: number; failed: number };
+  /** Lifecycle webhooks' deliveries since start, and events queued now (absent: not reported). */
+  webhooks?: () => {
+    delivered: number;
+    failedAttempts: number;
+    droppedOverflow: number;
+    droppedAttempts: number;
+    queued: number;
+    webhooks: number;
+  };
   /** Host tool runs on guests' and tenants' files (src/vmm/jailed-tools.ts), by tool and jail. */
   toolRuns?: () => Array<{ tool: string; jailed: boolean; runs: number }>;
 }
@@ -153,6 +162,40 @@ export class Metrics {
         this.set({ outcome: "failed" }, a.failed);
       },
     });
+    const webhooks = src.webhooks;
+    if (webhooks) {
+      new Gauge({
+        name: "forkd_webhook_events",
+        help:
+          "Lifecycle webhook events since start, by outcome (delivered, failed_attempt: an attempt that failed and " +
+          "is retried, dropped_overflow: pushed out of a full queue, dropped_attempts: its last attempt failed)",
+        labelNames: ["outcome"],
+        registers,
+        collect() {
+          const w = webhooks();
+          this.set({ outcome: "delivered" }, w.delivered);
+          this.set({ outcome: "failed_attempt" }, w.failedAttempts);
+          this.set({ outcome: "dropped_overflow" }, w.droppedOverflow);
+          this.set({ outcome: "dropped_attempts" }, w.droppedAttempts);
+        },
+      });
+      new Gauge({
+        name: "forkd_webhook_queued",
+        help: "Lifecycle webhook events not delivered yet, over all webhooks",
+        registers,
+        collect() {
+          this.set(webhooks().queued);
+        },
+      });
+      new Gauge({
+        name: "forkd_webhooks",
+        help: "Lifecycle webhooks defined",
+        registers,
+        collect() {
+          this.set(webhooks().webhooks);
+        },
+      });
+    }
     const toolRuns = src.toolRuns;
     if (toolRuns) {
       new Gauge({

@@ -5,8 +5,8 @@
  */
 export { clientFor } from "./client.js";
 export type { RegistryClient, RegistrySettings } from "./client.js";
-export { assertReachable, tenantGuard } from "./reach.js";
-export type { Reach } from "./reach.js";
+export { assertReachable, connectCheck, parseAllowedHosts, tenantGuard } from "./reach.js";
+export type { AllowedHost, Reach, Refuse, TenantGuard } from "./reach.js";
 export { DIGEST_RE, formatRef, parseRef, reference } from "./ref.js";
 export type { RegistryRef } from "./ref.js";
 export { registrySettings } from "./settings.js";

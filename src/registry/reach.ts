@@ -112,17 +112,25 @@ export function refusal(url: URL, what: string): ForkdError {
   );
 }
 
+/** The error a refused URL gets (a registry's by default; another user, e.g. webhooks, says its own). */
+export type Refuse = (url: URL, what: string) => ForkdError;
+
 const hostOf = (url: URL): string => url.hostname.replace(/^\[|\]$/g, "");
 
 /**
  * Before a tenant's request to `url`: an IP literal is checked now (a socket makes no lookup for
  * one), a name gets the lookup hook its socket must use; a host the operator allows gets none.
  */
-export function connectCheck(url: URL, g: TenantGuard, what: string): LookupFunction | undefined {
+export function connectCheck(
+  url: URL,
+  g: TenantGuard,
+  what: string,
+  refuse: Refuse = refusal,
+): LookupFunction | undefined {
   if (allowedByName(url, g)) return undefined;
   const host = hostOf(url);
   if (isIP(host) !== 0) {
-    if (why(host, g) !== null) throw refusal(url, what);
+    if (why(host, g) !== null) throw refuse(url, what);
     return undefined;
   }
   return (hostname, options, callback) => {
@@ -137,7 +145,7 @@ export function connectCheck(url: URL, g: TenantGuard, what: string): LookupFunc
           return callback(e, []);
         }
         // Every address, not only the one tried first: the socket may try them all.
-        if (list.some((a) => why(a.address, g) !== null)) return callback(refusal(url, what), []);
+        if (list.some((a) => why(a.address, g) !== null)) return callback(refuse(url, what), []);
         if (options.all) callback(null, list);
         else callback(null, first.address, first.family);
       },
@@ -151,11 +159,16 @@ export function connectCheck(url: URL, g: TenantGuard, what: string): LookupFunc
  * request (an image by digest), and to refuse before a streamed reply starts. The connection's
  * own check (connectCheck) still applies to every request made after.
  */
-export async function assertReachable(url: URL, g: TenantGuard, what: string): Promise<void> {
+export async function assertReachable(
+  url: URL,
+  g: TenantGuard,
+  what: string,
+  refuse: Refuse = refusal,
+): Promise<void> {
   if (allowedByName(url, g)) return;
   const host = hostOf(url);
   if (isIP(host) !== 0) {
-    if (why(host, g) !== null) throw refusal(url, what);
+    if (why(host, g) !== null) throw refuse(url, what);
     return;
   }
   let addrs: LookupAddress[] = [];
@@ -174,5 +187,5 @@ export async function assertReachable(url: URL, g: TenantGuard, what: string): P
       },
     );
   }
-  if (addrs.some((a) => why(a.address, g) !== null)) throw refusal(url, what);
+  if (addrs.some((a) => why(a.address, g) !== null)) throw refuse(url, what);
 }

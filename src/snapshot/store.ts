@@ -207,7 +207,8 @@ export class SnapshotStore {
   track(info: Omit<SnapshotPending, "status" | "error">, done: Promise<Snapshot>): void {
     const entry = { info: { ...info, status: "writing" as const, error: null }, done };
     this.writing.set(info.tag, entry);
-    this.events.emit({ type: "snapshot", tag: info.tag });
+    // With its status: a consumer learns the source (a branch's sandbox) without a read.
+    this.events.emit({ type: "snapshot", tag: info.tag, writing: entry.info });
     done.then(
       () => {
         this.writing.delete(info.tag);

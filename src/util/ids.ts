@@ -16,12 +16,15 @@ export const TEMPLATE_RE = /^[a-z][a-z0-9-]{0,31}$/;
 
 const B32 = "abcdefghijklmnopqrstuvwxyz234567";
 
-export function newSandboxId(): string {
+/** `prefix` + 16 lowercase base32 characters (80 random bits). */
+export function newRandomId(prefix: string): string {
   const bytes = randomBytes(16);
-  let out = "sb-";
+  let out = prefix;
   for (let i = 0; i < 16; i++) out += B32[bytes[i]! & 31];
   return out;
 }
+
+export const newSandboxId = (): string => newRandomId("sb-");
 
 export function isValidTag(tag: unknown): tag is string {
   return typeof tag === "string" && TAG_RE.test(tag) && tag !== "." && tag !== "..";

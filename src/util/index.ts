@@ -23,6 +23,7 @@ export {
   assertTemplate,
   isValidKey,
   isValidTag,
+  newRandomId,
   newSandboxId,
 } from "./ids.js";
 export { ipBytes, ipKey, notPublic } from "./ip.js";

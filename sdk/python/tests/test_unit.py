@@ -320,5 +320,18 @@ class E2BSurfaceTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5)
 
 
+class WebhookSignatureTest(unittest.TestCase):
+    # The daemon's own signature of this body at this time (src/webhooks/signature.ts).
+    SIG = "v1=76b63ef3661c69438a4bb1a7461b4cf04800ea2500e7a88f0b073a7e46dbee98"
+
+    def test_verify_webhook_accepts_the_daemons_signature_and_refuses_changes(self):
+        h = {"Forkd-Signature": self.SIG, "forkd-timestamp": "1700000000"}
+        self.assertTrue(forkd.verify_webhook("s" * 20, h, b'{"a":1}', now_s=1700000010))
+        self.assertFalse(forkd.verify_webhook("s" * 20, h, b'{"a":2}', now_s=1700000010))
+        self.assertFalse(forkd.verify_webhook("t" * 20, h, b'{"a":1}', now_s=1700000010))
+        self.assertFalse(forkd.verify_webhook("s" * 20, h, b'{"a":1}', now_s=1700001000))
+        self.assertFalse(forkd.verify_webhook("s" * 20, {}, b'{"a":1}', now_s=1700000010))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -23,6 +23,7 @@ type Opt<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
  */
 export interface Requests {
   CreateToken: Opt<S["CreateToken"], "scope">;
+  CreateWebhook: S["CreateWebhook"];
   CreateSnapshot: Opt<
     S["CreateSnapshot"],
     "template" | "ready_timeout_ms" | "warm_eval_language" | "memory_mib" | "vcpus" | "nic"
@@ -142,6 +143,22 @@ export class ApiClient {
   }
   revokeToken(id: string, o: CallOpts = {}): Promise<S["Token"]> {
     return this.#call("DELETE", `/v1/tokens/${seg(id)}`, o);
+  }
+
+  // --- lifecycle webhooks (a tenant's own; an admin's operator-wide) ---
+
+  listWebhooks(o: CallOpts = {}): Promise<S["WebhookList"]> {
+    return this.#call("GET", "/v1/webhooks", o);
+  }
+  /** The reply is the only place the webhook's secret is shown (verify deliveries with verifyWebhook). */
+  createWebhook(body: R["CreateWebhook"], o: CallOpts = {}): Promise<S["WebhookCreated"]> {
+    return this.#call("POST", "/v1/webhooks", o, { json: body });
+  }
+  getWebhook(id: string, o: CallOpts = {}): Promise<S["Webhook"]> {
+    return this.#call("GET", `/v1/webhooks/${seg(id)}`, o);
+  }
+  deleteWebhook(id: string, o: CallOpts = {}): Promise<S["Webhook"]> {
+    return this.#call("DELETE", `/v1/webhooks/${seg(id)}`, o);
   }
 
   // --- snapshots ---

@@ -124,6 +124,42 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Lifecycle webhooks (never their secrets) with their delivery state: a tenant's own; an admin's, every one */
+        get: operations["listWebhooks"];
+        put?: never;
+        /** Register a URL that receives signed lifecycle events (docs/webhooks.md): a tenant's is told of its own sandboxes, an admin's of every one. The reply is the only place its secret is shown */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One webhook and its delivery state (another tenant's is 404) */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /** Delete a webhook: nothing more is sent to it, its undelivered events are dropped */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/snapshots": {
         parameters: {
             query?: never;
@@ -1081,6 +1117,65 @@ export interface components {
             /** @description The bearer token. Shown once: the daemon keeps only its sha256. */
             token: string;
             info: components["schemas"]["Token"];
+        };
+        Webhook: {
+            id: string;
+            name: string;
+            url: string;
+            events: ("created" | "paused" | "resumed" | "killed" | "exited" | "branched")[];
+            /** @description Whose sandboxes it is told of; null: every one (an admin's). */
+            tenant: string | null;
+            enabled: boolean;
+            created: string;
+            /** @description Delivery since the daemon started (queued: now). */
+            state: {
+                /** @description Events not delivered yet (kept across restarts). */
+                queued: number;
+                delivered: number;
+                failed_attempts: number;
+                /** @description Given up (attempts exhausted) or pushed out of a full queue. */
+                dropped: number;
+                last_delivery_at: string | null;
+                last_error: string | null;
+                last_error_at: string | null;
+            };
+        };
+        WebhookList: {
+            webhooks: components["schemas"]["Webhook"][];
+        };
+        CreateWebhook: {
+            /** @description http(s) URL POSTed each event. A tenant's must be a public address. */
+            url: string;
+            name?: string;
+            /** @description Events to send (absent or empty: all); E2B's names (sandbox.lifecycle.created) are accepted. */
+            events?: (("created" | "paused" | "resumed" | "killed" | "exited" | "branched") | string)[];
+            /** @description The signing secret (absent: one is generated and shown once). */
+            secret?: string;
+            enabled?: boolean;
+        };
+        WebhookCreated: {
+            id: string;
+            name: string;
+            url: string;
+            events: ("created" | "paused" | "resumed" | "killed" | "exited" | "branched")[];
+            /** @description Whose sandboxes it is told of; null: every one (an admin's). */
+            tenant: string | null;
+            enabled: boolean;
+            created: string;
+            /** @description Delivery since the daemon started (queued: now). */
+            state: {
+                /** @description Events not delivered yet (kept across restarts). */
+                queued: number;
+                delivered: number;
+                failed_attempts: number;
+                /** @description Given up (attempts exhausted) or pushed out of a full queue. */
+                dropped: number;
+                last_delivery_at: string | null;
+                last_error: string | null;
+                last_error_at: string | null;
+            };
+            /** @description The signing secret. Shown once: GET never shows it. */
+            secret: string;
         };
         CreateSnapshot: {
             /** @description Snapshot tag: 1-64 characters, letters, digits, '_', '.', '-', not starting with a symbol; in the caller's namespace (a tenant's own, else a shared one). An admin names a tenant's as TENANT/TAG (docs/api.md, "Tags and namespaces"). */
@@ -2402,6 +2497,221 @@ export interface operations {
             };
             /** @description forbidden: a tenant token on an admin-only route */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Lifecycle webhooks (never their secrets) with their delivery state: a tenant's own; an admin's, every one */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWebhook"];
+            };
+        };
+        responses: {
+            /** @description Register a URL that receives signed lifecycle events (docs/webhooks.md): a tenant's is told of its own sandboxes, an admin's of every one. The reply is the only place its secret is shown */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description payload_too_large: the body is over its bound (json) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook's id */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One webhook and its delivery state (another tenant's is 404) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description rate_limited: too many requests, or too many in flight, for this caller; or (TCP) too many failed authentications from this address */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "retry-after"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Error (see the code in the body) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook's id */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Delete a webhook: nothing more is sent to it, its undelivered events are dropped */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            /** @description unauthenticated: no bearer token, or not a valid one (TCP) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -23,6 +23,8 @@ export { WatchHandle, FilesystemEventType } from "./watch.js";
 export type { FilesystemEvent } from "./watch.js";
 export { Controller, fork } from "./controller.js";
 export { ApiClient } from "./api-client.js";
+export { verifyWebhook } from "./webhook-signature.js";
+export type { VerifyWebhookOpts } from "./webhook-signature.js";
 export type {
   BuildSnapshotOptions,
   CallOpts,

@@ -179,9 +179,11 @@ export function buildOpenApi(version: string): Json {
       { url: "http://localhost", description: "unix socket /var/lib/forkd/forkd.sock, or FORKD_LISTEN" },
     ],
     security: [{ bearer: [] }],
-    tags: ["daemon", "access", "snapshots", "sandboxes", "commands", "code", "files"].map((name) => ({
-      name,
-    })),
+    tags: ["daemon", "access", "webhooks", "snapshots", "sandboxes", "commands", "code", "files"].map(
+      (name) => ({
+        name,
+      }),
+    ),
     paths,
     components: {
       securitySchemes: { bearer: { type: "http", scheme: "bearer" } },

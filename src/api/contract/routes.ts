@@ -24,7 +24,7 @@ export interface RouteSpec {
   /** OpenAPI style: /v1/sandboxes/{id} */
   path: string;
   summary: string;
-  tag: "daemon" | "access" | "snapshots" | "sandboxes" | "commands" | "code" | "files";
+  tag: "daemon" | "access" | "webhooks" | "snapshots" | "sandboxes" | "commands" | "code" | "files";
   /** No bearer token needed (TCP listeners). */
   public?: boolean;
   /** Admin callers only (the unix socket, FORKD_TOKEN, admin-scoped tokens): 403 for tenants. */
@@ -120,6 +120,42 @@ export const ROUTES: RouteSpec[] = [
     tag: "access",
     admin: true,
     responses: { 200: json(S.Token) },
+  },
+  {
+    operationId: "listWebhooks",
+    method: "get",
+    path: "/v1/webhooks",
+    summary:
+      "Lifecycle webhooks (never their secrets) with their delivery state: a tenant's own; an admin's, every one",
+    tag: "webhooks",
+    responses: { 200: json(S.WebhookList) },
+  },
+  {
+    operationId: "createWebhook",
+    method: "post",
+    path: "/v1/webhooks",
+    summary:
+      "Register a URL that receives signed lifecycle events (docs/webhooks.md): a tenant's is told of its own " +
+      "sandboxes, an admin's of every one. The reply is the only place its secret is shown",
+    tag: "webhooks",
+    body: json(S.CreateWebhook),
+    responses: { 201: json(S.WebhookCreated) },
+  },
+  {
+    operationId: "getWebhook",
+    method: "get",
+    path: "/v1/webhooks/{webhook_id}",
+    summary: "One webhook and its delivery state (another tenant's is 404)",
+    tag: "webhooks",
+    responses: { 200: json(S.Webhook) },
+  },
+  {
+    operationId: "deleteWebhook",
+    method: "delete",
+    path: "/v1/webhooks/{webhook_id}",
+    summary: "Delete a webhook: nothing more is sent to it, its undelivered events are dropped",
+    tag: "webhooks",
+    responses: { 200: json(S.Webhook) },
   },
   {
     operationId: "listSnapshots",
@@ -677,6 +713,7 @@ export const PATH_PARAMS: Record<string, { schema: z.ZodType; description: strin
   },
   pid: { schema: z.number().int().min(1), description: "Guest pid of a command started through the API" },
   token_id: { schema: S.TokenId, description: "An API token's id (not its secret)" },
+  webhook_id: { schema: S.WebhookId, description: "A webhook's id" },
   port: { schema: z.number().int().min(1).max(65535), description: "A guest TCP port" },
   context: {
     schema: S.ContextParam.shape.context,

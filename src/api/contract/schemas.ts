@@ -22,6 +22,7 @@ import { EVAL_LANGUAGES } from "../../agent/index.js";
 import { PTY_MAX } from "../../agent/index.js";
 import { CONTEXT_ID_RE } from "../../agent/index.js";
 import { CellEnv } from "../../app/index.js";
+import { LIFECYCLE_EVENTS, WEBHOOK_ID_RE } from "../../webhooks/index.js";
 
 export const contract = z.registry<{ id: string; description?: string }>();
 
@@ -290,6 +291,69 @@ export const TokenCreated = named(
     info: Token,
   }),
   "TokenCreated",
+);
+
+// ---------------------------------------------------------------- webhooks
+
+export const WebhookId = z.string().regex(WEBHOOK_ID_RE, "webhook id must match " + WEBHOOK_ID_RE.source);
+
+const WebhookEventName = z
+  .enum(LIFECYCLE_EVENTS)
+  .describe("A lifecycle event; sent as type sandbox.lifecycle.<event>");
+
+export const Webhook = named(
+  z.object({
+    id: WebhookId,
+    name: z.string(),
+    url: z.string(),
+    events: z.array(WebhookEventName),
+    tenant: z.string().nullable().describe("Whose sandboxes it is told of; null: every one (an admin's)."),
+    enabled: z.boolean(),
+    created: z.string(),
+    state: z
+      .object({
+        queued: z.number().int().describe("Events not delivered yet (kept across restarts)."),
+        delivered: z.number().int(),
+        failed_attempts: z.number().int(),
+        dropped: z.number().int().describe("Given up (attempts exhausted) or pushed out of a full queue."),
+        last_delivery_at: z.string().nullable(),
+        last_error: z.string().nullable(),
+        last_error_at: z.string().nullable(),
+      })
+      .describe("Delivery since the daemon started (queued: now)."),
+  }),
+  "Webhook",
+);
+
+export const WebhookList = named(z.object({ webhooks: z.array(Webhook) }), "WebhookList");
+
+export const CreateWebhook = named(
+  z.strictObject({
+    url: z.string().max(2048).describe("http(s) URL POSTed each event. A tenant's must be a public address."),
+    name: z.string().max(256).optional(),
+    events: z
+      .array(z.union([WebhookEventName, z.string().regex(/^sandbox\.lifecycle\.[a-z]+$/)]))
+      .max(32)
+      .optional()
+      .describe(
+        "Events to send (absent or empty: all); E2B's names (sandbox.lifecycle.created) are accepted.",
+      ),
+    secret: z
+      .string()
+      .min(16)
+      .max(256)
+      .optional()
+      .describe("The signing secret (absent: one is generated and shown once)."),
+    enabled: z.boolean().optional(),
+  }),
+  "CreateWebhook",
+);
+
+export const WebhookCreated = named(
+  Webhook.extend({
+    secret: z.string().describe("The signing secret. Shown once: GET never shows it."),
+  }),
+  "WebhookCreated",
 );
 
 // ---------------------------------------------------------------- snapshots

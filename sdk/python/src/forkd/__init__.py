@@ -34,6 +34,7 @@ from .pty import Pty, PtySize
 from .sandbox import (DEFAULT_SNAPSHOT, BranchInfo, ForkError, Sandbox, SandboxInfo, SandboxMetrics,
                       SandboxState, SnapshotInfo, fork)
 from .watch import EventType, FilesystemEvent, FilesystemEventType, WatchHandle
+from .webhooks import verify_webhook
 
 __version__ = "0.1.0"
 
@@ -46,4 +47,5 @@ __all__ = [
     "SandboxError", "SandboxException", "SandboxInfo", "TimeoutError", "TimeoutException", "UnavailableError", "WriteInfo",
     "fork", "CommandTimeoutError", "Context", "EventType", "FilesystemEventType", "FileType", "FilesystemEvent", "SandboxMetrics",
     "Pty", "PtySize", "SandboxPaginator", "SandboxQuery", "SandboxState", "SnapshotInfo", "WatchHandle", "WriteEntry",
+    "verify_webhook",
 ]
