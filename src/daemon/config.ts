@@ -8,6 +8,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isIP } from "node:net";
+import type { SecureContext } from "node:tls";
 import type { AuthFailureLimits } from "../access/index.js";
 import { AuthFailureLimiter, RateLimiter, SandboxQuota } from "../access/index.js";
 import { ClusterKeys, DEFAULT_PREFIX, assertNodeId } from "../cluster/index.js";
@@ -20,7 +21,7 @@ import type { RateLimits } from "../access/index.js";
 import { weakTokenReason } from "../access/index.js";
 import { DEFAULT_BODY_LIMITS } from "../app/index.js";
 import type { BodyLimits } from "../app/index.js";
-import { ForkdError, errorMessage } from "../util/index.js";
+import { ForkdError, errorMessage, readNodeTrust } from "../util/index.js";
 import { DEFAULT_LIMITS } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
 
@@ -59,9 +60,10 @@ export interface AccessConfig {
   /**
    * FORKD_CLUSTER_SECRET_FILE: the cluster's secret (0600, >= 32 bytes), which opens the peer
    * routes (src/peer/) and lets this node pull from its peers; FORKD_PEER_IDLE_MS: how long a
-   * pull waits on a silent peer before it moves to another. Null: no cluster secret.
+   * pull waits on a silent peer before it moves to another; FORKD_NODE_CA_FILE: the CAs an https
+   * peer's certificate must chain to besides Node's (null: Node's). Null: no cluster secret.
    */
-  cluster: { secret: ClusterSecret; peerIdleMs: number } | null;
+  cluster: { secret: ClusterSecret; peerIdleMs: number; nodeTrust: SecureContext | null } | null;
 }
 
 export function int(env: NodeJS.ProcessEnv, name: string, def: number, min = 0): number {
@@ -117,10 +119,17 @@ export async function readAccessConfig(env: NodeJS.ProcessEnv, dataDir: string):
   }
   const d = DEFAULT_BODY_LIMITS;
   const secretFile = env.FORKD_CLUSTER_SECRET_FILE;
+  if (env.FORKD_NODE_CA_FILE && !secretFile)
+    throw new ForkdError(
+      "invalid_argument",
+      "FORKD_NODE_CA_FILE (the CA of peers' https addresses) needs FORKD_CLUSTER_SECRET_FILE",
+      { field: "FORKD_NODE_CA_FILE" },
+    );
   const cluster = secretFile
     ? {
         secret: await ClusterSecret.read(secretFile),
         peerIdleMs: int(env, "FORKD_PEER_IDLE_MS", 30_000, 100),
+        nodeTrust: await readNodeTrust(env),
       }
     : null;
   return {

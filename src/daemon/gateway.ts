@@ -5,14 +5,17 @@
  * the console's sealed sessions), starts the gateway (src/gateway/) and serves forkd's REST API
  * and the console on FORKD_GATEWAY_LISTEN and E2B's API on FORKD_GATEWAY_E2B_LISTEN, each
  * guarded as a daemon's listeners are (src/util/listener-guard.ts; TLS with FORKD_TLS_CERT and
- * FORKD_TLS_KEY). Callers are authenticated by the cluster's API tokens (etcd's tokens/, followed
- * as they change: src/cluster/cluster-tokens.ts) and FORKD_TOKEN, an admin. SIGTERM/SIGINT stop it:
- * listeners close, open relays get 2 s, the gateway's lease is revoked.
+ * FORKD_TLS_KEY). Nodes at https addresses are reached over TLS, their certificates verified
+ * against Node's CAs and FORKD_NODE_CA_FILE's (read once; a bad file stops the start). Callers
+ * are authenticated by the cluster's API tokens (etcd's tokens/, followed as they change:
+ * src/cluster/cluster-tokens.ts) and FORKD_TOKEN, an admin. SIGTERM/SIGINT stop it: listeners
+ * close, open relays get 2 s, the gateway's lease is revoked.
  */
 import type { RequestListener, Server } from "node:http";
 import { createServer as createHttpServer } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
+import type { SecureContext } from "node:tls";
 import { AuthFailureLimiter, Authenticator, SealedSessions, TokenStore } from "../access/index.js";
 import { ADMITTED_PURPOSE, ClusterSecret, weakTokenReason } from "../access/index.js";
 import { ClusterKeys, ClusterTokens, DEFAULT_PREFIX } from "../cluster/index.js";
@@ -23,7 +26,7 @@ import type { GatewayBounds, RunningGateway } from "../gateway/index.js";
 import { VERSION, defaultPaths } from "../host/index.js";
 import { consoleDist } from "../http/index.js";
 import { reservedTags } from "../snapshot/index.js";
-import { DEFAULT_LIMITS, ForkdError, guard, httpOptions, jsonLogger } from "../util/index.js";
+import { DEFAULT_LIMITS, ForkdError, guard, httpOptions, jsonLogger, readNodeTrust } from "../util/index.js";
 import type { ListenerLimits } from "../util/index.js";
 import { int, tcpListeners } from "./config.js";
 import type { TcpConfig } from "./config.js";
@@ -43,6 +46,8 @@ export interface GatewayConfig {
   sweepMs: number;
   reserved: ReadonlySet<string>;
   authFailures: { rps: number; burst: number };
+  /** FORKD_NODE_CA_FILE: the CAs https nodes' certificates must chain to, besides Node's (null: Node's). */
+  nodeTrust: SecureContext | null;
 }
 
 /** FORKD_CLUSTER_SECRET_FILE: the cluster secret (src/access/cluster-secret.ts reads and checks it). */
@@ -102,6 +107,7 @@ export async function readGatewayConfig(env: NodeJS.ProcessEnv): Promise<Gateway
       rps: int(env, "FORKD_AUTH_FAIL_RPS", 1),
       burst: int(env, "FORKD_AUTH_FAIL_BURST", 20, 1),
     },
+    nodeTrust: await readNodeTrust(env),
   };
 }
 
@@ -162,6 +168,7 @@ export async function startGatewayProcess(env: NodeJS.ProcessEnv = process.env):
       reserved: cfg.reserved,
       authFailures: new AuthFailureLimiter(cfg.authFailures),
       sweepMs: cfg.sweepMs,
+      nodeTrust: cfg.nodeTrust,
     });
   } catch (e) {
     await kv.close();

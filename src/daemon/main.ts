@@ -345,6 +345,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
           peer: {
             bearer: cfg.cluster.secret.bearer(PEER_PURPOSE),
             idleMs: cfg.cluster.peerIdleMs,
+            ...(cfg.cluster.nodeTrust ? { trust: cfg.cluster.nodeTrust } : {}),
             onBytes: (n: number) => metrics.peerPulled(n),
             onPull: (result: "ok" | "failed") => metrics.peerPull(result),
           },

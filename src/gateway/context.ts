@@ -6,7 +6,7 @@
  * relays open to each node (cut when the node leaves the cluster), listeners of the cluster's
  * changes (event streams).
  */
-import type { Agent } from "node:http";
+import type { SecureContext } from "node:tls";
 import type { AuthFailureLimiter, Caller, SealedSessions } from "../access/index.js";
 import type {
   CatalogEntry,
@@ -19,6 +19,7 @@ import type { UsedTickets } from "../cluster/index.js";
 import type { Kv, MirrorChange } from "../etcd/index.js";
 import type { GatewayMetrics } from "../metrics/index.js";
 import type { Logger } from "../util/index.js";
+import type { NodePool } from "./node-pool.js";
 
 /** Who a bearer token is (the cluster's token store; tests: a fixed map). */
 export interface BearerAuth {
@@ -71,6 +72,8 @@ export interface GatewayDeps {
   bounds: GatewayBounds;
   /** Tags no tenant may take (as nodes: FORKD_RESERVED_TAGS). */
   reserved: ReadonlySet<string>;
+  /** The CAs an https node's certificate must chain to (FORKD_NODE_CA_FILE; null: Node's). */
+  nodeTrust: SecureContext | null;
 }
 
 /**
@@ -197,7 +200,7 @@ export class ChangeHub {
 export interface Gateway extends GatewayDeps {
   assignments: Assignments;
   /** Connections kept open to the nodes for calls whose answer the gateway reads (./node-pool.ts). */
-  pool: Agent;
+  pool: NodePool;
   relays: Relays;
   hub: ChangeHub;
 }

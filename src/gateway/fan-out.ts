@@ -32,7 +32,8 @@ export async function fanOut(
           timeoutMs: g.bounds.listMs,
           connectMs: g.bounds.connectMs,
           signal,
-          agent: g.pool,
+          pool: g.pool,
+          trust: g.nodeTrust,
         });
         return { node, reply, error: null };
       } catch (error) {

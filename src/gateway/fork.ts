@@ -155,7 +155,8 @@ async function sendPart(
       timeoutMs: g.bounds.forkMs,
       connectMs: g.bounds.connectMs,
       signal,
-      agent: g.pool,
+      pool: g.pool,
+      trust: g.nodeTrust,
     });
     g.metrics.placed(p.node, p.count);
     return { node: p.node, offset, count: p.count, unreached: false, reply: r, outcome: outcomeOf(r) };

@@ -9,6 +9,7 @@
  */
 import type { IncomingMessage, RequestListener } from "node:http";
 import type { Duplex } from "node:stream";
+import type { SecureContext } from "node:tls";
 import { AuthFailureLimiter } from "../access/index.js";
 import type { SealedSessions } from "../access/index.js";
 import { ClusterQuota, ClusterView, Janitor, UsedTickets } from "../cluster/index.js";
@@ -20,7 +21,7 @@ import type { Logger } from "../util/index.js";
 import { Assignments, ChangeHub, DEFAULT_BOUNDS, Relays } from "./context.js";
 import type { BearerAuth, Gateway, GatewayBounds } from "./context.js";
 import { e2bHandler, e2bUpgrade } from "./e2b.js";
-import { nodePool } from "./node-pool.js";
+import { closePool, nodePool } from "./node-pool.js";
 import { restHandler, restUpgrade } from "./rest.js";
 
 export interface GatewayOptions {
@@ -43,6 +44,8 @@ export interface GatewayOptions {
   leaseTtlS?: number;
   /** Lost records are forgotten this long after they were marked (default 24 h). */
   lostKeepMs?: number;
+  /** The CAs an https node's certificate must chain to, besides Node's (FORKD_NODE_CA_FILE). */
+  nodeTrust?: SecureContext | null;
 }
 
 type UpgradeListener = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
@@ -154,6 +157,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
     authFailures: o.authFailures ?? new AuthFailureLimiter({ rps: 1, burst: 20 }),
     bounds: { ...DEFAULT_BOUNDS, ...o.bounds },
     reserved: o.reserved ?? new Set(),
+    nodeTrust: o.nodeTrust ?? null,
     assignments,
     pool: nodePool(),
     relays,
@@ -184,7 +188,7 @@ export async function startGateway(o: GatewayOptions): Promise<RunningGateway> {
       if (closed) return;
       closed = true;
       clearInterval(timer);
-      gateway.pool.destroy();
+      closePool(gateway.pool);
       await view.close().catch(() => undefined);
       await lease.revoke();
     },

@@ -4,13 +4,17 @@
  * body read whole within a bound of bytes, all within a deadline (and an abort: the client
  * hung up). A node that cannot be reached, answers late or too much is a ForkdError naming it:
  * `unavailable` (no connection: the request never reached it, safe to send elsewhere) or
- * `timeout` (it may have acted). Over a pool of kept-alive connections (`agent`: the gateway's
- * own, ./node-pool.ts), a call on a connection already open counts as reaching the node: a
- * failure there is never taken for one that surely did not arrive.
+ * `timeout` (it may have acted). An https node is reached over TLS (./upstream-of.ts): the
+ * connection counts as made once the handshake verified its certificate, so a node whose
+ * certificate is not trusted is one the call never reached. Over a pool of kept-alive
+ * connections (`pool`: the gateway's own, ./node-pool.ts), a call on a connection already open
+ * counts as reaching the node: a failure there is never taken for one that surely did not arrive.
  */
-import { request } from "node:http";
-import type { Agent, IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { SecureContext } from "node:tls";
+import { overTls, readyEvent, requestTo } from "../http/index.js";
 import { ForkdError, errorMessage } from "../util/index.js";
+import type { NodePool } from "./node-pool.js";
 import { upstreamOf } from "./upstream-of.js";
 
 export interface NodeCall {
@@ -26,7 +30,9 @@ export interface NodeCall {
   maxBytes?: number;
   signal?: AbortSignal;
   /** Connections kept open to the nodes (default: a new connection for this call). */
-  agent?: Agent;
+  pool?: NodePool;
+  /** The CAs an https node's certificate must chain to (the gateway's; null: Node's). */
+  trust: SecureContext | null;
 }
 
 export interface NodeReply {
@@ -44,7 +50,7 @@ export function callNode(name: string, origin: string, c: NodeCall): Promise<Nod
   return new Promise((resolve, reject) => {
     let to;
     try {
-      to = upstreamOf(origin);
+      to = upstreamOf(origin, c.trust);
     } catch (e) {
       return reject(
         new ForkdError("unavailable", `node ${name}: ${errorMessage(e)}`, { node: name, reached: false }),
@@ -62,15 +68,14 @@ export function callNode(name: string, origin: string, c: NodeCall): Promise<Nod
         reject(e);
       } else resolve(r as NodeReply);
     };
-    const req = request({
-      ...to,
+    const req = requestTo(to, {
       method: c.method,
       path: c.path,
       headers: {
         ...(c.body ? { "content-type": "application/json", "content-length": String(c.body.length) } : {}),
         ...c.headers,
       },
-      agent: c.agent ?? false,
+      agent: c.pool ? (overTls(to) ? c.pool.https : c.pool.http) : false,
     });
     const timer = setTimeout(
       () =>
@@ -104,7 +109,7 @@ export function callNode(name: string, origin: string, c: NodeCall): Promise<Nod
             }),
           );
       }, c.connectMs ?? 5_000);
-      sock.once("connect", () => {
+      sock.once(readyEvent(to), () => {
         connected = true;
         clearTimeout(t);
       });

@@ -3,11 +3,11 @@
  * and JSON data) told as it comes; a line longer than the bound, a reply that is not a stream,
  * or a node that took no connection in time ends it (`onEnd` once, with why). close() ends it
  * from this side. The stream is registered under its node, so the node leaving the cluster
- * ends it at once.
+ * ends it at once. An https node's stream comes over TLS (./upstream-of.ts).
  */
-import { request } from "node:http";
 import type { ClientRequest } from "node:http";
 import type { NodeRecord } from "../cluster/index.js";
+import { requestTo } from "../http/index.js";
 import { errorMessage } from "../util/index.js";
 import type { Gateway } from "./context.js";
 import { upstreamOf } from "./upstream-of.js";
@@ -79,7 +79,7 @@ export function openNodeStream(
   const unregister = g.relays.open(node.id, () => end(`node ${node.id} left the cluster`));
   const timer = setTimeout(() => end(`node ${node.id} did not start its stream in time`), g.bounds.listMs);
   try {
-    req = request({ ...upstreamOf(node.api), method: "GET", path, headers, agent: false });
+    req = requestTo(upstreamOf(node.api, g.nodeTrust), { method: "GET", path, headers, agent: false });
   } catch (e) {
     end(errorMessage(e));
     return { close: () => undefined };

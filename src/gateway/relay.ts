@@ -7,8 +7,9 @@
  * them), the latency until the node's reply headers in the metrics, and every open relay
  * registered under its node, so that a node leaving the cluster (its lease expired: dead or cut
  * off) ends the relays to it at once instead of leaving them to TCP (a call it has not
- * answered yet gets 503, a reply under way is cut). A node that cannot be reached is the door's
- * 502, one that does not start its answer in time 504.
+ * answered yet gets 503, a reply under way is cut). An https node is reached over TLS, its
+ * certificate verified (./upstream-of.ts). A node that cannot be reached (or whose certificate
+ * is not trusted) is the door's 502, one that does not start its answer in time 504.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
@@ -54,11 +55,11 @@ const refusal =
   };
 
 /** The node's address for `door`, or the refusal to send. */
-function addressOf(node: NodeRecord, door: Door): Upstream | ForkdError {
+function addressOf(g: Gateway, node: NodeRecord, door: Door): Upstream | ForkdError {
   const origin = door === "rest" ? node.api : node.e2b;
   if (origin === null) return new ForkdError("unavailable", `node ${node.id} serves no E2B listener`);
   try {
-    return upstreamOf(origin);
+    return upstreamOf(origin, g.nodeTrust);
   } catch (e) {
     return new ForkdError("unavailable", `node ${node.id}: ${errorMessage(e)}`);
   }
@@ -81,7 +82,7 @@ export function relay(
   node: NodeRecord,
   o: RelayOptions,
 ): void {
-  const to = addressOf(node, o.door);
+  const to = addressOf(g, node, o.door);
   if (to instanceof ForkdError) {
     req.resume();
     return (o.door === "rest" ? sendError : sendE2bError)(res, to);
@@ -117,7 +118,7 @@ export function relayUpgrade(
   node: NodeRecord,
   o: RelayOptions,
 ): void {
-  const to = addressOf(node, o.door);
+  const to = addressOf(g, node, o.door);
   if (to instanceof ForkdError) return void socket.destroy();
   req.url = targetOf(req);
   const unregister = g.relays.open(node.id, () => socket.destroy());

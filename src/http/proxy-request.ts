@@ -4,19 +4,19 @@
  * reply (NDJSON, SSE, bytes) comes back as it comes, paced by the client. Either side hanging
  * up at any byte ends the other: a client gone ends the upstream request, and an upstream reply
  * that breaks off is cut here too (never ended as if complete). Headers pass as
- * ./proxy-headers.ts says. Bounds: the connection (connectTimeoutMs), the reply's
- * headers (headersTimeoutMs), and an idle connection (idleTimeoutMs). An upstream that answers
+ * ./proxy-headers.ts says; an upstream over TLS is reached as ./upstream.ts says. Bounds: the
+ * connection (connectTimeoutMs; over TLS, its handshake too), the reply's headers
+ * (headersTimeoutMs), and an idle connection (idleTimeoutMs). An upstream that answers
  * nothing, late or nothing valid (a status node will not send, a header it will not write) gets
  * the door's refusal (502) if the client has had no byte yet, else the client's reply is cut.
  * Nothing here throws: it runs in a listener's events.
  */
-import { request } from "node:http";
 import type { ClientRequest, IncomingMessage, ServerResponse } from "node:http";
 import { errorMessage } from "../util/index.js";
 import type { HeaderFilter, PassedCredentials } from "./proxy-headers.js";
 import { replyHeaders, upstreamHeaders } from "./proxy-headers.js";
 import type { RelayOptions, Upstream } from "./upstream.js";
-import { CONNECT_TIMEOUT_MS } from "./upstream.js";
+import { CONNECT_TIMEOUT_MS, readyEvent, requestTo } from "./upstream.js";
 
 export interface ProxyRequestOptions extends RelayOptions {
   /** A connection to upstream must be open within this (default CONNECT_TIMEOUT_MS). */
@@ -93,8 +93,7 @@ function relay(
   to: Upstream,
   o: ProxyRequestOptions,
 ): ClientRequest {
-  const up = request({
-    ...to,
+  const up = requestTo(to, {
     // Node's global agent cuts a socket silent for 5 s (its keep-alive timeout, applied to a
     // request in flight too): a relayed call may be silent for minutes (an exec, a build).
     timeout: o.idleTimeoutMs ?? 0,
@@ -112,10 +111,11 @@ function relay(
   const clear = () => timers.forEach((t) => clearTimeout(t));
   within(o.headersTimeoutMs, `${o.name} sent no reply headers in time`);
   up.on("socket", (sock) => {
-    // A pooled socket is connected already: the connect bound is for a new one.
+    // A pooled socket is connected already: the connect bound is for a new one (over TLS, until
+    // its handshake is done).
     if (!sock.connecting) return;
     const t = within(o.connectTimeoutMs ?? CONNECT_TIMEOUT_MS, `${o.name} took no connection in time`);
-    sock.once("connect", () => clearTimeout(t));
+    sock.once(readyEvent(to), () => clearTimeout(t));
   });
   if (o.idleTimeoutMs !== undefined) up.setTimeout(o.idleTimeoutMs);
   up.on("timeout", () => up.destroy(new Error(`${o.name} sent nothing in time`)));

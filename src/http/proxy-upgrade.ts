@@ -3,8 +3,9 @@
  * console's terminals), already authorized: the request head as it came (./proxy-headers.ts's
  * upgradeHead: what the door keeps back removed), then both directions as bytes until either
  * side closes. Upstream's answer is relayed byte for byte, a 101 or a refusal with its body, so
- * nothing of it is buffered here. Bounds: the connection and upstream's first byte
- * (handshakeTimeoutMs: 504 after it), and an idle connection (idleTimeoutMs). An upstream that
+ * nothing of it is buffered here; an upstream over TLS is reached as ./upstream.ts says. Bounds:
+ * the connection (over TLS: its handshake too) and upstream's first byte (handshakeTimeoutMs:
+ * 504 after it), and an idle connection (idleTimeoutMs). An upstream that
  * cannot be reached or closes before answering is the door's 502 on the raw socket. A client
  * that goes before upstream answered (also half-open: it only sent its FIN) is closed.
  * `done` is told once, when the client's socket closes, the status the client got (upstream's,
@@ -13,13 +14,13 @@
  */
 import { STATUS_CODES } from "node:http";
 import type { IncomingMessage } from "node:http";
-import { connect } from "node:net";
 import type { Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import { errorMessage } from "../util/index.js";
 import type { HeaderFilter, PassedCredentials } from "./proxy-headers.js";
 import { upgradeHead } from "./proxy-headers.js";
 import type { RelayOptions, Upstream } from "./upstream.js";
+import { connectTo, readyEvent } from "./upstream.js";
 
 export interface ProxyUpgradeOptions extends RelayOptions {
   /** A door's own rule for a request header (after the common ones; default: keep). */
@@ -80,9 +81,10 @@ export function proxyUpgrade(
     (addr) => {
       if (socket.destroyed || refused) return;
       try {
-        const conn = connect("socketPath" in addr ? { path: addr.socketPath } : addr);
+        const conn = connectTo(addr);
         up = conn;
-        conn.once("connect", () => {
+        // Over TLS the head goes once the handshake verified the upstream's certificate.
+        conn.once(readyEvent(addr), () => {
           if (o.idleTimeoutMs !== undefined) conn.setTimeout(o.idleTimeoutMs, () => conn.destroy());
           conn.write(upgradeHead(req, o.keep ?? ((_n, v) => v), o.set, o.pass));
           if (head.length > 0) conn.write(head);

@@ -8,9 +8,11 @@
  * encoding is asked for, so bodies arrive as the server stores them.
  */
 import { request as httpRequest } from "node:http";
-import type { IncomingMessage, RequestOptions } from "node:http";
+import type { IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
+import type { RequestOptions } from "node:https";
 import type { LookupFunction } from "node:net";
+import type { SecureContext } from "node:tls";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadable } from "node:stream/web";
@@ -80,6 +82,8 @@ export interface SendOptions {
   policy: SchemePolicy;
   idleMs: number;
   what: string;
+  /** The CAs an https server's certificate must chain to (absent: Node's; a cluster's peers). */
+  trust?: SecureContext;
 }
 
 export interface Sent {
@@ -116,6 +120,7 @@ function exchange(
     body: Buffer | Readable | undefined;
     signal: AbortSignal;
     lookup: LookupFunction | undefined;
+    trust: SecureContext | undefined;
   },
 ): Promise<Response> {
   return new Promise<Response>((resolve, reject) => {
@@ -126,6 +131,7 @@ function exchange(
       // No pooled connection: each is made (and its address checked) for its request.
       agent: false,
       ...(o.lookup ? { lookup: o.lookup } : {}),
+      ...(o.trust && url.protocol === "https:" ? { secureContext: o.trust } : {}),
     };
     const onReply = (im: IncomingMessage) => {
       try {
@@ -198,6 +204,7 @@ export async function send(url: URL, o: SendOptions): Promise<Sent> {
         body,
         signal: watchdog.signal,
         lookup,
+        trust: o.trust,
       });
       watchdog.touch();
       const loc = res.headers.get("location");

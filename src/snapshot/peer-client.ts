@@ -3,11 +3,13 @@
  * bytes by sha256 from a given offset (`Range: bytes=N-`), written into a staging file as they
  * stream. Every request carries the cluster's peer bearer; plain http is allowed to any host (a
  * node's address is the operator's, and every byte is verified against its sha256), https when
- * a node's address says so. Each exchange is bounded: an idle timeout (no byte for `idleMs`),
+ * a node's address says so: its certificate verified against Node's CAs and the node's
+ * FORKD_NODE_CA_FILE (`trust`), as a gateway verifies it. Each exchange is bounded: an idle timeout (no byte for `idleMs`),
  * a floor on the rate once past a grace period (a peer trickling bytes is as stuck as one sending
  * none), the manifest's size, and a blob never longer than the size it must have.
  */
 import type { Hash } from "node:crypto";
+import type { SecureContext } from "node:tls";
 import type { FileHandle } from "node:fs/promises";
 import { bodyStream, discard, readLimited, send } from "../registry/index.js";
 import type { Sent } from "../registry/index.js";
@@ -30,6 +32,8 @@ export interface PeerClientOptions {
   /** Bytes per second a blob must average once `graceMs` have passed (0: no floor). */
   minRate: number;
   graceMs: number;
+  /** The CAs an https peer's certificate must chain to (FORKD_NODE_CA_FILE's and Node's; absent: Node's). */
+  trust?: SecureContext;
 }
 
 /** A peer manifest is at most this large (as a pack's). */
@@ -68,6 +72,7 @@ async function get(
     // Any host: a node's address is the operator's (the cluster's records), never a tenant's.
     policy: { insecure: true },
     idleMs: o.idleMs,
+    ...(o.trust ? { trust: o.trust } : {}),
     what: `${what} from ${h.node}`,
   });
 }

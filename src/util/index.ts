@@ -32,6 +32,7 @@ export type { ListenerLimits } from "./listener-guard.js";
 export { jsonLogger } from "./log.js";
 export type { Logger } from "./log.js";
 export { dialUnix } from "./net.js";
+export { nodeTrust, readNodeTrust } from "./node-trust.js";
 export { PausableTimer } from "./pausable-timer.js";
 export { childEnv, downloadEnv, isAlive, processCmdline, processStartTime, run } from "./proc.js";
 export type { RunResult } from "./proc.js";

@@ -9,9 +9,11 @@
  * gateway's are. Every request is recorded (method, path, headers, body), so a test asserts what
  * a node received. `hang` holds requests unanswered; `kill()` drops every connection at once and
  * stops the node's lease from being kept (its keys go when it expires, or at once on a fake
- * etcd), as a node killed with -9.
+ * etcd), as a node killed with -9. With `tls` its listeners serve https (its addresses are
+ * https://), as a node with FORKD_TLS_CERT/FORKD_TLS_KEY.
  */
-import { createServer } from "node:http";
+import { createServer as createHttpServer } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { WebSocketServer } from "ws";
@@ -46,6 +48,8 @@ export interface FakeNodeOptions {
   e2b?: boolean;
   /** Called by kill() with the node's lease id: a fake etcd expires it; a real one waits the TTL. */
   onKill?: (leaseId: string) => Promise<void>;
+  /** Its listeners serve https with this PEM certificate and key (default: http). */
+  tls?: { cert: string | Buffer; key: string | Buffer };
 }
 
 interface Child {
@@ -107,6 +111,11 @@ export class FakeNode {
         }
       });
     };
+    const tls = this.o.tls;
+    const createServer = (h: (req: IncomingMessage, res: ServerResponse) => void): Server =>
+      tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, h) : createHttpServer(h);
+    const scheme = tls ? "https" : "http";
+    // Over TLS too a connection is its TCP socket (counted, and killed by kill()).
     const track = (s: Server) =>
       s.on("connection", (sock: Socket) => {
         this.connections++;
@@ -133,11 +142,11 @@ export class FakeNode {
       });
     });
     await new Promise<void>((r) => this.rest.listen(0, "127.0.0.1", () => r()));
-    this.api = `http://127.0.0.1:${(this.rest.address() as AddressInfo).port}`;
+    this.api = `${scheme}://127.0.0.1:${(this.rest.address() as AddressInfo).port}`;
     if (this.o.e2b !== false) {
       this.e2bServer = track(createServer(serve("e2b")));
       await new Promise<void>((r) => this.e2bServer?.listen(0, "127.0.0.1", () => r()));
-      this.e2b = `http://127.0.0.1:${(this.e2bServer.address() as AddressInfo).port}`;
+      this.e2b = `${scheme}://127.0.0.1:${(this.e2bServer.address() as AddressInfo).port}`;
     }
   }
 

@@ -8,6 +8,7 @@ import { createServer } from "node:http";
 import type { Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { randomBytes } from "node:crypto";
+import type { SecureContext } from "node:tls";
 import type { Caller } from "../../src/access/caller.js";
 import { SealedSessions } from "../../src/access/sealed-sessions.js";
 import { AuthFailureLimiter } from "../../src/access/auth-failures.js";
@@ -61,6 +62,8 @@ export async function startTestGateway(o: {
   bounds?: Partial<GatewayBounds>;
   sweepMs?: number;
   consoleDist?: string | null;
+  /** The CAs https nodes' certificates must chain to, besides Node's (FORKD_NODE_CA_FILE's). */
+  nodeTrust?: SecureContext | null;
 }): Promise<TestGateway> {
   const secret = o.secret ?? randomBytes(32);
   const running = await startGateway({
@@ -75,6 +78,7 @@ export async function startTestGateway(o: {
     bounds: { connectMs: 1_000, replyMs: 5_000, forkMs: 5_000, listMs: 2_000, upgradeMs: 5_000, ...o.bounds },
     authFailures: new AuthFailureLimiter({ rps: 0, burst: 1 }),
     sweepMs: o.sweepMs ?? 60_000,
+    nodeTrust: o.nodeTrust ?? null,
   });
   const sockets = new Set<Socket>();
   const listen = async (s: Server): Promise<string> => {
