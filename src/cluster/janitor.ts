@@ -126,8 +126,8 @@ export class Janitor {
    * The records `ids` listed from sandboxes/ when that is the cheaper read (the node holds at
    * least 1/LIST_FACTOR of the cluster's records, and they are at most LIST_MAX: a listed record
    * costs etcd and the gateway ~20x less than a get), else null (each batch gets its own), or if
-   * a list fails. In 32 lists, one per first letter of the id (each list is read in pages too:
-   * src/etcd/etcd-kv.ts).
+   * a list fails. One list (read in pages at one revision: src/etcd/etcd-kv.ts; it was once 32
+   * lists by the id's first letter, which tied this to the ids' alphabet).
    */
   private async readAll(ids: Set<string>): Promise<Map<string, KvEntry | null> | null> {
     const k = this.o.keys;
@@ -135,12 +135,10 @@ export class Janitor {
       const total = await this.o.kv.count(k.sandboxes);
       if (total > ids.size * LIST_FACTOR || total > LIST_MAX) return null;
       const out = new Map<string, KvEntry | null>([...ids].map((id) => [id, null]));
-      await bounded([..."abcdefghijklmnopqrstuvwxyz234567"], 4, async (c) => {
-        for (const e of (await this.o.kv.list(`${k.sandboxes}sb-${c}`)).entries) {
-          const id = e.key.slice(k.sandboxes.length);
-          if (out.has(id)) out.set(id, e);
-        }
-      });
+      for (const e of (await this.o.kv.list(k.sandboxes)).entries) {
+        const id = e.key.slice(k.sandboxes.length);
+        if (out.has(id)) out.set(id, e);
+      }
       return out;
     } catch {
       return null;

@@ -19,9 +19,6 @@ export interface PushDone {
   insecure: boolean;
 }
 
-/** Records kept per key at most (the newest used first; older ones are still tried). */
-const MAX_READ = 32;
-
 /** The id of reference `ref` in a key (a short hash: references have characters keys refuse). */
 export const refId = (ref: string): string => createHash("sha256").update(ref).digest("hex").slice(0, 24);
 
@@ -76,7 +73,8 @@ export async function recordPush(
 export async function usablePushes(c: NodeContext, key: string): Promise<PushRecord[]> {
   const want = catalogChain(c, key);
   if (!want) return [];
-  const { entries } = await c.kv.list(c.keys.pushesOf(key), MAX_READ);
+  // Every record of the key (a few: one per reference it was pushed to), newest first below.
+  const { entries } = await c.kv.list(c.keys.pushesOf(key));
   const same = (r: PushRecord): boolean =>
     r.key === key &&
     r.chain.length === want.length &&
